@@ -1,0 +1,54 @@
+"""`tatu`: the operator's command line.
+
+Subcommands are imported only when used, so `tatu run` can reject a bad configuration
+(exit 78) before torch is even imported.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from tatu import __version__
+from tatu.exitcodes import USAGE, TatuExit
+
+# name -> (module, add-arguments function, main function, one-line help)
+COMMANDS: dict[str, tuple[str, str, str, str]] = {
+    "generate": ("tatu.ops.generate", "add_args", "main", "continue prompts with a checkpoint (batched, KV cache)"),
+}
+
+
+def _usage() -> str:
+    width = max(len(n) for n in COMMANDS)
+    lines = [f"usage: tatu [--version] [--help] COMMAND [ARGS]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {spec[3]}" for name, spec in COMMANDS.items()]
+    lines += ["", "`tatu COMMAND --help` describes each command."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0 if argv else USAGE
+    if argv[0] == "--version":
+        print(f"tatu {__version__}")
+        return 0
+    name = argv[0]
+    if name not in COMMANDS:
+        print(f"tatu: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return USAGE
+    module_name, add_name, main_name, help_text = COMMANDS[name]
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(prog=f"tatu {name}", description=help_text)
+    getattr(module, add_name)(parser)
+    args = parser.parse_args(argv[1:])
+    try:
+        return int(getattr(module, main_name)(args) or 0)
+    except TatuExit as exc:
+        print(f"tatu {name}: {exc.message}", file=sys.stderr)
+        return exc.code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""Notifier against a real AF_UNIX datagram socket standing in for systemd's NOTIFY_SOCKET."""
+import os
+import socket
+import tempfile
+
+import pytest
+
+from tatu.daemon.notify import Notifier, to_ascii, watchdog_usec
+
+
+@pytest.fixture
+def notify_socket(monkeypatch):
+    # A short directory: AF_UNIX paths are limited to 107 bytes and tmp_path can be longer.
+    directory = tempfile.mkdtemp(prefix="tatu-notify-", dir="/tmp")
+    path = os.path.join(directory, "notify.sock")
+    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    receiver.bind(path)
+    receiver.settimeout(2.0)
+    monkeypatch.setenv("NOTIFY_SOCKET", path)
+    try:
+        yield receiver
+    finally:
+        receiver.close()
+        os.unlink(path)
+        os.rmdir(directory)
+
+
+def received(receiver) -> str:
+    return receiver.recv(4096).decode("ascii")
+
+
+def test_each_message_arrives_as_its_own_datagram(notify_socket):
+    notifier = Notifier()
+    assert notifier.enabled
+    assert notifier.ready()
+    assert received(notify_socket) == "READY=1"
+    assert notifier.watchdog()
+    assert received(notify_socket) == "WATCHDOG=1"
+    assert notifier.progress()
+    assert received(notify_socket) == "WATCHDOG=1"
+    assert notifier.extend_timeout(90)
+    assert received(notify_socket) == "EXTEND_TIMEOUT_USEC=90000000"
+    assert notifier.extend_timeout(0.5)
+    assert received(notify_socket) == "EXTEND_TIMEOUT_USEC=500000"
+    assert notifier.set_watchdog_timeout(600)
+    assert received(notify_socket) == "WATCHDOG_USEC=600000000"
+    assert notifier.stopping()
+    assert received(notify_socket) == "STOPPING=1"
+    assert notifier.failed_sends == 0
+
+
+def test_status_with_accents_and_unicode_minus_arrives_as_ascii(notify_socket):
+    notifier = Notifier()
+    text = "step 37/200 régua 52,1 avaliação drift \u22121.2% 1830 tok/s ETA 12m"
+    # The bug this guards against: sdnotify would drop this datagram entirely.
+    with pytest.raises(UnicodeEncodeError):
+        text.encode("latin-1")
+    assert notifier.status(text)
+    assert received(notify_socket) == "STATUS=step 37/200 regua 52,1 avaliacao drift -1.2% 1830 tok/s ETA 12m"
+    # A watchdog ping after such a status still arrives (nothing was combined with it).
+    notifier.watchdog()
+    assert received(notify_socket) == "WATCHDOG=1"
+
+
+def test_status_newlines_cannot_inject_fields(notify_socket):
+    Notifier().status("eval done\nREADY=1")
+    assert received(notify_socket) == "STATUS=eval done READY=1"
+
+
+def test_to_ascii_folds_and_drops():
+    assert to_ascii("ç ã é ü") == "c a e u"
+    assert to_ascii("a\u2013b \u201cq\u201d \u2026") == 'a-b "q" ...'
+    assert to_ascii("loss 🔥 ok") == "loss ok"
+    assert to_ascii("plain ascii 9.0702") == "plain ascii 9.0702"
+
+
+def test_without_notify_socket_everything_is_a_silent_no_op(monkeypatch):
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    notifier = Notifier()
+    assert not notifier.enabled
+    results = [notifier.ready(), notifier.status("ç"), notifier.watchdog(), notifier.progress(),
+               notifier.extend_timeout(5), notifier.stopping(), notifier.set_watchdog_timeout(5)]
+    assert results == [False] * len(results)
+
+
+def test_socket_gone_counts_a_failed_send_instead_of_raising(notify_socket, monkeypatch):
+    notifier = Notifier()
+    os.unlink(os.environ["NOTIFY_SOCKET"])
+    notify_socket.close()
+    assert notifier.watchdog() is False
+    assert notifier.failed_sends == 1
+    # Recreate so the fixture's cleanup can unlink it.
+    socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).bind(os.environ["NOTIFY_SOCKET"])
+
+
+def test_notify_socket_that_does_not_exist_disables_quietly(monkeypatch):
+    monkeypatch.setenv("NOTIFY_SOCKET", "/nonexistent/dir/notify.sock")
+    notifier = Notifier()
+    assert not notifier.enabled
+    assert notifier.ready() is False
+
+
+def test_watchdog_usec_from_environment(monkeypatch):
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+    assert watchdog_usec() is None
+    monkeypatch.setenv("WATCHDOG_USEC", "180000000")
+    assert watchdog_usec() == 180_000_000
+    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid()))
+    assert watchdog_usec() == 180_000_000
+    # Inherited from a parent that owns the watchdog: not ours to feed.
+    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid() + 1))
+    assert watchdog_usec() is None
+    monkeypatch.delenv("WATCHDOG_PID")
+    monkeypatch.setenv("WATCHDOG_USEC", "garbage")
+    assert watchdog_usec() is None
+
+
+def test_restore_watchdog_timeout_returns_to_unit_value(notify_socket, monkeypatch):
+    monkeypatch.setenv("WATCHDOG_USEC", "180000000")
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    notifier = Notifier()
+    assert notifier.watchdog_usec() == 180_000_000
+    notifier.set_watchdog_timeout(900)
+    assert received(notify_socket) == "WATCHDOG_USEC=900000000"
+    assert notifier.restore_watchdog_timeout()
+    assert received(notify_socket) == "WATCHDOG_USEC=180000000"
+
+
+def test_non_positive_timeouts_are_rejected():
+    with pytest.raises(ValueError, match="timeout seconds must be > 0"):
+        Notifier({}).extend_timeout(0)
