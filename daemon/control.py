@@ -32,6 +32,11 @@ MAX_REQUEST_BYTES = 64 * 1024
 MAX_CONNECTIONS = 64
 # A client that sends nothing for this long is dropped, freeing its slot.
 IDLE_TIMEOUT_S = 60.0
+# Closing a Unix socket with unread input makes the peer's recv fail with ECONNRESET
+# before it reads our last (error) reply; so a closing connection first shuts down its
+# write side and discards input for up to this long (or this many bytes), then closes.
+LINGER_S = 2.0
+LINGER_MAX_BYTES = 1024 * 1024
 # A client that stops reading replies cannot make the daemon buffer without bound.
 MAX_PENDING_REPLY_BYTES = 8 * 1024 * 1024
 _UNIX_PATH_MAX = 107
@@ -88,7 +93,7 @@ def error_reply(message: str) -> dict:
 
 
 class _Connection:
-    __slots__ = ("sock", "inbox", "outbox", "closing", "last_active")
+    __slots__ = ("sock", "inbox", "outbox", "closing", "last_active", "linger_until", "discarded")
 
     def __init__(self, sock: socket.socket):
         self.sock = sock
@@ -96,6 +101,8 @@ class _Connection:
         self.outbox = bytearray()
         self.closing = False  # close once the outbox is flushed
         self.last_active = time.monotonic()
+        self.linger_until: float | None = None  # set once the final reply is flushed
+        self.discarded = 0
 
 
 class ControlServer:
@@ -254,8 +261,6 @@ class ControlServer:
                 self._flush(conn)
 
     def _read(self, conn: _Connection) -> None:
-        if conn.closing:
-            return
         try:
             data = conn.sock.recv(65536)
         except (BlockingIOError, InterruptedError):
@@ -265,6 +270,11 @@ class ControlServer:
             return
         if not data:
             self._drop(conn)
+            return
+        if conn.closing:
+            conn.discarded += len(data)
+            if conn.discarded > LINGER_MAX_BYTES:
+                self._drop(conn)
             return
         conn.last_active = time.monotonic()
         conn.inbox += data
@@ -337,7 +347,14 @@ class ControlServer:
         if conn.outbox:
             self._selector.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
         elif conn.closing:
-            self._drop(conn)
+            if conn.linger_until is None:
+                conn.linger_until = time.monotonic() + LINGER_S
+                try:
+                    conn.sock.shutdown(socket.SHUT_WR)  # the client sees EOF after our reply
+                except OSError:
+                    self._drop(conn)
+                    return
+            self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
         else:
             self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
 
@@ -354,6 +371,7 @@ class ControlServer:
         conn.sock.close()
 
     def _drop_idle(self) -> None:
-        deadline = time.monotonic() - IDLE_TIMEOUT_S
-        for conn in [c for c in self._connections.values() if c.last_active < deadline]:
-            self._drop(conn)
+        now = time.monotonic()
+        for conn in list(self._connections.values()):
+            if conn.last_active < now - IDLE_TIMEOUT_S or (conn.linger_until is not None and conn.linger_until < now):
+                self._drop(conn)

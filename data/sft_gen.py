@@ -21,7 +21,7 @@ TENS = ["", "", "vinte", "trinta", "quarenta", "cinquenta", "sessenta", "setenta
 HUNDREDS = ["", "cento", "duzentos", "trezentos", "quatrocentos", "quinhentos",
             "seiscentos", "setecentos", "oitocentos", "novecentos"]
 # Brazilian short scale: 10**6 milhão, 10**9 bilhão
-SCALES = [(10**9, "bilhão", "bilhões"), (10**6, "milhão", "milhões")]
+NUMBER_SCALES = [(10**9, "bilhão", "bilhões"), (10**6, "milhão", "milhões")]
 
 MONTHS = ["janeiro", "fevereiro", "março", "abril", "maio", "junho", "julho", "agosto",
           "setembro", "outubro", "novembro", "dezembro"]
@@ -63,7 +63,7 @@ def number_to_words(n: int) -> str:
         return "zero"
     groups: list[tuple[int, str]] = []  # (value of the group, its words)
     rest = n
-    for size, singular, plural in SCALES:
+    for size, singular, plural in NUMBER_SCALES:
         count, rest = divmod(rest, size)
         if count:
             name = singular if count == 1 else plural

@@ -139,7 +139,8 @@ class Dictionary:
         try:
             payload = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{exc.lineno}: not a JSON dictionary file ({exc.msg})") from exc
+            raise ValueError(f"{path}:{exc.lineno}: not a JSON dictionary file "
+                             f"({exc.msg})") from exc
         if not isinstance(payload, dict) or payload.get("format") != cls.FORMAT:
             raise ValueError(f"{path}: not a {cls.FORMAT} file (format field is "
                              f"{payload.get('format') if isinstance(payload, dict) else None!r})")

@@ -231,7 +231,8 @@ def load_legacy_pt(path: Path) -> Checkpoint:
     if state is None or config is None:
         raise CheckpointError(f"{path}: needs a model state ({'/'.join(_LEGACY_STATE_KEYS)}) and a config ({'/'.join(_LEGACY_CONFIG_KEYS)})")
     # torch.compile prefixes parameter names; the weights are the same.
-    state = {k.removeprefix("_orig_mod."): v for k, v in state.items() if k not in TIED_KEYS}
+    state = {k.removeprefix("_orig_mod."): v for k, v in state.items()}
+    state = {k: v for k, v in state.items() if k not in TIED_KEYS}
     if isinstance(payload.get("tokenizer"), dict):
         tokenizer = tokenizer_from_dict(payload["tokenizer"], f"{path}[tokenizer]")
     elif (path.parent / "tokenizer.json").exists():

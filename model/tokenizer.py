@@ -134,9 +134,9 @@ class CharTokenizer(Tokenizer):
         out = bytearray()
         for i in ids:
             i = int(i)
-            if i < 256:
+            if 0 <= i < 256:
                 out.append(i)
-            elif i < self._specials_base:
+            elif 256 <= i < self._specials_base:
                 out += self.chars[i - 256].encode("utf-8")
             elif i >= self.vocab_size or i < 0:
                 raise TokenizerError(f"char tokenizer: id {i} out of range (vocab {self.vocab_size})")

@@ -1,0 +1,5 @@
+import sys
+
+from tatu.daemon.main import main
+
+sys.exit(main())

@@ -1,0 +1,170 @@
+"""The run's configuration: environment variables (a unit's EnvironmentFile) -> RunConfig.
+
+Typo-proof: any variable under the project's prefixes that is not a known field is an error
+naming the closest known one (REPLAY_M -> "did you mean REPLAY_N?"). Every value is range
+checked. This module must not import torch: a bad config exits 78 in well under 2 s.
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Literal, Mapping
+
+from pydantic import Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PREFIXES = ("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_")
+# Variables under the prefixes that are not run settings (read by the test suite / CI).
+NOT_CONFIG = frozenset({"TATU_REQUIRE_SYSTEMD"})
+
+
+class ConfigError(ValueError):
+    pass
+
+
+class RunConfig(BaseSettings):
+    """Every knob of a run. The alias is the environment variable (the operator's names)."""
+
+    model_config = SettingsConfigDict(case_sensitive=True, extra="forbid", populate_by_name=True, frozen=True)
+
+    # --- the mix (seed 000: run 5 = SFT_GE 8 + REPLAY_N 6 = 43% English tokens) ---
+    sft_ge: int = Field(8, alias="SFT_GE", ge=0, le=1024, description="SFT micro-batches per optimizer step")
+    replay_n: int = Field(0, alias="REPLAY_N", ge=0, le=1024, description="English replay micro-batches per step")
+    mix_steps_limit: int = Field(200, alias="MIX_STEPS_LIMIT", ge=1, le=10_000_000, description="optimizer steps")
+    mix_forget_limit: float = Field(0.10, alias="MIX_FORGET_LIMIT", gt=0, le=10, description="abort when drift exceeds this")
+    mix_forget_ci: bool = Field(False, alias="MIX_FORGET_CI", description="abort only when drift's CI lower bound exceeds the limit")
+    # --- evaluation ---
+    eval_every: int = Field(8, alias="EVAL_EVERY", ge=1, le=1_000_000)
+    eval_en_all: bool = Field(True, alias="EVAL_EN_ALL", description="score every enRuler line (0: a subsample)")
+    eval_en_batches: int = Field(8, alias="EVAL_EN_BATCHES", ge=1, le=100_000)
+    eval_batch: int = Field(2, alias="EVAL_BATCH", ge=1, le=100_000)
+    # --- run identity and paths ---
+    run: str = Field("run", alias="TATU_RUN", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    out: Path = Field(Path("runs"), alias="TATU_OUT", description="parent directory of run directories")
+    mode: Literal["sft", "pretrain"] = Field("sft", alias="TATU_MODE")
+    seed_ckpt: Path | None = Field(None, alias="TATU_SEED_CKPT", description="checkpoint to start from")
+    trunk_ckpt: Path | None = Field(None, alias="TATU_TRUNK_CKPT", description="trunk for drift_tronco when the seed lacks it")
+    data: Path = Field(..., alias="TATU_DATA", description="data directory written by `tatu data build`")
+    device: str = Field("auto", alias="TATU_DEVICE", pattern=r"^(auto|cpu|cuda(:\d+)?|mps)$")
+    seed: int = Field(1337, alias="TATU_SEED", ge=0, le=2**31 - 1)
+    # --- optimisation ---
+    lr: float = Field(3e-4, alias="TATU_LR", gt=0, le=10)
+    min_lr: float = Field(0.0, alias="TATU_MIN_LR", ge=0, le=10)
+    warmup_steps: int = Field(0, alias="TATU_WARMUP_STEPS", ge=0, le=10_000_000)
+    schedule: Literal["constant", "cosine"] = Field("constant", alias="TATU_SCHEDULE")
+    weight_decay: float = Field(0.1, alias="TATU_WEIGHT_DECAY", ge=0, le=10)
+    beta1: float = Field(0.9, alias="TATU_BETA1", ge=0, lt=1)
+    beta2: float = Field(0.95, alias="TATU_BETA2", ge=0, lt=1)
+    grad_clip: float = Field(1.0, alias="TATU_GRAD_CLIP", ge=0, le=1e6, description="0 disables clipping")
+    micro_batch: int = Field(8, alias="TATU_MICRO_BATCH", ge=1, le=4096)
+    seq_len: int = Field(128, alias="TATU_SEQ_LEN", ge=2, le=65536)
+    dropout: float = Field(0.0, alias="TATU_DROPOUT", ge=0, lt=1)
+    # --- a trunk from scratch (TATU_MODE=pretrain without TATU_SEED_CKPT) ---
+    n_layer: int = Field(4, alias="TATU_N_LAYER", ge=1, le=128)
+    n_head: int = Field(4, alias="TATU_N_HEAD", ge=1, le=128)
+    n_embd: int = Field(128, alias="TATU_N_EMBD", ge=8, le=16384)
+    block_size: int = Field(128, alias="TATU_BLOCK_SIZE", ge=2, le=65536)
+    # --- checkpoints, decisions, memory ---
+    ckpt_every: int = Field(50, alias="TATU_CKPT_EVERY", ge=1, le=10_000_000)
+    trunk_limit: float | None = Field(None, alias="TATU_TRUNK_LIMIT", gt=0, le=100, description="trunk_ok when drift_tronco <= this")
+    verdict_min_gain: float = Field(0.0, alias="TATU_VERDICT_MIN_GAIN", ge=0, lt=1, description="sftHeld must fall by more than this and its CI")
+    mem_floor_mb: int = Field(1024, alias="TATU_MEM_FLOOR_MB", ge=0, le=10_000_000, description="save early when available memory drops under this")
+    eval_resamples: int = Field(2000, alias="TATU_EVAL_RESAMPLES", ge=100, le=1_000_000)
+    gen_prompts: int = Field(8, alias="TATU_GEN_PROMPTS", ge=0, le=1024, description="sftHeld prompts generated at each eval")
+    gen_tokens: int = Field(24, alias="TATU_GEN_TOKENS", ge=1, le=4096)
+    fault_nan_step: int | None = Field(None, alias="TATU_FAULT_NAN_STEP", ge=1, description="testing: make the loss of this step NaN")
+
+    @model_validator(mode="after")
+    def _coherent(self) -> "RunConfig":
+        if self.mode == "sft" and self.seed_ckpt is None:
+            raise ValueError("TATU_SEED_CKPT is required when TATU_MODE=sft")
+        if self.mode == "sft" and self.sft_ge + self.replay_n == 0:
+            raise ValueError("SFT_GE + REPLAY_N must be at least 1 (a step needs micro-batches)")
+        if self.mode == "pretrain" and self.replay_n:
+            raise ValueError("REPLAY_N must be 0 when TATU_MODE=pretrain (one channel)")
+        if self.min_lr > self.lr:
+            raise ValueError(f"TATU_MIN_LR ({self.min_lr}) must not exceed TATU_LR ({self.lr})")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"TATU_N_EMBD ({self.n_embd}) must be divisible by TATU_N_HEAD ({self.n_head})")
+        return self
+
+    # --- derived, never stored twice ---
+    @property
+    def run_dir(self) -> Path:
+        return self.out / self.run
+
+    @property
+    def mix(self) -> dict[str, int]:
+        """Channel -> micro-batches per optimizer step, in the order they are drawn."""
+        if self.mode == "pretrain":
+            return {"pretrain": self.sft_ge}
+        return {name: n for name, n in (("sft", self.sft_ge), ("replay", self.replay_n)) if n > 0}
+
+    def to_env(self) -> dict[str, str]:
+        """The configuration as the environment variables that reproduce it."""
+        env = {}
+        for name, field in type(self).model_fields.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            env[field.alias] = str(int(value)) if isinstance(value, bool) else str(value)
+        return env
+
+    def to_json(self) -> dict:
+        return {type(self).model_fields[k].alias: v for k, v in json.loads(self.model_dump_json()).items()}
+
+    @property
+    def hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def known_variables() -> list[str]:
+    return [f.alias for f in RunConfig.model_fields.values()]
+
+
+def check_unknown(environ: Mapping[str, str]) -> None:
+    known = set(known_variables())
+    for name in sorted(environ):
+        if name.startswith(PREFIXES) and name not in known and name not in NOT_CONFIG:
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(f"unknown variable {name}{hint}")
+
+
+def load_config(environ: Mapping[str, str] | None = None, **overrides) -> tuple[RunConfig, dict[str, str]]:
+    """(config, source of each field: 'env', 'default' or 'override'), or ConfigError in one line."""
+    environ = dict(os.environ if environ is None else environ)
+    check_unknown(environ)
+    values = {alias: environ[alias] for alias in known_variables() if alias in environ and environ[alias] != ""}
+    sources = {alias: ("env" if alias in values else "default") for alias in known_variables()}
+    for alias, value in overrides.items():
+        values[alias] = value
+        sources[alias] = "override"
+    try:
+        # _env_prefix-free, case-sensitive: pass values explicitly so only the listed names count.
+        config = RunConfig.model_validate(values)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc)) from None
+    return config, sources
+
+
+def _one_line(exc: ValidationError) -> str:
+    problems = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "config"
+        value = err.get("input")
+        shown = f" (got {value!r})" if where != "config" and not isinstance(value, dict) else ""
+        problems.append(f"{where}: {err['msg']}{shown}")
+    return "; ".join(problems)
+
+
+def describe(config: RunConfig, sources: dict[str, str]) -> list[str]:
+    """The effective configuration, one line per field with where it came from."""
+    lines = []
+    for name, field in type(config).model_fields.items():
+        value = getattr(config, name)
+        lines.append(f"  {field.alias:<22} = {value!s:<24} [{sources.get(field.alias, 'default')}]")
+    return lines

@@ -1,0 +1,117 @@
+"""Where the run speaks: the console (or journald), run.log and events.jsonl.
+
+- Under journald (JOURNAL_STREAM set) each stdout line carries its syslog priority prefix
+  (<3> error, <4> warning, <6> info); journald strips it, so `journalctl -o cat` shows the
+  contract lines (EVAL ...) exactly as written.
+- In a terminal: a readable console line with the time and the level.
+- Always: run.log (plain lines) and events.jsonl (one JSON object per event, every number
+  of the run) in the run directory.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+_PRIORITY = {"error": 3, "critical": 2, "warning": 4, "info": 6, "debug": 7}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
+        return value.item()
+    return value
+
+
+class RunLog:
+    def __init__(self, run_dir: Path | None, stream=None):
+        self.stream = stream or sys.stdout
+        self.journal = bool(os.environ.get("JOURNAL_STREAM"))
+        self.run_dir = run_dir
+        self._log_file = self._events_file = None
+        if run_dir is not None:
+            self.attach(run_dir)
+        self._logger = structlog.wrap_logger(
+            structlog.PrintLogger(file=self),  # self.write fans out to console + run.log
+            processors=[self._render],
+        )
+
+    def attach(self, run_dir: Path) -> None:
+        """Start writing run.log and events.jsonl (called once the run dir may exist)."""
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir = run_dir
+        self._log_file = open(run_dir / "run.log", "a", encoding="utf-8", buffering=1)
+        self._events_file = open(run_dir / "events.jsonl", "a", encoding="utf-8", buffering=1)
+
+    # structlog's PrintLogger writes the rendered string here.
+    def write(self, rendered: str) -> None:
+        if "\x00" not in rendered:  # print()'s separate end="\n"
+            return
+        level, _, text = rendered.partition("\x00")
+        for line in text.splitlines() or [""]:
+            if self.journal:
+                console = f"<{_PRIORITY.get(level, 6)}>{line}\n"
+            elif level == "info":
+                console = f"{line}\n"
+            else:
+                console = f"{level.upper()}: {line}\n"
+            self.stream.write(console)
+            if self._log_file is not None:
+                stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+                self._log_file.write(f"{stamp} {level:<7} {line}\n")
+        self.stream.flush()
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    @staticmethod
+    def _render(logger, method_name: str, event_dict: dict) -> str:
+        message = event_dict.pop("event", "")
+        extras = " ".join(f"{k}={v}" for k, v in event_dict.items())
+        return f"{method_name}\x00{message}{' ' + extras if extras else ''}"
+
+    def info(self, message: str, **fields) -> None:
+        self._logger.info(message, **fields)
+
+    def warning(self, message: str, **fields) -> None:
+        self._logger.warning(message, **fields)
+
+    def error(self, message: str, **fields) -> None:
+        self._logger.error(message, **fields)
+
+    def event(self, kind: str, **data) -> dict:
+        """Append one event to events.jsonl (the report's only source of numbers)."""
+        record = {"event": kind, "time": round(time.time(), 3), **_jsonable(data)}
+        if self._events_file is not None:
+            self._events_file.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
+        return record
+
+    def close(self) -> None:
+        for f in (self._log_file, self._events_file):
+            if f is not None:
+                f.close()
+
+
+def read_events(path: Path) -> list[dict]:
+    """events.jsonl as a list; a torn last line (a kill mid-write) is ignored."""
+    events = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return events

@@ -1,0 +1,448 @@
+"""`tatu data build`: corpora -> token shards, SFT pairs -> ids + loss masks, eval sets -> copies.
+
+Layout of the data dir (the manifest is the contract, see docs/architecture.md):
+
+    manifest.json, tokenizer.json
+    <text channel>/tokens.bin       every document as BOS + tokens + EOS, concatenated
+    <sft channel>/ids.bin           every pair's ids, concatenated
+    <sft channel>/mask.bin          uint8, 1 where the id is a target (response + EOS)
+    <sft channel>/offsets.npy       int64, pair i is ids[offsets[i]:offsets[i+1]]
+    evals/<name>.txt|.jsonl         verbatim copies (evals/ tokenizes them itself)
+
+Token files are raw little-endian uint16 (vocab <= 65535) or uint32, read with np.memmap.
+The whole dir is written in a temporary sibling and renamed into place, so a failed build
+leaves no half-written data dir behind, and a build whose inputs (sha256 of every file,
+tokenizer hash, options) are unchanged does nothing.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+
+from tatu.data.sft import BadLine, SFTExample, parse_sft_line, read_sft_file, split_lines
+from tatu.exitcodes import BAD_DATA, TatuExit
+from tatu.model.tokenizer import Tokenizer
+
+FORMAT = "tatu-data-1"
+MANIFEST = "manifest.json"
+TOKENIZER_FILE = "tokenizer.json"
+ON_BAD_LINE = ("error", "skip")
+# documents are tokenized in groups so BPE can use its batched (multi-threaded) encoder
+ENCODE_GROUP = 512
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size <= 65535 else np.dtype(np.uint32)
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def is_jsonl(path: str | Path) -> bool:
+    return str(path).endswith(".jsonl")
+
+
+@dataclass(frozen=True)
+class Document:
+    line: int  # 1-based line where the document starts
+    text: str
+    n_bytes: int  # bytes of the source it came from (for the progress bar)
+
+
+def read_text_documents(path: str | Path, one_per_line: bool = False) -> Iterator[Document | BadLine]:
+    """Documents of a plain-text source: blocks separated by blank lines, or one per line.
+
+    A block keeps its lines joined by "\\n" exactly as written (only the line ending is
+    dropped), so a shard decodes back to the source text.
+    """
+    path = str(path)
+    with open(path, "rb") as handle:
+        data = handle.read()
+    block: list[str] = []
+    block_start, block_bytes = 0, 0
+    for number, raw in split_lines(data):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            yield BadLine(path, number, f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})")
+            continue
+        blank = not text.strip()
+        if one_per_line:
+            if not blank:
+                yield Document(number, text, len(raw) + 1)
+            continue
+        if blank:
+            if block:
+                yield Document(block_start, "\n".join(block), block_bytes)
+            block, block_bytes = [], 0
+            continue
+        if not block:
+            block_start = number
+        block.append(text)
+        block_bytes += len(raw) + 1
+    if block:
+        yield Document(block_start, "\n".join(block), block_bytes)
+
+
+def read_jsonl_documents(path: str | Path) -> Iterator[Document | BadLine]:
+    """A JSONL source of a text channel: {"text": ...} per line, or pairs (their whole text)."""
+    path = str(path)
+    with open(path, "rb") as handle:
+        data = handle.read()
+    for number, raw in split_lines(data):
+        try:
+            payload = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            payload = None
+        if isinstance(payload, dict) and "text" in payload:
+            text = payload["text"]
+            if not isinstance(text, str) or not text.strip():
+                yield BadLine(path, number, "field 'text' is not a non-empty string")
+            else:
+                yield Document(number, text, len(raw) + 1)
+            continue
+        parsed = parse_sft_line(raw, path, number)
+        if isinstance(parsed, BadLine):
+            yield parsed
+        else:
+            yield Document(number, parsed.text, len(raw) + 1)
+
+
+def read_documents(path: str | Path, one_per_line: bool = False) -> Iterator[Document | BadLine]:
+    return read_jsonl_documents(path) if is_jsonl(path) else read_text_documents(path, one_per_line)
+
+
+def training_texts(paths: Iterable[str | Path], one_per_line: bool = False) -> Iterator[str]:
+    """The texts a tokenizer is trained on; any bad line stops with FILE:LINE (exit 65)."""
+    for path in paths:
+        for item in read_documents(path, one_per_line):
+            if isinstance(item, BadLine):
+                raise TatuExit(BAD_DATA, str(item))
+            yield item.text
+
+
+def encode_many(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
+    batch = getattr(tok, "encode_batch", None)
+    return batch(texts) if batch is not None else [tok.encode(t) for t in texts]
+
+
+@dataclass
+class BuildSpec:
+    tokenizer: str
+    out_dir: str
+    text: dict[str, list[str]] = field(default_factory=dict)  # channel -> sources
+    sft: dict[str, list[str]] = field(default_factory=dict)  # channel -> JSONL files
+    evals: dict[str, str] = field(default_factory=dict)  # eval set name -> file
+    one_per_line: bool = False
+    on_bad_line: str = "error"
+    seq_len: int | None = None  # longest SFT pair accepted: seq_len + 1 ids (one row)
+
+    def validate(self) -> None:
+        if self.on_bad_line not in ON_BAD_LINE:
+            raise ValueError(f"on_bad_line={self.on_bad_line!r}: expected one of {', '.join(ON_BAD_LINE)}")
+        if self.seq_len is not None and self.seq_len < 1:
+            raise ValueError(f"seq_len={self.seq_len}: must be >= 1")
+        names = list(self.text) + list(self.sft)
+        if len(set(names)) != len(names):
+            raise ValueError(f"a channel name is used twice: {sorted(names)}")
+        if not names and not self.evals:
+            raise ValueError("nothing to build: give at least one --text, --sft or --eval")
+        for name in names + list(self.evals):
+            if not name or "/" in name or name.startswith(".") or name == "evals":
+                raise ValueError(f"bad channel or eval name {name!r}")
+
+
+@dataclass
+class BuildResult:
+    out_dir: Path
+    manifest: dict
+    up_to_date: bool
+    skipped: dict[str, int]  # channel -> bad lines skipped
+
+
+class _Progress:
+    """tqdm over source bytes, on stderr, only when someone is watching (a tty)."""
+
+    def __init__(self, total_bytes: int, enabled: bool | None):
+        from tqdm import tqdm
+
+        enabled = sys.stderr.isatty() if enabled is None else enabled
+        self._bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="tatu data build",
+                         file=sys.stderr, disable=not enabled, leave=False)
+
+    def update(self, n: int) -> None:
+        self._bar.update(n)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+class _BadLines:
+    """Stops at the first bad line (error) or records every one of them (skip)."""
+
+    def __init__(self, mode: str):
+        self.mode = mode
+        self.lines: list[BadLine] = []
+
+    def handle(self, bad: BadLine) -> None:
+        if self.mode == "error":
+            raise TatuExit(BAD_DATA, str(bad))
+        self.lines.append(bad)
+
+    def record(self) -> dict:
+        return {"count": len(self.lines),
+                "lines": [{"path": b.path, "line": b.line, "reason": b.reason} for b in self.lines]}
+
+
+def _build_key(spec: BuildSpec, tok: Tokenizer, hashes: dict[str, str]) -> str:
+    """What the output depends on; equal keys mean an equal data dir."""
+    payload = {
+        "format": FORMAT,
+        "tokenizer_hash": tok.hash,
+        "text": {name: [[str(Path(p).resolve()), hashes[p]] for p in paths] for name, paths in spec.text.items()},
+        "sft": {name: [[str(Path(p).resolve()), hashes[p]] for p in paths] for name, paths in spec.sft.items()},
+        "evals": {name: [str(Path(p).resolve()), hashes[p]] for name, p in spec.evals.items()},
+        "one_per_line": spec.one_per_line,
+        "on_bad_line": spec.on_bad_line,
+        "seq_len": spec.seq_len,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def _existing_manifest(out_dir: Path) -> dict | None:
+    try:
+        manifest = json.loads((out_dir / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def _all_files_present(out_dir: Path, manifest: dict) -> bool:
+    paths = [manifest.get("tokenizer", TOKENIZER_FILE)]
+    for channel in manifest.get("channels", {}).values():
+        paths += list(channel.get("files", {}).values())
+    paths += [entry["file"] for entry in manifest.get("evals", {}).values()]
+    return all((out_dir / p).is_file() for p in paths)
+
+
+def _ratio(chars: int, tokens: int) -> float | None:
+    return round(chars / tokens, 6) if tokens else None
+
+
+def _write_text_channel(name: str, paths: list[str], spec: BuildSpec, tok: Tokenizer, dtype: np.dtype,
+                        work: Path, hashes: dict[str, str], progress: _Progress) -> dict:
+    bad = _BadLines(spec.on_bad_line)
+    (work / name).mkdir()
+    rel = f"{name}/tokens.bin"
+    sources, total_tokens, total_docs = [], 0, 0
+    with open(work / rel, "wb") as shard:
+        for path in paths:
+            n_tokens = n_chars = n_docs = 0
+            group: list[Document] = []
+
+            def flush() -> None:
+                nonlocal n_tokens, n_chars, n_docs
+                for doc, ids in zip(group, encode_many(tok, [d.text for d in group])):
+                    np.asarray([tok.bos_id, *ids, tok.eos_id], dtype=dtype).tofile(shard)
+                    n_tokens += len(ids)
+                    n_chars += len(doc.text)
+                    n_docs += 1
+                progress.update(sum(d.n_bytes for d in group))
+                group.clear()
+
+            for item in read_documents(path, spec.one_per_line):
+                if isinstance(item, BadLine):
+                    bad.handle(item)
+                    continue
+                group.append(item)
+                if len(group) >= ENCODE_GROUP:
+                    flush()
+            flush()
+            sources.append({"path": str(Path(path).resolve()), "sha256": hashes[path], "bytes": os.path.getsize(path),
+                            "documents": n_docs, "tokens": n_tokens, "chars": n_chars,
+                            "chars_per_token": _ratio(n_chars, n_tokens)})
+            total_tokens += n_tokens + 2 * n_docs
+            total_docs += n_docs
+    if total_docs == 0:
+        raise TatuExit(BAD_DATA, f"channel {name!r}: no documents in {', '.join(paths)}")
+    return {"kind": "text", "sources": sources, "files": {"tokens": rel}, "dtype": dtype.name,
+            "documents": total_docs, "tokens": total_tokens,
+            # every token but a BOS is predicted (BOS starts a document; nothing predicts it)
+            "targets": total_tokens - total_docs,
+            "skipped_lines": bad.record()}
+
+
+def _check_length(example: SFTExample, n_ids: int, seq_len: int | None) -> BadLine | None:
+    if seq_len is not None and n_ids > seq_len + 1:
+        return BadLine(example.path, example.line,
+                       f"pair is {n_ids} tokens, longer than --seq-len {seq_len} allows ({seq_len + 1} per row)")
+    return None
+
+
+def _write_sft_channel(name: str, paths: list[str], spec: BuildSpec, tok: Tokenizer, dtype: np.dtype,
+                       work: Path, hashes: dict[str, str], progress: _Progress) -> dict:
+    bad = _BadLines(spec.on_bad_line)
+    (work / name).mkdir()
+    files = {"ids": f"{name}/ids.bin", "mask": f"{name}/mask.bin", "offsets": f"{name}/offsets.npy"}
+    special = np.array(sorted(tok.special_ids))
+    offsets, sources = [0], []
+    total_targets = max_pair = 0
+    with open(work / files["ids"], "wb") as ids_file, open(work / files["mask"], "wb") as mask_file:
+        for path in paths:
+            n_pairs = n_tokens = n_chars = n_targets = 0
+            for item in read_sft_file(path):
+                progress.update(1)
+                if isinstance(item, BadLine):
+                    bad.handle(item)
+                    continue
+                ids, is_target = item.encode(tok)
+                too_long = _check_length(item, len(ids), spec.seq_len)
+                if too_long is not None:
+                    bad.handle(too_long)
+                    continue
+                ids_array = np.asarray(ids, dtype=dtype)
+                ids_array.tofile(ids_file)
+                np.asarray(is_target, dtype=np.uint8).tofile(mask_file)
+                offsets.append(offsets[-1] + len(ids))
+                n_pairs += 1
+                n_tokens += int((~np.isin(ids_array, special)).sum())
+                n_chars += item.n_chars
+                n_targets += sum(is_target)
+                max_pair = max(max_pair, len(ids))
+            sources.append({"path": str(Path(path).resolve()), "sha256": hashes[path], "bytes": os.path.getsize(path),
+                            "pairs": n_pairs, "tokens": n_tokens, "chars": n_chars,
+                            "chars_per_token": _ratio(n_chars, n_tokens), "targets": n_targets})
+            total_targets += n_targets
+    if len(offsets) == 1:
+        raise TatuExit(BAD_DATA, f"channel {name!r}: no valid pairs in {', '.join(paths)}")
+    np.save(work / files["offsets"], np.asarray(offsets, dtype=np.int64))
+    return {"kind": "sft", "sources": sources, "files": files, "dtype": dtype.name,
+            "pairs": len(offsets) - 1, "max_pair_tokens": max_pair, "tokens": offsets[-1],
+            "targets": total_targets, "skipped_lines": bad.record()}
+
+
+def _copy_eval(name: str, path: str, spec: BuildSpec, tok: Tokenizer, work: Path, hashes: dict[str, str]) -> dict:
+    """Copy an eval set verbatim; any bad line is an error (skipping would change what is scored)."""
+    pairs = is_jsonl(path)
+    lines = 0
+    if pairs:
+        for item in read_sft_file(path):
+            if isinstance(item, BadLine):
+                raise TatuExit(BAD_DATA, str(item))
+            too_long = _check_length(item, len(item.encode(tok)[0]), spec.seq_len)
+            if too_long is not None:
+                raise TatuExit(BAD_DATA, str(too_long))
+            lines += 1
+    else:
+        for item in read_text_documents(path, one_per_line=True):
+            if isinstance(item, BadLine):
+                raise TatuExit(BAD_DATA, str(item))
+            lines += 1
+    if lines == 0:
+        raise TatuExit(BAD_DATA, f"{path}: eval set {name!r} has no lines to score")
+    rel = f"evals/{name}.{'jsonl' if pairs else 'txt'}"
+    shutil.copyfile(path, work / rel)
+    return {"file": rel, "kind": "pairs" if pairs else "text", "lines": lines, "sha256": hashes[path],
+            "source": str(Path(path).resolve())}
+
+
+def _replace_dir(work: Path, out_dir: Path) -> None:
+    """Put the finished build in place; an old data dir is removed only after the rename."""
+    old = None
+    if out_dir.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+        os.rename(out_dir, old / "data")
+    os.rename(work, out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None,
+               log: Callable[[str], None] = lambda line: None) -> BuildResult:
+    """Build (or find up to date) the data dir described by `spec`, tokenized with `tok`."""
+    spec.validate()
+    out_dir = Path(spec.out_dir)
+    all_paths = [p for paths in spec.text.values() for p in paths] + [p for paths in spec.sft.values() for p in paths]
+    all_paths += list(spec.evals.values())
+    for path in all_paths:
+        if not Path(path).is_file():
+            raise TatuExit(BAD_DATA, f"{path}: no such file")
+    hashes = {p: file_sha256(p) for p in all_paths}
+    key = _build_key(spec, tok, hashes)
+    existing = _existing_manifest(out_dir)
+    if existing is not None and existing.get("build_key") == key and _all_files_present(out_dir, existing):
+        return BuildResult(out_dir, existing, True, {})
+
+    dtype = token_dtype(tok.vocab_size)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    # mkdtemp makes the dir private (0700); the data dir gets the usual mode
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(work, 0o777 & ~umask)
+    # text sources advance the bar by bytes, SFT files by lines
+    total = sum(os.path.getsize(p) for paths in spec.text.values() for p in paths)
+    total += sum(_count_lines(p) for paths in spec.sft.values() for p in paths)
+    bar = _Progress(total, progress)
+    try:
+        tok.save(work / TOKENIZER_FILE)
+        channels: dict[str, dict] = {}
+        for name, paths in spec.text.items():
+            channels[name] = _write_text_channel(name, paths, spec, tok, dtype, work, hashes, bar)
+        for name, paths in spec.sft.items():
+            channels[name] = _write_sft_channel(name, paths, spec, tok, dtype, work, hashes, bar)
+        (work / "evals").mkdir()
+        evals = {name: _copy_eval(name, path, spec, tok, work, hashes) for name, path in spec.evals.items()}
+        manifest = {
+            "format": FORMAT,
+            "tokenizer_hash": tok.hash,
+            "tokenizer": TOKENIZER_FILE,
+            "tokenizer_kind": tok.kind,
+            "vocab_size": tok.vocab_size,
+            "build_key": key,
+            "options": {"one_per_line": spec.one_per_line, "on_bad_line": spec.on_bad_line, "seq_len": spec.seq_len},
+            "channels": channels,
+            "evals": evals,
+        }
+        (work / MANIFEST).write_text(json.dumps(manifest, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+        bar.close()
+        _replace_dir(work, out_dir)
+    except BaseException:
+        bar.close()
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    skipped = {name: ch["skipped_lines"]["count"] for name, ch in channels.items() if ch["skipped_lines"]["count"]}
+    return BuildResult(out_dir, manifest, False, skipped)
+
+
+def _count_lines(path: str) -> int:
+    with open(path, "rb") as handle:
+        return sum(block.count(b"\n") for block in iter(lambda: handle.read(1 << 20), b""))
+
+
+def load_manifest(data_dir: str | Path) -> dict:
+    """The manifest of a built data dir, checked for its format (exit 65 otherwise)."""
+    path = Path(data_dir) / MANIFEST
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TatuExit(BAD_DATA, f"{path}: no manifest (run `tatu data build` first)") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TatuExit(BAD_DATA, f"{path}: unreadable manifest: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise TatuExit(BAD_DATA, f"{path}: format {manifest.get('format') if isinstance(manifest, dict) else None!r}, expected {FORMAT!r}")
+    return manifest

@@ -1,0 +1,245 @@
+"""The mixed stream: per optimizer step, N micro-batches from each channel of the mix.
+
+    stream = MixedStream(data_dir, mix={"sft": 8, "replay": 6}, micro_batch=4, seq_len=256, seed=0)
+    step = stream.next_step()          # StepBatch: micro-batches in mix order, targets per channel
+    state = stream.state_dict()        # small JSON-able dict: the whole position
+    stream.load_state_dict(state)      # continues with exactly the batches that would have come
+
+Text channel: windows of seq_len + 1 tokens at a stride of seq_len over the channel's token
+shard (so every token but the first is a target exactly once per epoch), visited in a
+permutation drawn from (seed, channel, epoch). x = w[:-1], y = w[1:], a BOS target ignored.
+
+SFT channel: pairs, in a permutation drawn the same way, packed whole and greedily into rows
+of seq_len + 1 ids; the rest of a row is PAD. Only response tokens (and their EOS) are
+targets; PAD and prompt targets are IGNORE_INDEX.
+
+Because each epoch's order is recomputed from (seed, channel, epoch), a channel's position
+is two integers (epoch, cursor) and no permutation is ever stored.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tatu.data.build import load_manifest
+from tatu.exitcodes import BAD_CONFIG, BAD_DATA, TatuExit
+
+IGNORE_INDEX = -100  # the same value as tatu.model.gpt.IGNORE_INDEX (kept torch-free here)
+STATE_VERSION = 1
+REPLAY_CHANNEL = "replay"
+
+
+@dataclass
+class MicroBatch:
+    channel: str
+    x: np.ndarray  # int64 (B, T)
+    y: np.ndarray  # int64 (B, T), IGNORE_INDEX where nothing is predicted
+
+    @property
+    def n_targets(self) -> int:
+        return int((self.y != IGNORE_INDEX).sum())
+
+
+@dataclass
+class StepBatch:
+    micro_batches: list[MicroBatch]
+    target_tokens: dict[str, int]  # channel -> target tokens in this step
+    replay_fraction: float  # replay targets / all targets of the step (0.0 when there are none)
+    step: int = 0  # index of this step in the stream (0 for the first)
+    epochs: dict[str, int] = field(default_factory=dict)  # channel -> epoch the step ended in
+
+    @property
+    def total_targets(self) -> int:
+        return sum(self.target_tokens.values())
+
+
+def epoch_permutation(seed: int, channel: str, epoch: int, n: int) -> np.ndarray:
+    """The visiting order of a channel's n items in an epoch; a pure function of its arguments."""
+    channel_key = int.from_bytes(hashlib.sha256(channel.encode("utf-8")).digest()[:8], "little")
+    return np.random.default_rng(np.random.SeedSequence([seed & (2**63 - 1), channel_key, epoch])).permutation(n)
+
+
+class _Channel:
+    """An endless, seeded sequence of items; position = (epoch, cursor into that epoch's order)."""
+
+    def __init__(self, name: str, n_items: int, seed: int):
+        self.name, self.n_items, self.seed = name, n_items, seed
+        self.epoch = 0
+        self.cursor = 0
+        self._order_epoch = -1
+        self._order = np.empty(0, dtype=np.int64)
+
+    def _order_for(self, epoch: int) -> np.ndarray:
+        if self._order_epoch != epoch:
+            self._order = epoch_permutation(self.seed, self.name, epoch, self.n_items)
+            self._order_epoch = epoch
+        return self._order
+
+    def peek(self) -> int:
+        return int(self._order_for(self.epoch)[self.cursor])
+
+    def advance(self) -> None:
+        self.cursor += 1
+        if self.cursor == self.n_items:
+            self.epoch, self.cursor = self.epoch + 1, 0
+
+    def take(self) -> int:
+        item = self.peek()
+        self.advance()
+        return item
+
+    def state(self) -> dict:
+        return {"epoch": self.epoch, "cursor": self.cursor}
+
+    def load(self, state: dict) -> None:
+        epoch, cursor = int(state["epoch"]), int(state["cursor"])
+        if epoch < 0 or not 0 <= cursor < self.n_items:
+            raise TatuExit(BAD_CONFIG, f"stream state for channel {self.name!r}: epoch {epoch}, cursor {cursor} "
+                                       f"out of range ({self.n_items} items)")
+        self.epoch, self.cursor = epoch, cursor
+
+
+class _TextChannel(_Channel):
+    def __init__(self, name: str, tokens: np.ndarray, seq_len: int, seed: int, bos_id: int):
+        n_windows = (len(tokens) - 1) // seq_len
+        if n_windows < 1:
+            raise TatuExit(BAD_DATA, f"channel {name!r} has {len(tokens)} tokens, fewer than seq_len + 1 = {seq_len + 1}")
+        super().__init__(name, n_windows, seed)
+        self.tokens, self.seq_len, self.bos_id = tokens, seq_len, bos_id
+
+    def micro_batch(self, rows: int) -> MicroBatch:
+        windows = np.empty((rows, self.seq_len + 1), dtype=np.int64)
+        for r in range(rows):
+            start = self.take() * self.seq_len
+            windows[r] = self.tokens[start:start + self.seq_len + 1]
+        x, y = windows[:, :-1], windows[:, 1:].copy()
+        y[y == self.bos_id] = IGNORE_INDEX
+        return MicroBatch(self.name, np.ascontiguousarray(x), y)
+
+
+class _SFTChannel(_Channel):
+    def __init__(self, name: str, ids: np.ndarray, mask: np.ndarray, offsets: np.ndarray, seq_len: int,
+                 seed: int, pad_id: int):
+        n_pairs = len(offsets) - 1
+        if n_pairs < 1:
+            raise TatuExit(BAD_DATA, f"channel {name!r} has no pairs")
+        lengths = np.diff(offsets)
+        longest = int(lengths.max())
+        if longest > seq_len + 1:
+            raise TatuExit(BAD_DATA, f"channel {name!r}: pair #{int(lengths.argmax())} is {longest} tokens, more than "
+                                     f"seq_len + 1 = {seq_len + 1}; rebuild the data with --seq-len {seq_len}")
+        super().__init__(name, n_pairs, seed)
+        self.ids, self.mask, self.offsets = ids, mask, offsets
+        self.seq_len, self.pad_id = seq_len, pad_id
+
+    def micro_batch(self, rows: int) -> MicroBatch:
+        width = self.seq_len + 1
+        row_ids = np.full((rows, width), self.pad_id, dtype=np.int64)
+        row_target = np.zeros((rows, width), dtype=bool)
+        for r in range(rows):
+            used = 0
+            while True:
+                pair = self.peek()
+                start, end = int(self.offsets[pair]), int(self.offsets[pair + 1])
+                # a row always takes its first pair (they all fit); later ones only if whole
+                if used and used + end - start > width:
+                    break
+                row_ids[r, used:used + end - start] = self.ids[start:end]
+                row_target[r, used:used + end - start] = self.mask[start:end].astype(bool)
+                used += end - start
+                self.advance()
+        x = row_ids[:, :-1]
+        y = np.where(row_target[:, 1:], row_ids[:, 1:], IGNORE_INDEX)
+        return MicroBatch(self.name, np.ascontiguousarray(x), y)
+
+
+class MixedStream:
+    def __init__(self, data_dir: str | Path, mix: dict[str, int], micro_batch: int, seq_len: int, seed: int = 0,
+                 tokenizer_hash: str | None = None, replay_channel: str = REPLAY_CHANNEL):
+        self.data_dir = Path(data_dir)
+        self.manifest = load_manifest(self.data_dir)
+        if tokenizer_hash is not None and tokenizer_hash != self.manifest["tokenizer_hash"]:
+            raise TatuExit(BAD_DATA, f"{self.data_dir}: data built with tokenizer {self.manifest['tokenizer_hash'][:12]}, "
+                                     f"the model uses {tokenizer_hash[:12]}: rebuild the data with the model's tokenizer")
+        if micro_batch < 1 or seq_len < 1:
+            raise TatuExit(BAD_CONFIG, f"micro_batch={micro_batch}, seq_len={seq_len}: both must be >= 1")
+        for name, count in mix.items():
+            if not isinstance(count, int) or count < 0:
+                raise TatuExit(BAD_CONFIG, f"mix[{name!r}]={count!r}: expected a count of micro-batches >= 0")
+        self.mix = {name: count for name, count in mix.items() if count > 0}
+        if not self.mix:
+            raise TatuExit(BAD_CONFIG, f"mix {mix}: every channel has 0 micro-batches")
+        channels = self.manifest["channels"]
+        for name in self.mix:
+            if name not in channels:
+                raise TatuExit(BAD_CONFIG, f"mix channel {name!r} is not in {self.data_dir}/manifest.json "
+                                           f"(channels: {', '.join(sorted(channels)) or 'none'})")
+        self.micro_batch, self.seq_len, self.seed = micro_batch, seq_len, seed
+        self.replay_channel = replay_channel
+        self.step = 0
+        self._bos_id, self._pad_id = self._special_ids()
+        self.channels = {name: self._open(name, channels[name]) for name in self.mix}
+
+    def _special_ids(self) -> tuple[int, int]:
+        from tatu.model.tokenizer import load_tokenizer
+
+        tok = load_tokenizer(self.data_dir / self.manifest.get("tokenizer", "tokenizer.json"))
+        return tok.bos_id, tok.pad_id
+
+    def _memmap(self, rel: str, dtype: str) -> np.ndarray:
+        path = self.data_dir / rel
+        if path.stat().st_size == 0:
+            return np.empty(0, dtype=dtype)
+        return np.memmap(path, dtype=dtype, mode="r")
+
+    def _open(self, name: str, entry: dict) -> _Channel:
+        files = entry["files"]
+        if entry["kind"] == "text":
+            return _TextChannel(name, self._memmap(files["tokens"], entry["dtype"]), self.seq_len, self.seed,
+                                self._bos_id)
+        if entry["kind"] == "sft":
+            offsets = np.load(self.data_dir / files["offsets"])
+            return _SFTChannel(name, self._memmap(files["ids"], entry["dtype"]), self._memmap(files["mask"], "uint8"),
+                               offsets, self.seq_len, self.seed, self._pad_id)
+        raise TatuExit(BAD_DATA, f"{self.data_dir}/manifest.json: channel {name!r} has unknown kind {entry['kind']!r}")
+
+    def next_step(self) -> StepBatch:
+        micro_batches: list[MicroBatch] = []
+        targets = {name: 0 for name in self.mix}
+        for name, count in self.mix.items():
+            channel = self.channels[name]
+            for _ in range(count):
+                batch = channel.micro_batch(self.micro_batch)
+                targets[name] += batch.n_targets
+                micro_batches.append(batch)
+        total = sum(targets.values())
+        replay = targets.get(self.replay_channel, 0)
+        step = StepBatch(micro_batches, targets, replay / total if total else 0.0, self.step,
+                         {name: ch.epoch for name, ch in self.channels.items()})
+        self.step += 1
+        return step
+
+    def state_dict(self) -> dict:
+        return {"version": STATE_VERSION, "seed": self.seed, "seq_len": self.seq_len, "micro_batch": self.micro_batch,
+                "tokenizer_hash": self.manifest["tokenizer_hash"], "step": self.step,
+                "channels": {name: ch.state() for name, ch in self.channels.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from `state`. A channel of the mix that the state lacks starts at its beginning."""
+        if state.get("version") != STATE_VERSION:
+            raise TatuExit(BAD_CONFIG, f"stream state version {state.get('version')!r}, expected {STATE_VERSION}")
+        # the meaning of a cursor depends on these (window size, row size, order)
+        for key in ("seed", "seq_len", "tokenizer_hash"):
+            ours = self.manifest["tokenizer_hash"] if key == "tokenizer_hash" else getattr(self, key)
+            if state.get(key) != ours:
+                raise TatuExit(BAD_CONFIG, f"stream state has {key}={state.get(key)!r} but this stream has {ours!r}: "
+                                           "it cannot continue that sequence")
+        for name, channel in self.channels.items():
+            if name in state["channels"]:
+                channel.load(state["channels"][name])
+            else:
+                channel.epoch, channel.cursor = 0, 0
+        self.step = int(state["step"])

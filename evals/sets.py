@@ -1,0 +1,187 @@
+"""Eval sets: raw files read and tokenized with the checkpoint's own tokenizer.
+
+Two kinds (the data contract in notes/interfaces.md):
+
+- text (any file not ending in .jsonl/.json): one scored line per line that is not blank.
+  ids = [BOS] + encode(line); every token after BOS is a target (so the first token of the
+  line is scored, conditioned on BOS); the scored text is the line without its newline.
+- pairs (.jsonl/.json, one JSON object per non-blank line): {"prompt", "response"} through
+  tatu.model.chat.encode_pair, or {"messages": [...]} through encode_messages. Targets are
+  the response tokens and the EOS after each; the scored text is the response (for messages,
+  the assistant turns concatenated). The EOS target has no characters: it counts in the NLL
+  and the token count but adds 0 characters and 0 bytes to bpc/bpb.
+
+Line numbers in errors are 1-based physical lines of the file, so "FILE:LINE: reason" points
+at what to fix.
+
+Subsampling (EVAL_EN_ALL=0) keeps the FIRST n_batches * batch lines, in file order, as the
+operator's old evaluator did: the same lines at every eval, so scores stay paired.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from tatu.model.chat import encode_messages, encode_pair
+from tatu.model.tokenizer import Tokenizer
+
+KINDS = ("text", "pairs")
+_PAIRS_SUFFIXES = (".jsonl", ".json")
+
+
+@dataclass(frozen=True)
+class EvalLine:
+    """ids: the tokens fed to the model; is_target[i]: ids[i] is predicted and scored."""
+
+    ids: list[int]
+    is_target: list[bool]
+    text: str
+
+
+@dataclass
+class EvalSet:
+    """The scored lines of one file. `line_index[i]` is the position of lines[i] among the
+    file's scored lines (0-based); `n_lines_total` counts all of them (before subsampling)."""
+
+    name: str
+    path: Path
+    kind: str
+    lines: list[EvalLine]
+    line_index: list[int] = field(default_factory=list)
+    n_lines_total: int = -1
+    tokenizer_hash: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.line_index:
+            self.line_index = list(range(len(self.lines)))
+        if self.n_lines_total < 0:
+            self.n_lines_total = len(self.lines)
+        if len(self.line_index) != len(self.lines):
+            raise ValueError(f"eval set {self.name}: {len(self.lines)} lines but {len(self.line_index)} indices")
+
+
+def _text_lines(path: Path) -> list[tuple[int, str]]:
+    """(line number, line) for every non-blank line; a decoding error names its line."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read eval set ({exc.strerror})") from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line_no = data[: exc.start].count(b"\n") + 1
+        raise ValueError(f"{path}:{line_no}: not valid UTF-8 (byte {exc.start})") from exc
+    # split on "\n" only: str.splitlines would also split on U+2028, \x0c, ... inside a line
+    out = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        line = line.removesuffix("\r")
+        if line.strip():
+            out.append((number, line))
+    return out
+
+
+def _pair_line(tok: Tokenizer, record: object, where: str) -> EvalLine:
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: expected a JSON object, found {type(record).__name__}")
+    if "messages" in record:
+        messages = record["messages"]
+        if not isinstance(messages, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in messages
+        ):
+            raise ValueError(f"{where}: 'messages' must be a list of {{\"role\": str, \"content\": str}}")
+        replies = [m["content"] for m in messages if m["role"] == "assistant"]
+        if not replies:
+            raise ValueError(f"{where}: no assistant message to score")
+        try:
+            ids, is_target = encode_messages(tok, messages)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from exc
+        return EvalLine(ids, is_target, "".join(replies))
+    prompt, response = record.get("prompt"), record.get("response")
+    if not isinstance(prompt, str) or not isinstance(response, str):
+        raise ValueError(f"{where}: needs string fields 'prompt' and 'response' (or 'messages')")
+    ids, is_target = encode_pair(tok, prompt, response)
+    return EvalLine(ids, is_target, response)
+
+
+def load_eval_set(path: str | Path, tokenizer: Tokenizer, name: str | None = None, kind: str = "auto") -> EvalSet:
+    """Read and tokenize an eval file (see the module docstring); bad input -> ValueError "FILE:LINE: reason"."""
+    path = Path(path)
+    if kind == "auto":
+        kind = "pairs" if path.suffix.lower() in _PAIRS_SUFFIXES else "text"
+    if kind not in KINDS:
+        raise ValueError(f"{path}: eval set kind must be one of {KINDS} or 'auto', not {kind!r}")
+    lines: list[EvalLine] = []
+    for number, raw in _text_lines(path):
+        where = f"{path}:{number}"
+        if kind == "text":
+            ids = [tokenizer.bos_id, *tokenizer.encode(raw)]
+            lines.append(EvalLine(ids, [False] + [True] * (len(ids) - 1), raw))
+            continue
+        try:
+            record = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from exc
+        lines.append(_pair_line(tokenizer, record, where))
+    if not lines:
+        raise ValueError(f"{path}: no lines to score (the file is empty or blank)")
+    return EvalSet(name=name or path.stem, path=path, kind=kind, lines=lines, tokenizer_hash=tokenizer.hash)
+
+
+def subsample(eval_set: EvalSet, all_lines: bool, n_batches: int, batch: int) -> tuple[EvalSet, str]:
+    """EVAL_EN_ALL semantics: all lines, or the first n_batches * batch lines. Returns the set
+    to score and a note "k/n lines" for the output."""
+    total = eval_set.n_lines_total
+    if all_lines:
+        return eval_set, f"{len(eval_set.lines)}/{total} lines"
+    for label, value in (("n_batches (EVAL_EN_BATCHES)", n_batches), ("batch (EVAL_BATCH)", batch)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+    keep = min(n_batches * batch, len(eval_set.lines))
+    chosen = replace(
+        eval_set, lines=eval_set.lines[:keep], line_index=eval_set.line_index[:keep], n_lines_total=total
+    )
+    return chosen, f"{keep}/{total} lines"
+
+
+def target_word_masks(eval_set: EvalSet, tokenizer: Tokenizer, predicate: Callable[[str], bool]) -> list[list[bool]]:
+    """Per line, one bool per target token: does it belong to a word satisfying `predicate`?
+
+    Each maximal run of non-special target tokens is the encoding of one piece of scored text
+    (the line, a response, an assistant turn), so decoding the run gives that text exactly and
+    tatu.evals.masks.token_word_mask maps its tokens to words. Special targets (EOS) are False.
+    """
+    from tatu.evals.masks import token_word_mask
+
+    token_bytes = tokenizer.token_bytes
+    specials = tokenizer.special_ids
+    masks: list[list[bool]] = []
+    for line in eval_set.lines:
+        targets = [t for t, is_t in zip(line.ids, line.is_target) if is_t]
+        mask: list[bool] = []
+        run: list[int] = []
+
+        def flush() -> None:
+            if run:
+                mask.extend(token_word_mask(tokenizer.decode(run), [int(token_bytes[t]) for t in run], predicate))
+                run.clear()
+
+        # a run also ends where targets stop being contiguous in ids (e.g. between turns)
+        previous_target_pos = None
+        for pos, (t, is_t) in enumerate(zip(line.ids, line.is_target)):
+            if not is_t:
+                continue
+            if t in specials or (previous_target_pos is not None and pos != previous_target_pos + 1):
+                flush()
+            if t in specials:
+                mask.append(False)
+            else:
+                run.append(t)
+            previous_target_pos = pos
+        flush()
+        assert len(mask) == len(targets)
+        masks.append(mask)
+    return masks

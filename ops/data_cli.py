@@ -1,0 +1,140 @@
+"""`tatu tokenizer train` and `tatu data build|demo`: the operator's side of data/."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tatu.exitcodes import BAD_CONFIG, BAD_DATA, USAGE, TatuExit
+
+
+def _err(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+# ---- tatu tokenizer ------------------------------------------------------------------------
+
+def add_tokenizer_args(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    train = sub.add_parser("train", help="train a char or BPE tokenizer on text/JSONL sources")
+    train.add_argument("--kind", choices=("bpe", "char"), required=True)
+    train.add_argument("--vocab", type=int, default=None,
+                       help="vocabulary size including bytes and specials (required for bpe; caps char)")
+    train.add_argument("--out", required=True, help="tokenizer JSON to write")
+    train.add_argument("--one-per-line", action="store_true",
+                       help="text sources hold one document per line (default: blank-line separated)")
+    train.add_argument("sources", nargs="+", help="text files, or JSONL (pairs: prompt + response text)")
+
+
+def tokenizer_main(args: argparse.Namespace) -> int:
+    if args.action != "train":
+        _err("usage: tatu tokenizer train --kind bpe|char [--vocab N] --out FILE SOURCES...")
+        return USAGE
+    from tatu.data.build import training_texts
+    from tatu.model.tokenizer import TokenizerError, train_tokenizer
+
+    for path in args.sources:
+        if not Path(path).is_file():
+            raise TatuExit(BAD_DATA, f"{path}: no such file")
+    try:
+        tok = train_tokenizer(args.kind, training_texts(args.sources, args.one_per_line), args.vocab)
+    except TokenizerError as exc:
+        raise TatuExit(BAD_CONFIG, str(exc)) from None
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    tok.save(args.out)
+    print(f"tokenizer {tok.kind}: vocab {tok.vocab_size}, hash {tok.hash[:12]} -> {args.out}")
+    return 0
+
+
+# ---- tatu data -----------------------------------------------------------------------------
+
+def _named_files(values: list[str] | None, flag: str) -> dict[str, list[str]]:
+    named: dict[str, list[str]] = {}
+    for value in values or []:
+        name, sep, paths = value.partition("=")
+        files = [p for p in paths.split(",") if p]
+        if not sep or not name or not files:
+            raise TatuExit(USAGE, f"{flag} {value!r}: expected NAME=FILE[,FILE...]")
+        named.setdefault(name, []).extend(files)
+    return named
+
+
+def add_data_args(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    build = sub.add_parser("build", help="tokenize sources into a data dir (shards + manifest.json)")
+    build.add_argument("--tokenizer", required=True, help="tokenizer JSON (from `tatu tokenizer train`)")
+    build.add_argument("--out", required=True, help="data dir to write (replaced atomically)")
+    build.add_argument("--text", action="append", metavar="NAME=FILE[,FILE]",
+                       help="a text channel (plain text or JSONL sources); repeatable")
+    build.add_argument("--sft", action="append", metavar="NAME=FILE[,FILE]",
+                       help="an SFT channel of JSONL pairs (prompt/response or messages); repeatable")
+    build.add_argument("--eval", action="append", metavar="NAME=FILE",
+                       help="an eval set copied verbatim (.jsonl: pairs, else one scored line per line)")
+    build.add_argument("--one-per-line", action="store_true",
+                       help="text sources hold one document per line (default: blank-line separated)")
+    build.add_argument("--on-bad-line", choices=("error", "skip"), default="error",
+                       help="a bad SFT/text line stops the build (default) or is skipped and counted")
+    build.add_argument("--seq-len", type=int, default=None,
+                       help="reject SFT pairs longer than one row of this many positions")
+    build.add_argument("--progress", choices=("auto", "always", "never"), default="auto")
+
+    demo = sub.add_parser("demo", help="write the offline demo's raw sources (corpora, pairs, eval sets)")
+    demo.add_argument("out", help="directory for the source files")
+    demo.add_argument("--scale", choices=("demo", "tiny"), default="demo")
+    demo.add_argument("--seed", type=int, default=0)
+
+
+def _data_build(args: argparse.Namespace) -> int:
+    from tatu.data.build import BuildSpec, build_data
+    from tatu.model.tokenizer import TokenizerError, load_tokenizer
+
+    evals = _named_files(args.eval, "--eval")
+    for name, files in evals.items():
+        if len(files) != 1:
+            raise TatuExit(USAGE, f"--eval {name}: one file per eval set, got {len(files)}")
+    spec = BuildSpec(tokenizer=args.tokenizer, out_dir=args.out, text=_named_files(args.text, "--text"),
+                     sft=_named_files(args.sft, "--sft"), evals={n: f[0] for n, f in evals.items()},
+                     one_per_line=args.one_per_line, on_bad_line=args.on_bad_line, seq_len=args.seq_len)
+    try:
+        spec.validate()
+        tok = load_tokenizer(args.tokenizer)
+    except (ValueError, TokenizerError) as exc:
+        raise TatuExit(BAD_CONFIG if isinstance(exc, TokenizerError) else USAGE, str(exc)) from None
+    progress = {"auto": None, "always": True, "never": False}[args.progress]
+    result = build_data(spec, tok, progress=progress)
+    if result.up_to_date:
+        print(f"{result.out_dir}: up to date (same sources, tokenizer and options); nothing to do")
+        return 0
+    for name, count in result.skipped.items():
+        lines = result.manifest["channels"][name]["skipped_lines"]["lines"]
+        shown = ", ".join(f"{Path(b['path']).name}:{b['line']}" for b in lines[:10])
+        more = f" and {count - 10} more" if count > 10 else ""
+        _err(f"tatu data build: skipped {count} bad line{'s' * (count != 1)} in channel {name!r}: {shown}{more}")
+    for name, channel in result.manifest["channels"].items():
+        unit = f"{channel['documents']} documents" if channel["kind"] == "text" else f"{channel['pairs']} pairs"
+        print(f"{name} ({channel['kind']}): {unit}, {channel['tokens']} tokens, {channel['targets']} targets")
+    for name, entry in result.manifest["evals"].items():
+        print(f"eval {name} ({entry['kind']}): {entry['lines']} lines")
+    print(f"wrote {result.out_dir}/manifest.json")
+    return 0
+
+
+def _data_demo(args: argparse.Namespace) -> int:
+    from tatu.data.demo import DemoPackagesError, build_demo_sources
+
+    try:
+        record = build_demo_sources(Path(args.out), seed=args.seed, scale=args.scale)
+    except DemoPackagesError as exc:
+        raise TatuExit(1, str(exc)) from None
+    for name in sorted(record.get("files", {})):
+        print(f"{Path(args.out) / name}")
+    return 0
+
+
+def data_main(args: argparse.Namespace) -> int:
+    if args.action == "build":
+        return _data_build(args)
+    if args.action == "demo":
+        return _data_demo(args)
+    _err("usage: tatu data build ... | tatu data demo OUT [--scale demo|tiny] [--seed N]")
+    return USAGE

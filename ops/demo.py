@@ -1,0 +1,193 @@
+"""`make demo`: from nothing to a finished experiment, on the embedded default data.
+
+    demo sources (Debian packages + generated pairs) -> BPE tokenizer -> data build
+    -> a trunk pretrained from scratch (the daemon, TATU_MODE=pretrain)
+    -> two SFT runs from that trunk, same steps: without replay, with replay
+    -> tatu compare of their final checkpoints -> tatu report -> a closing table
+
+Every stage is a tatu command an operator could type; the runs go through the daemon under
+`systemd --user` when a user manager answers, in the foreground otherwise.
+`python -m tatu.ops.demo --scale tiny` is the seconds-long version the tests run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tatu.daemon.logs import read_events
+from tatu.ops.cli import main as tatu
+
+
+@dataclass(frozen=True)
+class Scale:
+    vocab: int
+    model: dict[str, int]  # TATU_N_LAYER etc.
+    pretrain_steps: int
+    pretrain_lr: float
+    micro_batch: int
+    seq_len: int
+    pretrain_micro: int
+    sft_steps: int
+    sft_lr: float
+    sft_ge: int
+    replay_n: int
+    eval_every: int
+    resamples: int
+
+
+SCALES = {
+    "demo": Scale(vocab=2048, model={"TATU_N_LAYER": 4, "TATU_N_HEAD": 4, "TATU_N_EMBD": 128, "TATU_BLOCK_SIZE": 128},
+                  pretrain_steps=400, pretrain_lr=3e-3, micro_batch=8, seq_len=128, pretrain_micro=4,
+                  sft_steps=48, sft_lr=1e-3, sft_ge=8, replay_n=6, eval_every=8, resamples=2000),
+    "tiny": Scale(vocab=300, model={"TATU_N_LAYER": 1, "TATU_N_HEAD": 2, "TATU_N_EMBD": 32, "TATU_BLOCK_SIZE": 64},
+                  pretrain_steps=6, pretrain_lr=3e-3, micro_batch=4, seq_len=64, pretrain_micro=2,
+                  sft_steps=4, sft_lr=1e-3, sft_ge=2, replay_n=2, eval_every=2, resamples=200),
+}
+
+
+def say(text: str) -> None:
+    print(f"\n=== {text}", flush=True)
+
+
+def check(code: int, what: str) -> None:
+    if code != 0:
+        raise SystemExit(f"demo: {what} failed with exit code {code}")
+
+
+def prepare_data(sources: Path, work: Path, kind: str, vocab: int, seq_len: int) -> Path:
+    """Tokenizer + data dir (channels pretrain, replay, sft; evals sftHeld, ptVal, enRuler) + dictionary."""
+    from tatu.evals.words import Dictionary
+
+    tokenizer = work / "tokenizer.json"
+    data = work / "data"
+    pt, en = sources / "pt_corpus.txt", sources / "en_corpus.txt"
+    vocab_args = ["--vocab", str(vocab)] if vocab else []
+    check(tatu(["tokenizer", "train", "--kind", kind, *vocab_args, "--out", str(tokenizer),
+                str(pt), str(en), str(sources / "sft_train.jsonl")]), "tokenizer train")
+    check(tatu(["data", "build", "--tokenizer", str(tokenizer), "--out", str(data),
+                "--text", f"pretrain={pt},{en}", "--text", f"replay={en}", "--sft", f"sft={sources / 'sft_train.jsonl'}",
+                "--eval", f"sftHeld={sources / 'sft_held.jsonl'}", "--eval", f"ptVal={sources / 'pt_val.txt'}",
+                "--eval", f"enRuler={sources / 'en_ruler.txt'}", "--seq-len", str(seq_len)]), "data build")
+    # The invented-word ruler's dictionary comes from the big corpus (seed 002), not from the pairs.
+    texts = [pt.read_text(encoding="utf-8"), en.read_text(encoding="utf-8")]
+    Dictionary.build(texts, min_count=3).save(data / "dictionary.json")
+    return data
+
+
+def user_manager_running() -> bool:
+    try:
+        state = subprocess.run(["systemctl", "--user", "is-system-running"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return state.stdout.strip() in ("running", "degraded")
+
+
+def run_daemon(env: dict[str, str], use_systemd: bool) -> int:
+    """One run through the daemon; returns its exit status."""
+    if use_systemd:
+        env_file = Path(env["TATU_OUT"]) / f"{env['TATU_RUN']}.env"
+        env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+        check(tatu(["units", "install", "--run", env["TATU_RUN"], "--env-file", str(env_file), "--force"]), "units install")
+        unit = f"tatu-sft@{env['TATU_RUN']}.service"
+        subprocess.run(["systemctl", "--user", "start", "--wait", unit], check=False)
+        shown = subprocess.run(["systemctl", "--user", "show", "-p", "ExecMainStatus", "--value", unit],
+                               capture_output=True, text=True)
+        return int(shown.stdout.strip() or 1)
+    return subprocess.run([sys.executable, "-m", "tatu.daemon"], env={**os.environ, **env}).returncode
+
+
+def closing_table(run_dirs: list[Path]) -> str:
+    """One row per run: its verdict, sftHeld change and enRuler drift, each with its paired CI."""
+    def pct(x):
+        return "n/a" if x is None else f"{x * 100:+.1f}%"
+
+    rows = [f"{'run':<16} {'steps':>5} {'sftHeld change [95% CI]':>28} {'enRuler drift [95% CI]':>28} {'p':>7}  verdict"]
+    for run_dir in run_dirs:
+        events = read_events(run_dir / "events.jsonl")
+        evals = {e["step"]: e for e in events if e["event"] == "eval"}
+        verdict = next((e for e in reversed(events) if e["event"] == "verdict"), None)
+        last = evals[max(evals)]
+        change, drift = last["changes"].get("sftHeld"), last["drift"]
+        change_s = f"{pct(change['value'])} [{pct(change['lo'])},{pct(change['hi'])}]" if change else "n/a"
+        drift_s = f"{pct(drift['value'])} [{pct(drift['lo'])},{pct(drift['hi'])}]"
+        rows.append(f"{run_dir.name:<16} {last['step']:>5} {change_s:>28} {drift_s:>28} {drift['p_value']:>7.3f}  "
+                    f"{verdict['verdict'] if verdict else 'unfinished'}")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tatu.ops.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", choices=sorted(SCALES), default="demo")
+    parser.add_argument("--out", type=Path, default=Path("demo"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--foreground", action="store_true", help="never use systemd --user")
+    args = parser.parse_args(argv)
+    scale = SCALES[args.scale]
+    out: Path = args.out.resolve()
+    started = time.time()
+
+    say(f"tatu demo ({args.scale}) in {out}")
+    sources = out / "sources"
+    check(tatu(["data", "demo", str(sources), "--scale", args.scale, "--seed", str(args.seed)]), "data demo")
+    say("tokenizer (byte-level BPE) and data build")
+    data = prepare_data(sources, out, "bpe", scale.vocab, scale.seq_len)
+
+    use_systemd = not args.foreground and user_manager_running()
+    runs = out / "runs"
+    common = {"TATU_DATA": str(data), "TATU_OUT": str(runs), "TATU_DEVICE": os.environ.get("TATU_DEVICE", "auto"),
+              "TATU_SEED": str(args.seed), "TATU_MICRO_BATCH": str(scale.micro_batch), "TATU_SEQ_LEN": str(scale.seq_len),
+              "EVAL_EVERY": str(scale.eval_every), "TATU_EVAL_RESAMPLES": str(scale.resamples), "TATU_MEM_FLOOR_MB": "0"}
+    say(f"trunk: pretraining from scratch, {scale.pretrain_steps} steps ({'systemd --user' if use_systemd else 'foreground'})")
+    trunk_env = {**common, "TATU_RUN": "trunk", "TATU_MODE": "pretrain", "SFT_GE": str(scale.pretrain_micro),
+                 "MIX_STEPS_LIMIT": str(scale.pretrain_steps), "TATU_LR": str(scale.pretrain_lr),
+                 "TATU_WARMUP_STEPS": str(max(1, scale.pretrain_steps // 20)), "TATU_SCHEDULE": "cosine",
+                 "TATU_MIN_LR": str(scale.pretrain_lr / 10), "EVAL_EVERY": str(max(scale.eval_every, scale.pretrain_steps // 4)),
+                 "TATU_GEN_PROMPTS": "0", **{k: str(v) for k, v in scale.model.items()}}
+    check(run_daemon(trunk_env, use_systemd), "trunk pretraining")
+    trunk = runs / "trunk" / "final"
+
+    # The same seed checkpoint, the same steps and LR: only the mix differs.
+    sft_common = {**common, "TATU_SEED_CKPT": str(trunk), "SFT_GE": str(scale.sft_ge), "MIX_STEPS_LIMIT": str(scale.sft_steps),
+                  "TATU_LR": str(scale.sft_lr), "MIX_FORGET_LIMIT": "10", "TATU_CKPT_EVERY": str(scale.sft_steps)}
+    statuses = {}
+    for name, replay in (("sft-noreplay", 0), ("sft-replay", scale.replay_n)):
+        say(f"SFT run {name}: SFT_GE={scale.sft_ge} REPLAY_N={replay}, {scale.sft_steps} steps")
+        statuses[name] = run_daemon({**sft_common, "TATU_RUN": name, "REPLAY_N": str(replay)}, use_systemd)
+        if statuses[name] not in (0, 10):
+            check(statuses[name], f"SFT run {name}")
+
+    say("paired comparison of the last weights of each run (same lines, A = without replay, B = with replay)")
+    # A run aborted by MIX_FORGET_LIMIT has no final/: its resume state holds its last weights.
+    last = {name: runs / name / ("final" if (runs / name / "final").exists() else "state") for name in statuses}
+    check(tatu(["compare", str(last["sft-noreplay"]), str(last["sft-replay"]),
+                "--set", f"enRuler={sources / 'en_ruler.txt'}", "--set", f"sftHeld={sources / 'sft_held.jsonl'}",
+                "--json", str(out / "compare.json")]), "compare")
+    say("report")
+    run_dirs = [runs / "sft-noreplay", runs / "sft-replay"]
+    check(tatu(["report", *map(str, run_dirs), "--out", str(out / "report")]), "report")
+
+    say(f"done in {time.time() - started:.0f}s: enRuler drift without vs with replay (paired 95% CIs vs each run's step 0)")
+    print(closing_table(run_dirs))
+    print(f"""
+Where things are:
+  data            {data}
+  trunk           {trunk}
+  runs            {runs}/{{trunk,sft-noreplay,sft-replay}} (run.log, events.jsonl, best/, final/, verdict.json)
+  comparison      {out / 'compare.json'}
+  report          {out / 'report' / 'index.html'}
+Next:
+  tatu report {' '.join(map(str, run_dirs))}
+  tatu generate {runs / 'sft-replay' / 'final'} --chat --prompt "Quanto é 12 mais 30?"
+  tatu smoke --env-file units/runs/run5.env      # the 2-step check before a real run""")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""`tatu units install [--run NAME]`: render the unit templates and install them for the user manager.
+
+The repo's units/ hold two placeholders, replaced at install time:
+  @TATU_PYTHON@   the interpreter running this command (a venv's bin/python, kept unresolved
+                  so the venv's site-packages stay active)
+  @TATU_WORKDIR@  the directory the run's relative paths (runs/, data/) are resolved from
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PLACEHOLDERS = ("@TATU_PYTHON@", "@TATU_WORKDIR@")
+
+
+class UnitsError(RuntimeError):
+    pass
+
+
+@dataclass
+class InstallResult:
+    written: list[Path] = field(default_factory=list)
+    kept: list[Path] = field(default_factory=list)  # user-edited env files left alone
+    reloaded: bool = False
+
+
+def units_dir() -> Path:
+    """The unit templates: the checkout's units/, or units/ shipped inside the package."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "units", here / "units"):
+        if (candidate / "tatu-sft@.service").is_file():
+            return candidate
+    raise UnitsError(f"tatu: unit templates not found next to {here} (looked in ../units and ./units)")
+
+
+def default_unit_dest(environ=None) -> Path:
+    return _config_home(environ) / "systemd" / "user"
+
+
+def default_env_dest(environ=None) -> Path:
+    # The units read %E/tatu/<run>.env, and %E is $XDG_CONFIG_HOME for a user manager.
+    return _config_home(environ) / "tatu"
+
+
+def _config_home(environ=None) -> Path:
+    env = os.environ if environ is None else environ
+    return Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else Path.home() / ".config"
+
+
+def _unit_path_value(path: Path, what: str) -> str:
+    text = str(path)
+    if not path.is_absolute():
+        raise UnitsError(f"tatu: {what} {text!r} must be an absolute path")
+    if any(ch.isspace() or ch in "\"'\\" for ch in text):
+        raise UnitsError(f"tatu: {what} {text!r} contains whitespace, quotes or backslashes; "
+                         "install from a path without them")
+    return text.replace("%", "%%")  # '%' starts a systemd specifier
+
+
+def render_unit(template: str, python: Path, workdir: Path) -> str:
+    rendered = (template.replace("@TATU_PYTHON@", _unit_path_value(python, "python interpreter"))
+                .replace("@TATU_WORKDIR@", _unit_path_value(workdir, "working directory")))
+    leftover = [p for p in PLACEHOLDERS if p in rendered]
+    if "@TATU_" in rendered:
+        raise UnitsError(f"tatu: unrendered placeholder left in unit: {leftover or '@TATU_...'}")
+    return rendered
+
+
+def _write_if_changed(path: Path, text: str) -> bool:
+    if path.is_file() and path.read_text() == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+    return True
+
+
+def install_units(run: str | None = None, dest: Path | None = None, env_dest: Path | None = None,
+                  reload: bool = True, env_file: Path | None = None, workdir: Path | None = None,
+                  python: Path | None = None, overwrite_env: bool = False) -> InstallResult:
+    """Render every units/*.service into `dest`; with `run`, install its env file too; reload."""
+    source = units_dir()
+    dest = Path(dest) if dest else default_unit_dest()
+    env_dest = Path(env_dest) if env_dest else default_env_dest()
+    python = Path(python) if python else Path(sys.executable)
+    workdir = (Path(workdir) if workdir else Path.cwd()).absolute()
+    result = InstallResult()
+
+    env_source = None
+    if run is not None:
+        if not run or "/" in run or run.startswith("."):
+            raise UnitsError(f"tatu: run name {run!r} must be a plain name")
+        env_source = Path(env_file) if env_file else source / "runs" / f"{run}.env"
+        if not env_source.is_file():
+            raise UnitsError(f"tatu: no env file for run {run!r}: {env_source} does not exist "
+                             f"(write one, or pass --env-file)")
+
+    for template in sorted(source.glob("*.service")):
+        target = dest / template.name
+        if _write_if_changed(target, render_unit(template.read_text(), python, workdir)):
+            result.written.append(target)
+
+    if env_source is not None:
+        target = env_dest / f"{run}.env"
+        text = env_source.read_text()
+        if target.is_file() and target.read_text() != text and not overwrite_env:
+            result.kept.append(target)
+        elif _write_if_changed(target, text):
+            os.chmod(target, 0o600)  # may hold paths and tokens; the manager reads it as this user
+            result.written.append(target)
+        os.chmod(env_dest, 0o700)
+
+    if reload:
+        systemctl_user("daemon-reload")
+        result.reloaded = True
+    return result
+
+
+def systemctl_user(*args: str, timeout: float = 60.0) -> str:
+    binary = shutil.which("systemctl")
+    if binary is None:
+        raise UnitsError("tatu: systemctl not found; install the units on a machine with systemd")
+    proc = subprocess.run([binary, "--user", *args], capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise UnitsError(f"tatu: systemctl --user {' '.join(args)} failed ({proc.returncode}): "
+                         f"{proc.stderr.strip() or proc.stdout.strip()}")
+    return proc.stdout
+
+
+def add_units_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("action", choices=["install"], help="install: render the units and reload the user manager")
+    parser.add_argument("--run", help="also install units/runs/RUN.env as $XDG_CONFIG_HOME/tatu/RUN.env")
+    parser.add_argument("--env-file", type=Path, help="env file to install for --run instead of units/runs/RUN.env")
+    parser.add_argument("--force-env", action="store_true", help="overwrite an installed env file that differs")
+    parser.add_argument("--workdir", type=Path, help="WorkingDirectory of the units (default: the current directory)")
+    parser.add_argument("--dest", type=Path, help="unit directory (default: $XDG_CONFIG_HOME/systemd/user)")
+    parser.add_argument("--env-dest", type=Path, help="env file directory (default: $XDG_CONFIG_HOME/tatu)")
+    parser.add_argument("--no-reload", action="store_true", help="skip systemctl --user daemon-reload")
+    return parser
+
+
+def units_main(args: argparse.Namespace) -> int:
+    try:
+        result = install_units(run=args.run, dest=args.dest, env_dest=args.env_dest, reload=not args.no_reload,
+                               env_file=args.env_file, workdir=args.workdir, overwrite_env=args.force_env)
+    except (UnitsError, OSError, subprocess.TimeoutExpired) as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    for path in result.written:
+        print(f"wrote {path}")
+    for path in result.kept:
+        print(f"kept {path} (differs from the repo's; --force-env replaces it)")
+    if not result.written and not result.kept:
+        print("units already up to date")
+    if result.reloaded:
+        print("reloaded the user manager")
+    if args.run:
+        unit = f"tatu-sft-{args.run}" if (units_dir() / f"tatu-sft-{args.run}.service").is_file() else f"tatu-sft@{args.run}"
+        print(f"start: systemctl --user start {unit}   follow: journalctl --user -u {unit} -f")
+    return 0

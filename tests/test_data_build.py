@@ -1,0 +1,235 @@
+"""`tatu data build` and `tatu tokenizer train`: shards round-trip, counts match an independent count,
+bad lines stop with FILE:LINE and exit 65 leaving nothing behind (or are skipped and counted)."""
+import hashlib
+import json
+
+import numpy as np
+import pytest
+
+from tatu.data.build import token_dtype
+from tatu.model.chat import encode_pair
+from tatu.model.tokenizer import CharTokenizer, load_tokenizer
+from tatu.ops.cli import main
+
+PT_DOCS = ["Era uma vez um tatu-bola.\nEle cavava túneis à noite.", "Não há ação sem reação —\n« disse ela ».",
+           "Último parágrafo, com ç, ã, é e ü."]
+EN_DOCS = ["The armadillo digs at night.", "Second English document,\nwith two lines."]
+PAIRS = [{"prompt": "Quanto é 2 + 3?", "response": "Cinco."},
+         {"prompt": "Escreva em duas linhas", "response": "linha um ção\nlinha dois é"},
+         {"prompt": "Diga olá", "response": "Olá!"}]
+
+
+@pytest.fixture
+def sources(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "pt.txt").write_text("\n\n".join(PT_DOCS) + "\n", encoding="utf-8")
+    (src / "en.txt").write_text("\n\n".join(EN_DOCS) + "\n", encoding="utf-8")
+    (src / "train.jsonl").write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in PAIRS), encoding="utf-8")
+    (src / "held.jsonl").write_text(json.dumps(PAIRS[0], ensure_ascii=False) + "\n", encoding="utf-8")
+    (src / "val.txt").write_text("primeira linha\n\nsegunda linha ção\n", encoding="utf-8")
+    tok = CharTokenizer.train(PT_DOCS + EN_DOCS + [p["prompt"] + p["response"] for p in PAIRS])
+    tok.save(src / "tok.json")
+    return src
+
+
+def _build(src, out, *extra):
+    return main(["data", "build", "--tokenizer", str(src / "tok.json"), "--out", str(out), *extra])
+
+
+def _full_build(src, out, *extra):
+    return _build(src, out, "--text", f"pretrain={src / 'pt.txt'}", "--text", f"replay={src / 'en.txt'}",
+                  "--sft", f"sft={src / 'train.jsonl'}", "--eval", f"sftHeld={src / 'held.jsonl'}",
+                  "--eval", f"ptVal={src / 'val.txt'}", *extra)
+
+
+def _documents(shard, tok):
+    """Split a text shard at its BOS/EOS markers and decode each document."""
+    docs, current = [], None
+    for token in shard.tolist():
+        if token == tok.bos_id:
+            assert current is None, "BOS inside a document"
+            current = []
+        elif token == tok.eos_id:
+            docs.append(tok.decode(current))
+            current = None
+        else:
+            assert current is not None, "token outside BOS..EOS"
+            current.append(token)
+    assert current is None
+    return docs
+
+
+def test_text_shard_round_trips_to_the_source_text(sources, tmp_path):
+    out = tmp_path / "data"
+    assert _full_build(sources, out) == 0
+    tok = load_tokenizer(out / "tokenizer.json")
+    manifest = json.loads((out / "manifest.json").read_text())
+    entry = manifest["channels"]["pretrain"]
+    shard = np.fromfile(out / entry["files"]["tokens"], dtype=entry["dtype"])
+    assert entry["dtype"] == "uint16"
+    docs = _documents(shard, tok)
+    assert docs == PT_DOCS
+    assert "\n\n".join(docs) + "\n" == (sources / "pt.txt").read_text(encoding="utf-8")
+
+
+def test_one_per_line_makes_each_nonempty_line_a_document(sources, tmp_path):
+    out = tmp_path / "data"
+    assert _build(sources, out, "--text", f"pt={sources / 'pt.txt'}", "--one-per-line") == 0
+    tok = load_tokenizer(out / "tokenizer.json")
+    shard = np.fromfile(out / "pt" / "tokens.bin", dtype=np.uint16)
+    expected = [line for line in (sources / "pt.txt").read_text(encoding="utf-8").split("\n") if line]
+    assert _documents(shard, tok) == expected
+
+
+def test_manifest_counts_equal_an_independent_count(sources, tmp_path):
+    out = tmp_path / "data"
+    assert _full_build(sources, out) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    tok = load_tokenizer(sources / "tok.json")
+    assert manifest["format"] == "tatu-data-1" and manifest["tokenizer_hash"] == tok.hash
+    assert load_tokenizer(out / manifest["tokenizer"]).hash == tok.hash
+
+    for name, docs, file in (("pretrain", PT_DOCS, "pt.txt"), ("replay", EN_DOCS, "en.txt")):
+        entry = manifest["channels"][name]
+        (source,) = entry["sources"]
+        n_tokens = sum(len(tok.encode(d)) for d in docs)
+        n_chars = sum(len(d) for d in docs)
+        assert source["sha256"] == hashlib.sha256((sources / file).read_bytes()).hexdigest()
+        assert (source["documents"], source["tokens"], source["chars"]) == (len(docs), n_tokens, n_chars)
+        assert source["chars_per_token"] == pytest.approx(n_chars / n_tokens)
+        shard_len = (out / entry["files"]["tokens"]).stat().st_size // 2
+        assert entry["tokens"] == shard_len == n_tokens + 2 * len(docs)
+        assert entry["targets"] == shard_len - len(docs)
+        assert entry["skipped_lines"]["count"] == 0
+
+    sft = manifest["channels"]["sft"]
+    ids = np.fromfile(out / sft["files"]["ids"], dtype=np.uint16)
+    mask = np.fromfile(out / sft["files"]["mask"], dtype=np.uint8)
+    offsets = np.load(out / sft["files"]["offsets"])
+    assert sft["pairs"] == len(PAIRS) and len(offsets) == len(PAIRS) + 1
+    assert sft["targets"] == int(mask.sum()) == sum(len(p["response"]) + 1 for p in PAIRS)
+    assert sft["tokens"] == len(ids) == offsets[-1]
+    assert sft["sources"][0]["chars"] == sum(len(p["prompt"]) + len(p["response"]) for p in PAIRS)
+    for i, pair in enumerate(PAIRS):
+        expected_ids, expected_mask = encode_pair(tok, pair["prompt"], pair["response"])
+        assert ids[offsets[i]:offsets[i + 1]].tolist() == expected_ids
+        assert mask[offsets[i]:offsets[i + 1]].astype(bool).tolist() == expected_mask
+
+    held, val = manifest["evals"]["sftHeld"], manifest["evals"]["ptVal"]
+    assert (held["kind"], held["lines"], held["file"]) == ("pairs", 1, "evals/sftHeld.jsonl")
+    assert (val["kind"], val["lines"], val["file"]) == ("text", 2, "evals/ptVal.txt")
+    assert (out / val["file"]).read_bytes() == (sources / "val.txt").read_bytes()
+    assert val["sha256"] == hashlib.sha256((sources / "val.txt").read_bytes()).hexdigest()
+
+
+def test_rerun_on_unchanged_inputs_is_up_to_date_and_a_change_rebuilds(sources, tmp_path, capsys):
+    out = tmp_path / "data"
+    assert _full_build(sources, out) == 0
+    before = (out / "manifest.json").stat().st_mtime_ns
+    capsys.readouterr()
+    assert _full_build(sources, out) == 0
+    assert "up to date" in capsys.readouterr().out
+    assert (out / "manifest.json").stat().st_mtime_ns == before
+
+    assert _full_build(sources, out, "--seq-len", "200") == 0  # an option changed
+    assert "up to date" not in capsys.readouterr().out
+    with open(sources / "en.txt", "a", encoding="utf-8") as handle:
+        handle.write("\nA new document.\n")
+    assert _full_build(sources, out, "--seq-len", "200") == 0
+    assert "up to date" not in capsys.readouterr().out
+    assert json.loads((out / "manifest.json").read_text())["channels"]["replay"]["documents"] == len(EN_DOCS) + 1
+
+
+GOOD = '{"prompt": "Diga olá", "response": "Olá!"}'
+BAD_SFT_LINES = {
+    "not_json": (b'{"prompt": "a", "response": ', "not valid JSON"),
+    "missing_field": (b'{"prompt": "a"}', "missing field 'response'"),
+    "empty_prompt": (b'{"prompt": "", "response": "b"}', "empty 'prompt'"),
+    "empty_response": (b'{"prompt": "a", "response": " "}', "empty 'response'"),
+    "not_utf8": (b'{"prompt": "ol\xe1", "response": "b"}', "not UTF-8"),
+    "too_long": (('{"prompt": "a", "response": "' + "x" * 100 + '"}').encode(), "longer than --seq-len 64"),
+}
+
+
+def _siblings(out):
+    return sorted(p.name for p in out.parent.iterdir())
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_SFT_LINES))
+def test_every_bad_sft_line_stops_with_file_line_and_exit_65(sources, tmp_path, capsys, kind):
+    raw, reason = BAD_SFT_LINES[kind]
+    bad = sources / "bad.jsonl"
+    bad.write_bytes(GOOD.encode() + b"\n" + GOOD.encode() + b"\n" + raw + b"\n" + GOOD.encode() + b"\n")
+    out = tmp_path / "out" / "data"
+    out.parent.mkdir()
+    rc = _build(sources, out, "--sft", f"sft={bad}", "--seq-len", "64")
+    err = capsys.readouterr().err
+    assert rc == 65
+    assert f"{bad}:3: " in err and reason in err
+    assert not out.exists() and _siblings(out) == []  # no half-written dir, no temp dir left
+
+
+def test_bad_text_line_stops_with_file_line_and_exit_65(sources, tmp_path, capsys):
+    bad = sources / "bad.txt"
+    bad.write_bytes("bom começo\n\n".encode() + b"caf\xe9 latin-1\n")
+    out = tmp_path / "data"
+    assert _build(sources, out, "--text", f"pt={bad}") == 65
+    assert f"{bad}:3: not UTF-8" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_failed_rebuild_keeps_the_previous_data_dir(sources, tmp_path):
+    out = tmp_path / "data"
+    assert _full_build(sources, out) == 0
+    before = (out / "manifest.json").read_bytes()
+    (sources / "train.jsonl").write_text(GOOD + "\n{oops\n", encoding="utf-8")
+    assert _full_build(sources, out) == 65
+    assert (out / "manifest.json").read_bytes() == before
+
+
+def test_skip_counts_bad_lines_and_records_them(sources, tmp_path, capsys):
+    lines = [GOOD.encode()] + [raw for raw, _ in BAD_SFT_LINES.values()] + [GOOD.encode()]
+    bad = sources / "mixed.jsonl"
+    bad.write_bytes(b"\n".join(lines) + b"\n")
+    out = tmp_path / "data"
+    rc = _build(sources, out, "--sft", f"sft={bad}", "--seq-len", "64", "--on-bad-line", "skip")
+    err = capsys.readouterr().err
+    assert rc == 0
+    assert f"skipped {len(BAD_SFT_LINES)} bad lines" in err
+    entry = json.loads((out / "manifest.json").read_text())["channels"]["sft"]
+    assert entry["pairs"] == 2
+    assert entry["skipped_lines"]["count"] == len(BAD_SFT_LINES)
+    assert [b["line"] for b in entry["skipped_lines"]["lines"]] == list(range(2, 2 + len(BAD_SFT_LINES)))
+
+
+def test_bad_eval_line_is_an_error_even_with_skip(sources, tmp_path, capsys):
+    held = sources / "held_bad.jsonl"
+    held.write_text(GOOD + "\n" + '{"prompt": "x"}' + "\n", encoding="utf-8")
+    out = tmp_path / "data"
+    assert _build(sources, out, "--eval", f"sftHeld={held}", "--on-bad-line", "skip") == 65
+    assert f"{held}:2: missing field 'response'" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_token_dtype_follows_vocab_size():
+    assert token_dtype(65535) == np.uint16 and token_dtype(65536) == np.uint32
+
+
+def test_tokenizer_train_uses_text_and_pair_sources(sources, tmp_path, capsys):
+    char_out, bpe_out = tmp_path / "char.json", tmp_path / "bpe.json"
+    inputs = [str(sources / "pt.txt"), str(sources / "train.jsonl")]
+    assert main(["tokenizer", "train", "--kind", "char", "--out", str(char_out), *inputs]) == 0
+    char_tok = load_tokenizer(char_out)
+    # "!" appears only in a response, "+" only in a prompt: both were trained on
+    assert {"!", "+", "ç"} <= set(char_tok.chars)
+    assert main(["tokenizer", "train", "--kind", "bpe", "--vocab", "300", "--out", str(bpe_out), *inputs]) == 0
+    bpe_tok = load_tokenizer(bpe_out)
+    assert bpe_tok.vocab_size <= 300 and bpe_tok.decode(bpe_tok.encode(PT_DOCS[1])) == PT_DOCS[1]
+
+
+def test_tokenizer_train_reports_a_bad_source_line(sources, tmp_path, capsys):
+    bad = sources / "bad.jsonl"
+    bad.write_text(GOOD + "\n[1, 2]\n", encoding="utf-8")
+    assert main(["tokenizer", "train", "--kind", "char", "--out", str(tmp_path / "t.json"), str(bad)]) == 65
+    assert f"{bad}:2: expected a JSON object" in capsys.readouterr().err

@@ -1,0 +1,72 @@
+"""tatu.evals.downstream against naive counting and scipy's Wilson interval."""
+
+import random
+import unicodedata
+
+import pytest
+import scipy.stats
+
+from tatu.evals.downstream import Accuracy, exact_match, normalize_answer, wilson_interval
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("  Quarenta e DOIS. ", "quarenta e dois"),
+    ('"Quarenta e dois."', "quarenta e dois"),
+    ("«Lisboa»!", "lisboa"),
+    ("42\".", "42"),
+    ("São\n\t  Paulo", "são paulo"),
+    (unicodedata.normalize("NFD", "AÇÃO"), "ação"),
+    ("Straße", "strasse"),
+    ("3.14", "3.14"),          # only final punctuation goes
+    ("...", ""),
+])
+def test_normalize_answer(raw, expected):
+    assert normalize_answer(raw) == expected
+
+
+@pytest.mark.parametrize("a, b", [("sim", "não"), ("42", "4 2"), ("ação", "acao")])
+def test_normalisation_keeps_different_answers_apart(a, b):
+    assert normalize_answer(a) != normalize_answer(b)
+
+
+def test_exact_match_against_a_naive_count():
+    rng = random.Random(0)
+    answers = ["sim", "não", "Lisboa", "42", "quarenta e dois", "azul"]
+    references = [rng.choice(answers) for _ in range(300)]
+    predictions = [(f"  {r.upper()}. " if rng.random() < 0.6 else rng.choice(answers))
+                   for r in references]
+    naive_correct = sum(1 for p, r in zip(predictions, references)
+                        if " ".join(p.lower().split()).rstrip(".") == r.lower())
+    result = exact_match(predictions, references)
+    assert isinstance(result, Accuracy)
+    assert result.n == 300 and result.n_correct == naive_correct
+    assert result.accuracy == pytest.approx(naive_correct / 300)
+    assert result.lo < result.accuracy < result.hi
+
+
+@pytest.mark.parametrize("k, n", [(0, 1), (1, 1), (0, 20), (20, 20), (7, 20), (113, 166),
+                                  (1, 1000), (500, 1000)])
+def test_wilson_interval_matches_scipy(k, n):
+    ref = scipy.stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    lo, hi = wilson_interval(k, n)
+    assert lo == pytest.approx(ref.low, abs=1e-12)
+    assert hi == pytest.approx(ref.high, abs=1e-12)
+    assert 0.0 <= lo <= k / n <= hi <= 1.0
+
+
+def test_all_wrong_and_all_right_give_finite_informative_intervals():
+    none_right = exact_match(["a"] * 10, ["b"] * 10)
+    all_right = exact_match(["b"] * 10, ["b"] * 10)
+    assert none_right.accuracy == 0.0 and none_right.lo == 0.0 and 0.2 < none_right.hi < 0.35
+    assert all_right.accuracy == 1.0 and all_right.hi == 1.0 and 0.65 < all_right.lo < 0.8
+
+
+def test_bad_inputs_are_refused():
+    with pytest.raises(ValueError, match="predictions is empty"):
+        exact_match([], [])
+    with pytest.raises(ValueError, match="predictions has 2 items but references has 1"):
+        exact_match(["a", "b"], ["a"])
+    with pytest.raises(TypeError, match=r"references\[1\]"):
+        exact_match(["a", "b"], ["a", None])
+    with pytest.raises(TypeError, match="not a str"):
+        exact_match("ab", "ab")

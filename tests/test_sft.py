@@ -1,0 +1,98 @@
+"""SFT JSONL reading: every bad-line kind has its reason and line; loss masks cover exactly the responses."""
+import json
+
+import pytest
+
+from tatu.data.sft import BadLine, SFTExample, parse_sft_line, read_sft_file
+from tatu.model.tokenizer import CharTokenizer
+
+PAIRS = [
+    {"prompt": "Qual é a capital de Portugal?", "response": "Lisboa, às margens do Tejo."},
+    {"prompt": "Escreva duas linhas:\ncomeço", "response": "primeira linha ção\nsegunda linha ñ é ü"},
+    {"prompt": "Conte", "response": "um\n\ndois\n  três"},
+]
+
+
+def _tok(texts):
+    return CharTokenizer.train(texts)
+
+
+@pytest.mark.parametrize(
+    "raw, reason_part",
+    [
+        (b"{not json", "not valid JSON"),
+        (b'"just a string"', "expected a JSON object"),
+        (b'{"prompt": "oi"}', "missing field 'response'"),
+        (b'{"response": "oi"}', "missing field 'prompt'"),
+        (b'{"prompt": "", "response": "oi"}', "empty 'prompt'"),
+        (b'{"prompt": "oi", "response": "   \\n"}', "empty 'response'"),
+        (b'{"prompt": 3, "response": "oi"}', "field 'prompt' is int"),
+        (b'{"prompt": "ol\xe1", "response": "oi"}', "not UTF-8"),
+        (b"", "empty line"),
+        (b'{"messages": []}', "non-empty list"),
+        (b'{"messages": [{"role": "user", "content": "oi"}]}', "no 'assistant' message"),
+        (b'{"messages": [{"role": "robot", "content": "oi"}]}', "unknown role 'robot'"),
+        (b'{"messages": [{"role": "user", "content": "oi"}, {"role": "assistant"}]}',
+         "missing field 'content' in messages[1]"),
+        (b'{"messages": [{"role": "assistant", "content": "oi"}]}', "no prompt"),
+    ],
+)
+def test_each_bad_kind_names_its_reason(raw, reason_part):
+    parsed = parse_sft_line(raw, "f.jsonl", 7)
+    assert isinstance(parsed, BadLine)
+    assert str(parsed).startswith("f.jsonl:7: ")
+    assert reason_part in parsed.reason
+
+
+def test_good_lines_parse_in_both_forms():
+    pair = parse_sft_line('{"prompt": "olá", "response": "tchau"}'.encode(), "f", 1)
+    assert isinstance(pair, SFTExample) and (pair.prompt, pair.response) == ("olá", "tchau")
+    chat = parse_sft_line(json.dumps({"messages": [{"role": "system", "content": "seja breve"},
+                                                   {"role": "user", "content": "oi"},
+                                                   {"role": "assistant", "content": "olá"}]}).encode(), "f", 2)
+    assert isinstance(chat, SFTExample) and [m["role"] for m in chat.messages] == ["system", "user", "assistant"]
+
+
+def test_read_sft_file_numbers_lines_and_ignores_only_the_final_newline(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b'{"prompt": "a", "response": "b"}\r\n\n{"prompt": "c", "response": "d"}\n')
+    items = list(read_sft_file(path))
+    assert [type(i).__name__ for i in items] == ["SFTExample", "BadLine", "SFTExample"]
+    assert [i.line for i in items] == [1, 2, 3]
+    assert items[0].response == "b"  # the \r of a CRLF file is not part of the response
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+def test_loss_mask_marks_exactly_the_response_and_eos(pair):
+    tok = _tok([p["prompt"] + p["response"] for p in PAIRS])
+    example = parse_sft_line(json.dumps(pair, ensure_ascii=False).encode(), "f", 1)
+    ids, is_target = example.encode(tok)
+    targets = [i for i, t in zip(ids, is_target) if t]
+    context = [i for i, t in zip(ids, is_target) if not t]
+    # independent expectation, built from the layout BOS <user> prompt <assistant> | response EOS
+    assert targets == [tok._char_to_id[c] for c in pair["response"]] + [tok.eos_id]
+    assert context == [tok.bos_id, tok.user_id, *[tok._char_to_id[c] for c in pair["prompt"]], tok.assistant_id]
+    assert tok.decode(targets) == pair["response"]
+    # the targets are one contiguous tail: nothing of the prompt sneaks in after it
+    first = is_target.index(True)
+    assert all(is_target[first:]) and not any(is_target[:first])
+
+
+def test_loss_mask_of_messages_covers_every_assistant_turn_only():
+    messages = [{"role": "user", "content": "Oi, tudo bem?"}, {"role": "assistant", "content": "Tudo ótimo.\nE você?"},
+                {"role": "user", "content": "Também."}, {"role": "assistant", "content": "Que bom!"}]
+    tok = _tok([m["content"] for m in messages])
+    example = parse_sft_line(json.dumps({"messages": messages}, ensure_ascii=False).encode(), "f", 1)
+    ids, is_target = example.encode(tok)
+    runs, current = [], []
+    for i, t in zip(ids, is_target):
+        if t:
+            current.append(i)
+        elif current:
+            runs.append(current)
+            current = []
+    if current:
+        runs.append(current)
+    assert [tok.decode(r[:-1]) for r in runs] == ["Tudo ótimo.\nE você?", "Que bom!"]
+    assert all(r[-1] == tok.eos_id for r in runs)
+    assert sum(is_target) == len("Tudo ótimo.\nE você?") + len("Que bom!") + 2

@@ -1,0 +1,173 @@
+"""The systemd units: rendered by install_units, accepted by systemd-analyze, carrying the required keys."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tatu.ops.units import UnitsError, install_units, render_unit, units_dir
+
+REQUIRE_SYSTEMD = os.environ.get("TATU_REQUIRE_SYSTEMD") == "1"
+
+
+def need_systemd_analyze() -> str:
+    binary = shutil.which("systemd-analyze")
+    if binary is None:
+        if REQUIRE_SYSTEMD:
+            pytest.fail("systemd-analyze not found and TATU_REQUIRE_SYSTEMD=1")
+        pytest.skip("systemd-analyze not installed")
+    return binary
+
+
+def parse_unit(text: str) -> dict[str, dict[str, list[str]]]:
+    """section -> key -> values in order (systemd keys may repeat)."""
+    sections: dict[str, dict[str, list[str]]] = {}
+    current = None
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = sections.setdefault(line[1:-1], {})
+            continue
+        key, _, value = line.partition("=")
+        current.setdefault(key.strip(), []).append(value.strip())
+    return sections
+
+
+@pytest.fixture
+def installed(tmp_path):
+    dest, env_dest, workdir = tmp_path / "user", tmp_path / "tatu", tmp_path / "work"
+    workdir.mkdir()
+    result = install_units(run="run5", dest=dest, env_dest=env_dest, reload=False, workdir=workdir)
+    return result, dest, env_dest, workdir
+
+
+def test_install_renders_every_unit_and_copies_the_env_file(installed):
+    result, dest, env_dest, workdir = installed
+    names = sorted(p.name for p in dest.iterdir())
+    assert names == ["tatu-sft-run5.service", "tatu-sft@.service"]
+    assert env_dest / "run5.env" in result.written
+    assert (env_dest / "run5.env").read_text() == (units_dir() / "runs" / "run5.env").read_text()
+    assert oct((env_dest / "run5.env").stat().st_mode & 0o777) == oct(0o600)
+    for unit in dest.iterdir():
+        text = unit.read_text()
+        assert "@TATU_" not in text
+        service = parse_unit(text)["Service"]
+        assert service["ExecStart"] == [f"{sys.executable} -m tatu.daemon"]
+        assert service["WorkingDirectory"] == [str(workdir)]
+
+
+REQUIRED_SERVICE = {
+    "Type": "notify", "NotifyAccess": "main", "OOMScoreAdjust": "-600", "ManagedOOMPreference": "avoid",
+    "MemorySwapMax": "0", "KillMode": "mixed", "Restart": "on-failure",
+    "RestartPreventExitStatus": "10 11 65 78", "RuntimeDirectoryMode": "0700", "LimitCORE": "0",
+}
+
+
+@pytest.mark.parametrize("name, run", [("tatu-sft@.service", "%i"), ("tatu-sft-run5.service", "run5")])
+def test_units_carry_the_required_keys(name, run):
+    unit = parse_unit((units_dir() / name).read_text())
+    service = unit["Service"]
+    for key, value in REQUIRED_SERVICE.items():
+        assert service.get(key) == [value], key
+    for key in ("WatchdogSec", "TimeoutStartSec", "TimeoutStopSec", "RestartSec", "RuntimeDirectory"):
+        assert service.get(key), key
+    assert "StartLimitIntervalSec" in unit["Unit"] and "StartLimitBurst" in unit["Unit"]
+    assert "StartLimitIntervalSec" not in service  # only honoured in [Unit] nowadays
+    assert service["EnvironmentFile"] == [f"%E/tatu/{run}.env"]
+    assert service["SyslogIdentifier"] == [f"tatu-sft-{run}"]
+    environment = " ".join(service["Environment"]).split()
+    assert "PYTHONUNBUFFERED=1" in environment and "PYTHONFAULTHANDLER=1" in environment
+    assert service["ExecStart"] == ["@TATU_PYTHON@ -m tatu.daemon"]
+
+
+def test_run5_env_holds_the_run5_recipe():
+    values = {}
+    for line in (units_dir() / "runs" / "run5.env").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            values[key] = value
+    assert values["SFT_GE"] == "8" and values["REPLAY_N"] == "6"
+    assert values["MIX_FORGET_LIMIT"] == "0.08" and values["MIX_STEPS_LIMIT"] == "200"
+    assert values["EVAL_EN_ALL"] == "1" and values["TATU_RUN"] == "run5"
+    assert values["TATU_SEED_CKPT"].endswith("run2/sft_best.pt")
+
+
+def test_every_rendered_unit_passes_systemd_analyze_verify_with_empty_stderr(installed, tmp_path):
+    analyze = need_systemd_analyze()
+    _, dest, _, _ = installed
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    # The template is checked as an instance so that %i resolves as it will at start.
+    instance = tmp_path / "tatu-sft@verify.service"
+    instance.write_text((dest / "tatu-sft@.service").read_text())
+    for unit in (instance, dest / "tatu-sft-run5.service"):
+        proc = subprocess.run([analyze, "--user", "verify", str(unit)], capture_output=True, text=True,
+                              env=env, timeout=60)
+        # verify exits 0 after "Unknown key ... ignoring": stderr is the real verdict.
+        assert proc.returncode == 0 and proc.stderr == "", f"{unit.name}: {proc.stderr}"
+
+
+def test_verify_would_catch_a_bad_key(tmp_path):
+    """The check above can fail: the same call reports an unknown key on stderr."""
+    analyze = need_systemd_analyze()
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    unit = tmp_path / "tatu-sft@bad.service"
+    text = render_unit((units_dir() / "tatu-sft@.service").read_text(), Path(sys.executable), tmp_path)
+    unit.write_text(text.replace("LimitCORE=0", "LimitCORE=0\nMemorySwapMaximum=0"))
+    proc = subprocess.run([analyze, "--user", "verify", str(unit)], capture_output=True, text=True,
+                          env={**os.environ, "XDG_RUNTIME_DIR": str(runtime)}, timeout=60)
+    assert "Unknown key 'MemorySwapMaximum'" in proc.stderr
+
+
+def test_user_edited_env_file_is_kept_unless_forced(installed):
+    _, dest, env_dest, workdir = installed
+    edited = env_dest / "run5.env"
+    edited.write_text("TATU_RUN=run5\nSFT_GE=4\n")
+    result = install_units(run="run5", dest=dest, env_dest=env_dest, reload=False, workdir=workdir)
+    assert result.kept == [edited] and edited.read_text() == "TATU_RUN=run5\nSFT_GE=4\n"
+    assert result.written == []  # units unchanged, nothing rewritten
+    result = install_units(run="run5", dest=dest, env_dest=env_dest, reload=False, workdir=workdir,
+                           overwrite_env=True)
+    assert result.written == [edited] and "SFT_GE=8" in edited.read_text()
+
+
+def test_given_env_file_and_missing_env_file(tmp_path):
+    custom = tmp_path / "tiny.env"
+    custom.write_text("TATU_RUN=tiny\nMIX_STEPS_LIMIT=2\n")
+    result = install_units(run="tiny", dest=tmp_path / "u", env_dest=tmp_path / "e", reload=False,
+                           env_file=custom, workdir=tmp_path)
+    assert (tmp_path / "e" / "tiny.env").read_text() == custom.read_text()
+    assert tmp_path / "e" / "tiny.env" in result.written
+    with pytest.raises(UnitsError, match="no env file for run 'nosuch'"):
+        install_units(run="nosuch", dest=tmp_path / "u", env_dest=tmp_path / "e", reload=False)
+
+
+def test_reload_calls_systemctl_user_daemon_reload(tmp_path, monkeypatch):
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    log = tmp_path / "calls"
+    (fake_bin / "systemctl").write_text(f"#!/bin/sh\necho \"$@\" >> {log}\n")
+    (fake_bin / "systemctl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_bin}:{os.environ['PATH']}")
+    result = install_units(dest=tmp_path / "u", env_dest=tmp_path / "e", workdir=tmp_path)
+    assert result.reloaded and log.read_text() == "--user daemon-reload\n"
+    (fake_bin / "systemctl").write_text("#!/bin/sh\necho 'Failed to connect to bus' >&2\nexit 1\n")
+    with pytest.raises(UnitsError, match="daemon-reload failed \\(1\\): Failed to connect to bus"):
+        install_units(dest=tmp_path / "u", env_dest=tmp_path / "e", workdir=tmp_path)
+
+
+def test_render_rejects_paths_systemd_would_split_and_escapes_percent(tmp_path):
+    template = "ExecStart=@TATU_PYTHON@ -m tatu.daemon\nWorkingDirectory=@TATU_WORKDIR@\n"
+    with pytest.raises(UnitsError, match="contains whitespace"):
+        render_unit(template, Path("/opt/my env/bin/python"), tmp_path)
+    with pytest.raises(UnitsError, match="must be an absolute path"):
+        render_unit(template, Path("bin/python"), tmp_path)
+    assert "WorkingDirectory=/w/100%%" in render_unit(template, Path("/usr/bin/python3"), Path("/w/100%"))
+    with pytest.raises(UnitsError, match="unrendered placeholder"):
+        render_unit(template + "X=@TATU_OTHER@\n", Path("/usr/bin/python3"), tmp_path)
