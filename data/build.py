@@ -24,7 +24,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -304,8 +304,11 @@ def _write_sft_channel(name: str, paths: list[str], spec: BuildSpec, tok: Tokeni
     with open(work / files["ids"], "wb") as ids_file, open(work / files["mask"], "wb") as mask_file:
         for path in paths:
             n_pairs = n_tokens = n_chars = n_targets = 0
-            for item in read_sft_file(path):
-                progress.update(1)
+            with open(path, "rb") as handle:
+                data = handle.read()
+            for number, raw in split_lines(data):
+                progress.update(len(raw) + 1)
+                item = parse_sft_line(raw, path, number)
                 if isinstance(item, BadLine):
                     bad.handle(item)
                     continue
@@ -371,8 +374,7 @@ def _replace_dir(work: Path, out_dir: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None,
-               log: Callable[[str], None] = lambda line: None) -> BuildResult:
+def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None) -> BuildResult:
     """Build (or find up to date) the data dir described by `spec`, tokenized with `tok`."""
     spec.validate()
     out_dir = Path(spec.out_dir)
@@ -394,9 +396,7 @@ def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None,
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(work, 0o777 & ~umask)
-    # text sources advance the bar by bytes, SFT files by lines
-    total = sum(os.path.getsize(p) for paths in spec.text.values() for p in paths)
-    total += sum(_count_lines(p) for paths in spec.sft.values() for p in paths)
+    total = sum(os.path.getsize(p) for paths in [*spec.text.values(), *spec.sft.values()] for p in paths)
     bar = _Progress(total, progress)
     try:
         tok.save(work / TOKENIZER_FILE)
@@ -427,11 +427,6 @@ def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None,
         raise
     skipped = {name: ch["skipped_lines"]["count"] for name, ch in channels.items() if ch["skipped_lines"]["count"]}
     return BuildResult(out_dir, manifest, False, skipped)
-
-
-def _count_lines(path: str) -> int:
-    with open(path, "rb") as handle:
-        return sum(block.count(b"\n") for block in iter(lambda: handle.read(1 << 20), b""))
 
 
 def load_manifest(data_dir: str | Path) -> dict:

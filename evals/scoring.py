@@ -124,7 +124,7 @@ def score_lines(
                 stop = min(len(rows), start + max(1, token_budget // width))
                 batch = rows[start:stop]
                 x = torch.zeros((len(batch), width), dtype=torch.long)
-                y = torch.full((len(batch), width), 0, dtype=torch.long)
+                y = torch.full((len(batch), width), IGNORE_INDEX, dtype=torch.long)
                 for r, (_, inputs, targets) in enumerate(batch):
                     x[r, : len(inputs)] = torch.tensor(inputs, dtype=torch.long)
                     y[r, : len(targets)] = torch.tensor(targets, dtype=torch.long)

@@ -15,7 +15,7 @@ from tatu.model.tokenizer import CharTokenizer
 
 WORDS = "o tatu cava um buraco à noite ação é não então pão mãe".split()
 EN_WORDS = "the armadillo digs a hole at night and sleeps by day".split()
-SEQ_LEN = 16
+SEQ_LEN = 24
 
 
 def _docs(rng, words, n, max_words):
@@ -129,6 +129,7 @@ def test_text_windows_cover_the_shard_once_per_epoch(built):
         x, y = mb.x[0], mb.y[0]
         predicted = y != IGNORE_INDEX
         assert np.array_equal(y[predicted], x[1:][predicted[:-1]].tolist() + ([y[-1]] if predicted[-1] else []))
+        assert tok.bos_id not in y.tolist(), "BOS is never a target"
         full_y = np.where(predicted, y, tok.bos_id)  # only BOS targets are ignored in text windows
         seen.append(tuple([x[0], *full_y]))
     assert sorted(seen) == expected

@@ -1,0 +1,277 @@
+"""`tatu doctor [RUN]`: what protects the run from the OOM killers, and what only looks like it does.
+
+Facts behind the checks (design.md, "Facts about systemd"):
+- A user manager cannot lower oom_score_adj: OOMScoreAdjust=-600 in a user unit is dropped
+  silently, so the process's effective value is read back and compared.
+- systemd-oomd honours ManagedOOMPreference=avoid on its swap rule only for root-owned
+  cgroups; for a user's cgroup only on the memory-pressure rule.
+- MemorySwapMax=0 keeps the unit out of the swap rule altogether: that rule picks the
+  cgroup using the most swap, and this one uses none.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+LEVELS = ("OK", "WARN", "FAIL")
+# oomd's default SwapUsedLimit is 90%; warn well before it.
+SWAP_BUSY_FRACTION = 0.5
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str   # "OK" | "WARN" | "FAIL"
+    check: str
+    why: str
+    fix: str = ""
+
+
+def parse_show(text: str) -> dict[str, str]:
+    """`systemctl --user show UNIT` output -> {property: value} (values may contain '=')."""
+    show = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ValueError(f"systemctl show output line {number} has no '=': {line!r}")
+        show[key] = value
+    return show
+
+
+def _int_or_none(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def diagnose(show: dict, proc: dict) -> list[Finding]:
+    """Findings from the unit's properties (`show`) and the live process facts (`proc`, see gather)."""
+    unit = show.get("Id", "the unit")
+    if show.get("LoadState") not in (None, "loaded"):
+        return [Finding("FAIL", "unit", f"{unit} is {show.get('LoadState')}",
+                        "tatu units install --run RUN, then systemctl --user daemon-reload")]
+    findings = []
+    running = show.get("ActiveState") == "active" and _int_or_none(show.get("MainPID")) not in (None, 0)
+    if not running:
+        findings.append(Finding("WARN", "unit", f"{unit} is {show.get('ActiveState', '?')}: live checks use no process",
+                                f"systemctl --user start {unit}"))
+    findings.append(_check_oom_score(show, proc, running))
+    findings.append(_check_oomd_preference(show, proc))
+    findings.append(_check_swap_max(show, proc))
+    findings.append(_check_swap_use(proc))
+    findings.append(_check_linger(proc))
+    findings.append(_check_gpu(proc))
+    return findings
+
+
+def _check_oom_score(show, proc, running) -> Finding:
+    wanted = _int_or_none(show.get("OOMScoreAdjust")) or 0
+    effective = proc.get("oom_score_adj")
+    if wanted >= 0:
+        return Finding("WARN", "oom_score_adj", f"the unit sets no negative OOMScoreAdjust ({wanted})",
+                       "OOMScoreAdjust=-600 in the unit (tatu's units set it)")
+    if not running or effective is None:
+        return Finding("WARN", "oom_score_adj", f"unit asks {wanted}; no running process to read it back from",
+                       "run tatu doctor while the run is active")
+    if effective <= wanted:
+        return Finding("OK", "oom_score_adj", f"effective {effective} (unit asks {wanted})")
+    return Finding("FAIL", "oom_score_adj",
+                   f"unit asks OOMScoreAdjust={wanted} but the process has {effective}: a user manager "
+                   "cannot lower it and drops the setting silently",
+                   "keep MemorySwapMax=0 (the oomd swap rule), or run it as a system unit with User=, "
+                   "or give user@UID.service a root drop-in with OOMScoreAdjust=-600 (its children inherit it)")
+
+
+def _check_oomd_preference(show, proc) -> Finding:
+    preference = show.get("ManagedOOMPreference", "none")
+    owner = proc.get("cgroup_uid")
+    if not proc.get("oomd_running", True):
+        return Finding("OK", "ManagedOOMPreference", f"{preference}; systemd-oomd is not running here")
+    if preference not in ("avoid", "omit"):
+        return Finding("WARN", "ManagedOOMPreference", f"{preference}: systemd-oomd may pick this unit first",
+                       "ManagedOOMPreference=avoid in the unit")
+    if owner == 0:
+        return Finding("OK", "ManagedOOMPreference", f"{preference}, root-owned cgroup: honoured by both oomd rules")
+    who = "user-owned" if owner is not None else "cgroup owner unknown, assumed user-owned"
+    return Finding("WARN", "ManagedOOMPreference",
+                   f"{preference} ({who} cgroup): oomd honours it on memory pressure but ignores it on its swap rule",
+                   "MemorySwapMax=0 keeps the unit out of the swap rule; or a system unit with User=")
+
+
+def _check_swap_max(show, proc) -> Finding:
+    value = show.get("MemorySwapMax", "infinity")
+    swap_busy = _swap_fraction(proc) >= SWAP_BUSY_FRACTION
+    if value == "0":
+        applied = proc.get("cgroup_swap_max")
+        if applied is not None and applied != "0":
+            return Finding("FAIL", "MemorySwapMax", f"unit sets 0 but the cgroup's memory.swap.max is {applied}",
+                           "delegate the memory controller to the user manager (Delegate= on user@.service)")
+        if applied is None and proc.get("cgroup_path"):
+            return Finding("WARN", "MemorySwapMax", "unit sets 0 but no memory.swap.max in its cgroup: "
+                           "the memory controller is not delegated (or cgroup v1), so it has no effect",
+                           "a system unit with User=, or enable memory delegation for user@.service")
+        return Finding("OK", "MemorySwapMax", "0: the unit cannot swap, so oomd's swap rule never picks it")
+    level = "FAIL" if swap_busy and proc.get("oomd_running", True) else "WARN"
+    return Finding(level, "MemorySwapMax", f"{value}: under swap pressure oomd's swap rule may kill this unit"
+                   + (" and swap is busy now" if swap_busy else ""),
+                   "MemorySwapMax=0 in the unit (tatu units install writes it)")
+
+
+def _swap_fraction(proc) -> float:
+    total, used = proc.get("swap_total_mb") or 0, proc.get("swap_used_mb") or 0
+    return used / total if total else 0.0
+
+
+def _check_swap_use(proc) -> Finding:
+    total = proc.get("swap_total_mb")
+    if total is None:
+        return Finding("WARN", "swap", "swap use unknown")
+    if total == 0:
+        return Finding("OK", "swap", "no swap configured: oomd's swap rule cannot fire")
+    fraction = _swap_fraction(proc)
+    text = f"{proc.get('swap_used_mb', 0):.0f} of {total:.0f} MB in use ({fraction:.0%})"
+    if fraction >= SWAP_BUSY_FRACTION:
+        return Finding("WARN", "swap", text + ": oomd's swap rule acts at 90% by default",
+                       "free memory before the run, or MemorySwapMax=0 for the unit")
+    return Finding("OK", "swap", text)
+
+
+def _check_linger(proc) -> Finding:
+    linger, user = proc.get("linger"), proc.get("user", "$USER")
+    if linger:
+        return Finding("OK", "linger", f"enabled for {user}: the run survives logout")
+    if linger is None:
+        return Finding("WARN", "linger", "unknown", f"loginctl show-user {user} -p Linger")
+    return Finding("WARN", "linger", f"off for {user}: the user manager, and the run, stop at logout",
+                   f"loginctl enable-linger {user}")
+
+
+def _check_gpu(proc) -> Finding:
+    cuda = proc.get("cuda")
+    if not cuda:
+        return Finding("OK", "gpu", "no CUDA device visible (CPU run)")
+    free, total = cuda.get("free_mb", 0), cuda.get("total_mb", 0)
+    text = f"{cuda.get('name', 'cuda:0')}: {free:.0f} of {total:.0f} MB free"
+    if total and free / total < 0.1:
+        return Finding("WARN", "gpu", text + ": another process holds the memory", "nvidia-smi to see who")
+    return Finding("OK", "gpu", text)
+
+
+# -- live facts ----------------------------------------------------------------------
+
+def _systemctl_show(unit: str) -> dict[str, str]:
+    proc = subprocess.run(["systemctl", "--user", "show", unit], capture_output=True, text=True, timeout=30)
+    if proc.returncode != 0:
+        raise RuntimeError(f"tatu: systemctl --user show {unit} failed: {proc.stderr.strip()}")
+    return parse_show(proc.stdout)
+
+
+def unit_for_run(run: str) -> str:
+    """The dedicated unit if installed (tatu-sft-run5), else the template instance."""
+    dedicated = _systemctl_show(f"tatu-sft-{run}.service")
+    return dedicated["Id"] if dedicated.get("LoadState") == "loaded" else f"tatu-sft@{run}.service"
+
+
+def _cgroup_dir(control_group: str) -> Path | None:
+    for mount in (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup")):
+        candidate = mount / control_group.lstrip("/")
+        if control_group and (mount / "cgroup.controllers").exists() and candidate.is_dir():
+            return candidate
+    return None
+
+
+def _cuda_facts() -> dict | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    free, total = torch.cuda.mem_get_info()
+    return {"name": torch.cuda.get_device_name(0), "free_mb": free / 2**20, "total_mb": total / 2**20}
+
+
+def gather(run: str, check_gpu: bool = True) -> tuple[dict, dict]:
+    """(systemctl show of the run's unit, live facts) for diagnose()."""
+    show = _systemctl_show(unit_for_run(run))
+    user = pwd.getpwuid(os.getuid()).pw_name
+    swap = psutil.swap_memory()
+    proc: dict = {"user": user, "swap_total_mb": swap.total / 2**20, "swap_used_mb": swap.used / 2**20,
+                  "oomd_running": any(p.info["name"] == "systemd-oomd" for p in psutil.process_iter(["name"]))}
+    pid = _int_or_none(show.get("MainPID")) or 0
+    if pid:
+        try:
+            proc["oom_score_adj"] = int(Path(f"/proc/{pid}/oom_score_adj").read_text())
+        except OSError:
+            pass
+    cgroup = _cgroup_dir(show.get("ControlGroup", ""))
+    if cgroup is not None:
+        proc["cgroup_path"] = str(cgroup)
+        proc["cgroup_uid"] = cgroup.stat().st_uid
+        swap_max = cgroup / "memory.swap.max"
+        if swap_max.exists():
+            proc["cgroup_swap_max"] = swap_max.read_text().strip()
+    proc["linger"] = _linger(user)
+    if check_gpu:
+        proc["cuda"] = _cuda_facts()
+    return show, proc
+
+
+def _linger(user: str) -> bool | None:
+    if shutil.which("loginctl"):
+        out = subprocess.run(["loginctl", "show-user", user, "-p", "Linger", "--value"],
+                             capture_output=True, text=True, timeout=10)
+        if out.returncode == 0 and out.stdout.strip() in ("yes", "no"):
+            return out.stdout.strip() == "yes"
+    marker_dir = Path("/var/lib/systemd/linger")
+    return (marker_dir / user).exists() if marker_dir.is_dir() else None
+
+
+def format_findings(findings: list[Finding]) -> str:
+    lines = []
+    for finding in findings:
+        lines.append(f"{finding.level:<4} {finding.check}: {finding.why}")
+        if finding.fix and finding.level != "OK":
+            lines.append(f"     fix: {finding.fix}")
+    return "\n".join(lines)
+
+
+def add_doctor_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("run", nargs="?", default=None, help="run name (default: the only installed run)")
+    parser.add_argument("--json", action="store_true", help="findings as JSON")
+    parser.add_argument("--no-gpu", action="store_true", help="skip the CUDA check (it imports torch)")
+    return parser
+
+
+def _only_installed_run() -> str:
+    from tatu.ops.units import default_env_dest
+    runs = sorted(p.stem for p in default_env_dest().glob("*.env"))
+    if len(runs) != 1:
+        raise RuntimeError(f"tatu: name the run (installed: {', '.join(runs) or 'none'})")
+    return runs[0]
+
+
+def doctor_main(args: argparse.Namespace) -> int:
+    try:
+        run = args.run or _only_installed_run()
+        show, proc = gather(run, check_gpu=not args.no_gpu)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    findings = diagnose(show, proc)
+    if args.json:
+        print(json.dumps([asdict(f) for f in findings], indent=2))
+    else:
+        print(format_findings(findings))
+    return 1 if any(f.level == "FAIL" for f in findings) else 0

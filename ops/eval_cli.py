@@ -1,0 +1,206 @@
+"""`tatu eval` and `tatu compare`: whole-set perplexity of checkpoints, with CIs, from the shell.
+
+    tatu eval CKPT --set enRuler=en.txt --set sftHeld=held.jsonl [--json OUT]
+    tatu compare CKPT_A CKPT_B --set enRuler=en.txt [--json OUT]
+
+Every set is scored on all its lines unless `--en-batches N --batch B` asks for the old
+evaluator's first N*B lines (EVAL_EN_ALL=0); the output then says k/n lines and warns with
+the SE. `compare` scores both checkpoints on the same lines and reports the paired ratio
+B/A: with different tokenizers the ratio is per character (2 ** (bpc_B - bpc_A)), since
+per-token perplexities of different tokenizers are not comparable.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tatu.exitcodes import BAD_DATA, TatuExit
+
+
+def _common_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="NAME=FILE",
+                        help="an eval set: a text file (one scored line per line) or pairs JSONL (repeatable)")
+    parser.add_argument("--data", type=Path, help="a data dir: score every eval set in its manifest.json")
+    parser.add_argument("--json", type=Path, dest="json_out", help="where to write the JSON results")
+    parser.add_argument("--device", default="cpu")
+    lines = parser.add_mutually_exclusive_group()
+    lines.add_argument("--all-lines", action="store_true", help="score every line (the default; EVAL_EN_ALL=1)")
+    lines.add_argument("--en-batches", type=int, metavar="N",
+                       help="score only the first N x --batch lines of each set (EVAL_EN_ALL=0)")
+    parser.add_argument("--batch", type=int, default=8, help="lines per batch for --en-batches (default 8)")
+    parser.add_argument("--category", action="append", default=[], choices=("function", "content"),
+                        help="also report perplexity on tokens of function or content words (repeatable)")
+    parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--token-budget", type=int, default=16384, help="padded tokens per batch")
+
+
+def add_eval_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", type=Path, help="checkpoint directory or legacy .pt file")
+    _common_args(parser)
+
+
+def add_compare_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint_a", type=Path, help="checkpoint A (the reference)")
+    parser.add_argument("checkpoint_b", type=Path, help="checkpoint B (the candidate): ratios are B/A")
+    _common_args(parser)
+
+
+def _set_specs(args: argparse.Namespace) -> list[tuple[str, Path, str]]:
+    """(name, file, kind) of every set asked for, --data's manifest first."""
+    specs: list[tuple[str, Path, str]] = []
+    if args.data is not None:
+        manifest_path = args.data / "manifest.json"
+        try:
+            evals = json.loads(manifest_path.read_text(encoding="utf-8"))["evals"]
+            specs += [(name, args.data / entry["file"], entry.get("kind", "auto")) for name, entry in evals.items()]
+        except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise TatuExit(BAD_DATA, f"{manifest_path}: cannot read its eval sets ({exc})")
+    for spec in args.sets:
+        name, sep, file = spec.partition("=")
+        if not sep or not name or not file:
+            raise TatuExit(BAD_DATA, f"--set {spec!r}: expected NAME=FILE")
+        specs.append((name, Path(file), "auto"))
+    if not specs:
+        raise TatuExit(BAD_DATA, "no eval set: give --set NAME=FILE (repeatable) or --data DIR")
+    names = [name for name, _, _ in specs]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise TatuExit(BAD_DATA, f"eval set name given twice: {', '.join(duplicates)}")
+    return specs
+
+
+def _load_model(path: Path, device: str):
+    from tatu.model.checkpoint import load_checkpoint
+
+    try:
+        ckpt = load_checkpoint(path)
+        return ckpt.build_model(device), ckpt.tokenizer
+    except ValueError as exc:  # CheckpointError, TokenizerError, a bad config
+        raise TatuExit(BAD_DATA, str(exc).splitlines()[0] if str(exc) else f"{path}: cannot load checkpoint")
+
+
+def _score_all(model, tokenizer, specs, args) -> dict[str, list]:
+    """name -> [whole-set result, then one result per --category]."""
+    from tatu.evals.masks import CATEGORIES
+    from tatu.evals.scoring import evaluate
+    from tatu.evals.sets import load_eval_set, subsample, target_word_masks
+
+    results: dict[str, list] = {}
+    for name, file, kind in specs:
+        try:
+            eval_set = load_eval_set(file, tokenizer, name=name, kind=kind)
+            eval_set, _ = subsample(eval_set, args.en_batches is None, args.en_batches or 1, args.batch)
+        except ValueError as exc:
+            raise TatuExit(BAD_DATA, str(exc))
+        options = dict(device=args.device, n_resamples=args.resamples, seed=args.seed, token_budget=args.token_budget)
+        try:
+            results[name] = [evaluate(model, eval_set, **options)]
+            for category in args.category:
+                masks = target_word_masks(eval_set, tokenizer, CATEGORIES[category])
+                results[name].append(evaluate(model, eval_set, position_mask=masks, category=category, **options))
+        except ValueError as exc:
+            raise TatuExit(BAD_DATA, f"{file}: {exc}")
+    return results
+
+
+def _label(result) -> str:
+    return result.name if result.category is None else f"  {result.name}[{result.category}]"
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _write_json(path: Path, payload: dict) -> None:
+    try:
+        path.write_text(json.dumps(payload, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise TatuExit(BAD_DATA, f"{path}: cannot write JSON ({exc.strerror})")
+    print(f"wrote {path}")
+
+
+def _warn(results: dict[str, list]) -> None:
+    for per_set in results.values():
+        warning = per_set[0].warning()
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr)
+
+
+def eval_main(args: argparse.Namespace) -> int:
+    specs = _set_specs(args)
+    model, tokenizer = _load_model(args.checkpoint, args.device)
+    results = _score_all(model, tokenizer, specs, args)
+
+    header = f"{'set':<22} {'lines':>9} {'tokens':>9} {'ppl':>10} {'95% CI':>23} {'bpc':>7} {'bpb':>7}"
+    print(header)
+    for per_set in results.values():
+        for r in per_set:
+            lines = f"{r.n_lines}/{r.n_lines_total}" if r.category is None else str(r.n_lines)
+            ci = f"[{r.ci.lo:.4g}, {r.ci.hi:.4g}]"
+            print(f"{_label(r):<22} {lines:>9} {r.n_tokens:>9} {r.ppl:>10.4g} {ci:>23} {_fmt(r.bpc):>7} {_fmt(r.bpb):>7}")
+    _warn(results)
+
+    out = args.json_out or Path(f"eval-{args.checkpoint.resolve().name}.json")
+    _write_json(out, {
+        "format": "tatu-eval-1",
+        "checkpoint": str(args.checkpoint),
+        "tokenizer_hash": tokenizer.hash,
+        "sets": {name: [r.to_json() for r in per_set] for name, per_set in results.items()},
+    })
+    return 0
+
+
+def verdict(paired, per: str) -> str:
+    """One plain sentence: a change the CI resolves, or 'within resolution'."""
+    change, lo, hi = paired.ratio - 1.0, paired.lo - 1.0, paired.hi - 1.0
+    unit = "" if per == "token" else " per character"
+    if lo <= 0.0 <= hi:
+        return (f"within resolution: change {change:+.2%}{unit}, CI [{lo:+.2%}, {hi:+.2%}] includes 0 "
+                f"(MDE {paired.mde:.2%})")
+    direction = "better" if change < 0 else "worse"
+    return f"B is {direction} by {abs(change):.2%}{unit} (CI {lo:+.2%} to {hi:+.2%}, p={paired.p_value:.3g})"
+
+
+def compare_main(args: argparse.Namespace) -> int:
+    from tatu.evals.scoring import compare_results
+
+    specs = _set_specs(args)
+    model_a, tok_a = _load_model(args.checkpoint_a, args.device)
+    results_a = _score_all(model_a, tok_a, specs, args)
+    del model_a
+    model_b, tok_b = _load_model(args.checkpoint_b, args.device)
+    results_b = _score_all(model_b, tok_b, specs, args)
+    per = "token" if tok_a.hash == tok_b.hash else "char"
+    if per == "char":
+        print("note: A and B use different tokenizers; ratios are per character (2^(bpc_B - bpc_A))")
+
+    print(f"{'set':<22} {'lines':>9} {'ppl A':>10} {'ppl B':>10} {'B/A':>8} {'95% CI':>19} {'p':>7} {'MDE':>7}  verdict")
+    rows = {}
+    for name in results_a:
+        rows[name] = []
+        for ra, rb in zip(results_a[name], results_b[name]):
+            paired = compare_results(ra, rb, n_resamples=args.resamples, seed=args.seed, per=per)
+            text = verdict(paired, per)
+            ci = f"[{paired.lo:.4f}, {paired.hi:.4f}]"
+            shown_a, shown_b = (ra.ppl, rb.ppl) if per == "token" else (2 ** ra.bpc, 2 ** rb.bpc)
+            lines = f"{len(ra.scores)}/{ra.n_lines_total}" if ra.category is None else str(ra.n_lines)
+            print(f"{_label(ra):<22} {lines:>9} {shown_a:>10.4g} "
+                  f"{shown_b:>10.4g} {paired.ratio:>8.4f} {ci:>19} {paired.p_value:>7.3g} {paired.mde:>7.2%}  {text}")
+            rows[name].append({
+                "category": ra.category, "per": per, "ratio": paired.ratio, "lo": paired.lo, "hi": paired.hi,
+                "p_value": paired.p_value, "mde": paired.mde, "se_log_ratio": paired.se_log_ratio,
+                "n_lines": paired.n_lines, "verdict": text, "a": ra.to_json(), "b": rb.to_json(),
+            })
+    _warn(results_a)
+
+    out = args.json_out or Path(f"compare-{args.checkpoint_a.resolve().name}-{args.checkpoint_b.resolve().name}.json")
+    _write_json(out, {
+        "format": "tatu-compare-1",
+        "checkpoint_a": str(args.checkpoint_a),
+        "checkpoint_b": str(args.checkpoint_b),
+        "sets": rows,
+    })
+    return 0

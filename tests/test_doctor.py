@@ -1,0 +1,116 @@
+"""tatu doctor on recorded `systemctl show` outputs (tests/data/doctor/, recorded fixtures: see README there)."""
+import argparse
+from pathlib import Path
+
+import pytest
+
+from tatu.ops import doctor
+from tatu.ops.doctor import Finding, add_doctor_args, diagnose, doctor_main, format_findings, parse_show
+
+DATA = Path(__file__).parent / "data" / "doctor"
+
+
+def show(name):
+    return parse_show((DATA / name).read_text())
+
+
+def by_check(findings):
+    result = {}
+    for f in findings:
+        result.setdefault(f.check, f)
+    return result
+
+
+# What a user unit on the operator's machine looks like: score not lowered, user-owned
+# cgroup, swap half used, no linger.
+USER_FACTS = {"oom_score_adj": 0, "cgroup_uid": 1000, "cgroup_path": "/sys/fs/cgroup/user.slice/x",
+              "cgroup_swap_max": "0", "swap_total_mb": 8192, "swap_used_mb": 5000, "oomd_running": True,
+              "linger": False, "user": "op", "cuda": {"name": "RTX 3060", "free_mb": 9000, "total_mb": 12288}}
+
+
+def test_parse_show_keeps_values_with_equals_and_rejects_garbage():
+    parsed = show("run5-user-inactive.show")
+    assert parsed["OOMScoreAdjust"] == "-600"
+    assert parsed["ManagedOOMPreference"] == "avoid"
+    assert parsed["MemorySwapMax"] == "0"
+    assert parsed["LoadState"] == "loaded"
+    assert parse_show("Environment=A=1 B=2\n") == {"Environment": "A=1 B=2"}
+    with pytest.raises(ValueError, match="line 2 has no '='"):
+        parse_show("A=1\nnonsense\n")
+
+
+def test_user_unit_with_ignored_oom_score_fails_and_says_why_and_how():
+    findings = by_check(diagnose(show("run5-user-active.show"), USER_FACTS))
+    oom = findings["oom_score_adj"]
+    assert oom.level == "FAIL"
+    assert "OOMScoreAdjust=-600 but the process has 0" in oom.why
+    assert "MemorySwapMax=0" in oom.fix and "User=" in oom.fix and "drop-in" in oom.fix
+    pref = findings["ManagedOOMPreference"]
+    assert pref.level == "WARN" and "ignores it on its swap rule" in pref.why
+    assert findings["MemorySwapMax"].level == "OK"
+    assert findings["swap"].level == "WARN"  # 61% used
+    assert findings["linger"].level == "WARN" and findings["linger"].fix == "loginctl enable-linger op"
+    assert findings["gpu"].level == "OK" and "9000 of 12288 MB free" in findings["gpu"].why
+    assert "unit" not in findings  # it is running
+
+
+def test_system_unit_with_user_is_all_ok():
+    facts = dict(USER_FACTS, oom_score_adj=-600, cgroup_uid=0, swap_used_mb=100, linger=True)
+    findings = diagnose(show("run5-system-unit-active.show"), facts)
+    assert [f.level for f in findings] == ["OK"] * len(findings), format_findings(findings)
+    assert "root-owned cgroup: honoured by both oomd rules" in by_check(findings)["ManagedOOMPreference"].why
+
+
+def test_run4_unit_without_swap_protection_fails_when_swap_is_busy():
+    findings = by_check(diagnose(show("run4-old-unit-active.show"), USER_FACTS))
+    assert findings["MemorySwapMax"].level == "FAIL"
+    assert "swap is busy now" in findings["MemorySwapMax"].why
+    assert findings["ManagedOOMPreference"].level == "WARN"
+    assert "ManagedOOMPreference=avoid" in findings["ManagedOOMPreference"].fix
+    # The same unit with idle swap is a warning, not a failure.
+    calm = by_check(diagnose(show("run4-old-unit-active.show"), dict(USER_FACTS, swap_used_mb=10)))
+    assert calm["MemorySwapMax"].level == "WARN"
+
+
+def test_swap_max_set_but_not_applied_by_the_cgroup():
+    facts = dict(USER_FACTS, cgroup_swap_max="max")
+    assert by_check(diagnose(show("run5-user-active.show"), facts))["MemorySwapMax"].level == "FAIL"
+    facts = {k: v for k, v in USER_FACTS.items() if k != "cgroup_swap_max"}
+    finding = by_check(diagnose(show("run5-user-active.show"), facts))["MemorySwapMax"]
+    assert finding.level == "WARN" and "not delegated" in finding.why
+
+
+def test_inactive_unit_warns_and_cannot_read_back_the_score():
+    findings = by_check(diagnose(show("run5-user-inactive.show"), USER_FACTS))
+    assert findings["unit"].level == "WARN" and "inactive" in findings["unit"].why
+    assert findings["oom_score_adj"].level == "WARN"
+    assert "no running process" in findings["oom_score_adj"].why
+
+
+def test_unit_not_installed_is_one_fail():
+    findings = diagnose(show("not-found.show"), USER_FACTS)
+    assert findings == [Finding("FAIL", "unit", "tatu-sft-nosuch.service is not-found",
+                                "tatu units install --run RUN, then systemctl --user daemon-reload")]
+
+
+def test_gpu_nearly_full_and_no_gpu():
+    facts = dict(USER_FACTS, cuda={"name": "RTX", "free_mb": 500, "total_mb": 12288})
+    assert by_check(diagnose(show("run5-user-active.show"), facts))["gpu"].level == "WARN"
+    facts = dict(USER_FACTS, cuda=None)
+    assert "no CUDA" in by_check(diagnose(show("run5-user-active.show"), facts))["gpu"].why
+
+
+def test_format_findings_puts_fix_under_non_ok_lines():
+    text = format_findings([Finding("OK", "swap", "fine", "never shown"), Finding("FAIL", "x", "bad", "do y")])
+    assert text == "OK   swap: fine\nFAIL x: bad\n     fix: do y"
+
+
+def test_doctor_main_exit_code_follows_fail(monkeypatch, capsys):
+    monkeypatch.setattr(doctor, "gather", lambda run, check_gpu=True: (show("run5-user-active.show"), USER_FACTS))
+    args = add_doctor_args(argparse.ArgumentParser()).parse_args(["run5", "--json"])
+    assert doctor_main(args) == 1
+    assert '"level": "FAIL"' in capsys.readouterr().out
+    good = dict(USER_FACTS, oom_score_adj=-600, cgroup_uid=0, swap_used_mb=0, linger=True)
+    monkeypatch.setattr(doctor, "gather", lambda run, check_gpu=True: (show("run5-system-unit-active.show"), good))
+    assert doctor_main(add_doctor_args(argparse.ArgumentParser()).parse_args(["run5"])) == 0
+    assert "FAIL" not in capsys.readouterr().out

@@ -1,0 +1,145 @@
+"""`tatu eval` and `tatu compare` in-process, on tiny checkpoints saved in tmp_path."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from tatu.evals.scoring import evaluate
+from tatu.evals.sets import load_eval_set
+from tatu.model.checkpoint import save_checkpoint
+from tatu.model.gpt import GPT, GPTConfig
+from tatu.model.tokenizer import CharTokenizer
+from tatu.ops.cli import main as tatu
+
+PT_LINES = [f"o gato {w} dorme na casa de {v}" for w, v in zip("abcdefghijkl", "mnopqrstuvwx")]
+
+
+def _config(tok):
+    return GPTConfig(vocab_size=tok.vocab_size, block_size=32, n_layer=2, n_head=2, n_embd=32)
+
+
+def _trained(model, tok, steps: int) -> GPT:
+    """A few steps on the eval text itself: a model clearly better than uniform on it."""
+    data = [torch.tensor([tok.bos_id, *tok.encode(line)]) for line in PT_LINES]
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(steps):
+        for seq in data:
+            _, nll = model(seq[None, :-1], seq[None, 1:])
+            opt.zero_grad()
+            nll.mean().backward()
+            opt.step()
+    return model
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("evalcli")
+    tok = CharTokenizer.train(PT_LINES + ["pergunta resposta sim"])
+    torch.manual_seed(0)
+    base = GPT(_config(tok))
+    save_checkpoint(root / "base", model=base, model_config=_config(tok), tokenizer=tok)
+    uniform = GPT(_config(tok))
+    with torch.no_grad():
+        uniform.transformer.wte.weight.zero_()
+    save_checkpoint(root / "uniform", model=uniform, model_config=_config(tok), tokenizer=tok)
+    torch.manual_seed(1)
+    save_checkpoint(root / "trained", model=_trained(GPT(_config(tok)), tok, 15), model_config=_config(tok), tokenizer=tok)
+    (root / "pt.txt").write_text("\n".join(PT_LINES) + "\n", encoding="utf-8")
+    (root / "held.jsonl").write_text(
+        "\n".join(json.dumps({"prompt": "pergunta", "response": r}) for r in ("sim", "o gato dorme")) + "\n",
+        encoding="utf-8",
+    )
+    return root, tok, base
+
+
+def test_eval_prints_table_and_writes_json_matching_the_rig(files, tmp_path, capsys):
+    root, tok, base = files
+    out = tmp_path / "e.json"
+    rc = tatu(["eval", str(root / "base"), "--set", f"ptVal={root / 'pt.txt'}", "--set",
+               f"sftHeld={root / 'held.jsonl'}", "--json", str(out), "--resamples", "200", "--category", "function"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "ptVal" in printed and "sftHeld" in printed and "ptVal[function]" in printed and "bpc" in printed
+    payload = json.loads(out.read_text())
+    expected = evaluate(base, load_eval_set(root / "pt.txt", tok, name="ptVal"), n_resamples=200)
+    whole, function = payload["sets"]["ptVal"]
+    assert whole["ppl"] == pytest.approx(expected.ppl, rel=1e-9)
+    assert whole["n_lines"] == len(PT_LINES) and whole["bpc"] == pytest.approx(expected.bpc, rel=1e-9)
+    assert function["category"] == "function" and function["bpc"] is None
+    assert 0 < function["n_tokens"] < whole["n_tokens"]
+    assert f"{whole['n_lines']}/{whole['n_lines_total']}" in printed
+    held = payload["sets"]["sftHeld"][0]
+    assert held["n_chars"] == len("sim") + len("o gato dorme")  # responses only; EOS adds no chars
+    assert held["n_tokens"] == held["n_chars"] + 2  # char-level, plus one EOS per pair
+
+
+def test_eval_subsampling_says_k_of_n_and_warns(files, tmp_path, capsys):
+    root, _, _ = files
+    out = tmp_path / "e.json"
+    rc = tatu(["eval", str(root / "base"), "--set", f"en={root / 'pt.txt'}", "--en-batches", "2", "--batch", "3",
+               "--json", str(out), "--resamples", "200"])
+    assert rc == 0
+    captured = capsys.readouterr()
+    assert f"6/{len(PT_LINES)}" in captured.out
+    assert "warning" in captured.err and "SE" in captured.err
+    assert json.loads(out.read_text())["sets"]["en"][0]["lines"]["index"] == list(range(6))
+
+
+def test_eval_default_json_path_is_named_after_the_checkpoint(files, tmp_path, monkeypatch):
+    root, _, _ = files
+    monkeypatch.chdir(tmp_path)
+    assert tatu(["eval", str(root / "base"), "--set", f"pt={root / 'pt.txt'}", "--resamples", "200"]) == 0
+    assert (tmp_path / "eval-base.json").exists()
+
+
+def test_bad_checkpoint_and_bad_eval_file_exit_65_with_one_line(files, tmp_path, capsys):
+    root, _, _ = files
+    rc = tatu(["eval", str(tmp_path / "nope"), "--set", f"pt={root / 'pt.txt'}"])
+    err = capsys.readouterr().err
+    assert rc == 65 and "no such checkpoint" in err and len(err.strip().splitlines()) == 1
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "a", "response": "b"}\n{oops\n')
+    rc = tatu(["eval", str(root / "base"), "--set", f"held={bad}", "--json", str(tmp_path / "x.json")])
+    err = capsys.readouterr().err
+    assert rc == 65 and f"{bad}:2:" in err and len(err.strip().splitlines()) == 1
+    assert tatu(["eval", str(root / "base"), "--set", "no-equals-sign"]) == 65
+
+
+def test_compare_identical_checkpoints_is_within_resolution(files, tmp_path, capsys):
+    root, _, _ = files
+    out = tmp_path / "c.json"
+    rc = tatu(["compare", str(root / "base"), str(root / "base"), "--set", f"pt={root / 'pt.txt'}",
+               "--json", str(out), "--resamples", "200"])
+    assert rc == 0
+    assert "within resolution" in capsys.readouterr().out
+    row = json.loads(out.read_text())["sets"]["pt"][0]
+    assert row["ratio"] == pytest.approx(1.0, abs=1e-12) and row["lo"] <= 1.0 <= row["hi"]
+
+
+def test_compare_says_which_is_better(files, tmp_path, capsys):
+    root, tok, _ = files
+    out = tmp_path / "c.json"
+    rc = tatu(["compare", str(root / "uniform"), str(root / "trained"), "--set", f"pt={root / 'pt.txt'}",
+               "--json", str(out), "--resamples", "500"])
+    assert rc == 0
+    assert "B is better by" in capsys.readouterr().out
+    row = json.loads(out.read_text())["sets"]["pt"][0]
+    assert row["a"]["ppl"] == pytest.approx(tok.vocab_size, rel=1e-6)
+    assert row["ratio"] == pytest.approx(row["b"]["ppl"] / row["a"]["ppl"], rel=1e-9) and row["hi"] < 1.0
+    rc = tatu(["compare", str(root / "trained"), str(root / "uniform"), "--set", f"pt={root / 'pt.txt'}",
+               "--json", str(out), "--resamples", "500"])
+    assert rc == 0 and "B is worse by" in capsys.readouterr().out
+    assert json.loads(out.read_text())["sets"]["pt"][0]["lo"] > 1.0
+
+
+def test_uniform_checkpoint_scores_vocab_size_through_the_cli(files, tmp_path):
+    root, tok, _ = files
+    out = tmp_path / "u.json"
+    assert tatu(["eval", str(root / "uniform"), "--set", f"pt={root / 'pt.txt'}", "--json", str(out),
+                 "--resamples", "200"]) == 0
+    result = json.loads(out.read_text())["sets"]["pt"][0]
+    assert result["ppl"] == pytest.approx(tok.vocab_size, rel=1e-6)
+    assert result["bpc"] == pytest.approx(math.log2(tok.vocab_size), rel=1e-6)

@@ -1,0 +1,285 @@
+"""`tatu report`: every number on the page equals events.jsonl, the PNGs render, the page links them."""
+from __future__ import annotations
+
+import base64
+import json
+import re
+import struct
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from tatu.exitcodes import BAD_DATA, TatuExit
+from tatu.ops import cli, report
+
+PLOTS = ("sftHeld.png", "ptVal.png", "enRuler.png", "drift.png")
+
+
+def _change(value, p=0.04):
+    return {"value": value, "lo": value - 0.01, "hi": value + 0.012, "p_value": p, "mde": 0.008}
+
+
+def _set(ppl):
+    return {"ppl": ppl, "lo": ppl * 0.97, "hi": ppl * 1.031, "se": 0.01, "bpc": 1.5, "bpb": 1.4,
+            "n_lines": 10, "n_lines_total": 10, "n_tokens": 300}
+
+
+def _eval(step, sft, pt, en, drift, best, generations=None):
+    return {"event": "eval", "time": 1000.0 + step, "step": step,
+            "sets": {"sftHeld": _set(sft), "ptVal": _set(pt), "enRuler": _set(en)},
+            "changes": {"sftHeld": _change(-0.05 * step / 8), "ptVal": _change(0.01), "enRuler": _change(drift)},
+            "drift": _change(drift, p=0.0004 if drift else 1.0), "drift_tronco": _change(drift + 0.147),
+            "trunk_ok": True, "best": best, "best_set": "sftHeld", "abort": None, "notes": {}, "seconds": 1.5,
+            "generations": generations, "line": f"EVAL {step}: sftHeld {sft:.4f}"}
+
+
+def _generations(accuracy, rate):
+    return {"samples": [{"prompt": "Quanto é 2 mais 2?", "reference": "4", "output": "<b>4</b> & mais"},
+                        {"prompt": "Capital do Brasil?", "reference": "Brasília", "output": "Lisboa"}],
+            "accuracy": {"value": accuracy, "lo": 0.1, "hi": 0.9, "n": 2},
+            "invented": {"rate": rate, "n_words": 40, "n_invented": 3, "examples": ["brasilha"]}}
+
+
+def _write_run(run_dir: Path, events: list[dict], config: dict | None, torn_tail: str = "") -> Path:
+    run_dir.mkdir(parents=True)
+    text = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events) + torn_tail
+    (run_dir / "events.jsonl").write_text(text, encoding="utf-8")
+    if config is not None:
+        (run_dir / "state").mkdir()
+        (run_dir / "state" / "meta.json").write_text(json.dumps({"config": config, "step": 8}))
+    return run_dir
+
+
+BASE_CONFIG = {"TATU_MODE": "sft", "SFT_GE": 8, "TATU_SEED": 1337, "MIX_FORGET_LIMIT": 0.1, "TATU_LR": 0.0003}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    superseded = _eval(8, 8.11111, 30.5, 55.0, 0.031, True, _generations(0.25, 0.2))
+    finished = _write_run(root / "sft-noreplay", [
+        {"event": "ready", "time": 1.0, "step": 0, "limit": 8},
+        _eval(0, 9.07021, 31.2, 52.1, 0.0, True),
+        {"event": "step", "time": 2.0, "step": 4, "loss": 2.0, "lr": 3e-4, "tokens": {"sft": 100}},
+        _eval(4, 8.50004, 30.9, 53.7, 0.0307, True, _generations(0.5, 0.1)),
+        superseded,
+        {"event": "resumed", "time": 3.0, "step": 4},
+        # the restart re-ran step 8: this eval replaces the one above
+        _eval(8, 8.22227, 30.75, 56.3, 0.0806, False, _generations(0.5, 0.075)),
+        {"event": "verdict", "time": 9.0, "step": 8, "verdict": "forgets",
+         "line": "VERDICT forgets: sftHeld -5.0% [-6.0%,-3.8%] drift +8.1% [+7.1%,+9.3%] worst drift +8.1% at step 8",
+         "numbers": {"step": 8, "sftHeld_change": _change(-0.05), "drift": _change(0.0806),
+                     "drift_tronco": _change(0.2276), "worst_drift": 0.0806, "aborted": None},
+         "criteria": {"forget_limit": "drift <= 10.0% at every eval"}},
+    ], BASE_CONFIG, torn_tail='{"event": "step", "time": 10.0, "st')
+    running = _write_run(root / "sft-replay", [
+        _eval(0, 9.07021, 31.2, 52.1, 0.0, True),
+        _eval(4, 8.60001, 31.0, 52.4, 0.0058, True, _generations(0.5, 0.05)),
+    ], {**BASE_CONFIG, "REPLAY_N": 6, "MIX_FORGET_LIMIT": 10.0})
+    out = root / "out"
+    index = report.build_report([finished, running], out)
+    return {"finished": finished, "running": running, "out": out, "index": index, "superseded": superseded}
+
+
+class _Cells(HTMLParser):
+    """Every number cell (data-path) with its row's run, and every href/src."""
+
+    def __init__(self):
+        super().__init__()
+        self.cells, self.links, self.rows = [], [], []
+        self._run, self._cell, self._texts = None, None, None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "tr":
+            self._run = a.get("data-run")
+            self.rows.append({"run": self._run, "texts": []})
+        if tag == "td":
+            self._cell = a
+            self._texts = []
+        if tag == "a" and "href" in a:
+            self.links.append(a["href"])
+        if tag == "img":
+            self.links.append(a["src"])
+
+    def handle_data(self, data):
+        if self._texts is not None:
+            self._texts.append(data)
+
+    def handle_endtag(self, tag):
+        if tag == "td" and self._cell is not None:
+            text = "".join(self._texts)
+            if self.rows:
+                self.rows[-1]["texts"].append(text)
+            if "data-path" in self._cell:
+                self.cells.append({"run": self._run, "path": self._cell["data-path"], "kind": self._cell["data-kind"],
+                                   "value": json.loads(self._cell["data-value"]), "text": text})
+            self._cell, self._texts = None, None
+
+
+def _parse(index: Path) -> _Cells:
+    parser = _Cells()
+    parser.feed(index.read_text(encoding="utf-8"))
+    return parser
+
+
+def _naive_events(run_dir: Path) -> tuple[dict[int, dict], dict | None]:
+    """Independent reading: every whole line, the later eval of a step replacing the earlier."""
+    evals, verdict = {}, None
+    for line in (run_dir / "events.jsonl").read_text(encoding="utf-8").split("\n"):
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if event["event"] == "eval":
+            evals[event["step"]] = event
+        elif event["event"] == "verdict":
+            verdict = event
+    return evals, verdict
+
+
+def _resolve(path: str, evals: dict[int, dict], verdict: dict | None):
+    parts = path.split("/")
+    node = evals[int(parts[1])] if parts[0] == "eval" else verdict
+    for key in parts[2:] if parts[0] == "eval" else parts[1:]:
+        node = node[key]
+    return node
+
+
+def _naive_text(kind: str, value, path: str) -> str:
+    if kind == "ppl":
+        return f"{value:.4f}" if "/sftHeld/" in path else f"{value:.2f}"
+    if kind == "pct":
+        return f"{value * 100:+.1f}%"
+    if kind == "rate":
+        return f"{value * 100:.1f}%"
+    if kind == "p":
+        return "<0.001" if value < 0.001 else f"{value:.3f}"
+    return str(value)
+
+
+def test_every_number_on_the_page_equals_events_jsonl(runs):
+    cells = _parse(runs["index"]).cells
+    by_run = {"sft-noreplay": _naive_events(runs["finished"]), "sft-replay": _naive_events(runs["running"])}
+    assert len(cells) > 60
+    for cell in cells:
+        evals, verdict = by_run[cell["run"]]
+        assert cell["value"] == _resolve(cell["path"], evals, verdict), cell
+        assert cell["text"] == _naive_text(cell["kind"], cell["value"], cell["path"]), cell
+
+
+def test_every_eval_number_is_on_the_page_and_a_replaced_eval_is_not(runs):
+    cells = _parse(runs["index"]).cells
+    shown = {(c["run"], c["path"]): c["value"] for c in cells}
+    for name, run_dir in (("sft-noreplay", runs["finished"]), ("sft-replay", runs["running"])):
+        evals, _ = _naive_events(run_dir)
+        for step, event in evals.items():
+            for set_name in ("sftHeld", "ptVal", "enRuler"):
+                for key in ("ppl", "lo", "hi"):
+                    assert shown[(name, f"eval/{step}/sets/{set_name}/{key}")] == event["sets"][set_name][key]
+            for key in ("value", "lo", "hi"):
+                assert shown[(name, f"eval/{step}/drift/{key}")] == event["drift"][key]
+        final = evals[max(evals)]
+        for key in ("value", "lo", "hi", "p_value", "mde"):
+            assert shown[(name, f"eval/{max(evals)}/drift/{key}")] == final["drift"][key]
+            assert shown[(name, f"eval/{max(evals)}/changes/sftHeld/{key}")] == final["changes"]["sftHeld"][key]
+        assert shown[(name, f"eval/{max(evals)}/generations/accuracy/value")] == final["generations"]["accuracy"]["value"]
+        assert shown[(name, f"eval/{max(evals)}/generations/invented/rate")] == final["generations"]["invented"]["rate"]
+    assert shown[("sft-noreplay", "eval/8/sets/sftHeld/ppl")] == 8.22227  # the later eval of step 8
+    superseded = runs["superseded"]["sets"]["sftHeld"]["ppl"]
+    assert superseded not in {c["value"] for c in cells}
+    assert shown[("sft-noreplay", "verdict/numbers/drift/value")] == 0.0806
+
+
+def test_displayed_formats_match_the_eval_line(runs):
+    texts = {(c["run"], c["path"]): c["text"] for c in _parse(runs["index"]).cells}
+    assert texts[("sft-noreplay", "eval/8/sets/sftHeld/ppl")] == "8.2223"
+    assert texts[("sft-noreplay", "eval/8/sets/enRuler/ppl")] == "56.30"
+    assert texts[("sft-noreplay", "eval/8/drift/value")] == "+8.1%"
+    assert texts[("sft-noreplay", "eval/8/drift/p_value")] == "<0.001"
+    assert texts[("sft-replay", "eval/4/generations/invented/rate")] == "5.0%"
+    assert texts[("sft-noreplay", "eval/8/drift/mde")] == "0.8%"  # a magnitude: no sign
+
+
+def test_rows_are_not_nested(runs):
+    page = runs["index"].read_text(encoding="utf-8")
+    assert page.count("<tr") == page.count("</tr>") > 20
+    assert not re.search(r"<tr[^>]*>\s*<tr", page)
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    length, chunk = struct.unpack(">I4s", data[8:16])
+    assert chunk == b"IHDR" and length == 13
+    return struct.unpack(">II", data[16:24])
+
+
+def test_pngs_render_at_the_expected_size_and_the_page_references_them(runs):
+    parsed = _parse(runs["index"])
+    expected = (round(report.FIGSIZE[0] * report.DPI), round(report.FIGSIZE[1] * report.DPI))
+    embedded = [base64.b64decode(link.split(",", 1)[1]) for link in parsed.links if link.startswith("data:image/png;base64,")]
+    for name in PLOTS:
+        data = (runs["out"] / name).read_bytes()
+        assert len(data) > 5000, name  # axes, two curves, bands: not a blank image
+        assert _png_size(data) == expected == (700, 400)
+        assert name in parsed.links
+        assert data in embedded  # self-contained: the same image is inside the page
+
+
+def test_a_run_without_a_verdict_is_reported_as_still_running(runs):
+    rows = [r for r in _parse(runs["index"]).rows if r["run"] == "sft-replay" and r["texts"]]
+    verdict_row = rows[0]
+    assert "no verdict" in " ".join(verdict_row["texts"])
+    assert "running" in verdict_row["texts"][1]
+    finished = [r for r in _parse(runs["index"]).rows if r["run"] == "sft-noreplay" and r["texts"]][0]
+    assert finished["texts"][2] == "forgets" and finished["texts"][3].startswith("VERDICT forgets")
+
+
+def test_config_table_shows_only_the_keys_that_differ(runs):
+    page = runs["index"].read_text(encoding="utf-8")
+    table = re.search(r'<table id="config-diff">(.*?)</table>', page, re.S).group(1)
+    assert "<td>REPLAY_N</td><td>(unset)</td><td>6</td>" in table
+    assert "<td>MIX_FORGET_LIMIT</td><td>0.1</td><td>10.0</td>" in table
+    assert "TATU_SEED" not in table and "SFT_GE" not in table
+
+
+def test_generations_are_shown_escaped(runs):
+    page = runs["index"].read_text(encoding="utf-8")
+    assert "&lt;b&gt;4&lt;/b&gt; &amp; mais" in page and "<b>4</b>" not in page
+    assert "Brasília" in page
+
+
+def test_torn_last_line_and_repeated_step(runs):
+    record = report.load_run(runs["finished"])
+    assert [e["step"] for e in record.evals] == [0, 4, 8]
+    assert record.evals[-1]["sets"]["enRuler"]["ppl"] == 56.3
+    assert record.last_step == 4 and record.resumes == 1
+    assert record.best_eval["step"] == 4  # the replacing step-8 eval is not best
+    assert record.forget_limit == 0.1
+
+
+def test_unknown_config_and_default_out_dir(tmp_path, capsys):
+    run_dir = _write_run(tmp_path / "lonely", [_eval(0, 9.0, 31.0, 52.0, 0.0, True)], config=None)
+    assert cli.main(["report", str(run_dir)]) == 0
+    page = (run_dir / "report" / "index.html").read_text(encoding="utf-8")
+    assert "lonely: config unknown" in page
+    assert "no verdict" in page
+    assert str(run_dir / "report" / "index.html") in capsys.readouterr().out
+
+
+def test_missing_events_is_a_one_line_bad_data_error(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert cli.main(["report", str(tmp_path / "empty")]) == BAD_DATA
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "events.jsonl" in err and str(tmp_path / "empty") in err
+
+
+def test_an_eval_event_without_drift_names_the_file(tmp_path):
+    broken = _eval(4, 9.0, 31.0, 52.0, 0.0, True)
+    del broken["drift"]
+    run_dir = _write_run(tmp_path / "broken", [_eval(0, 9.0, 31.0, 52.0, 0.0, True), broken], config=None)
+    with pytest.raises(TatuExit) as exc:
+        report.load_run(run_dir)
+    assert exc.value.code == BAD_DATA
+    assert "events.jsonl" in exc.value.message and "step 4" in exc.value.message and "drift" in exc.value.message
