@@ -94,7 +94,7 @@ def run_daemon(env: dict[str, str], use_systemd: bool) -> int:
     if use_systemd:
         env_file = Path(env["TATU_OUT"]) / f"{env['TATU_RUN']}.env"
         env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
-        check(tatu(["units", "install", "--run", env["TATU_RUN"], "--env-file", str(env_file), "--force"]), "units install")
+        check(tatu(["units", "install", "--run", env["TATU_RUN"], "--env-file", str(env_file), "--force-env"]), "units install")
         unit = f"tatu-sft@{env['TATU_RUN']}.service"
         subprocess.run(["systemctl", "--user", "start", "--wait", unit], check=False)
         shown = subprocess.run(["systemctl", "--user", "show", "-p", "ExecMainStatus", "--value", unit],
