@@ -225,6 +225,16 @@ def _train(config, log, notifier, controls, run_dir, model, model_config, tokeni
         controls.status["phase"] = "aborted" if abort_reason else "done"
         return code
 
+    def publish(record: dict) -> None:
+        """What `tatu status` shows of the last eval."""
+        drift_tronco = (record["drift_tronco"] or {}).get("value")
+        controls.status.update(
+            last_eval={"step": record["step"], "sets": record["sets"], "drift": record["drift"]["value"],
+                       "drift_lo": record["drift"]["lo"], "drift_hi": record["drift"]["hi"], "drift_p": record["drift"]["p_value"],
+                       "drift_tronco": drift_tronco, "trunk_ok": record["trunk_ok"], "best": record["best"]},
+            best={"step": state["best"]["step"], state["best"]["set"]: state["best"]["ppl"]},
+            drift=record["drift"]["value"], drift_tronco=drift_tronco)
+
     def run_eval() -> evaluation.Decision:
         controls.status["phase"] = "eval"
         notifier.set_watchdog_timeout(EVAL_WATCHDOG_S)
@@ -247,11 +257,12 @@ def _train(config, log, notifier, controls, run_dir, model, model_config, tokeni
                             meta=meta(best=state["best"]))
         log.info(decision.line)
         log.event("eval", **decision.record)
-        controls.status.update(last_eval={k: decision.record[k] for k in ("step", "sets", "drift", "drift_tronco", "trunk_ok", "best")},
-                               best=state["best"], drift=decision.record["drift"]["value"],
-                               drift_tronco=(decision.record["drift_tronco"] or {}).get("value"))
+        publish(decision.record)
         return decision
 
+    if state["history"]:
+        publish(state["history"][-1])
+    controls.status.update(step=state["step"], limit=limit)
     if state["step"] >= limit and (run_dir / "verdict.json").exists():
         log.info(f"run {config.run} already finished at step {state['step']}; nothing to do")
         return exitcodes.OK
@@ -342,7 +353,10 @@ def _train(config, log, notifier, controls, run_dir, model, model_config, tokeni
 
     # --- the end: final checkpoint (a trunk stores its reference metrics) and verdict -------
     final_meta = meta()
-    if config.mode == "pretrain":  # the step == limit eval just ran: its scores are the trunk's
+    if config.mode == "pretrain":  # the step == limit eval ran just before: its scores are the trunk's
+        if not latest_results:  # resumed after that eval: score the final weights again
+            model.eval()
+            latest_results.update(evaluation.score_suite(model, suite, device, config))
         final_meta["trunk_reference"] = evaluation.trunk_reference(latest_results, suite)
     save_checkpoint(run_dir / "final", model=model, model_config=model_config, tokenizer=tokenizer, meta=final_meta)
     log.info(f"final checkpoint: {run_dir / 'final'}")

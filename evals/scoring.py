@@ -123,12 +123,13 @@ def score_lines(
                 width = len(rows[start][1])  # the longest row of the batch: rows are sorted
                 stop = min(len(rows), start + max(1, token_budget // width))
                 batch = rows[start:stop]
-                x = torch.zeros((len(batch), width), dtype=torch.long)
-                y = torch.full((len(batch), width), IGNORE_INDEX, dtype=torch.long)
+                # filled in numpy: one tensor copy per batch instead of two per row
+                x = np.zeros((len(batch), width), dtype=np.int64)
+                y = np.full((len(batch), width), IGNORE_INDEX, dtype=np.int64)
                 for r, (_, inputs, targets) in enumerate(batch):
-                    x[r, : len(inputs)] = torch.tensor(inputs, dtype=torch.long)
-                    y[r, : len(targets)] = torch.tensor(targets, dtype=torch.long)
-                _, nll = model(x.to(device), y.to(device))
+                    x[r, : len(inputs)] = inputs
+                    y[r, : len(targets)] = targets
+                _, nll = model(torch.from_numpy(x).to(device), torch.from_numpy(y).to(device))
                 row_sums = nll.double().sum(dim=1).cpu().numpy()
                 np.add.at(nll_sum, [row[0] for row in batch], row_sums)
                 start = stop

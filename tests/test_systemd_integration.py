@@ -1,0 +1,333 @@
+"""Issue 6's acceptance, for real: the daemon as a `tatu-sft@` unit under a real `systemd --user`
+with journald (tests/systemd_harness.py starts and removes both).
+
+One tiny world and one installed run ("tiny") are shared by the tests below, which run in
+file order and walk the unit's life: start -> observe -> stop -> start again -> SIGKILL ->
+automatic restart. A second instance ("forget") is made to forget and must end failed with
+status 10, not restarted. CI sets TATU_REQUIRE_SYSTEMD=1, so these fail there instead of
+skipping when the harness cannot run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from systemd_harness import user_manager_session
+from tiny_world import base_env, build_world
+
+from tatu.daemon.control import socket_path
+from tatu.daemon.logs import read_events
+from tatu.daemon.main import main as daemon_main
+from tatu.ops import doctor
+from tatu.ops.client import request, resolve_socket
+from tatu.ops.units import install_units
+
+pytestmark = pytest.mark.systemd
+
+RUN_PREFIXES = ("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_")
+UNIT = "tatu-sft@tiny.service"
+FORGET_UNIT = "tatu-sft@forget.service"
+IDENTIFIER = "tatu-sft-tiny"  # SyslogIdentifier=tatu-sft-%i
+STEPS_LIMIT = 1000  # never reached: the tests stop the run; steps only have to keep coming
+EVAL_EVERY = 20
+CKPT_EVERY = 10
+EVAL_LINE = re.compile(r"EVAL ([0-9]+): sftHeld")
+STATUS_STEP = re.compile(r"^step ([0-9]+)/([0-9]+) ")
+# Short restarts for the test; everything else is the shipped unit.
+DROP_IN = "[Service]\nRestartSec=1s\n"
+
+
+def env_file_text(env: dict[str, str]) -> str:
+    return "".join(f"{key}={value}\n" for key, value in env.items())
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sysd-world")
+    with pytest.MonkeyPatch.context() as mp:
+        # The manager hands its environment to its units: no stray run variable of the
+        # caller may reach the daemon's config check (TATU_REQUIRE_SYSTEMD is allowed).
+        for name in list(os.environ):
+            if name.startswith(RUN_PREFIXES) and name != "TATU_REQUIRE_SYSTEMD":
+                mp.delenv(name)
+        for name in ("RUNTIME_DIRECTORY", "NOTIFY_SOCKET", "JOURNAL_STREAM", "WATCHDOG_USEC", "WATCHDOG_PID"):
+            mp.delenv(name, raising=False)
+        # The trunk is trained in-process before the manager exists: its socket goes here.
+        trunk_runtime = root / "trunk-rt"
+        trunk_runtime.mkdir(mode=0o700)
+        mp.setenv("XDG_RUNTIME_DIR", str(trunk_runtime))
+        data = build_world(root)
+        trunk_env = base_env(data, root / "runs", TATU_RUN="trunk", TATU_MODE="pretrain", SFT_GE=2,
+                             MIX_STEPS_LIMIT=24, EVAL_EVERY=12, TATU_LR="3e-3", TATU_GEN_PROMPTS=0)
+        assert daemon_main(trunk_env) == 0
+        trunk = root / "runs" / "trunk" / "final"
+
+        # Absolute paths: the unit's WorkingDirectory is not where the test runs.
+        tiny_env = base_env(data.absolute(), (root / "runs").absolute(), TATU_RUN="tiny", TATU_SEED_CKPT=trunk.absolute(),
+                            SFT_GE=4, REPLAY_N=2, MIX_STEPS_LIMIT=STEPS_LIMIT, EVAL_EVERY=EVAL_EVERY,
+                            TATU_CKPT_EVERY=CKPT_EVERY, TATU_LR="1e-3")
+        # test_daemon's planted forgetting: no replay and a high learning rate.
+        forget_env = base_env(data.absolute(), (root / "runs").absolute(), TATU_RUN="forget", TATU_SEED_CKPT=trunk.absolute(),
+                              SFT_GE=2, REPLAY_N=0, TATU_LR="3e-2", MIX_FORGET_LIMIT="0.02", MIX_STEPS_LIMIT=30,
+                              EVAL_EVERY=2, TATU_GRAD_CLIP=0)
+        env_files = root / "env"
+        env_files.mkdir()
+        (env_files / "tiny.env").write_text(env_file_text(tiny_env))
+        (env_files / "forget.env").write_text(env_file_text(forget_env))
+
+        started = time.monotonic()
+        with user_manager_session() as um:
+            # `tatu units install` talks to "the" user manager through the environment.
+            mp.setenv("XDG_RUNTIME_DIR", str(um.runtime_dir))
+            mp.setenv("XDG_CONFIG_HOME", str(um.config_home))
+            mp.delenv("DBUS_SESSION_BUS_ADDRESS", raising=False)
+            workdir = root / "work"
+            workdir.mkdir()
+            (um.unit_dir / "tatu-sft@.service.d").mkdir(parents=True)
+            (um.unit_dir / "tatu-sft@.service.d" / "test.conf").write_text(DROP_IN)
+            installed = install_units(run="tiny", env_file=env_files / "tiny.env", workdir=workdir)
+            install_units(run="forget", env_file=env_files / "forget.env", workdir=workdir)
+            try:
+                yield {"um": um, "root": root, "runs": root / "runs", "installed": installed, "workdir": workdir,
+                       "events": {}, "started": started}
+            finally:
+                for unit in (UNIT, FORGET_UNIT):
+                    um.systemctl("stop", unit, check=False, timeout=120)
+                    um.systemctl("reset-failed", unit, check=False)
+
+
+@pytest.fixture
+def um(setup, monkeypatch):
+    """The manager, with this test's environment pointed at it (conftest gives each test its own
+    XDG_RUNTIME_DIR; here `tatu status` / `tatu doctor` must find the unit's)."""
+    manager = setup["um"]
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(manager.runtime_dir))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(manager.config_home))
+    monkeypatch.delenv("DBUS_SESSION_BUS_ADDRESS", raising=False)
+    return manager
+
+
+def events(setup, run: str = "tiny") -> list[dict]:
+    path = setup["runs"] / run / "events.jsonl"
+    return read_events(path) if path.exists() else []
+
+
+def journal(um, *extra: str) -> str:
+    # By SyslogIdentifier: journald derives _SYSTEMD_USER_UNIT (what `journalctl --user -u`
+    # matches) from a cgroup under user@UID.service, and the harness's manager lives elsewhere.
+    return um.journalctl("-t", IDENTIFIER, *extra)
+
+
+def wait_for_journal(um, needle: str, timeout: float = 30) -> str:
+    return um.wait_for(lambda: (lambda text: text if needle in text else None)(journal(um, "-o", "cat")),
+                       timeout=timeout, what=f"{needle!r} in the journal of {IDENTIFIER}")
+
+
+# --- install ----------------------------------------------------------------------------------
+
+def test_units_install_writes_units_and_env_where_the_manager_reads_them(setup, um):
+    installed = setup["installed"]
+    assert um.unit_dir / "tatu-sft@.service" in installed.written
+    assert um.config_home / "tatu" / "tiny.env" in installed.written and installed.reloaded
+    unit_text = (um.unit_dir / "tatu-sft@.service").read_text()
+    assert "@TATU_" not in unit_text and f"WorkingDirectory={setup['workdir']}" in unit_text
+    env_file = um.config_home / "tatu" / "tiny.env"
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    shown = um.show(UNIT, "LoadState", "FragmentPath", "DropInPaths", "EnvironmentFiles", "RestartUSec",
+                    "RuntimeDirectory", "Type")
+    assert shown["LoadState"] == "loaded" and shown["Type"] == "notify"
+    assert shown["FragmentPath"] == str(um.unit_dir / "tatu-sft@.service")
+    assert str(env_file) in shown["EnvironmentFiles"]
+    assert shown["RestartUSec"] == "1s" and "test.conf" in shown["DropInPaths"]
+    assert shown["RuntimeDirectory"] == "tatu"
+
+
+# --- start, status, journal, doctor -----------------------------------------------------------
+
+def test_start_returns_once_ready_after_the_baseline_eval(setup, um):
+    started = time.monotonic()
+    um.systemctl("start", UNIT)
+    setup["start_seconds"] = time.monotonic() - started
+    shown = um.show(UNIT, "ActiveState", "SubState", "MainPID", "NRestarts")
+    assert shown["ActiveState"] == "active" and shown["SubState"] == "running", shown
+    assert int(shown["MainPID"]) > 0 and shown["NRestarts"] == "0"
+    # READY=1 comes after the baseline eval and its saved state: both are already on disk when
+    # start returns (a Type=simple unit would return while torch is still loading).
+    seen = events(setup)
+    assert [e["step"] for e in seen if e["event"] == "eval"][:1] == [0], seen[:5]
+    assert any(e["event"] == "checkpoint" and e["reason"] == "baseline" for e in seen)
+    um.wait_for(lambda: any(e["event"] == "ready" for e in events(setup)), timeout=10, what="the ready event")
+
+
+def test_status_text_moves_with_the_steps(setup, um):
+    steps_seen: list[int] = []
+
+    def two_steps():
+        text = um.show(UNIT, "StatusText")["StatusText"]
+        match = STATUS_STEP.match(text)
+        if match:
+            assert int(match.group(2)) == STEPS_LIMIT, text
+            assert "tok/s ETA" in text, text
+            if not steps_seen or int(match.group(1)) != steps_seen[-1]:
+                steps_seen.append(int(match.group(1)))
+        return len(steps_seen) >= 2
+
+    um.wait_for(two_steps, timeout=60, interval=0.1, what="two different 'step N/M' StatusTexts")
+    assert steps_seen[1] > steps_seen[0] >= 1
+
+
+def test_tatu_status_over_the_units_socket(setup, um, capsys):
+    from tatu.ops.cli import main as tatu
+
+    # RuntimeDirectory=tatu under this manager's XDG_RUNTIME_DIR: where the client looks.
+    expected = um.runtime_dir / "tatu" / "tiny.sock"
+    assert socket_path("tiny", {"XDG_RUNTIME_DIR": str(um.runtime_dir)}) == expected
+    assert resolve_socket("tiny") == expected
+    assert stat.S_ISSOCK(expected.stat().st_mode) and stat.S_IMODE(expected.stat().st_mode) == 0o600
+    assert stat.S_IMODE(expected.parent.stat().st_mode) == 0o700
+
+    # Wait for an eval after the baseline so "the last eval" is a training-time one.
+    def status_after_an_eval():
+        reply = request(expected, "status")
+        return reply if (reply.get("last_eval") or {}).get("step", 0) > 0 else None
+
+    reply = um.wait_for(status_after_an_eval, timeout=90, interval=0.5, what="a status whose last eval is past step 0")
+    main_pid = int(um.show(UNIT, "MainPID")["MainPID"])
+    assert reply["pid"] == main_pid and reply["run"] == "tiny"
+    assert reply["limit"] == STEPS_LIMIT and reply["step"] >= reply["last_eval"]["step"]
+    assert reply["last_eval"]["step"] % EVAL_EVERY == 0
+    # The eval the daemon reports is the one it recorded.
+    recorded = {e["step"]: e for e in events(setup) if e["event"] == "eval"}
+    last = recorded[reply["last_eval"]["step"]]
+    assert reply["last_eval"]["sets"]["sftHeld"]["ppl"] == last["sets"]["sftHeld"]["ppl"]
+    assert reply["oom_score_adj"] == int(Path(f"/proc/{main_pid}/oom_score_adj").read_text())
+
+    assert tatu(["status", "tiny"]) == 0
+    printed = capsys.readouterr().out
+    assert re.search(rf"step \d+/{STEPS_LIMIT}", printed) and f"pid {main_pid}" in printed
+    assert re.search(r"eval    @ step \d+: sftHeld", printed), printed
+
+
+def test_journal_shows_the_eval_lines_at_info_priority(setup, um):
+    if not um.journal_available:
+        pytest.fail("journald is not running: the harness could not start it")
+    um.wait_for(lambda: len(EVAL_LINE.findall(journal(um, "-o", "cat"))) >= 2, timeout=60,
+                what="two EVAL lines in the journal")
+    text = journal(um, "-o", "cat")
+    eval_lines = [line for line in text.splitlines() if EVAL_LINE.search(line)]
+    journal_steps = [int(EVAL_LINE.search(line).group(1)) for line in eval_lines]
+    assert journal_steps[0] == 0 and journal_steps == sorted(journal_steps)
+    recorded = {e["step"] for e in events(setup) if e["event"] == "eval"}
+    assert set(journal_steps) <= recorded
+    # The contract line as written: journald took the <6> prefix as the priority.
+    assert all(line.startswith("EVAL ") for line in eval_lines), eval_lines[:3]
+    entries = [json.loads(line) for line in journal(um, "-o", "json").splitlines() if line.strip()]
+    eval_entries = [e for e in entries if isinstance(e.get("MESSAGE"), str) and EVAL_LINE.search(e["MESSAGE"])]
+    assert eval_entries and all(e["PRIORITY"] == "6" for e in eval_entries)
+    # Captured from the unit's stdout, in the unit's cgroup (not printed by someone else).
+    assert all(e["_TRANSPORT"] == "stdout" and e["_SYSTEMD_CGROUP"].endswith("/" + UNIT) for e in eval_entries)
+
+
+def test_doctor_reports_the_effective_oom_score_adj_of_the_live_unit(setup, um):
+    show, proc = doctor.gather("tiny", check_gpu=False)
+    assert show["Id"] == UNIT and show["ActiveState"] == "active"
+    main_pid = int(show["MainPID"])
+    effective = int(Path(f"/proc/{main_pid}/oom_score_adj").read_text())
+    assert show["OOMScoreAdjust"] == "-600" and proc["oom_score_adj"] == effective
+    findings = {f.check: f for f in doctor.diagnose(show, proc)}
+    assert set(findings) >= {"oom_score_adj", "ManagedOOMPreference", "MemorySwapMax", "swap", "linger", "gpu"}
+    assert "unit" not in findings  # the unit is running: no "live checks use no process" warning
+    oom = findings["oom_score_adj"]
+    if effective <= -600:  # a manager allowed to lower it
+        assert oom.level == "OK" and f"effective {effective}" in oom.why
+    else:  # these sandboxes deny it even to root: the silent failure the doctor exists for
+        assert oom.level == "FAIL" and f"the process has {effective}" in oom.why and oom.fix
+
+
+# --- stop, start again ------------------------------------------------------------------------
+
+def test_stop_saves_the_resume_state_and_exits_cleanly(setup, um):
+    main_pid = int(um.show(UNIT, "MainPID")["MainPID"])
+    um.systemctl("stop", UNIT)
+    shown = um.show(UNIT, "ActiveState", "Result", "ExecMainStatus", "ExecMainCode", "ExecMainPID")
+    assert shown["ActiveState"] == "inactive" and shown["Result"] == "success", shown
+    assert shown["ExecMainPID"] == str(main_pid) and shown["ExecMainStatus"] == "0"
+    assert shown["ExecMainCode"] == "1"  # CLD_EXITED: it exited, it was not killed
+    saved = [e for e in events(setup) if e["event"] == "checkpoint"]
+    assert saved[-1]["reason"] == "stop" and saved[-1]["step"] > 0
+    resume = json.loads((setup["runs"] / "tiny" / "state" / "resume.json").read_text())
+    assert resume["step"] == saved[-1]["step"]
+    setup["stopped_at"] = saved[-1]["step"]
+
+
+def test_a_new_start_resumes_from_the_stop(setup, um):
+    stopped_at = setup["stopped_at"]
+    um.systemctl("start", UNIT)
+    assert um.show(UNIT, "ActiveState")["ActiveState"] == "active"
+    resumed = [e for e in events(setup) if e["event"] == "resumed"]
+    assert [e["step"] for e in resumed] == [stopped_at]
+    wait_for_journal(um, f"resumed from step {stopped_at}")
+    # The baseline is the run's own and never recomputed: still one EVAL 0.
+    assert [e["step"] for e in events(setup) if e["event"] == "eval"].count(0) == 1
+
+
+# --- crash: SIGKILL -> restart -> resume ------------------------------------------------------
+
+def test_sigkill_of_the_main_process_is_restarted_and_resumes(setup, um):
+    before = um.show(UNIT, "MainPID", "NRestarts")
+    old_pid, restarts = int(before["MainPID"]), int(before["NRestarts"])
+    resumes_before = len([e for e in events(setup) if e["event"] == "resumed"])
+    # Kill after a scheduled save that follows this start, so the resume has somewhere to go.
+    floor = setup["stopped_at"] + CKPT_EVERY
+
+    def saved_step():
+        steps = [e["step"] for e in events(setup) if e["event"] == "checkpoint" and e["reason"] == "scheduled"]
+        return steps[-1] if steps and steps[-1] >= floor else None
+
+    last_saved = um.wait_for(saved_step, timeout=90, interval=0.1, what=f"a scheduled save at step >= {floor}")
+    um.systemctl("kill", "-s", "SIGKILL", "--kill-whom=main", UNIT)
+
+    def restarted():
+        shown = um.show(UNIT, "MainPID", "NRestarts", "ActiveState")
+        return shown if shown["ActiveState"] == "active" and int(shown["MainPID"]) not in (0, old_pid) else None
+
+    shown = um.wait_for(restarted, timeout=90, interval=0.2, what="systemd to restart the killed daemon")
+    assert int(shown["NRestarts"]) == restarts + 1
+    assert not Path(f"/proc/{old_pid}").exists()
+    resumed = [e for e in events(setup) if e["event"] == "resumed"]
+    assert len(resumed) == resumes_before + 1
+    # It resumes from what was saved before the kill (a save may have completed just after).
+    at = resumed[-1]["step"]
+    assert at >= last_saved and at % CKPT_EVERY == 0
+    wait_for_journal(um, f"resumed from step {at}")
+    assert f"resumed from step {at}" in (setup["runs"] / "tiny" / "run.log").read_text()
+    um.systemctl("stop", UNIT)
+    assert um.show(UNIT, "Result")["Result"] == "success"
+
+
+# --- forgetting: exit 10, failed, never restarted -----------------------------------------------
+
+def test_forget_abort_leaves_the_unit_failed_with_10_and_not_restarted(setup, um):
+    um.systemctl("start", FORGET_UNIT)
+
+    def ended():
+        shown = um.show(FORGET_UNIT, "ActiveState", "Result", "ExecMainStatus", "ExecMainCode", "NRestarts")
+        return shown if shown["ActiveState"] in ("failed", "inactive") else None
+
+    shown = um.wait_for(ended, timeout=120, interval=0.2, what=f"{FORGET_UNIT} to end")
+    assert shown["ActiveState"] == "failed" and shown["Result"] == "exit-code", shown
+    assert shown["ExecMainCode"] == "1" and shown["ExecMainStatus"] == "10"
+    aborts = [e for e in events(setup, "forget") if e["event"] == "abort"]
+    assert aborts and "MIX_FORGET_LIMIT" in aborts[-1]["reason"]
+    # RestartSec is 1s (the SIGKILL test saw restarts happen): well past it, still no restart.
+    time.sleep(3)
+    later = um.show(FORGET_UNIT, "ActiveState", "NRestarts")
+    assert later == {"ActiveState": "failed", "NRestarts": "0"}
+    print(f"systemd integration: first start took {setup.get('start_seconds', float('nan')):.1f}s; "
+          f"module so far {time.monotonic() - setup['started']:.1f}s")
