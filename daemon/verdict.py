@@ -32,7 +32,9 @@ def judge(history: list[dict], abort_reason: str | None, config: RunConfig) -> d
     last = history[-1]
     change = last["changes"].get(key)
     drift = last["drift"]
-    worst_drift = max(h["drift"]["value"] for h in history)
+    trained = [h for h in history if h["step"] > 0] or history  # step 0 is the baseline: drift 0 by definition
+    worst = max(trained, key=lambda h: h["drift"]["value"])
+    worst_drift = worst["drift"]["value"]
     over_limit = config.mode == "sft" and any(
         (h["drift"]["lo"] if config.mix_forget_ci else h["drift"]["value"]) > config.mix_forget_limit for h in history
     )
@@ -53,13 +55,14 @@ def judge(history: list[dict], abort_reason: str | None, config: RunConfig) -> d
         "drift": drift,
         "drift_tronco": last.get("drift_tronco"),
         "worst_drift": worst_drift,
+        "worst_drift_step": worst["step"],
         "aborted": abort_reason,
     }
     summary = (
         f"VERDICT {verdict}: {key} {fmt_pct(change['value'] if change else None)} "
         f"[{fmt_pct(change['lo'] if change else None)},{fmt_pct(change['hi'] if change else None)}] "
         f"drift {fmt_pct(drift['value'])} [{fmt_pct(drift['lo'])},{fmt_pct(drift['hi'])}] "
-        f"worst drift {fmt_pct(worst_drift)} at step {last['step']}"
+        f"at step {last['step']}; worst drift {fmt_pct(worst_drift)} at step {worst['step']}"
         + (f" (aborted: {abort_reason})" if abort_reason else "")
     )
     return {"verdict": verdict, "line": summary, "numbers": numbers, "criteria": criteria(config)}
