@@ -14,7 +14,10 @@ default synthetic lines with the operator's set sizes (ptVal 390 + enRuler 166 t
 sftHeld 100 pairs) and realistic lengths: text lines of 20-300 characters at ~3.7 characters
 per BPE token, pairs with a prompt of 5-40 tokens and a response of 5-120 tokens.
 The model: --ckpt, or the demo size (vocab 2048, block 128, 4 layers, 4 heads, 128 wide),
-randomly initialised (speed and exactness do not depend on training).
+randomly initialised (speed and exactness do not depend on training). A random model is
+near-uniform on every line, so the naive evaluator's bias (lines of different lengths and
+difficulty weighted equally per batch) is small here; it grows with a trained --ckpt.
+Timings need a quiet machine: under CPU contention small batched ops slow down erratically.
 """
 from __future__ import annotations
 

@@ -10,8 +10,11 @@
    The daemon's step time is the gap between consecutive "step" events in its events.jsonl:
    a whole loop iteration, bookkeeping included (psutil sample, event write, status,
    checkpoint test). Its own "seconds" field covers only the compute, so the difference of
-   the two medians is the bookkeeping per step. Rounds alternate bare/daemon and the ratio is
-   taken from medians, because the 2-core hosts this runs on are shared.
+   the two is the bookkeeping per step; their ratio over the same steps is immune to the
+   host's load, where bare-vs-daemon is not. Rounds alternate bare/daemon and the ratio is
+   taken from medians, because the 2-core hosts this runs on are shared; both loops run with
+   --threads torch threads (default 1: with 2 threads on a loaded 2-core host every op waits
+   at an OpenMP barrier for a descheduled thread, and step times swing 10x).
    The bare loop reproduces the daemon's arithmetic exactly, so its per-step losses must
    equal the daemon's: printed as evidence that both did the same work.
 2. Memory. `python -m tatu.daemon` in a fresh process on a tiny model for --rss-steps steps;
@@ -19,7 +22,7 @@
 
 Prints ratios; asserts nothing about timing (exit 0 unless a run fails).
 
-    .venv/bin/python bench/overhead.py [--steps 100] [--rounds 3] [--rss-steps 500] [--quick]
+    .venv/bin/python bench/overhead.py [--steps 100] [--rounds 3] [--rss-steps 500] [--threads 1] [--quick]
 """
 from __future__ import annotations
 
@@ -154,6 +157,7 @@ def throughput(work: Path, data: Path, tokenizer: Path, steps: int, rounds: int,
     seed_ckpt = build_seed(work / "seed-demo", tokenizer, DEMO_MODEL, seed=0)
     tag = f"ovh{os.getpid()}"  # the control socket path is per run name; other runs may share the host
     bare_all, daemon_all, inner_all, per_round, loss_gap = [], [], [], [], 0.0
+    paired_compute = paired_whole = 0.0
     for r in range(rounds):
         env = run_env(data, work / "runs", seed_ckpt, f"{tag}-{r}", steps, DEMO_MODEL)
         order = ("bare", "daemon") if r % 2 == 0 else ("daemon", "bare")  # neither always goes first
@@ -171,11 +175,14 @@ def throughput(work: Path, data: Path, tokenizer: Path, steps: int, rounds: int,
         bare_all += bare
         daemon_all += gaps
         inner_all += inner
+        paired_compute += sum(e["seconds"] for e in events[warmup:])
+        paired_whole += sum(gaps)
         per_round.append(statistics.median(bare) / statistics.median(gaps))
         print(f"  round {r + 1}/{rounds} ({' then '.join(order)}): bare {1 / statistics.median(bare):6.2f} steps/s, "
               f"daemon {1 / statistics.median(gaps):6.2f} steps/s, ratio {per_round[-1]:.3f}")
     return {"bare_s": statistics.median(bare_all), "daemon_s": statistics.median(daemon_all),
             "inner_s": statistics.median(inner_all), "per_round": per_round, "loss_gap": loss_gap,
+            "paired": paired_compute / paired_whole,
             "sample_event": events[-1]}
 
 
@@ -197,13 +204,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=100, help="optimizer steps per timed run (bare and daemon)")
     parser.add_argument("--rounds", type=int, default=3, help="bare/daemon pairs, alternating which goes first")
     parser.add_argument("--rss-steps", type=int, default=500, help="steps of the RSS run (compared with step 50)")
-    parser.add_argument("--quick", action="store_true", help="40 steps x 2 rounds, RSS over 200 steps")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads for both loops; 1 keeps a shared host's load from stalling OpenMP barriers")
+    parser.add_argument("--quick", action="store_true", help="30 steps x 2 rounds, RSS over 200 steps")
     args = parser.parse_args(argv)
     if args.quick:
-        args.steps, args.rounds, args.rss_steps = 40, 2, 200
+        args.steps, args.rounds, args.rss_steps = 30, 2, 200
     if args.steps < 12 or args.rounds < 1 or args.rss_steps <= RSS_EARLY_STEP:
         parser.error(f"--steps must be >= 12, --rounds >= 1, --rss-steps > {RSS_EARLY_STEP}")
     warmup = max(2, args.steps // 20)  # first steps allocate; both loops drop the same number
+    torch.set_num_threads(args.threads)
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs; "
           f"mix SFT_GE=2 REPLAY_N=1 x micro-batch 8 x seq 128; demo model {DEMO_MODEL}")
@@ -222,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  median step: bare {t['bare_s'] * 1000:.1f} ms; daemon {t['daemon_s'] * 1000:.1f} ms per iteration, "
               f"of which compute ('seconds') {t['inner_s'] * 1000:.1f} ms -> bookkeeping "
               f"{(t['daemon_s'] - t['inner_s']) * 1000:+.1f} ms/step")
+        print(f"  within the daemon's own steps (same steps, same load): compute / whole iteration = "
+              f"{t['paired']:.4f}")
         print(f"  per-round ratios: {', '.join(f'{x:.3f}' for x in t['per_round'])}")
         for what, ms in bookkeeping_costs(work, t["sample_event"]).items():
             print(f"  cost of {what}: {ms:.3f} ms/step = {ms / (t['bare_s'] * 1000):.2%} of a bare step")

@@ -121,7 +121,8 @@ def run(config: RunConfig, sources: dict[str, str], log: RunLog | None = None) -
     device = resolve_device(config.device)
     log.attach(run_dir)
     try:
-        stream = MixedStream(config.data, mix=config.mix, micro_batch=config.micro_batch, seq_len=config.seq_len, seed=config.seed)
+        stream = MixedStream(config.data, mix=config.mix, micro_batch=config.micro_batch, seq_len=config.seq_len,
+                             seed=config.seed, tokenizer_hash=tokenizer.hash)
         suite = evaluation.load_suite(config, manifest, tokenizer, log)
     except (ValueError, KeyError, OSError) as exc:
         raise TatuExit(exitcodes.BAD_DATA, str(exc))
