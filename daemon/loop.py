@@ -279,6 +279,7 @@ def _train(config, log, notifier, controls, run_dir, model, model_config, tokeni
 
     model.train()
     step_seconds, tokens_per_s = None, 0.0
+    mem, mem_sampled_at = memory.sample(), time.monotonic()
     while state["step"] < limit:
         if controls.stop.is_set():
             notifier.stopping()
@@ -296,7 +297,8 @@ def _train(config, log, notifier, controls, run_dir, model, model_config, tokeni
         # "43% of tokens are English" also means 43% of the gradient.
         total_targets = sum(batch.target_tokens.values())
         optimizer.zero_grad(set_to_none=True)
-        loss_sum = 0.0
+        # Accumulated on the device: one host sync per step, not one per micro-batch.
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
         for micro in batch.micro_batches:
             x = torch.from_numpy(micro.x).to(device, non_blocking=True)
             y = torch.from_numpy(micro.y).to(device, non_blocking=True)
@@ -306,8 +308,8 @@ def _train(config, log, notifier, controls, run_dir, model, model_config, tokeni
             if config.fault_nan_step == step:
                 micro_loss = micro_loss * float("nan")
             (micro_loss / max(total_targets, 1)).backward()
-            loss_sum += micro_loss.item()
-        loss = loss_sum / max(total_targets, 1)
+            loss_sum += micro_loss.detach().double()
+        loss = loss_sum.item() / max(total_targets, 1)
         if not math.isfinite(loss):
             log.error(f"non-finite loss {loss} at step {step}: stopping; the last saved state (step {last_saved_step}) is intact")
             log.event("abort", step=step, reason="non-finite loss", loss=str(loss))
@@ -323,7 +325,8 @@ def _train(config, log, notifier, controls, run_dir, model, model_config, tokeni
         elapsed = time.perf_counter() - started
         step_seconds = elapsed if step_seconds is None else 0.9 * step_seconds + 0.1 * elapsed
         tokens_per_s = sum(m.x.size for m in batch.micro_batches) / max(elapsed, 1e-9)
-        mem = memory.sample()
+        if time.monotonic() - mem_sampled_at >= 1.0:  # psutil costs ~0.1 ms: not on every fast GPU step
+            mem, mem_sampled_at = memory.sample(), time.monotonic()
         eta_s = (limit - step) * step_seconds
         last = state["history"][-1] if state["history"] else None
         controls.status.update(step=step, limit=limit, loss=loss, lr=lr_at(step - 1, config), tokens_per_s=round(tokens_per_s, 1),
