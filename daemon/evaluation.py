@@ -92,6 +92,7 @@ def score_suite(model, suite: Suite, device, config: RunConfig) -> dict[str, dic
             "n_tokens": int(result.n_tokens),
             "nll_sum": [float(x) for x in result.scores.nll_sum],
             "line_tokens": [int(x) for x in result.scores.n_tokens],
+            "warning": result.warning(),  # EVAL_EN_ALL=0: k/n lines and the SE that buys
         }
     return results
 
@@ -198,7 +199,8 @@ def decide(step: int, results: dict, state: dict, suite: Suite, config: RunConfi
     line = eval_line(step, results, drift, drift_tronco, trunk_ok, best, seconds, suite.notes)
     record = {
         "step": step,
-        "sets": {n: {k: v for k, v in r.items() if k not in ("nll_sum", "line_tokens")} for n, r in results.items()},
+        "sets": {n: {k: v for k, v in r.items() if k not in ("nll_sum", "line_tokens", "warning")} for n, r in results.items()},
+        "warnings": [r["warning"] for r in results.values() if r.get("warning")],
         "changes": changes,
         "drift": drift,
         "drift_tronco": drift_tronco,

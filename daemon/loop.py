@@ -174,7 +174,10 @@ def run(config: RunConfig, sources: dict[str, str], log: RunLog | None = None) -
         "eval": lambda _r: (controls.eval.set(), {"queued": "eval at the next step boundary"})[1],
         "stop": lambda _r: (controls.stop.set(), {"queued": "graceful stop at the next step boundary"})[1],
     }
-    server = ControlServer(socket_path(config.run), handlers).start()
+    try:
+        server = ControlServer(socket_path(config.run), handlers).start()
+    except RuntimeError as exc:  # a second daemon for the same run name: not a crash to restart
+        raise TatuExit(exitcodes.BAD_CONFIG, f"TATU_RUN={config.run}: {exc}")
     previous_sigterm = signal.signal(signal.SIGTERM, lambda *_: controls.stop.set())
     try:
         return _train(config, log, notifier, controls, run_dir, model, model_config, tokenizer, optimizer,
@@ -257,6 +260,8 @@ def _train(config, log, notifier, controls, run_dir, model, model_config, tokeni
             save_checkpoint(run_dir / "best", model=model, model_config=model_config, tokenizer=tokenizer,
                             meta=meta(best=state["best"]))
         log.info(decision.line)
+        for warning in decision.record["warnings"]:
+            log.warning(warning)
         log.event("eval", **decision.record)
         publish(decision.record)
         return decision

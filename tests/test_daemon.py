@@ -271,3 +271,13 @@ def test_sigkill_at_random_moments_then_resume_is_bit_identical(world, tmp_path)
     assert final.returncode == 0, final.stdout[-2000:] + final.stderr[-2000:]
     assert sha(run_dir / "final" / "model.safetensors") == sha(reference / "run" / "final" / "model.safetensors")
     assert history(run_dir) == history(reference / "run")
+
+
+def test_subsampled_ruler_is_explicit(world, tmp_path):
+    """EVAL_EN_ALL=0: the ruler is scored on EVAL_EN_BATCHES x EVAL_BATCH lines, and says so."""
+    proc = daemon(sft_env(world, tmp_path, MIX_STEPS_LIMIT=1, EVAL_EVERY=1, EVAL_EN_ALL=0))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "enRuler_lines=16/40" in proc.stdout
+    assert re.search(r"enRuler: scored 16/40 lines \(EVAL_EN_ALL=0\); the SE of its ppl is \d+\.\d%", proc.stdout)
+    first = [e for e in read_events(tmp_path / "run" / "events.jsonl") if e["event"] == "eval"][0]
+    assert first["sets"]["enRuler"]["n_lines"] == 16 and first["sets"]["enRuler"]["n_lines_total"] == 40
