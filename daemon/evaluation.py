@@ -113,9 +113,14 @@ def paired_change(reference: dict, current: dict, config: RunConfig) -> dict:
     }
 
 
-def reference_for_lines(reference: dict, eval_set: EvalSet) -> dict | None:
-    """The trunk's per-line enRuler scores restricted to the lines scored now (None if not comparable)."""
+def reference_for_lines(reference: dict, eval_set: EvalSet, file_sha256: str | None) -> dict | None:
+    """The trunk's per-line enRuler scores restricted to the lines scored now.
+
+    None (drift_tronco n/a) when the trunk was scored on another ruler file: a ratio over
+    different lines would be a number without a meaning."""
     if reference is None or reference.get("n_lines_total") != eval_set.n_lines_total:
+        return None
+    if reference.get("file_sha256") and file_sha256 and reference["file_sha256"] != file_sha256:
         return None
     index = eval_set.line_index
     nll = np.asarray(reference["nll_sum"])[index]
@@ -180,7 +185,7 @@ def decide(step: int, results: dict, state: dict, suite: Suite, config: RunConfi
     """Compare with the run's baseline and the trunk; pick best; decide abort (not warn)."""
     baseline = state["baseline"]
     drift = paired_change(baseline[RULER], results[RULER], config)
-    trunk_ref = reference_for_lines((state.get("trunk_reference") or {}).get(RULER), suite.sets[RULER])
+    trunk_ref = reference_for_lines((state.get("trunk_reference") or {}).get(RULER), suite.sets[RULER], suite.file_hashes.get(RULER))
     drift_tronco = paired_change(trunk_ref, results[RULER], config) if trunk_ref else None
     if config.trunk_limit is None:
         trunk_ok = True

@@ -119,49 +119,8 @@ def run(config: RunConfig, sources: dict[str, str], log: RunLog | None = None) -
     if config.seq_len > model_config.block_size:
         raise TatuExit(exitcodes.BAD_CONFIG, f"TATU_SEQ_LEN={config.seq_len} exceeds the model's block_size {model_config.block_size}")
     device = resolve_device(config.device)
-    log.attach(run_dir)
-    try:
-        stream = MixedStream(config.data, mix=config.mix, micro_batch=config.micro_batch, seq_len=config.seq_len,
-                             seed=config.seed, tokenizer_hash=tokenizer.hash)
-        suite = evaluation.load_suite(config, manifest, tokenizer, log)
-    except (ValueError, KeyError, OSError) as exc:
-        raise TatuExit(exitcodes.BAD_DATA, str(exc))
-
-    torch.manual_seed(config.seed)
-    model = GPT(model_config)
-    if initial_state is not None:
-        load_model_state(model, initial_state, str(config.seed_ckpt))
-    model.to(device)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=config.lr, betas=(config.beta1, config.beta2),
-    )
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
-    log.info(f"model {model.num_params() / 1e6:.2f}M params on {device}; mix {config.mix} x {config.micro_batch} x {config.seq_len}")
-
-    # --- the run's state: resumed, or a new baseline -------------------------------------
-    meta_base = {"config": config.to_json(), "mode": config.mode, "run": config.run, "seed_meta_step": seed_meta.get("step")}
+    # The socket first: a second daemon for the same run stops here, before touching its files.
     state: dict = {"step": 0, "baseline": None, "best": None, "history": [], "trunk_reference": None}
-    if has_resume(run_dir):
-        try:
-            resume = load_resume(run_dir, device)
-        except CheckpointError as exc:
-            raise TatuExit(exitcodes.BAD_DATA, f"resume state: {exc}")
-        load_model_state(model, resume.model_state, str(resume.path))
-        saved = resume.extra_json["resume"]
-        restore_optimizer(optimizer, resume.extra_tensors["optimizer"], saved["optimizer_groups"])
-        stream.load_state_dict(saved["stream"])
-        restore_rng(saved["rng"], resume.extra_tensors["rng"])
-        state = {k: saved[k] for k in ("step", "baseline", "best", "history", "trunk_reference")}
-        log.info(f"resumed from step {state['step']}")
-        log.event("resumed", step=state["step"])
-    else:
-        state["trunk_reference"] = seed_meta.get("trunk_reference") or trunk_reference_from(config, suite, device, log)
-    if state["trunk_reference"] is None:
-        log.info("drift_tronco: n/a (the seed carries no trunk reference and TATU_TRUNK_CKPT is not set)")
-
     def status_reply(_request):
         return {**controls.status, "run": config.run, "pid": os.getpid(), "config_hash": config.hash,
                 "oom_score_adj": memory.oom_score_adj(), "memory": memory.sample()}
@@ -178,6 +137,53 @@ def run(config: RunConfig, sources: dict[str, str], log: RunLog | None = None) -
         server = ControlServer(socket_path(config.run), handlers).start()
     except RuntimeError as exc:  # a second daemon for the same run name: not a crash to restart
         raise TatuExit(exitcodes.BAD_CONFIG, f"TATU_RUN={config.run}: {exc}")
+    try:
+        log.attach(run_dir)
+        try:
+            stream = MixedStream(config.data, mix=config.mix, micro_batch=config.micro_batch, seq_len=config.seq_len,
+                                 seed=config.seed, tokenizer_hash=tokenizer.hash)
+            suite = evaluation.load_suite(config, manifest, tokenizer, log)
+        except (ValueError, KeyError, OSError) as exc:
+            raise TatuExit(exitcodes.BAD_DATA, str(exc))
+
+        torch.manual_seed(config.seed)
+        model = GPT(model_config)
+        if initial_state is not None:
+            load_model_state(model, initial_state, str(config.seed_ckpt))
+        model.to(device)
+        decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+        no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=config.lr, betas=(config.beta1, config.beta2),
+        )
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+        log.info(f"model {model.num_params() / 1e6:.2f}M params on {device}; mix {config.mix} x {config.micro_batch} x {config.seq_len}")
+
+        # --- the run's state: resumed, or a new baseline -------------------------------------
+        meta_base = {"config": config.to_json(), "mode": config.mode, "run": config.run, "seed_meta_step": seed_meta.get("step")}
+        if has_resume(run_dir):
+            try:
+                resume = load_resume(run_dir, device)
+            except CheckpointError as exc:
+                raise TatuExit(exitcodes.BAD_DATA, f"resume state: {exc}")
+            load_model_state(model, resume.model_state, str(resume.path))
+            saved = resume.extra_json["resume"]
+            restore_optimizer(optimizer, resume.extra_tensors["optimizer"], saved["optimizer_groups"])
+            stream.load_state_dict(saved["stream"])
+            restore_rng(saved["rng"], resume.extra_tensors["rng"])
+            state = {k: saved[k] for k in ("step", "baseline", "best", "history", "trunk_reference")}
+            log.info(f"resumed from step {state['step']}")
+            log.event("resumed", step=state["step"])
+        else:
+            # An explicit TATU_TRUNK_CKPT wins over the reference the seed carries.
+            state["trunk_reference"] = trunk_reference_from(config, suite, device, log) or seed_meta.get("trunk_reference")
+        if state["trunk_reference"] is None:
+            log.info("drift_tronco: n/a (the seed carries no trunk reference and TATU_TRUNK_CKPT is not set)")
+
+    except BaseException:
+        server.close()
+        raise
     previous_sigterm = signal.signal(signal.SIGTERM, lambda *_: controls.stop.set())
     try:
         return _train(config, log, notifier, controls, run_dir, model, model_config, tokenizer, optimizer,
