@@ -41,7 +41,14 @@ from tatu.evals.stats import (
 from tatu.model.gpt import IGNORE_INDEX
 
 LN2 = math.log(2.0)
-DEFAULT_TOKEN_BUDGET = 16384
+# Tokens per scoring batch. On CPU small batches stay in cache and win (measured on the demo
+# model: 512 tokens 0.44 s, 2048 0.48 s, 16384 0.88 s for 656 lines); a GPU wants big ones.
+CPU_TOKEN_BUDGET = 2048
+CUDA_TOKEN_BUDGET = 16384
+
+
+def default_token_budget(device) -> int:
+    return CUDA_TOKEN_BUDGET if torch.device(device).type == "cuda" else CPU_TOKEN_BUDGET
 
 
 @dataclass
@@ -84,7 +91,7 @@ def score_lines(
     model: torch.nn.Module,
     lines: Sequence[EvalLine],
     device: str | torch.device = "cpu",
-    token_budget: int = DEFAULT_TOKEN_BUDGET,
+    token_budget: int | None = None,
     position_mask: Sequence[Sequence[bool]] | None = None,
 ) -> LineScores:
     """Score every line (see the module docstring). The model must already be on `device`.
@@ -92,6 +99,8 @@ def score_lines(
     position_mask: per line, one bool per target token; only True targets are scored (and
     counted), for per-category perplexity. Characters and bytes stay those of the whole text.
     """
+    if token_budget is None:
+        token_budget = default_token_budget(device)
     if token_budget < 1:
         raise ValueError(f"token_budget must be >= 1, got {token_budget}")
     if position_mask is not None and len(position_mask) != len(lines):
@@ -271,7 +280,7 @@ def evaluate(
     device: str | torch.device = "cpu",
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
-    token_budget: int = DEFAULT_TOKEN_BUDGET,
+    token_budget: int | None = None,
     position_mask: Sequence[Sequence[bool]] | None = None,
     category: str | None = None,
 ) -> SetResult:

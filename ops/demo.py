@@ -165,9 +165,11 @@ def main(argv: list[str] | None = None) -> int:
         if statuses[name] not in (0, 10):
             check(statuses[name], f"SFT run {name}")
 
-    say("paired comparison of the last weights of each run (same lines, A = without replay, B = with replay)")
     # A run aborted by MIX_FORGET_LIMIT has no final/: its resume state holds its last weights.
     last = {name: runs / name / ("final" if (runs / name / "final").exists() else "state") for name in statuses}
+    steps = {name: json.loads((last[name] / "meta.json").read_text())["step"] for name in statuses}
+    say(f"paired comparison of the last weights of each run on the same lines: "
+        f"A = sft-noreplay (step {steps['sft-noreplay']}), B = sft-replay (step {steps['sft-replay']})")
     check(tatu(["compare", str(last["sft-noreplay"]), str(last["sft-replay"]),
                 "--set", f"enRuler={sources / 'en_ruler.txt'}", "--set", f"sftHeld={sources / 'sft_held.jsonl'}",
                 "--json", str(out / "compare.json")]), "compare")

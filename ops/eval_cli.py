@@ -34,7 +34,7 @@ def _common_args(parser: argparse.ArgumentParser) -> None:
                         help="also report perplexity on tokens of function or content words (repeatable)")
     parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    parser.add_argument("--token-budget", type=int, default=16384, help="padded tokens per batch")
+    parser.add_argument("--token-budget", type=int, default=None, help="padded tokens per batch (default: 2048 on CPU, 16384 on CUDA)")
 
 
 def add_eval_args(parser: argparse.ArgumentParser) -> None:
