@@ -240,4 +240,8 @@ def load_legacy_pt(path: Path) -> Checkpoint:
     else:
         raise CheckpointError(f"{path}: no tokenizer inside and no tokenizer.json beside it")
     meta = payload.get("meta", {})
-    return Checkpoint(path=path, model_config=GPTConfig.from_dict(dict(config)), model_state=state, tokenizer=tokenizer, meta=dict(meta))
+    try:
+        model_config = GPTConfig.from_dict(dict(config))
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: model config does not fit tatu's GPT ({exc})") from exc
+    return Checkpoint(path=path, model_config=model_config, model_state=state, tokenizer=tokenizer, meta=dict(meta))

@@ -78,6 +78,9 @@ class CausalSelfAttention(nn.Module):
         v = v.view(B, T, self.n_head, hd).transpose(1, 2)
         if cache is not None:
             start = cache.length
+            if attn_mask is None and start > 0 and T > 1:
+                # is_causal aligns its mask top-left, which is wrong once cached keys precede q.
+                raise ValueError("several new tokens after a filled KV cache need an explicit attn_mask")
             cache.k[layer][:, :, start : start + T] = k
             cache.v[layer][:, :, start : start + T] = v
             k = cache.k[layer][:, :, : start + T]

@@ -199,3 +199,11 @@ def test_legacy_pt_that_is_not_a_torch_file_is_refused(tmp_path):
     with pytest.raises(CheckpointError) as excinfo:
         load_checkpoint(pt)
     assert str(pt) in str(excinfo.value)
+
+
+def test_legacy_pt_with_a_foreign_config_is_refused_naming_the_file(tmp_path, model, tok):
+    path = tmp_path / "sft_best.pt"
+    config = {**model.config.to_dict(), "rope_theta": 10000.0}  # a field tatu's GPT does not have
+    torch.save({"model": model.state_dict(), "config": config, "tokenizer": tok.to_dict()}, path)
+    with pytest.raises(CheckpointError, match=r"sft_best\.pt: model config does not fit"):
+        load_checkpoint(path)
