@@ -138,6 +138,7 @@ def load_config(environ: Mapping[str, str] | None = None, **overrides) -> tuple[
     """(config, source of each field: 'env', 'default' or 'override'), or ConfigError in one line."""
     environ = dict(os.environ if environ is None else environ)
     check_unknown(environ)
+    check_unknown(overrides)
     values = {alias: environ[alias] for alias in known_variables() if alias in environ and environ[alias] != ""}
     sources = {alias: ("env" if alias in values else "default") for alias in known_variables()}
     for alias, value in overrides.items():

@@ -92,6 +92,7 @@ def score_suite(model, suite: Suite, device, config: RunConfig) -> dict[str, dic
             "n_tokens": int(result.n_tokens),
             "nll_sum": [float(x) for x in result.scores.nll_sum],
             "line_tokens": [int(x) for x in result.scores.n_tokens],
+            "line_index": [int(x) for x in eval_set.line_index],
             "warning": result.warning(),  # EVAL_EN_ALL=0: k/n lines and the SE that buys
         }
     return results
@@ -122,9 +123,13 @@ def reference_for_lines(reference: dict, eval_set: EvalSet, file_sha256: str | N
         return None
     if reference.get("file_sha256") and file_sha256 and reference["file_sha256"] != file_sha256:
         return None
-    index = eval_set.line_index
-    nll = np.asarray(reference["nll_sum"])[index]
-    tok = np.asarray(reference["line_tokens"])[index]
+    # The reference may itself cover a subsample: map by line index, n/a if a line is missing.
+    position = {line: i for i, line in enumerate(reference.get("line_index") or range(len(reference["nll_sum"])))}
+    if any(line not in position for line in eval_set.line_index):
+        return None
+    take = [position[line] for line in eval_set.line_index]
+    nll = np.asarray(reference["nll_sum"])[take]
+    tok = np.asarray(reference["line_tokens"])[take]
     return {"ppl": float(np.exp(nll.sum() / tok.sum())), "nll_sum": nll.tolist(), "line_tokens": tok.tolist()}
 
 
@@ -167,7 +172,9 @@ def eval_line(step: int, results: dict, drift: dict, drift_tronco: dict | None, 
         f"drift {fmt_pct(drift['value'])} drift_tronco {fmt_pct(drift_tronco['value'] if drift_tronco else None)} "
         f"trunk_ok={'n/a' if trunk_ok is None else trunk_ok} best={best} ({seconds:.1f}s)"
     )
-    extras = f" drift_ci=[{fmt_pct(drift['lo'])},{fmt_pct(drift['hi'])}] mde={drift['mde'] * 100:.1f}%"
+    # At step 0 the ruler is compared with itself: there is no interval or resolution to show.
+    mde = "n/a" if step == 0 else f"{drift['mde'] * 100:.1f}%"
+    extras = f" drift_ci=[{fmt_pct(drift['lo'])},{fmt_pct(drift['hi'])}] mde={mde}"
     if RULER in notes and notes[RULER]:
         extras += f" enRuler_lines={notes[RULER].split()[0]}"
     return line + extras
@@ -204,7 +211,7 @@ def decide(step: int, results: dict, state: dict, suite: Suite, config: RunConfi
     line = eval_line(step, results, drift, drift_tronco, trunk_ok, best, seconds, suite.notes)
     record = {
         "step": step,
-        "sets": {n: {k: v for k, v in r.items() if k not in ("nll_sum", "line_tokens", "warning")} for n, r in results.items()},
+        "sets": {n: {k: v for k, v in r.items() if k not in ("nll_sum", "line_tokens", "line_index", "warning")} for n, r in results.items()},
         "warnings": [r["warning"] for r in results.values() if r.get("warning")],
         "changes": changes,
         "drift": drift,
@@ -234,14 +241,10 @@ def trunk_reference(results: dict, suite: Suite) -> dict:
         if name in results:
             r = results[name]
             ref[name] = {
-                "ppl": r["ppl"], "nll_sum": r["nll_sum"], "line_tokens": r["line_tokens"],
+                "ppl": r["ppl"], "nll_sum": r["nll_sum"], "line_tokens": r["line_tokens"], "line_index": r["line_index"],
                 "n_lines_total": r["n_lines_total"], "file_sha256": suite.file_hashes.get(name),
             }
     return ref
-
-
-def load_json(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 __all__ = ["Suite", "load_suite", "score_suite", "decide", "trunk_reference", "best_set", "normalize_answer"]

@@ -3,12 +3,13 @@
 - Under journald (JOURNAL_STREAM set) each stdout line carries its syslog priority prefix
   (<3> error, <4> warning, <6> info); journald strips it, so `journalctl -o cat` shows the
   contract lines (EVAL ...) exactly as written.
-- In a terminal: a readable console line with the time and the level.
+- Elsewhere (a terminal, a pipe): info lines as they are, others prefixed with their level.
 - Always: run.log (plain lines) and events.jsonl (one JSON object per event, every number
   of the run) in the run directory.
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -36,10 +37,29 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def connected_to_journal(stream) -> bool:
+    """True when `stream` is journald's stream socket: JOURNAL_STREAM names its device:inode.
+
+    The variable alone is not enough: a child process or `tatu run | tee` inherits it while
+    writing somewhere else, where "<6>" prefixes would be noise."""
+    value = os.environ.get("JOURNAL_STREAM", "")
+    dev, _, ino = value.partition(":")
+    try:
+        st = os.fstat(stream.fileno())
+        return bool(value) and st.st_dev == int(dev) and st.st_ino == int(ino)
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return False
+
+
+def priority_prefix(level: str, stream) -> str:
+    """The syslog priority prefix journald reads ("<3>" error ...), or "" off the journal."""
+    return f"<{_PRIORITY.get(level, 6)}>" if connected_to_journal(stream) else ""
+
+
 class RunLog:
     def __init__(self, run_dir: Path | None, stream=None):
         self.stream = stream or sys.stdout
-        self.journal = bool(os.environ.get("JOURNAL_STREAM"))
+        self.journal = connected_to_journal(self.stream)
         self.run_dir = run_dir
         self._log_file = self._events_file = None
         if run_dir is not None:

@@ -120,7 +120,8 @@ def run(config: RunConfig, sources: dict[str, str], log: RunLog | None = None) -
         raise TatuExit(exitcodes.BAD_CONFIG, f"TATU_SEQ_LEN={config.seq_len} exceeds the model's block_size {model_config.block_size}")
     device = resolve_device(config.device)
     # The socket first: a second daemon for the same run stops here, before touching its files.
-    state: dict = {"step": 0, "baseline": None, "best": None, "history": [], "trunk_reference": None}
+    state: dict = {"step": 0, "baseline": None, "best": None, "history": [], "trunk_reference": None,
+                   "aborted": None, "eval_files": None}
     def status_reply(_request):
         return {**controls.status, "run": config.run, "pid": os.getpid(), "config_hash": config.hash,
                 "oom_score_adj": memory.oom_score_adj(), "memory": memory.sample()}
@@ -172,19 +173,27 @@ def run(config: RunConfig, sources: dict[str, str], log: RunLog | None = None) -
             restore_optimizer(optimizer, resume.extra_tensors["optimizer"], saved["optimizer_groups"])
             stream.load_state_dict(saved["stream"])
             restore_rng(saved["rng"], resume.extra_tensors["rng"])
-            state = {k: saved[k] for k in ("step", "baseline", "best", "history", "trunk_reference")}
+            check_resumable(resume.meta.get("config", {}), config, saved, suite)
+            state = {k: saved.get(k) for k in state}
             log.info(f"resumed from step {state['step']}")
             log.event("resumed", step=state["step"])
         else:
             # An explicit TATU_TRUNK_CKPT wins over the reference the seed carries.
-            state["trunk_reference"] = trunk_reference_from(config, suite, device, log) or seed_meta.get("trunk_reference")
+            state["trunk_reference"] = trunk_reference_from(config, suite, device, log, tokenizer) or seed_meta.get("trunk_reference")
+            state["eval_files"] = suite.file_hashes
         if state["trunk_reference"] is None:
             log.info("drift_tronco: n/a (the seed carries no trunk reference and TATU_TRUNK_CKPT is not set)")
 
     except BaseException:
         server.close()
         raise
-    previous_sigterm = signal.signal(signal.SIGTERM, lambda *_: controls.stop.set())
+    def on_sigterm(*_):
+        # Say so at once, and ask for the time the final save needs, even mid-eval.
+        controls.stop.set()
+        notifier.stopping()
+        notifier.extend_timeout(EVAL_WATCHDOG_S)
+
+    previous_sigterm = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         return _train(config, log, notifier, controls, run_dir, model, model_config, tokenizer, optimizer,
                       autocast, stream, suite, device, state, meta_base)
@@ -193,13 +202,37 @@ def run(config: RunConfig, sources: dict[str, str], log: RunLog | None = None) -
         server.close()
 
 
-def trunk_reference_from(config: RunConfig, suite, device, log):
+# What may change when a run is restarted: when and how often things happen, not what is
+# measured or how it is trained (a changed limit or LR would make the verdict meaningless).
+RESUMABLE_CHANGES = frozenset({"MIX_STEPS_LIMIT", "TATU_CKPT_EVERY", "TATU_MEM_FLOOR_MB", "TATU_DEVICE",
+                               "EVAL_EVERY", "TATU_GEN_PROMPTS", "TATU_GEN_TOKENS", "TATU_FAULT_NAN_STEP"})
+
+
+def check_resumable(saved_config: dict, config: RunConfig, saved_state: dict, suite) -> None:
+    """A run continues only with the configuration and eval files it started with."""
+    current = config.to_json()
+    changed = sorted(k for k in set(saved_config) | set(current)
+                     if saved_config.get(k) != current.get(k) and k not in RESUMABLE_CHANGES)
+    if changed:
+        shown = ", ".join(f"{k}: {saved_config.get(k)!r} -> {current.get(k)!r}" for k in changed[:4])
+        raise TatuExit(exitcodes.BAD_CONFIG, f"run {config.run} was started with another configuration ({shown}); "
+                                             f"restore it, or start a new TATU_RUN")
+    saved_files = saved_state.get("eval_files") or {}
+    moved = sorted(name for name, sha in saved_files.items() if suite.file_hashes.get(name) != sha)
+    if moved:
+        raise TatuExit(exitcodes.BAD_DATA, f"eval sets {moved} differ from those this run's baseline was measured on")
+
+
+def trunk_reference_from(config: RunConfig, suite, device, log, tokenizer):
     if config.trunk_ckpt is None:
         return None
     try:
         trunk = load_checkpoint(config.trunk_ckpt)
     except CheckpointError as exc:
         raise TatuExit(exitcodes.BAD_DATA, f"TATU_TRUNK_CKPT: {exc}")
+    if trunk.tokenizer.hash != tokenizer.hash:
+        raise TatuExit(exitcodes.BAD_CONFIG, f"TATU_TRUNK_CKPT {config.trunk_ckpt} uses tokenizer {trunk.tokenizer.hash[:12]}, "
+                                             f"the run uses {tokenizer.hash[:12]}: drift_tronco would compare different tokens")
     log.info(f"scoring the trunk {config.trunk_ckpt} for drift_tronco")
     trunk_model = trunk.build_model(device).eval()
     results = evaluation.score_suite(trunk_model, suite, device, config)
@@ -219,6 +252,8 @@ def _train(config, log, notifier, controls, run_dir, model, model_config, tokeni
         nonlocal last_saved_step
         controls.status["phase"] = "checkpoint"
         notifier.set_watchdog_timeout(EVAL_WATCHDOG_S)
+        if controls.stop.is_set():
+            notifier.extend_timeout(EVAL_WATCHDOG_S)
         run_state = {**state, "stream": stream.state_dict()}
         save_resume(run_dir, model=model, optimizer=optimizer, model_config=model_config, tokenizer=tokenizer,
                     run_state=run_state, meta=meta())
@@ -275,7 +310,14 @@ def _train(config, log, notifier, controls, run_dir, model, model_config, tokeni
     if state["history"]:
         publish(state["history"][-1])
     controls.status.update(step=state["step"], limit=limit)
+    if state["aborted"]:  # an abort is final (seed 000): never train on past it
+        log.error(f"run {config.run} was aborted at step {state['aborted']['step']}: {state['aborted']['reason']}; "
+                  f"start a new TATU_RUN")
+        return exitcodes.FORGET_ABORT if state["aborted"]["code"] == exitcodes.FORGET_ABORT else state["aborted"]["code"]
     if state["step"] >= limit and (run_dir / "verdict.json").exists():
+        # Type=notify: exiting before READY would count as a failed start (and be restarted).
+        notifier.ready()
+        notifier.status(f"finished at step {state['step']}; nothing to do")
         log.info(f"run {config.run} already finished at step {state['step']}; nothing to do")
         return exitcodes.OK
 
@@ -294,6 +336,7 @@ def _train(config, log, notifier, controls, run_dir, model, model_config, tokeni
     while state["step"] < limit:
         if controls.stop.is_set():
             notifier.stopping()
+            notifier.extend_timeout(EVAL_WATCHDOG_S)
             log.info(f"stop requested at step {state['step']}: saving the resume state")
             save_state("stop")
             controls.status["phase"] = "stopped"
@@ -357,6 +400,7 @@ def _train(config, log, notifier, controls, run_dir, model, model_config, tokeni
             if decision.abort_reason:
                 log.error(f"ABORT at step {step}: {decision.abort_reason}")
                 log.event("abort", step=step, reason=decision.abort_reason)
+                state["aborted"] = {"step": step, "reason": decision.abort_reason, "code": exitcodes.FORGET_ABORT}
                 save_state("forget abort")
                 return finish(exitcodes.FORGET_ABORT, decision.abort_reason)
         low_memory = config.mem_floor_mb and mem["available_mb"] < config.mem_floor_mb and step - last_saved_step >= config.eval_every

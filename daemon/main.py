@@ -24,7 +24,9 @@ def main(environ: Mapping[str, str] | None = None, overrides: dict[str, str] | N
                                "MIX_STEPS_LIMIT": (overrides or {}).get("MIX_STEPS_LIMIT", "2")}
             config, sources = load_config(environ, **{**(overrides or {}), **smoke_overrides})
     except ConfigError as exc:
-        print(f"tatu: configuration error: {exc}", file=sys.stderr)
+        from tatu.daemon.logs import priority_prefix
+
+        print(f"{priority_prefix('error', sys.stderr)}tatu: configuration error: {exc}", file=sys.stderr)
         return exitcodes.BAD_CONFIG
     if smoke and config.run_dir.exists():
         shutil.rmtree(config.run_dir)

@@ -82,7 +82,11 @@ class Notifier:
         return self._send(f"EXTEND_TIMEOUT_USEC={_usec(seconds)}")
 
     def set_watchdog_timeout(self, seconds: float) -> bool:
-        """Change the watchdog timeout (and restart its clock), e.g. around a long eval."""
+        """Change the watchdog timeout (and restart its clock), e.g. around a long eval.
+
+        A no-op when the unit has no watchdog: sending WATCHDOG_USEC would arm one."""
+        if self._watchdog_usec is None:
+            return False
         return self._send(f"WATCHDOG_USEC={_usec(seconds)}")
 
     def restore_watchdog_timeout(self) -> bool:

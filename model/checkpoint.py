@@ -117,9 +117,10 @@ def save_checkpoint(
         documents[f"{name}.json"] = json.dumps(doc, sort_keys=True, allow_nan=False).encode()
 
     path.parent.mkdir(parents=True, exist_ok=True)
+    # Leftovers of saves killed mid-write (any pid): one writer per checkpoint path, so they are dead.
+    for stale in path.parent.glob(f".{path.name}.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
     tmp.mkdir()
     hashes = {name: _write_file(tmp / name, data) for name, data in documents.items()}
     manifest = {"format": FORMAT, "files": hashes}

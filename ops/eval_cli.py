@@ -29,7 +29,7 @@ def _common_args(parser: argparse.ArgumentParser) -> None:
     lines.add_argument("--all-lines", action="store_true", help="score every line (the default; EVAL_EN_ALL=1)")
     lines.add_argument("--en-batches", type=int, metavar="N",
                        help="score only the first N x --batch lines of each set (EVAL_EN_ALL=0)")
-    parser.add_argument("--batch", type=int, default=8, help="lines per batch for --en-batches (default 8)")
+    parser.add_argument("--batch", type=int, default=2, help="lines per batch for --en-batches (default 2, as EVAL_BATCH)")
     parser.add_argument("--category", action="append", default=[], choices=("function", "content"),
                         help="also report perplexity on tokens of function or content words (repeatable)")
     parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
@@ -174,6 +174,9 @@ def compare_main(args: argparse.Namespace) -> int:
     model_b, tok_b = _load_model(args.checkpoint_b, args.device)
     results_b = _score_all(model_b, tok_b, specs, args)
     per = "token" if tok_a.hash == tok_b.hash else "char"
+    if per == "char" and args.category:
+        # A word category selects different tokens under each tokenizer: no per-line pairing exists.
+        raise TatuExit(BAD_DATA, "--category needs A and B to share a tokenizer (they differ)")
     if per == "char":
         print("note: A and B use different tokenizers; ratios are per character (2^(bpc_B - bpc_A))")
 

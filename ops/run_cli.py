@@ -18,7 +18,8 @@ def add_args(parser: argparse.ArgumentParser) -> None:
 
 def add_smoke_args(parser: argparse.ArgumentParser) -> None:
     add_args(parser)
-    parser.add_argument("--steps", type=int, default=2, help="MIX_STEPS_LIMIT of the smoke run (default 2)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="MIX_STEPS_LIMIT of the smoke run (default: --set MIX_STEPS_LIMIT=..., else 2)")
 
 
 def parse_env_file(path: Path) -> dict[str, str]:
@@ -52,8 +53,7 @@ def _environ(args) -> tuple[dict[str, str], dict[str, str]]:
         if not sep:
             raise TatuExit(BAD_CONFIG, f"--set {item!r}: expected VAR=VALUE")
         overrides[key] = value
-    environ.update(overrides)
-    return environ, {}
+    return environ, overrides
 
 
 def main(args: argparse.Namespace) -> int:
@@ -67,5 +67,6 @@ def smoke_main(args: argparse.Namespace) -> int:
     from tatu.daemon.main import main as daemon_main
 
     environ, overrides = _environ(args)
-    overrides["MIX_STEPS_LIMIT"] = str(args.steps)
+    if args.steps is not None:
+        overrides["MIX_STEPS_LIMIT"] = str(args.steps)
     return daemon_main(environ, overrides, smoke=True)

@@ -238,11 +238,8 @@ def test_sigkill_at_random_moments_then_resume_is_bit_identical(world, tmp_path)
     env = {**clean_env(), **sft_env(world, killed, **settings)}
     rng = random.Random(1234)
 
-    def writing() -> bool:
-        try:
-            return any(name.startswith(".state.tmp-") for name in os.listdir(run_dir))
-        except FileNotFoundError:
-            return False
+    def writing(pid: int) -> bool:
+        return (run_dir / f".state.tmp-{pid}").exists()
 
     kills, during_write = 0, 0
     for attempt in range(40):
@@ -254,7 +251,7 @@ def test_sigkill_at_random_moments_then_resume_is_bit_identical(world, tmp_path)
         deadline = time.monotonic() + (120 if aim_at_write else rng.uniform(1.5, 4.0))
         hit = False
         while proc.poll() is None and time.monotonic() < deadline:
-            if aim_at_write and writing():
+            if aim_at_write and writing(proc.pid):
                 hit = True
                 break
         if proc.poll() is not None:  # finished before we struck: start the kill series over

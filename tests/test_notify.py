@@ -42,8 +42,6 @@ def test_each_message_arrives_as_its_own_datagram(notify_socket):
     assert received(notify_socket) == "EXTEND_TIMEOUT_USEC=90000000"
     assert notifier.extend_timeout(0.5)
     assert received(notify_socket) == "EXTEND_TIMEOUT_USEC=500000"
-    assert notifier.set_watchdog_timeout(600)
-    assert received(notify_socket) == "WATCHDOG_USEC=600000000"
     assert notifier.stopping()
     assert received(notify_socket) == "STOPPING=1"
     assert notifier.failed_sends == 0
@@ -130,3 +128,13 @@ def test_restore_watchdog_timeout_returns_to_unit_value(notify_socket, monkeypat
 def test_non_positive_timeouts_are_rejected():
     with pytest.raises(ValueError, match="timeout seconds must be > 0"):
         Notifier({}).extend_timeout(0)
+
+
+def test_watchdog_timeout_is_never_armed_for_a_unit_without_one(notify_socket, monkeypatch):
+    """WATCHDOG_USEC= would switch on a watchdog the unit never asked for."""
+    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+    notifier = Notifier()
+    assert notifier.set_watchdog_timeout(600) is False
+    assert notifier.restore_watchdog_timeout() is False
+    assert notifier.ready()
+    assert received(notify_socket) == "READY=1"  # nothing was queued before it
