@@ -1,18 +1,29 @@
 # The two set-up commands: `make demo` and `make test`. Both create or refresh .venv.
 PYTHON ?= python3
+# A CPU build where pip resolves it from this machine's wheels; elsewhere pass the build you
+# want, e.g. make TORCH='torch==2.13.0' PIP_ARGS='--index-url <a CPU wheel index>'.
 TORCH ?= torch==2.13.0
+PIP_ARGS ?=
 VENV := .venv
 STAMP := $(VENV)/.installed
+TORCH_PIN := $(VENV)/.torch-pin
 PY := $(VENV)/bin/python
 
 .PHONY: venv demo test bench clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+# The torch request is remembered in .venv/.torch-pin; it is rewritten (so the stamp goes out of
+# date and everything reinstalls) only when TORCH or PIP_ARGS change.
+WANTED_PIN := $(strip $(TORCH) $(PIP_ARGS))
+ifneq ($(strip $(shell cat $(TORCH_PIN) 2>/dev/null)),$(WANTED_PIN))
+$(shell mkdir -p $(VENV) && echo '$(WANTED_PIN)' > $(TORCH_PIN))
+endif
+
+$(STAMP): pyproject.toml Makefile $(TORCH_PIN)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q '$(TORCH)'
+	$(PY) -m pip install -q $(PIP_ARGS) '$(TORCH)'
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
@@ -25,6 +36,9 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/attention.py
 	$(PY) bench/generate.py
+	$(PY) bench/stream.py
+	$(PY) bench/eval.py
+	$(PY) -u bench/overhead.py
 
 clean:
 	rm -rf $(VENV) demo runs *.egg-info

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Iterable
@@ -81,7 +83,31 @@ class Tokenizer:
         return hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json(), encoding="utf-8")
+        """Write the JSON atomically: a crash leaves the old file or the new one, never half of one."""
+        path = Path(path)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            # mkstemp makes the file private (0600); a tokenizer gets the usual mode
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fd, 0o666 & ~umask)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(self.to_json())
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp_name, path)
+        except BaseException:
+            try:
+                os.unlink(tmp_name)
+            except FileNotFoundError:
+                pass
+            raise
+        # the rename itself survives a power cut only once the directory is synced
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
 
 class CharTokenizer(Tokenizer):
@@ -236,28 +262,49 @@ class BPETokenizer(Tokenizer):
 
 
 def tokenizer_from_dict(payload: dict, source: str = "<tokenizer>") -> Tokenizer:
+    if not isinstance(payload, dict):
+        raise TokenizerError(f"{source}: expected a JSON object, got {type(payload).__name__}")
     kind = payload.get("kind")
     if payload.get("specials") != list(SPECIALS):
         raise TokenizerError(f"{source}: unexpected special tokens {payload.get('specials')!r}")
+    if kind not in ("char", "bpe"):
+        raise TokenizerError(f"{source}: unknown tokenizer kind {kind!r} (expected 'char' or 'bpe')")
+    field = "chars" if kind == "char" else "hf"
+    if field not in payload:
+        raise TokenizerError(f"{source}: {kind} tokenizer lacks the field {field!r}")
     if kind == "char":
-        return CharTokenizer(payload["chars"])
-    if kind == "bpe":
+        chars = payload["chars"]
+        if not isinstance(chars, list) or not all(isinstance(ch, str) for ch in chars):
+            raise TokenizerError(f"{source}: field 'chars' is not a list of strings")
+        try:
+            return CharTokenizer(chars)
+        except TokenizerError as exc:
+            raise TokenizerError(f"{source}: {exc}") from None
+    try:
         return BPETokenizer(json.dumps(payload["hf"]))
-    raise TokenizerError(f"{source}: unknown tokenizer kind {kind!r} (expected 'char' or 'bpe')")
+    except Exception as exc:  # HF `tokenizers` reports a malformed model as a bare Exception
+        raise TokenizerError(f"{source}: field 'hf' is not a valid byte-level BPE model: {exc}") from None
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
     path = Path(path)
     try:
         payload = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TokenizerError(f"{path}: cannot read tokenizer: {exc}") from exc
     return tokenizer_from_dict(payload, str(path))
 
 
+# a char tokenizer always holds the 256 byte-fallback ids and the specials
+MIN_CHAR_VOCAB = 256 + len(SPECIALS)
+
+
 def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int | None = None) -> Tokenizer:
     if kind == "char":
-        return CharTokenizer.train(texts, max_chars=None if vocab_size is None else vocab_size - 256 - len(SPECIALS))
+        if vocab_size is not None and vocab_size < MIN_CHAR_VOCAB:
+            raise TokenizerError(f"char: vocab {vocab_size} too small (needs >= {MIN_CHAR_VOCAB}: "
+                                 f"256 byte ids + {len(SPECIALS)} specials)")
+        return CharTokenizer.train(texts, max_chars=None if vocab_size is None else vocab_size - MIN_CHAR_VOCAB)
     if kind == "bpe":
         if vocab_size is None:
             raise TokenizerError("bpe: --vocab is required")

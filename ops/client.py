@@ -135,7 +135,9 @@ def format_status(status: dict) -> str:
 
     best = status.get("best")
     if isinstance(best, dict):
-        lines.append(f"best    step {best.get('step', '?')}  sftHeld {_num(best.get('sftHeld'))}")
+        # by sftHeld in an SFT run, by ptVal in a trunk's pretraining
+        metric = next((k for k in ("sftHeld", "ptVal") if k in best), "sftHeld")
+        lines.append(f"best    step {best.get('step', '?')}  {metric} {_num(best.get(metric))}")
     if "drift" in status or "drift_tronco" in status:
         lines.append(f"drift   {_pct(status.get('drift'))}  drift_tronco {_pct(status.get('drift_tronco'))}")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Iterator
 
 from tatu.exitcodes import BAD_CONFIG, BAD_DATA, USAGE, TatuExit
 
@@ -26,6 +27,13 @@ def add_tokenizer_args(parser: argparse.ArgumentParser) -> None:
     train.add_argument("sources", nargs="+", help="text files, or JSONL (pairs: prompt + response text)")
 
 
+def _counted(texts: Iterator[str], seen: list[int]) -> Iterator[str]:
+    """Pass `texts` through, counting them in seen[0] (training consumes the iterator)."""
+    for text in texts:
+        seen[0] += 1
+        yield text
+
+
 def tokenizer_main(args: argparse.Namespace) -> int:
     if args.action != "train":
         _err("usage: tatu tokenizer train --kind bpe|char [--vocab N] --out FILE SOURCES...")
@@ -36,13 +44,24 @@ def tokenizer_main(args: argparse.Namespace) -> int:
     for path in args.sources:
         if not Path(path).is_file():
             raise TatuExit(BAD_DATA, f"{path}: no such file")
+    out = Path(args.out)
+    # refused before training, which can take a while
+    if out.is_dir():
+        raise TatuExit(BAD_CONFIG, f"--out {out}: is a directory; give the tokenizer JSON file to write")
+    n_documents = [0]
     try:
-        tok = train_tokenizer(args.kind, training_texts(args.sources, args.one_per_line), args.vocab)
+        tok = train_tokenizer(args.kind, _counted(training_texts(args.sources, args.one_per_line), n_documents),
+                              args.vocab)
     except TokenizerError as exc:
         raise TatuExit(BAD_CONFIG, str(exc)) from None
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    tok.save(args.out)
-    print(f"tokenizer {tok.kind}: vocab {tok.vocab_size}, hash {tok.hash[:12]} -> {args.out}")
+    if n_documents[0] == 0:
+        raise TatuExit(BAD_DATA, f"{', '.join(args.sources)}: no documents to train a tokenizer on")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tok.save(out)
+    except OSError as exc:
+        raise TatuExit(BAD_CONFIG, f"--out {out}: cannot write the tokenizer: {exc.strerror or exc}") from None
+    print(f"tokenizer {tok.kind}: vocab {tok.vocab_size}, hash {tok.hash[:12]} -> {out}")
     return 0
 
 
@@ -75,7 +94,8 @@ def add_data_args(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--on-bad-line", choices=("error", "skip"), default="error",
                        help="a bad SFT/text line stops the build (default) or is skipped and counted")
     build.add_argument("--seq-len", type=int, default=None,
-                       help="reject SFT pairs longer than one row of this many positions")
+                       help="the training context: SFT and eval pairs longer than one row of it are bad lines "
+                            "(required with --sft or a .jsonl --eval)")
     build.add_argument("--progress", choices=("auto", "always", "never"), default="auto")
 
     demo = sub.add_parser("demo", help="write the offline demo's raw sources (corpora, pairs, eval sets)")

@@ -75,8 +75,13 @@ def prepare_data(sources: Path, work: Path, kind: str, vocab: int, seq_len: int)
                 "--text", f"pretrain={pt},{en}", "--text", f"replay={en}", "--sft", f"sft={sources / 'sft_train.jsonl'}",
                 "--eval", f"sftHeld={sources / 'sft_held.jsonl'}", "--eval", f"ptVal={sources / 'pt_val.txt'}",
                 "--eval", f"enRuler={sources / 'en_ruler.txt'}", "--seq-len", str(seq_len)]), "data build")
-    # The invented-word ruler's dictionary comes from the big corpus (seed 002), not from the pairs.
+    # The invented-word ruler's dictionary: every text the model was trained on (seed 002:
+    # a dictionary from the conversations alone called real words invented), words seen >= 3 times.
     texts = [pt.read_text(encoding="utf-8"), en.read_text(encoding="utf-8")]
+    for line in (sources / "sft_train.jsonl").read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            pair = json.loads(line)
+            texts.append(f"{pair['prompt']}\n{pair['response']}")
     Dictionary.build(texts, min_count=3).save(data / "dictionary.json")
     return data
 
@@ -90,35 +95,50 @@ def user_manager_running() -> bool:
 
 
 def run_daemon(env: dict[str, str], use_systemd: bool) -> int:
-    """One run through the daemon; returns its exit status."""
+    """One run through the daemon; returns its exit status. Its variables are kept beside the
+    run dir as <run>.env (what ran; `tatu smoke --env-file` takes it as it is)."""
+    env_file = Path(env["TATU_OUT"]) / f"{env['TATU_RUN']}.env"
+    env_file.parent.mkdir(parents=True, exist_ok=True)
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
     if use_systemd:
-        env_file = Path(env["TATU_OUT"]) / f"{env['TATU_RUN']}.env"
-        env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
         check(tatu(["units", "install", "--run", env["TATU_RUN"], "--env-file", str(env_file), "--force-env"]), "units install")
         unit = f"tatu-sft@{env['TATU_RUN']}.service"
         subprocess.run(["systemctl", "--user", "start", "--wait", unit], check=False)
         shown = subprocess.run(["systemctl", "--user", "show", "-p", "ExecMainStatus", "--value", unit],
                                capture_output=True, text=True)
+        subprocess.run(["systemctl", "--user", "reset-failed", unit], capture_output=True)  # an abort leaves it failed
         return int(shown.stdout.strip() or 1)
     return subprocess.run([sys.executable, "-m", "tatu.daemon"], env={**os.environ, **env}).returncode
 
 
 def closing_table(run_dirs: list[Path]) -> str:
-    """One row per run: its verdict, sftHeld change and enRuler drift, each with its paired CI."""
+    """One row per run: its verdict, sftHeld and ptVal change and enRuler drift, each with its
+    paired CI vs the run's step 0; then the drift of every run at the last step they all reached."""
     def pct(x):
         return "n/a" if x is None else f"{x * 100:+.1f}%"
 
-    rows = [f"{'run':<16} {'steps':>5} {'sftHeld change [95% CI]':>28} {'enRuler drift [95% CI]':>28} {'p':>7}  verdict"]
+    def with_ci(change):
+        return f"{pct(change['value'])} [{pct(change['lo'])},{pct(change['hi'])}]" if change else "n/a"
+
+    runs = {}
     for run_dir in run_dirs:
         events = read_events(run_dir / "events.jsonl")
         evals = {e["step"]: e for e in events if e["event"] == "eval"}
         verdict = next((e for e in reversed(events) if e["event"] == "verdict"), None)
+        runs[run_dir.name] = (evals, verdict)
+    head = f"{'run':<14} {'step':>4} {'sftHeld change':>24} {'ptVal change':>24} {'enRuler drift':>24} {'p':>6}  verdict"
+    rows = [head]
+    for name, (evals, verdict) in runs.items():
         last = evals[max(evals)]
-        change, drift = last["changes"].get("sftHeld"), last["drift"]
-        change_s = f"{pct(change['value'])} [{pct(change['lo'])},{pct(change['hi'])}]" if change else "n/a"
-        drift_s = f"{pct(drift['value'])} [{pct(drift['lo'])},{pct(drift['hi'])}]"
-        rows.append(f"{run_dir.name:<16} {last['step']:>5} {change_s:>28} {drift_s:>28} {drift['p_value']:>7.3f}  "
-                    f"{verdict['verdict'] if verdict else 'unfinished'}")
+        rows.append(f"{name:<14} {last['step']:>4} {with_ci(last['changes'].get('sftHeld')):>24} "
+                    f"{with_ci(last['changes'].get('ptVal')):>24} {with_ci(last['drift']):>24} "
+                    f"{last['drift']['p_value']:>6.3f}  {verdict['verdict'] if verdict else 'unfinished'}")
+    common = set.intersection(*(set(evals) - {0} for evals, _ in runs.values()))
+    if common:
+        step = max(common)
+        rows.append(f"at step {step}, the last eval every run reached: " + "; ".join(
+            f"{name} drift {with_ci(evals[step]['drift'])}" for name, (evals, _) in runs.items()))
+    rows.append("verdicts judge sftHeld and the English ruler (drift) only; ptVal is shown, not judged.")
     return "\n".join(rows)
 
 
@@ -179,17 +199,18 @@ def main(argv: list[str] | None = None) -> int:
 
     say(f"done in {time.time() - started:.0f}s: enRuler drift without vs with replay (paired 95% CIs vs each run's step 0)")
     print(closing_table(run_dirs))
+    finals = ", ".join(f"{name}/{last[name].name}" for name in statuses)
     print(f"""
 Where things are:
   data            {data}
   trunk           {trunk}
-  runs            {runs}/{{trunk,sft-noreplay,sft-replay}} (run.log, events.jsonl, best/, final/, verdict.json)
+  runs            {runs}/<run>/ (run.log, events.jsonl, state/, best/, verdict.json; {finals}); <run>.env beside
   comparison      {out / 'compare.json'}
   report          {out / 'report' / 'index.html'}
 Next:
   tatu report {' '.join(map(str, run_dirs))}
-  tatu generate {runs / 'sft-replay' / 'final'} --chat --prompt "Quanto é 12 mais 30?"
-  tatu smoke --env-file units/runs/run5.env      # the 2-step check before a real run""")
+  tatu generate {last['sft-replay']} --chat --prompt "Quanto é 12 mais 30?"
+  tatu smoke --env-file {runs / 'sft-replay.env'}      # the 2-step check an operator runs before a real run""")
     return 0
 
 

@@ -47,11 +47,26 @@ class RunRecord:
     resumes: int = 0
 
     @property
-    def status(self) -> str:
-        if self.verdict is not None:
-            return "aborted" if self.aborts else "finished"
+    def abort(self) -> tuple[int | None, str] | None:
+        """(step, reason) of the run's abort: the last abort event, else the verdict's numbers.aborted
+        (at the verdict's step); None when the run did not abort."""
         if self.aborts:
-            return f"aborted at step {self.aborts[-1].get('step')}: {self.aborts[-1].get('reason')} (no verdict)"
+            last = self.aborts[-1]
+            step = last.get("step")
+            return (step if isinstance(step, int) else None), str(last.get("reason") or "no reason logged")
+        numbers = (self.verdict or {}).get("numbers") or {}
+        if numbers.get("aborted"):
+            step = numbers.get("step", self.verdict.get("step"))
+            return (step if isinstance(step, int) else None), str(numbers["aborted"])
+        return None
+
+    @property
+    def status(self) -> str:
+        abort = self.abort
+        if abort is not None:
+            return f"aborted at step {fmt_int(abort[0])}: {abort[1]}" + ("" if self.verdict is not None else " (no verdict)")
+        if self.verdict is not None:
+            return "finished"
         return "running or stopped: no verdict yet"
 
     @property
@@ -232,16 +247,36 @@ def _series(run: RunRecord, getter) -> tuple[list[int], list[float], list[float]
     return steps, values, lows, highs
 
 
-def _plot(runs: list[RunRecord], getter, title: str, ylabel: str, path: Path, scale: float = 1.0,
-          draw_limits: bool = False) -> bool:
-    """One PNG of a metric per eval step, every run overlaid; False when no run has the metric."""
+@dataclass
+class PlotFile:
+    """One PNG written, with what its legend and axes say (so the page and tests can tell what was drawn)."""
+
+    name: str
+    caption: str
+    legend: list[str]  # the legend's labels, in order
+    notes: list[str]  # text written on the axes (limits too far above the curves to draw)
+    yscale: str  # "log" or "linear", as the axes ended up
+
+
+def _limit_groups(runs: list[RunRecord]) -> list[tuple[float, list[int]]]:
+    """Distinct MIX_FORGET_LIMIT values with the indices of the runs that use each, in first-seen order."""
+    groups: dict[float, list[int]] = {}
+    for index, run in enumerate(runs):
+        if run.forget_limit is not None:
+            groups.setdefault(run.forget_limit, []).append(index)
+    return list(groups.items())
+
+
+def _plot(runs: list[RunRecord], getter, title: str, ylabel: str, path: Path, caption: str, scale: float = 1.0,
+          draw_limits: bool = False, log_y: bool = False) -> PlotFile | None:
+    """One PNG of a metric per eval step, every run overlaid; None when no run has the metric."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=FIGSIZE, dpi=DPI)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
-    plotted, top = False, -math.inf
+    plotted, top, notes = False, -math.inf, []
     for index, run in enumerate(runs):
         steps, values, lows, highs = _series(run, getter)
         if not steps:
@@ -254,41 +289,63 @@ def _plot(runs: list[RunRecord], getter, title: str, ylabel: str, path: Path, sc
         best = run.best_eval
         if best is not None and best["step"] in steps:
             at = steps.index(best["step"])
+            # best/ is chosen on one set only (best_set); on any other plot the star is not that metric's best
+            by = best.get("best_set") or "the run's best set"
             ax.plot([best["step"]], [values[at] * scale], marker="*", markersize=14, color=colour,
-                    markeredgecolor="black", linestyle="none", label=f"{run.name} best (step {best['step']})")
+                    markeredgecolor="black", linestyle="none",
+                    label=f"{run.name} best (by {by}, step {best['step']})")
+        abort = run.abort
+        if abort is not None:
+            # a run that stopped early must not look like one that simply ended: mark where it stopped
+            step, reason = abort
+            before = [i for i, s in enumerate(steps) if step is None or s <= step]
+            at = before[-1] if before else len(steps) - 1
+            ax.plot([steps[at] if step is None else step], [values[at] * scale], marker="X", markersize=13,
+                    color="red", markeredgecolor="black", linestyle="none",
+                    label=f"{run.name} aborted at step {fmt_int(step)}: {reason}")
     if not plotted:
-        return False
+        return None
     if draw_limits:
-        for index, run in enumerate(runs):
-            limit = run.forget_limit
-            if limit is None:
-                continue
-            label = f"{run.name} MIX_FORGET_LIMIT {fmt_pct(limit)}"
+        # runs that share a limit share one line: one legend entry per distinct value
+        groups = _limit_groups(runs)
+        for order, (limit, members) in enumerate(groups):
+            colour = _colour(members[0]) if len(members) == 1 else "black"
+            label = f"MIX_FORGET_LIMIT {fmt_pct(limit)} ({', '.join(runs[i].name for i in members)})"
             if limit * scale <= max(top, 1.0) * LIMIT_OFF_SCALE:
-                ax.axhline(limit * scale, color=_colour(index), linestyle="--", linewidth=1.2, label=label)
+                ax.axhline(limit * scale, color=colour, linestyle="--", linewidth=1.2, label=label)
             else:
-                ax.text(0.01, 0.97 - 0.07 * index, f"{label} (above the plot)", transform=ax.transAxes,
-                        color=_colour(index), fontsize=8, va="top")
+                note = f"{label} (above the plot)"
+                ax.text(0.01, 0.97 - 0.07 * order, note, transform=ax.transAxes, color=colour, fontsize=8, va="top")
+                notes.append(note)
+    if log_y:
+        # ppl falls by orders of magnitude in SFT (thousands at step 0, single digits later)
+        ax.set_yscale("log")
     ax.set_title(title)
     ax.set_xlabel("step")
-    ax.set_ylabel(ylabel)
-    ax.grid(True, alpha=0.3)
+    ax.set_ylabel(ylabel + (" (log scale)" if log_y else ""))
+    ax.grid(True, which="both" if log_y else "major", alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     fig.savefig(path, format="png", dpi=DPI)
-    return True
+    return PlotFile(name=path.name, caption=caption, legend=ax.get_legend_handles_labels()[1], notes=notes,
+                    yscale=ax.get_yscale())
 
 
-def _plots(runs: list[RunRecord], out_dir: Path) -> list[tuple[str, str]]:
-    """Write the PNGs; returns (file name, caption) of each one written."""
+def render_plots(runs: list[RunRecord], out_dir: Path) -> list[PlotFile]:
+    """Write the PNGs into out_dir; returns each one written (runs without a metric give no plot of it)."""
     written = []
     for set_name in SETS:
-        name = f"{set_name}.png"
-        if _plot(runs, lambda e, s=set_name: e["sets"].get(s), f"{set_name} perplexity (95% CI band)", "ppl",
-                 out_dir / name):
-            written.append((name, f"{set_name} perplexity per eval step, 95% CI band, best step starred"))
-    if _plot(runs, lambda e: e.get("drift"), "enRuler drift vs the run's step 0 (95% paired CI band)", "drift (%)",
-             out_dir / "drift.png", scale=100.0, draw_limits=True):
-        written.append(("drift.png", "drift per eval step, paired 95% CI band, MIX_FORGET_LIMIT dashed, best step starred"))
+        plot = _plot(runs, lambda e, s=set_name: e["sets"].get(s), f"{set_name} perplexity (95% CI band)", "ppl",
+                     out_dir / f"{set_name}.png", log_y=True,
+                     caption=f"{set_name} perplexity per eval step (log scale), 95% CI band, the step of best/ starred "
+                             "(best is chosen by the run's best_set), aborts marked with a red X")
+        if plot is not None:
+            written.append(plot)
+    plot = _plot(runs, lambda e: e.get("drift"), "enRuler drift vs the run's step 0 (95% paired CI band)", "drift (%)",
+                 out_dir / "drift.png", scale=100.0, draw_limits=True,
+                 caption="drift per eval step, paired 95% CI band, MIX_FORGET_LIMIT dashed (one line per distinct "
+                         "value), the step of best/ starred, aborts marked with a red X")
+    if plot is not None:
+        written.append(plot)
     return written
 
 

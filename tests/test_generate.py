@@ -140,3 +140,35 @@ def test_eos_as_first_token_gives_an_empty_row():
     assert [o for o, f in zip(out, first) if f[0] != eos] == [
         model.generate([p], 10, eos_id=eos)[0] for p, f in zip(prompts, first) if f[0] != eos
     ]
+
+
+@pytest.mark.parametrize("lengths", [(60, 3), (3, 60, 10), (63, 1, 62)])
+def test_each_row_has_its_own_room_near_block_size(lengths):
+    """A long prompt limits only its own row: the short rows still get every new token."""
+    model = lively_model(4)
+    prompts = random_prompts(4, lengths)
+    batched = model.generate(prompts, 20)
+    assert batched == [model.generate([p], 20)[0] for p in prompts]
+    assert [len(o) for o in batched] == [min(20, CFG["block_size"] - n) for n in lengths]
+    assert batched == [naive_greedy(model, p, min(20, CFG["block_size"] - len(p))) for p in prompts]
+
+
+def test_rows_near_block_size_with_eos_equal_one_at_a_time():
+    model = lively_model(5)
+    prompts = random_prompts(5, (60, 3, 58, 9))
+    eos = pick_eos(model.generate(prompts, 20))
+    assert model.generate(prompts, 20, eos_id=eos) == [model.generate([p], 20, eos_id=eos)[0] for p in prompts]
+
+
+def test_a_prompt_longer_than_block_size_is_named():
+    model = lively_model(0)
+    with pytest.raises(ValueError, match=r"prompt 1 has 70 tokens.*block_size 64"):
+        model.generate([[1, 2], [1] * 70], 5)
+    with pytest.raises(ValueError, match=r"prompt 0 has 64 tokens.*no room"):
+        model.generate([[1] * 64, [1, 2]], 5)
+
+
+@pytest.mark.parametrize("n", [0, -3])
+def test_max_new_tokens_below_one_is_refused(n):
+    with pytest.raises(ValueError, match=f"max_new_tokens must be >= 1, not {n}"):
+        lively_model(0).generate([[1, 2]], n)
