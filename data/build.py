@@ -29,7 +29,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from tatu.data.sft import BadLine, SFTExample, parse_sft_line, read_sft_file, split_lines
-from tatu.exitcodes import BAD_DATA, TatuExit
+from tatu.exitcodes import BAD_CONFIG, BAD_DATA, TatuExit
 from tatu.model.tokenizer import Tokenizer
 
 FORMAT = "tatu-data-1"
@@ -149,13 +149,19 @@ class BuildSpec:
     evals: dict[str, str] = field(default_factory=dict)  # eval set name -> file
     one_per_line: bool = False
     on_bad_line: str = "error"
-    seq_len: int | None = None  # longest SFT pair accepted: seq_len + 1 ids (one row)
+    seq_len: int | None = None  # longest pair accepted: seq_len + 1 ids (one row); required with pairs
 
     def validate(self) -> None:
         if self.on_bad_line not in ON_BAD_LINE:
             raise ValueError(f"on_bad_line={self.on_bad_line!r}: expected one of {', '.join(ON_BAD_LINE)}")
         if self.seq_len is not None and self.seq_len < 1:
             raise ValueError(f"seq_len={self.seq_len}: must be >= 1")
+        pair_evals = sorted(name for name, path in self.evals.items() if is_jsonl(path))
+        if self.seq_len is None and (self.sft or pair_evals):
+            # without it a pair longer than the context would only be found at training time
+            given = [f"--sft {name}" for name in self.sft] + [f"--eval {name} (pairs)" for name in pair_evals]
+            raise ValueError(f"--seq-len is required with {', '.join(given)}: pairs longer than the context "
+                             "are rejected at build time")
         names = list(self.text) + list(self.sft)
         if len(set(names)) != len(names):
             raise ValueError(f"a channel name is used twice: {sorted(names)}")
@@ -363,6 +369,21 @@ def _copy_eval(name: str, path: str, spec: BuildSpec, tok: Tokenizer, work: Path
             "source": str(Path(path).resolve())}
 
 
+def _check_out_dir(out_dir: Path, inputs: list[str]) -> None:
+    """Refuse an --out whose replacement would destroy anything but a previous build (exit 78)."""
+    resolved = out_dir.resolve()
+    for path in inputs:
+        if resolved in Path(path).resolve().parents:
+            raise TatuExit(BAD_CONFIG, f"{out_dir}: holds the input {path}; refusing to replace it")
+    if not out_dir.exists() and not out_dir.is_symlink():
+        return
+    if out_dir.is_dir():
+        manifest = _existing_manifest(out_dir)
+        if (manifest is not None and manifest.get("format") == FORMAT) or not any(out_dir.iterdir()):
+            return
+    raise TatuExit(BAD_CONFIG, f"{out_dir}: exists and is not a tatu data dir; refusing to replace it")
+
+
 def _replace_dir(work: Path, out_dir: Path) -> None:
     """Put the finished build in place; an old data dir is removed only after the rename."""
     old = None
@@ -383,6 +404,7 @@ def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None) ->
     for path in all_paths:
         if not Path(path).is_file():
             raise TatuExit(BAD_DATA, f"{path}: no such file")
+    _check_out_dir(out_dir, all_paths + ([spec.tokenizer] if spec.tokenizer else []))
     hashes = {p: file_sha256(p) for p in all_paths}
     key = _build_key(spec, tok, hashes)
     existing = _existing_manifest(out_dir)

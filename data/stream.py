@@ -28,7 +28,7 @@ from tatu.data.build import load_manifest
 from tatu.exitcodes import BAD_CONFIG, BAD_DATA, TatuExit
 
 IGNORE_INDEX = -100  # the same value as tatu.model.gpt.IGNORE_INDEX (kept torch-free here)
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: the state pins the data (build_key), micro_batch and the mix
 REPLAY_CHANNEL = "replay"
 
 
@@ -95,7 +95,10 @@ class _Channel:
         return {"epoch": self.epoch, "cursor": self.cursor}
 
     def load(self, state: dict) -> None:
-        epoch, cursor = int(state["epoch"]), int(state["cursor"])
+        if not isinstance(state, dict) or type(state.get("epoch")) is not int or type(state.get("cursor")) is not int:
+            raise TatuExit(BAD_DATA, f"stream state for channel {self.name!r}: expected integer 'epoch' and 'cursor', "
+                                     f"got {state!r}")
+        epoch, cursor = state["epoch"], state["cursor"]
         if epoch < 0 or not 0 <= cursor < self.n_items:
             raise TatuExit(BAD_CONFIG, f"stream state for channel {self.name!r}: epoch {epoch}, cursor {cursor} "
                                        f"out of range ({self.n_items} items)")
@@ -222,24 +225,34 @@ class MixedStream:
         self.step += 1
         return step
 
+    def _pinned(self) -> dict:
+        """What a saved position is only meaningful with: the data, the window and row sizes, the order."""
+        return {"seed": self.seed, "seq_len": self.seq_len, "micro_batch": self.micro_batch, "mix": dict(self.mix),
+                "tokenizer_hash": self.manifest["tokenizer_hash"], "build_key": self.manifest.get("build_key")}
+
     def state_dict(self) -> dict:
-        return {"version": STATE_VERSION, "seed": self.seed, "seq_len": self.seq_len, "micro_batch": self.micro_batch,
-                "tokenizer_hash": self.manifest["tokenizer_hash"], "step": self.step,
+        return {"version": STATE_VERSION, **self._pinned(), "step": self.step,
                 "channels": {name: ch.state() for name, ch in self.channels.items()}}
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue from `state`. A channel of the mix that the state lacks starts at its beginning."""
+        """Continue from `state`, which must come from a stream over the same data, mix and sizes."""
+        if not isinstance(state, dict):
+            raise TatuExit(BAD_DATA, f"stream state: expected a JSON object, got {type(state).__name__}")
         if state.get("version") != STATE_VERSION:
             raise TatuExit(BAD_CONFIG, f"stream state version {state.get('version')!r}, expected {STATE_VERSION}")
-        # the meaning of a cursor depends on these (window size, row size, order)
-        for key in ("seed", "seq_len", "tokenizer_hash"):
-            ours = self.manifest["tokenizer_hash"] if key == "tokenizer_hash" else getattr(self, key)
-            if state.get(key) != ours:
-                raise TatuExit(BAD_CONFIG, f"stream state has {key}={state.get(key)!r} but this stream has {ours!r}: "
-                                           "it cannot continue that sequence")
+        pinned = self._pinned()
+        missing = [key for key in (*pinned, "step", "channels") if key not in state]
+        if missing:
+            raise TatuExit(BAD_DATA, f"stream state: malformed, missing {', '.join(missing)}")
+        if type(state["step"]) is not int or state["step"] < 0 or not isinstance(state["channels"], dict):
+            raise TatuExit(BAD_DATA, f"stream state: malformed, step {state['step']!r}, "
+                                     f"channels of type {type(state['channels']).__name__}")
+        differs = [f"{key} {state[key]!r} (now {ours!r})" for key, ours in pinned.items() if state[key] != ours]
+        if differs:
+            raise TatuExit(BAD_CONFIG, f"stream state cannot continue this stream, it differs in: {'; '.join(differs)}")
+        lacking = sorted(set(self.channels) - set(state["channels"]))
+        if lacking:
+            raise TatuExit(BAD_DATA, f"stream state: malformed, no position for channel {', '.join(lacking)}")
         for name, channel in self.channels.items():
-            if name in state["channels"]:
-                channel.load(state["channels"][name])
-            else:
-                channel.epoch, channel.cursor = 0, 0
-        self.step = int(state["step"])
+            channel.load(state["channels"][name])
+        self.step = state["step"]

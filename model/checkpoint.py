@@ -28,7 +28,7 @@ import torch
 from safetensors.torch import load as st_load, save as st_save
 
 from tatu.model.gpt import GPT, GPTConfig
-from tatu.model.tokenizer import Tokenizer, load_tokenizer, tokenizer_from_dict
+from tatu.model.tokenizer import Tokenizer, tokenizer_from_dict
 
 FORMAT = "tatu-ckpt-1"
 TIED_KEYS = ("lm_head.weight",)
@@ -60,12 +60,49 @@ def model_state_for_saving(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def load_model_state(model: GPT, state: dict[str, torch.Tensor], source: str) -> None:
-    result = model.load_state_dict(state, strict=False)
+    try:
+        result = model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # torch reports tensors of the wrong shape ("size mismatch") this way
+        raise CheckpointError(f"{source}: weights do not fit the model config ({_first_lines(exc)})") from exc
     missing = set(result.missing_keys) - set(TIED_KEYS)
     if missing or result.unexpected_keys:
         raise CheckpointError(
             f"{source}: weights do not fit the model config (missing {sorted(missing)[:5]}, "
             f"unexpected {sorted(result.unexpected_keys)[:5]})"
+        )
+
+
+def _first_lines(exc: BaseException, n: int = 3) -> str:
+    """torch's load_state_dict error spans one line per bad tensor; the first few name the problem."""
+    return " ".join(str(exc).strip().splitlines()[:n])
+
+
+def _parse_tokenizer(payload: Any, source: str) -> Tokenizer:
+    if not isinstance(payload, dict):
+        raise CheckpointError(f"{source}: tokenizer must be a JSON object, found {type(payload).__name__}")
+    try:
+        return tokenizer_from_dict(payload, source)
+    except KeyError as exc:
+        raise CheckpointError(f"{source}: tokenizer lacks the field {exc}") from exc
+    except Exception as exc:  # TokenizerError, and HF tokenizers' own plain Exception on a bad "hf" body
+        raise CheckpointError(f"{source}: unusable tokenizer ({exc})") from exc
+
+
+def _parse_config(payload: Any, source: str) -> GPTConfig:
+    if not isinstance(payload, dict):
+        raise CheckpointError(f"{source}: model config must be a JSON object, found {type(payload).__name__}")
+    try:
+        return GPTConfig.from_dict(dict(payload))
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{source}: model config does not fit tatu's GPT ({exc})") from exc
+
+
+def _check_vocab(tokenizer: Tokenizer, config: GPTConfig, source: str) -> None:
+    # Ids past the embedding would crash mid-run; ids never produced would make every score wrong.
+    if tokenizer.vocab_size != config.vocab_size:
+        raise CheckpointError(
+            f"{source}: tokenizer has {tokenizer.vocab_size} tokens but the model config has "
+            f"vocab_size {config.vocab_size}: they were not trained together"
         )
 
 
@@ -190,7 +227,11 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> Checkpoint:
         return {k: v.to(map_location) for k, v in loaded.items()}
 
     def document(name: str) -> Any:
-        return json.loads(_read_verified(ckpt, name, expected))
+        data = _read_verified(ckpt, name, expected)
+        try:
+            return json.loads(data)
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+            raise CheckpointError(f"{ckpt / name}: invalid JSON ({exc})") from exc
 
     extra_tensors, extra_json = {}, {}
     for name in expected:
@@ -201,11 +242,14 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> Checkpoint:
             extra_tensors[stem] = tensors(name)
         elif ext == "json":
             extra_json[stem] = document(name)
+    model_config = _parse_config(document("config.json"), str(ckpt / "config.json"))
+    tokenizer = _parse_tokenizer(document("tokenizer.json"), str(ckpt / "tokenizer.json"))
+    _check_vocab(tokenizer, model_config, str(ckpt))
     return Checkpoint(
         path=ckpt,
-        model_config=GPTConfig.from_dict(document("config.json")),
+        model_config=model_config,
         model_state=tensors("model.safetensors"),
-        tokenizer=tokenizer_from_dict(document("tokenizer.json"), str(ckpt / "tokenizer.json")),
+        tokenizer=tokenizer,
         meta=document("meta.json"),
         extra_tensors=extra_tensors,
         extra_json=extra_json,
@@ -234,15 +278,18 @@ def load_legacy_pt(path: Path) -> Checkpoint:
     # torch.compile prefixes parameter names; the weights are the same.
     state = {k.removeprefix("_orig_mod."): v for k, v in state.items()}
     state = {k: v for k, v in state.items() if k not in TIED_KEYS}
+    beside = path.parent / "tokenizer.json"
     if isinstance(payload.get("tokenizer"), dict):
-        tokenizer = tokenizer_from_dict(payload["tokenizer"], f"{path}[tokenizer]")
-    elif (path.parent / "tokenizer.json").exists():
-        tokenizer = load_tokenizer(path.parent / "tokenizer.json")
+        tokenizer = _parse_tokenizer(payload["tokenizer"], f"{path}[tokenizer]")
+    elif beside.exists():
+        try:
+            tokenizer_payload = json.loads(beside.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"{beside}: cannot read the tokenizer of {path} ({exc})") from exc
+        tokenizer = _parse_tokenizer(tokenizer_payload, str(beside))
     else:
         raise CheckpointError(f"{path}: no tokenizer inside and no tokenizer.json beside it")
     meta = payload.get("meta", {})
-    try:
-        model_config = GPTConfig.from_dict(dict(config))
-    except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"{path}: model config does not fit tatu's GPT ({exc})") from exc
+    model_config = _parse_config(config, str(path))
+    _check_vocab(tokenizer, model_config, str(path))
     return Checkpoint(path=path, model_config=model_config, model_state=state, tokenizer=tokenizer, meta=dict(meta))

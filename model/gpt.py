@@ -1,7 +1,10 @@
 """The GPT: GPT-2's layout (learned positions, pre-LN blocks, GELU MLP, tied embeddings).
 
-Parameter names follow GPT-2 closely so an export to transformers' GPT2LMHeadModel is a
-renaming (wte, wpe, h.N.ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj, ln_f).
+Parameter names follow GPT-2 (wte, wpe, h.N.ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc,
+mlp.c_proj, ln_f), so an export to transformers' GPT2LMHeadModel is a renaming plus one
+transposition: transformers builds c_attn, c_proj and c_fc as Conv1D, which stores its weight
+as (in_features, out_features), the transpose of nn.Linear's (out_features, in_features); those
+.weight tensors (not the biases) must be transposed on export.
 
 `forward(idx, targets)` returns (logits, nll) with nll the per-token negative log-likelihood
 (0 where the target is IGNORE_INDEX). The training loss and every evaluator reduce that one
@@ -196,22 +199,33 @@ class GPT(nn.Module):
         """Continue each prompt; returns only the new tokens of each row, EOS excluded.
 
         Prompts of different lengths are left-padded into one batch; each row gets its own
-        positions (starting at 0 at its first real token) and padded keys are masked out, so
-        a row's output equals generating it alone.
+        positions (starting at 0 at its first real token), its own budget of
+        min(max_new_tokens, block_size - len(prompt)) new tokens, and padded keys are masked
+        out, so a row's output equals generating it alone. Raises ValueError for an empty
+        prompt, a prompt that leaves no room in block_size, or max_new_tokens < 1.
         """
+        if max_new_tokens < 1:
+            raise ValueError(f"generate: max_new_tokens must be >= 1, not {max_new_tokens}")
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("generate: every prompt needs at least one token")
+        block_size = self.config.block_size
+        for row, p in enumerate(prompts):
+            if len(p) >= block_size:
+                raise ValueError(
+                    f"generate: prompt {row} has {len(p)} tokens, block_size {block_size} leaves no room for new tokens"
+                )
         device = self.transformer.wte.weight.device
         B = len(prompts)
-        max_prompt = max(len(p) for p in prompts)
-        max_new_tokens = min(max_new_tokens, self.config.block_size - max_prompt)
-        if max_new_tokens <= 0:
-            raise ValueError(f"generate: prompt of {max_prompt} tokens leaves no room in block_size {self.config.block_size}")
-        pad = torch.tensor([max_prompt - len(p) for p in prompts], device=device)
+        prompt_lens = torch.tensor([len(p) for p in prompts], device=device)
+        budgets = [min(max_new_tokens, block_size - len(p)) for p in prompts]
+        max_prompt = int(prompt_lens.max())
+        pad = max_prompt - prompt_lens
         idx = torch.zeros(B, max_prompt, dtype=torch.long, device=device)
         for row, p in enumerate(prompts):
             idx[row, max_prompt - len(p) :] = torch.tensor(p, dtype=torch.long)
-        total = max_prompt + max_new_tokens
+        # The cache is indexed by batch step, not by position: rows that start later (short
+        # prompts) may run past block_size columns while their own positions stay below it.
+        total = max_prompt + max(budgets)
         key_real = torch.arange(total, device=device)[None, :] >= pad[:, None]  # (B, total)
         cfg = self.config
         dtype = self.transformer.wte.weight.dtype
@@ -228,20 +242,24 @@ class GPT(nn.Module):
         next_logits = logits[:, -1, :]
 
         out = [[] for _ in range(B)]
-        done = torch.zeros(B, dtype=torch.bool, device=device)
-        for step in range(max_new_tokens):
+        done = [False] * B
+        while True:
             token = self._sample(next_logits, temperature, top_k, generator)
             for row in range(B):
-                if not done[row]:
-                    t = int(token[row])
-                    if eos_id is not None and t == eos_id:
-                        done[row] = True
-                    else:
-                        out[row].append(t)
-            if bool(done.all()) or step == max_new_tokens - 1:
+                if done[row]:
+                    continue
+                t = int(token[row])
+                if eos_id is not None and t == eos_id:
+                    done[row] = True
+                else:
+                    out[row].append(t)
+                    done[row] = len(out[row]) == budgets[row]
+            if all(done):
                 break
             cur = cache.length
-            positions = (cur - pad)[:, None]
+            # A finished row keeps stepping with the batch; its output is ignored, and clamping
+            # keeps its position a valid index into wpe.
+            positions = (cur - pad).clamp(max=block_size - 1)[:, None]
             mask = key_real[:, None, None, : cur + 1]
             logits, _ = self(token[:, None], positions=positions, attn_mask=mask, cache=cache)
             next_logits = logits[:, -1, :]

@@ -82,7 +82,7 @@ def add_data_args(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
     build = sub.add_parser("build", help="tokenize sources into a data dir (shards + manifest.json)")
     build.add_argument("--tokenizer", required=True, help="tokenizer JSON (from `tatu tokenizer train`)")
-    build.add_argument("--out", required=True, help="data dir to write (replaced atomically)")
+    build.add_argument("--out", required=True, help="data dir to write; only a previous build or an empty dir is replaced (atomically)")
     build.add_argument("--text", action="append", metavar="NAME=FILE[,FILE]",
                        help="a text channel (plain text or JSONL sources); repeatable")
     build.add_argument("--sft", action="append", metavar="NAME=FILE[,FILE]",

@@ -272,6 +272,7 @@ def _plot(runs: list[RunRecord], getter, title: str, ylabel: str, path: Path, ca
     """One PNG of a metric per eval step, every run overlaid; None when no run has the metric."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     fig = Figure(figsize=FIGSIZE, dpi=DPI)
     FigureCanvasAgg(fig)
@@ -292,7 +293,7 @@ def _plot(runs: list[RunRecord], getter, title: str, ylabel: str, path: Path, ca
             # best/ is chosen on one set only (best_set); on any other plot the star is not that metric's best
             by = best.get("best_set") or "the run's best set"
             ax.plot([best["step"]], [values[at] * scale], marker="*", markersize=14, color=colour,
-                    markeredgecolor="black", linestyle="none",
+                    markeredgecolor="black", linestyle="none", zorder=4,
                     label=f"{run.name} best (by {by}, step {best['step']})")
         abort = run.abort
         if abort is not None:
@@ -300,8 +301,11 @@ def _plot(runs: list[RunRecord], getter, title: str, ylabel: str, path: Path, ca
             step, reason = abort
             before = [i for i, s in enumerate(steps) if step is None or s <= step]
             at = before[-1] if before else len(steps) - 1
-            ax.plot([steps[at] if step is None else step], [values[at] * scale], marker="X", markersize=13,
-                    color="red", markeredgecolor="black", linestyle="none",
+            x = steps[at] if step is None else step
+            ax.axvline(x, color="red", linestyle=":", linewidth=1.0)
+            # drawn under the best star (an abort often happens at the best step) and larger, so both show
+            ax.plot([x], [values[at] * scale], marker="X", markersize=18, color="red", markeredgecolor="black",
+                    linestyle="none", zorder=3,
                     label=f"{run.name} aborted at step {fmt_int(step)}: {reason}")
     if not plotted:
         return None
@@ -320,6 +324,9 @@ def _plot(runs: list[RunRecord], getter, title: str, ylabel: str, path: Path, ca
     if log_y:
         # ppl falls by orders of magnitude in SFT (thousands at step 0, single digits later)
         ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_title(title)
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel + (" (log scale)" if log_y else ""))
@@ -351,34 +358,59 @@ def render_plots(runs: list[RunRecord], out_dir: Path) -> list[PlotFile]:
 
 # --- HTML sections -------------------------------------------------------------------------------
 
+def _judged_set(verdict: dict) -> str | None:
+    """The set whose change the verdict judged: the `<set>_change` key of its numbers (sftHeld; ptVal for a trunk)."""
+    key = next((k for k in (verdict.get("numbers") or {}) if k.endswith("_change")), None)
+    return key[: -len("_change")] if key else None
+
+
+def _eval_at(run: RunRecord, step) -> dict | None:
+    """The eval of that step, else the last eval before it (an abort on a non-finite loss falls between evals)."""
+    before = [e for e in run.evals if not isinstance(step, int) or e["step"] <= step]
+    return before[-1] if before else None
+
+
 def _verdict_section(runs: list[RunRecord]) -> str:
-    rows = []
+    rows, scope = [], []
     for run in runs:
         v = run.verdict
         if v is None:
             rows.append(_row(f'{_text_cell(run.name)}{_text_cell(run.status)}<td class="verdict">no verdict '
-                             f'(still running?)</td>{_text_cell("")}<td colspan="5"></td>', run.name))
+                             f'(still running?)</td>{_text_cell("")}<td colspan="7"></td>', run.name))
             continue
         numbers = v.get("numbers") or {}
-        key = next((k for k in numbers if k.endswith("_change")), None)
+        judged = _judged_set(v)
+        key = f"{judged}_change" if judged else None
         change = (numbers.get(key) or {}) if key else {}
         drift = numbers.get("drift") or {}
+        # the set the verdict did not judge, shown beside it so a collapse there is not hidden by "holds"
+        other = "sftHeld" if judged == "ptVal" else "ptVal"
+        at = _eval_at(run, v.get("step"))
+        other_change = ((at.get("changes") or {}).get(other) or {}) if at else {}
+        other_cell = (_cell(other_change.get("value"), "pct", f"eval/{at['step']}/changes/{other}/value") if at
+                      else "<td>n/a</td>")
         cells = (
             _cell(v.get("step"), "int", "verdict/step")
             + _cell(change.get("value"), "pct", f"verdict/numbers/{key}/value")
             + _cell(drift.get("value"), "pct", "verdict/numbers/drift/value")
+            + _text_cell(f"{other} (step {at['step']})" if at else other) + other_cell
             + _cell(((numbers.get("drift_tronco") or {}).get("value")), "pct", "verdict/numbers/drift_tronco/value")
             + _cell(numbers.get("worst_drift"), "pct", "verdict/numbers/worst_drift")
         )
         rows.append(_row(f'{_text_cell(run.name)}{_text_cell(run.status)}<td class="verdict">{_esc(v.get("verdict"))}</td>'
                          f'{_text_cell(v.get("line") or v.get("reason", ""))}{cells}', run.name))
-    header = ["run", "status", "verdict", "verdict line", "step", "best-set change (sftHeld; ptVal for a trunk)", "final drift",
-              "final drift_tronco", "worst drift"]
+        unjudged = [s for s in SETS if s not in (judged, "enRuler")]
+        scope.append(f'<li data-run="{_esc(run.name)}">{_esc(run.name)}: the verdict covers the {_esc(judged or "?")} '
+                     f"change vs step 0 and the English ruler (enRuler drift) only; {_esc(', '.join(unjudged))} "
+                     f"{'is' if len(unjudged) == 1 else 'are'} shown but not judged.</li>")
+    header = ["run", "status", "verdict", "verdict line", "step", "judged change vs step 0 (sftHeld; ptVal for a trunk)",
+              "final drift (judged)", "not judged: set", "its change vs step 0", "final drift_tronco", "worst drift"]
     crit = "".join(
         f"<p>Criteria of {_esc(r.name)} (fixed in its config before the run): "
         + "; ".join(f"<b>{_esc(k)}</b>: {_esc(c)}" for k, c in r.verdict["criteria"].items()) + "</p>"
         for r in runs if r.verdict and isinstance(r.verdict.get("criteria"), dict))
-    return "<h2>Verdicts</h2>\n" + _table(header, rows, "verdicts") + crit
+    scope_text = f'<p>What a verdict covers:</p><ul id="verdict-scope">{"".join(scope)}</ul>' if scope else ""
+    return "<h2>Verdicts</h2>\n" + _table(header, rows, "verdicts") + scope_text + crit
 
 
 def _comparison_section(runs: list[RunRecord]) -> str:
@@ -483,11 +515,12 @@ def _generations_section(runs: list[RunRecord]) -> str:
     return "\n".join(parts)
 
 
-def _plots_section(plots: list[tuple[str, str]], out_dir: Path) -> str:
+def _plots_section(plots: list[PlotFile], out_dir: Path) -> str:
     if not plots:
         return "<h2>Plots</h2><p>no eval events yet: nothing to plot</p>"
     figures = []
-    for name, caption in plots:
+    for plot in plots:
+        name, caption = plot.name, plot.caption
         data = base64.b64encode((out_dir / name).read_bytes()).decode("ascii")
         figures.append(f'<figure><a href="{_esc(name)}"><img src="data:image/png;base64,{data}" '
                        f'width="{PLOT_SIZE[0]}" height="{PLOT_SIZE[1]}" alt="{_esc(caption)}"></a>'
@@ -516,7 +549,7 @@ def build_report(run_dirs: list[Path | str], out_dir: Path | str) -> Path:
     _unique_names(runs)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    plots = _plots(runs, out_dir)
+    plots = render_plots(runs, out_dir)
     sources = "".join(f"<li>{_esc(r.name)}: {_esc(r.run_dir / 'events.jsonl')} ({len(r.evals)} evals, "
                       f"last step {fmt_int(r.last_step)}; {_esc(r.status)})</li>" for r in runs)
     page = "\n".join([

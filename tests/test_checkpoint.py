@@ -207,3 +207,84 @@ def test_legacy_pt_with_a_foreign_config_is_refused_naming_the_file(tmp_path, mo
     torch.save({"model": model.state_dict(), "config": config, "tokenizer": tok.to_dict()}, path)
     with pytest.raises(CheckpointError, match=r"sft_best\.pt: model config does not fit"):
         load_checkpoint(path)
+
+
+# --- inconsistent or broken pieces: always a CheckpointError naming the file ------------------
+
+BROKEN_TOKENIZERS = {
+    "not_json": "{this is not json",
+    "missing_chars": json.dumps({"kind": "char", "version": 1, "specials": list(CharTokenizer([]).to_dict()["specials"])}),
+    "unknown_kind": json.dumps({"kind": "wordpiece", "specials": CharTokenizer([]).to_dict()["specials"]}),
+}
+
+
+@pytest.mark.parametrize("broken", sorted(BROKEN_TOKENIZERS))
+def test_legacy_pt_with_a_broken_tokenizer_json_beside_it_is_refused(tmp_path, model, broken):
+    pt = tmp_path / "sft_best.pt"
+    torch.save(_legacy_payload(model), pt)
+    (tmp_path / "tokenizer.json").write_text(BROKEN_TOKENIZERS[broken])
+    with pytest.raises(CheckpointError) as excinfo:
+        load_checkpoint(pt)
+    assert str(tmp_path / "tokenizer.json") in str(excinfo.value)
+
+
+def test_legacy_pt_with_a_broken_tokenizer_inside_is_refused(tmp_path, model, tok):
+    pt = tmp_path / "best.pt"
+    inner = {k: v for k, v in tok.to_dict().items() if k != "chars"}
+    torch.save({**_legacy_payload(model), "tokenizer": inner}, pt)
+    with pytest.raises(CheckpointError) as excinfo:
+        load_checkpoint(pt)
+    assert str(pt) in str(excinfo.value)
+
+
+def _rewrite_with_valid_hash(path, name, data: bytes):
+    """Replace one file and its manifest entry, so only the content is wrong, not the hash."""
+    import hashlib
+
+    (path / name).write_bytes(data)
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["files"][name] = hashlib.sha256(data).hexdigest()
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("broken", sorted(BROKEN_TOKENIZERS))
+def test_checkpoint_with_a_broken_tokenizer_is_refused(tmp_path, model, tok, broken):
+    path = save(tmp_path / "ck", model, tok)
+    _rewrite_with_valid_hash(path, "tokenizer.json", BROKEN_TOKENIZERS[broken].encode())
+    with pytest.raises(CheckpointError) as excinfo:
+        load_checkpoint(path)
+    assert str(path / "tokenizer.json") in str(excinfo.value)
+
+
+@pytest.mark.parametrize("config", ["{not json", '{"vocab_size": 10, "rope_theta": 1.0}', '{"block_size": 8}',
+                                    '{"vocab_size": 10, "n_embd": 30, "n_head": 4}'])
+def test_checkpoint_with_a_broken_config_is_refused(tmp_path, model, tok, config):
+    path = save(tmp_path / "ck", model, tok)
+    _rewrite_with_valid_hash(path, "config.json", config.encode())
+    with pytest.raises(CheckpointError) as excinfo:
+        load_checkpoint(path)
+    assert str(path / "config.json") in str(excinfo.value)
+
+
+def test_weights_of_the_wrong_shape_are_refused_naming_the_file(tmp_path, model, tok):
+    """Same parameter names, other sizes: load_state_dict's size mismatch becomes a CheckpointError."""
+    bigger = GPT(GPTConfig(**{**model.config.to_dict(), "block_size": 32}))
+    pt = tmp_path / "sft_best.pt"
+    torch.save({"model": bigger.state_dict(), "config": model.config.to_dict(), "tokenizer": tok.to_dict()}, pt)
+    with pytest.raises(CheckpointError, match="size mismatch") as excinfo:
+        load_checkpoint(pt).build_model()
+    assert str(pt) in str(excinfo.value)
+
+
+def test_tokenizer_and_model_of_different_vocab_sizes_are_refused(tmp_path, model, tok):
+    other = CharTokenizer(list("abc"))
+    assert other.vocab_size != model.config.vocab_size
+    path = save_checkpoint(tmp_path / "ck", model=model, model_config=model.config, tokenizer=other)
+    with pytest.raises(CheckpointError, match=rf"{other.vocab_size}.*{model.config.vocab_size}") as excinfo:
+        load_checkpoint(path)
+    assert str(path) in str(excinfo.value)
+    pt = tmp_path / "legacy.pt"
+    torch.save({**_legacy_payload(model), "tokenizer": other.to_dict()}, pt)
+    with pytest.raises(CheckpointError, match=rf"{other.vocab_size}.*{model.config.vocab_size}") as excinfo:
+        load_checkpoint(pt)
+    assert str(pt) in str(excinfo.value)

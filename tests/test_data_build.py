@@ -37,10 +37,13 @@ def _build(src, out, *extra):
     return main(["data", "build", "--tokenizer", str(src / "tok.json"), "--out", str(out), *extra])
 
 
+FULL_SEQ_LEN = 128
+
+
 def _full_build(src, out, *extra):
     return _build(src, out, "--text", f"pretrain={src / 'pt.txt'}", "--text", f"replay={src / 'en.txt'}",
                   "--sft", f"sft={src / 'train.jsonl'}", "--eval", f"sftHeld={src / 'held.jsonl'}",
-                  "--eval", f"ptVal={src / 'val.txt'}", *extra)
+                  "--eval", f"ptVal={src / 'val.txt'}", "--seq-len", str(FULL_SEQ_LEN), *extra)
 
 
 def _documents(shard, tok):
@@ -88,6 +91,7 @@ def test_manifest_counts_equal_an_independent_count(sources, tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     tok = load_tokenizer(sources / "tok.json")
     assert manifest["format"] == "tatu-data-1" and manifest["tokenizer_hash"] == tok.hash
+    assert manifest["options"]["seq_len"] == FULL_SEQ_LEN
     assert load_tokenizer(out / manifest["tokenizer"]).hash == tok.hash
 
     for name, docs, file in (("pretrain", PT_DOCS, "pt.txt"), ("replay", EN_DOCS, "en.txt")):
@@ -207,7 +211,7 @@ def test_bad_eval_line_is_an_error_even_with_skip(sources, tmp_path, capsys):
     held = sources / "held_bad.jsonl"
     held.write_text(GOOD + "\n" + '{"prompt": "x"}' + "\n", encoding="utf-8")
     out = tmp_path / "data"
-    assert _build(sources, out, "--eval", f"sftHeld={held}", "--on-bad-line", "skip") == 65
+    assert _build(sources, out, "--eval", f"sftHeld={held}", "--on-bad-line", "skip", "--seq-len", "64") == 65
     assert f"{held}:2: missing field 'response'" in capsys.readouterr().err
     assert not out.exists()
 
@@ -233,3 +237,109 @@ def test_tokenizer_train_reports_a_bad_source_line(sources, tmp_path, capsys):
     bad.write_text(GOOD + "\n[1, 2]\n", encoding="utf-8")
     assert main(["tokenizer", "train", "--kind", "char", "--out", str(tmp_path / "t.json"), str(bad)]) == 65
     assert f"{bad}:2: expected a JSON object" in capsys.readouterr().err
+
+
+# ---- what --out may replace ------------------------------------------------------------------
+
+def _snapshot(path):
+    """Every file under `path` (or the file itself) with its bytes."""
+    if path.is_file():
+        return {".": path.read_bytes()}
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("existing", ["dir_with_files", "regular_file", "other_manifest"])
+def test_out_that_is_not_a_data_dir_is_refused_and_left_untouched(sources, tmp_path, capsys, existing):
+    out = tmp_path / "precious"
+    if existing == "regular_file":
+        out.write_text("my thesis\n")
+    else:
+        out.mkdir()
+        (out / "notes.txt").write_text("do not lose\n")
+        if existing == "other_manifest":
+            (out / "manifest.json").write_text(json.dumps({"format": "something-else"}))
+    before = _snapshot(out)
+    assert _full_build(sources, out) == 78
+    err = capsys.readouterr().err
+    assert f"{out}: exists and is not a tatu data dir; refusing to replace it" in err
+    assert _snapshot(out) == before
+    assert _siblings(out) == ["precious", "src"]  # no temp dir left
+
+
+def test_empty_dir_and_previous_build_are_replaced(sources, tmp_path):
+    out = tmp_path / "data"
+    out.mkdir()
+    assert _full_build(sources, out) == 0
+    assert json.loads((out / "manifest.json").read_text())["channels"]["replay"]["documents"] == len(EN_DOCS)
+    (sources / "en.txt").write_text("Only one document now.\n", encoding="utf-8")
+    assert _full_build(sources, out) == 0
+    assert json.loads((out / "manifest.json").read_text())["channels"]["replay"]["documents"] == 1
+
+
+def test_out_holding_an_input_is_refused(sources, tmp_path, capsys):
+    out = tmp_path / "data"
+    assert _full_build(sources, out) == 0
+    inside = out / "more.txt"
+    inside.write_text("A document kept inside the data dir.\n", encoding="utf-8")
+    before = _snapshot(out)
+    assert _full_build(sources, out, "--text", f"more={inside}") == 78
+    assert f"holds the input {inside}" in capsys.readouterr().err
+    assert _snapshot(out) == before
+
+
+# ---- --seq-len is required wherever pairs are built ------------------------------------------
+
+@pytest.mark.parametrize("flag", ["--sft", "--eval"])
+def test_pairs_without_seq_len_are_a_usage_error(sources, tmp_path, capsys, flag):
+    out = tmp_path / "data"
+    name = "sft" if flag == "--sft" else "sftHeld"
+    assert _build(sources, out, flag, f"{name}={sources / 'held.jsonl'}") == 2
+    err = capsys.readouterr().err
+    assert "--seq-len is required" in err and name in err
+    assert not out.exists()
+
+
+def test_text_only_build_needs_no_seq_len(sources, tmp_path):
+    out = tmp_path / "data"
+    assert _build(sources, out, "--text", f"pt={sources / 'pt.txt'}", "--eval", f"ptVal={sources / 'val.txt'}") == 0
+    assert json.loads((out / "manifest.json").read_text())["options"]["seq_len"] is None
+
+
+# ---- tatu tokenizer train: bad requests are one-line errors ----------------------------------
+
+def test_char_vocab_below_bytes_and_specials_is_refused(sources, tmp_path, capsys):
+    out = tmp_path / "tok.json"
+    assert main(["tokenizer", "train", "--kind", "char", "--vocab", "100", "--out", str(out),
+                 str(sources / "pt.txt")]) == 78
+    assert "needs >= 261" in capsys.readouterr().err
+    assert not out.exists()
+    # the smallest vocab that is allowed keeps only the single most frequent character
+    assert main(["tokenizer", "train", "--kind", "char", "--vocab", "262", "--out", str(out),
+                 str(sources / "pt.txt")]) == 0
+    counts = {}
+    for ch in "".join(PT_DOCS):
+        counts[ch] = counts.get(ch, 0) + 1
+    assert load_tokenizer(out).chars == [max(counts, key=counts.get)]
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe"])
+def test_tokenizer_train_on_no_documents_exits_65(sources, tmp_path, capsys, kind):
+    empty = sources / "empty.txt"
+    empty.write_text("\n\n  \n", encoding="utf-8")
+    out = tmp_path / "tok.json"
+    assert main(["tokenizer", "train", "--kind", kind, "--vocab", "300", "--out", str(out), str(empty)]) == 65
+    assert "no documents" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("where", ["a_directory", "under_a_file"])
+def test_tokenizer_out_that_cannot_be_written_is_one_line(sources, tmp_path, capsys, where):
+    if where == "a_directory":
+        out = tmp_path / "a_dir"
+        out.mkdir()
+    else:
+        (tmp_path / "plain").write_text("x")
+        out = tmp_path / "plain" / "tok.json"
+    assert main(["tokenizer", "train", "--kind", "char", "--out", str(out), str(sources / "pt.txt")]) == 78
+    err = capsys.readouterr().err
+    assert str(out) in err and "Traceback" not in err and err.count("\n") == 1

@@ -283,3 +283,116 @@ def test_an_eval_event_without_drift_names_the_file(tmp_path):
         report.load_run(run_dir)
     assert exc.value.code == BAD_DATA
     assert "events.jsonl" in exc.value.message and "step 4" in exc.value.message and "drift" in exc.value.message
+
+
+def _table_html(page: str, table_id: str) -> str:
+    return re.search(rf'<table id="{re.escape(table_id)}">(.*?)</table>', page, re.S).group(1)
+
+
+def test_verdict_table_shows_the_unjudged_ptval_change_and_says_what_the_verdict_covers(runs):
+    page = runs["index"].read_text(encoding="utf-8")
+    verdicts = _parse_fragment(_table_html(page, "verdicts"))
+    shown = {(c["run"], c["path"]): c for c in verdicts.cells}
+    evals, _ = _naive_events(runs["finished"])
+    ptval = shown[("sft-noreplay", "eval/8/changes/ptVal/value")]
+    assert ptval["value"] == evals[8]["changes"]["ptVal"]["value"] == 0.01 and ptval["text"] == "+1.0%"
+    assert ("sft-noreplay", "verdict/numbers/sftHeld_change/value") in shown
+    assert ("sft-noreplay", "verdict/numbers/drift/value") in shown
+    scope = re.search(r'<ul id="verdict-scope">(.*?)</ul>', page, re.S).group(1)
+    assert ("sft-noreplay: the verdict covers the sftHeld change vs step 0 and the English ruler (enRuler drift) only; "
+            "ptVal is shown but not judged") in scope
+    assert "sft-replay" not in scope  # no verdict yet: nothing to scope
+
+
+def _parse_fragment(fragment: str) -> _Cells:
+    parser = _Cells()
+    parser.feed(fragment)
+    return parser
+
+
+def test_ppl_plots_are_log_scaled_and_the_best_star_names_the_set_it_was_chosen_by(runs, tmp_path):
+    records = [report.load_run(runs["finished"]), report.load_run(runs["running"])]
+    plots = {p.name: p for p in report.render_plots(records, tmp_path)}
+    assert set(plots) == set(PLOTS)
+    for name in ("sftHeld.png", "ptVal.png", "enRuler.png"):
+        assert plots[name].yscale == "log", name
+        # step 4 is the last eval flagged best in the events (the replacing step-8 eval is not)
+        assert "sft-noreplay best (by sftHeld, step 4)" in plots[name].legend, plots[name].legend
+    assert plots["drift.png"].yscale == "linear"  # drift crosses 0: no log scale
+    assert not any("aborted" in label for p in plots.values() for label in p.legend)
+
+
+def _aborted_events(reason, with_abort_event=True, best_set="sftHeld", judged="sftHeld"):
+    evals = [_eval(0, 9.0, 31.0, 52.0, 0.0, True), _eval(4, 8.5, 31.5, 60.0, 0.15, True)]
+    for event in evals:
+        event["best_set"] = best_set
+    evals[-1]["abort"] = reason
+    events = evals + ([{"event": "abort", "time": 5.0, "step": 4, "reason": reason}] if with_abort_event else [])
+    events.append({"event": "verdict", "time": 6.0, "step": 4, "verdict": "forgets", "line": f"VERDICT forgets (aborted: {reason})",
+                   "numbers": {"step": 4, f"{judged}_change": _change(-0.05), "drift": _change(0.15),
+                               "drift_tronco": _change(0.2), "worst_drift": 0.15, "aborted": reason}})
+    return events
+
+
+def test_an_aborted_run_is_marked_on_every_plot_and_on_the_page(tmp_path):
+    reason = "drift +15.0% > MIX_FORGET_LIMIT 10.0%"
+    by_event = _write_run(tmp_path / "by-event", _aborted_events(reason), BASE_CONFIG)
+    by_verdict = _write_run(tmp_path / "by-verdict", _aborted_events(reason, with_abort_event=False), BASE_CONFIG)
+    # a non-finite loss aborts between evals and leaves no verdict: the marker goes at the abort step
+    nan_loss = _write_run(tmp_path / "nan-loss", [
+        _eval(0, 9.0, 31.0, 52.0, 0.0, True), _eval(4, 8.7, 31.1, 52.5, 0.01, True),
+        {"event": "abort", "time": 7.0, "step": 6, "reason": "non-finite loss", "loss": "nan"},
+    ], BASE_CONFIG)
+    records = [report.load_run(d) for d in (by_event, by_verdict, nan_loss)]
+    assert [r.abort for r in records] == [(4, reason), (4, reason), (6, "non-finite loss")]
+    assert records[0].status == f"aborted at step 4: {reason}"
+    assert records[2].status == "aborted at step 6: non-finite loss (no verdict)"
+    for plot in report.render_plots(records, tmp_path / "plots"):
+        assert f"by-event aborted at step 4: {reason}" in plot.legend, plot.name
+        assert f"by-verdict aborted at step 4: {reason}" in plot.legend, plot.name
+        assert "nan-loss aborted at step 6: non-finite loss" in plot.legend, plot.name
+    page = report.build_report([by_event, by_verdict, nan_loss], tmp_path / "out").read_text(encoding="utf-8")
+    rows = [r for r in _parse(tmp_path / "out" / "index.html").rows if r["texts"]]
+    status = {r["run"]: r["texts"][1] for r in rows[:3]}
+    assert status == {"by-event": f"aborted at step 4: {reason}", "by-verdict": f"aborted at step 4: {reason}",
+                      "nan-loss": "aborted at step 6: non-finite loss (no verdict)"}
+    assert "aborts marked with a red X" in page
+
+
+def test_a_run_that_did_not_abort_has_no_abort():
+    record = report.RunRecord(name="ok", run_dir=Path("ok"), evals=[], verdict={"numbers": {"aborted": None}})
+    assert record.abort is None and record.status == "finished"
+
+
+def test_a_trunk_verdict_covers_ptval_and_leaves_sftheld_unjudged(tmp_path):
+    trunk = _write_run(tmp_path / "trunk", _aborted_events("x", best_set="ptVal", judged="ptVal"),
+                       {"TATU_MODE": "trunk"})
+    page = report.build_report([trunk], tmp_path / "out").read_text(encoding="utf-8")
+    shown = {c["path"] for c in _parse_fragment(_table_html(page, "verdicts")).cells}
+    assert {"verdict/numbers/ptVal_change/value", "eval/4/changes/sftHeld/value"} <= shown
+    assert "trunk: the verdict covers the ptVal change vs step 0 and the English ruler (enRuler drift) only; sftHeld is" in page
+    legend = report.render_plots([report.load_run(trunk)], tmp_path / "plots")[0].legend
+    assert "trunk best (by ptVal, step 4)" in legend
+
+
+def _drift_legend(runs_dirs, tmp_path):
+    plots = report.render_plots([report.load_run(d) for d in runs_dirs], tmp_path)
+    drift = next(p for p in plots if p.name == "drift.png")
+    return [label for label in drift.legend if "MIX_FORGET_LIMIT" in label and "aborted" not in label], drift.notes
+
+
+def test_runs_sharing_a_forget_limit_get_one_limit_line(tmp_path):
+    events = [_eval(0, 9.0, 31.0, 52.0, 0.0, True), _eval(4, 8.5, 31.5, 53.0, 0.02, True)]
+    a = _write_run(tmp_path / "a", events, BASE_CONFIG)
+    b = _write_run(tmp_path / "b", events, BASE_CONFIG)
+    c = _write_run(tmp_path / "c", events, {**BASE_CONFIG, "MIX_FORGET_LIMIT": 0.2})
+    limits, _ = _drift_legend([a, b], tmp_path / "shared")
+    assert limits == ["MIX_FORGET_LIMIT +10.0% (a, b)"]
+    limits, _ = _drift_legend([a, c, b], tmp_path / "two")
+    assert limits == ["MIX_FORGET_LIMIT +10.0% (a, b)", "MIX_FORGET_LIMIT +20.0% (c)"]
+
+
+def test_a_limit_far_above_the_curves_is_written_not_drawn(runs, tmp_path):
+    limits, notes = _drift_legend([runs["finished"], runs["running"]], tmp_path)
+    assert limits == ["MIX_FORGET_LIMIT +10.0% (sft-noreplay)"]
+    assert notes == ["MIX_FORGET_LIMIT +1000.0% (sft-replay) (above the plot)"]

@@ -201,3 +201,52 @@ def test_micro_batch_with_zero_targets_gives_a_finite_step_loss(built):
     assert mixed.item() == pytest.approx(step_loss([real]).item(), rel=1e-6)
     only_empty = step_loss([empty])
     assert torch.isfinite(only_empty) and only_empty.item() == 0.0
+
+
+def test_state_of_another_micro_batch_or_mix_is_refused_naming_it(built):
+    data_dir, _, _ = built
+    state = _stream(data_dir, seed=5).state_dict()
+    with pytest.raises(TatuExit) as excinfo:
+        _stream(data_dir, seed=5, micro_batch=2).load_state_dict(state)
+    assert excinfo.value.code == BAD_CONFIG and "micro_batch 3 (now 2)" in excinfo.value.message
+    with pytest.raises(TatuExit) as excinfo:
+        _stream(data_dir, seed=5, mix={"sft": 2, "replay": 1}).load_state_dict(state)
+    assert excinfo.value.code == BAD_CONFIG and "mix" in excinfo.value.message
+    assert "micro_batch" not in excinfo.value.message and "\n" not in excinfo.value.message
+
+
+def test_state_of_other_data_is_refused(built, tmp_path):
+    data_dir, tok, _ = built
+    root = data_dir.parent
+    # the same channels and tokenizer, one replay document more: cursors would point elsewhere
+    (tmp_path / "en.txt").write_text((root / "en.txt").read_text(encoding="utf-8") + "\nthe armadillo sleeps\n",
+                                     encoding="utf-8")
+    spec = BuildSpec(tokenizer="", out_dir=str(tmp_path / "data"), text={"replay": [str(tmp_path / "en.txt")]},
+                     sft={"sft": [str(root / "sft.jsonl")]}, seq_len=SEQ_LEN)
+    build_data(spec, tok, progress=False)
+    state = _stream(data_dir, seed=5).state_dict()
+    with pytest.raises(TatuExit) as excinfo:
+        _stream(tmp_path / "data", seed=5).load_state_dict(state)
+    assert excinfo.value.code == BAD_CONFIG and "build_key" in excinfo.value.message
+
+
+@pytest.mark.parametrize("damage", ["no_step", "no_channels", "no_build_key", "channel_without_cursor",
+                                    "channel_missing", "step_not_int"])
+def test_malformed_state_is_bad_data_not_a_key_error(built, damage):
+    data_dir, _, _ = built
+    state = json.loads(json.dumps(_stream(data_dir, seed=5).state_dict()))
+    if damage == "no_step":
+        del state["step"]
+    elif damage == "no_channels":
+        del state["channels"]
+    elif damage == "no_build_key":
+        del state["build_key"]
+    elif damage == "channel_without_cursor":
+        del state["channels"]["sft"]["cursor"]
+    elif damage == "channel_missing":
+        del state["channels"]["replay"]
+    else:
+        state["step"] = "7"
+    with pytest.raises(TatuExit) as excinfo:
+        _stream(data_dir, seed=5).load_state_dict(state)
+    assert excinfo.value.code == BAD_DATA and excinfo.value.message.startswith("stream state")

@@ -185,3 +185,55 @@ def test_missing_file_names_the_file(tmp_path):
 def test_from_dict_rejects_multi_character_chars():
     with pytest.raises(TokenizerError, match="not a single character"):
         tokenizer_from_dict({"kind": "char", "version": 1, "specials": list(SPECIALS), "chars": ["ab"]})
+
+
+def test_char_vocab_below_bytes_and_specials_is_refused():
+    with pytest.raises(TokenizerError, match="needs >= 261"):
+        train_tokenizer("char", CORPUS, vocab_size=260)
+    assert train_tokenizer("char", CORPUS, vocab_size=261).vocab_size == 261
+
+
+def test_save_is_atomic_when_the_rename_fails(char_tok, tmp_path, monkeypatch):
+    file = tmp_path / "tokenizer.json"
+    file.write_text("previous tokenizer")
+
+    def failing_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("os.replace", failing_replace)
+    with pytest.raises(OSError):
+        char_tok.save(file)
+    assert file.read_text() == "previous tokenizer"
+    assert [p.name for p in tmp_path.iterdir()] == ["tokenizer.json"]  # no temp file left
+
+
+def test_save_over_a_directory_fails_and_leaves_no_temp_file(char_tok, tmp_path):
+    target = tmp_path / "tokenizer.json"
+    target.mkdir()
+    with pytest.raises(OSError):
+        char_tok.save(target)
+    assert [p.name for p in tmp_path.iterdir()] == ["tokenizer.json"] and target.is_dir()
+
+
+@pytest.mark.parametrize(
+    "payload, message",
+    [
+        ({"kind": "char", "version": 1, "specials": list(SPECIALS)}, "lacks the field 'chars'"),
+        ({"kind": "bpe", "version": 1, "specials": list(SPECIALS)}, "lacks the field 'hf'"),
+        ({"kind": "char", "version": 1, "specials": list(SPECIALS), "chars": "abc"}, "'chars' is not a list"),
+        ({"kind": "bpe", "version": 1, "specials": list(SPECIALS), "hf": {"model": 3}}, "not a valid byte-level BPE"),
+        (["not", "an", "object"], "expected a JSON object"),
+    ],
+)
+def test_from_dict_with_missing_or_bad_fields_names_the_source(payload, message):
+    with pytest.raises(TokenizerError, match=message) as excinfo:
+        tokenizer_from_dict(payload, "ckpt/tokenizer.json")
+    assert str(excinfo.value).startswith("ckpt/tokenizer.json: ")
+
+
+def test_file_that_is_not_utf8_names_the_file(tmp_path):
+    file = tmp_path / "latin1_tok.json"
+    file.write_bytes(b'{"kind": "char", "chars": ["\xe7"]}')
+    with pytest.raises(TokenizerError, match="cannot read tokenizer") as excinfo:
+        load_tokenizer(file)
+    assert str(file) in str(excinfo.value)
