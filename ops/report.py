@@ -339,6 +339,8 @@ def _plot(runs: list[RunRecord], getter, title: str, ylabel: str, path: Path, ca
 
 def render_plots(runs: list[RunRecord], out_dir: Path) -> list[PlotFile]:
     """Write the PNGs into out_dir; returns each one written (runs without a metric give no plot of it)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for set_name in SETS:
         plot = _plot(runs, lambda e, s=set_name: e["sets"].get(s), f"{set_name} perplexity (95% CI band)", "ppl",

@@ -64,3 +64,30 @@ def test_tiny_demo_end_to_end(tmp_path):
     compare = json.loads((out / "compare.json").read_text())
     assert compare  # written by tatu compare
     assert re.search(r"report\s+\S+index\.html", proc.stdout)
+
+
+def test_tiny_demo_runs_through_systemd_when_a_user_manager_answers(tmp_path):
+    """The same demo, but the runs go through `systemctl --user start --wait tatu-sft@RUN`
+    of a real user manager (the harness of the systemd integration test)."""
+    from systemd_harness import user_manager_session
+
+    problem = _packages_ready()
+    if problem:
+        if os.environ.get("TATU_REQUIRE_SYSTEMD") == "1":
+            pytest.fail(f"demo packages unavailable under CI: {problem}")
+        pytest.skip(f"demo packages unavailable: {problem}")
+    out = tmp_path / "demo"
+    with user_manager_session() as um:
+        env = {k: v for k, v in um.env.items() if not k.startswith(("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_"))}
+        proc = subprocess.run([sys.executable, "-m", "tatu.ops.demo", "--scale", "tiny", "--out", str(out)],
+                              env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "(systemd --user)" in proc.stdout
+        for name in ("trunk", "sft-noreplay", "sft-replay"):
+            shown = um.systemctl("show", "-p", "ExecMainPID,LoadState", f"tatu-sft@{name}.service", check=False).stdout
+            assert "LoadState=loaded" in shown or "LoadState=not-found" in shown
+            assert (out / "runs" / name / "verdict.json").exists()
+        if um.journal_available:
+            journal = um.journalctl("-t", "tatu-sft-sft-replay", "-o", "cat")
+            assert re.search(r"EVAL [0-9]+: sftHeld", journal)
+    assert (out / "report" / "index.html").exists()

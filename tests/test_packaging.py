@@ -90,3 +90,71 @@ def test_generate_missing_checkpoint_exits_bad_data_naming_it(tmp_path):
     result = run([str(TATU), "generate", str(missing), "--prompt", "x"])
     assert result.returncode == 65
     assert str(missing) in result.stderr.decode()
+
+
+def run_generate(path, *args):
+    return run([str(TATU), "generate", str(path), *args])
+
+
+def assert_one_line_error(result, code, *must_name):
+    stderr = result.stderr.decode("utf-8")
+    assert result.returncode == code, stderr
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    for name in must_name:
+        assert name in stderr, (name, stderr)
+    assert result.stdout == b""
+
+
+def test_generate_prompt_longer_than_block_size_is_a_usage_error(tiny_checkpoint):
+    path, model, _ = tiny_checkpoint
+    result = run_generate(path, "--prompt", "ok", "--prompt", "o" * 60)
+    assert_one_line_error(result, 2, "--prompt 2", "61 tokens", f"block_size {model.config.block_size}")
+
+
+def test_generate_prompts_file_line_too_long_is_bad_data_naming_the_line(tiny_checkpoint, tmp_path):
+    path, model, _ = tiny_checkpoint
+    file = tmp_path / "prompts.txt"
+    file.write_text("o tatu\n\n" + "a" * 47 + "\n", encoding="utf-8")  # BOS + 47 = block_size: no room
+    result = run_generate(path, "--prompts", str(file))
+    assert_one_line_error(result, 65, f"{file}:3", "48 tokens", f"block_size {model.config.block_size}")
+
+
+def test_generate_empty_prompts_file_is_bad_data(tiny_checkpoint, tmp_path):
+    path, _, _ = tiny_checkpoint
+    file = tmp_path / "prompts.txt"
+    file.write_text("\n  \n", encoding="utf-8")
+    assert_one_line_error(run_generate(path, "--prompts", str(file)), 65, str(file), "no prompts")
+
+
+@pytest.mark.parametrize("flag,value", [("--max-new-tokens", "0"), ("--max-new-tokens", "-5"), ("--top-k", "0")])
+def test_generate_bad_numbers_are_usage_errors(tiny_checkpoint, flag, value):
+    path, _, _ = tiny_checkpoint
+    result = run_generate(path, "--prompt", "o", flag, value)
+    assert_one_line_error(result, 2, flag, value)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_generate_on_cuda_without_cuda_is_a_usage_error(tiny_checkpoint):
+    path, _, _ = tiny_checkpoint
+    assert_one_line_error(run_generate(path, "--prompt", "o", "--device", "cuda"), 2, "--device", "cuda")
+
+
+def test_generate_unknown_device_is_a_usage_error(tiny_checkpoint):
+    path, _, _ = tiny_checkpoint
+    assert_one_line_error(run_generate(path, "--prompt", "o", "--device", "tpu9"), 2, "--device", "tpu9")
+
+
+def test_generate_legacy_pt_with_a_broken_tokenizer_is_bad_data(tiny_checkpoint, tmp_path):
+    _, model, _ = tiny_checkpoint
+    pt = tmp_path / "sft_best.pt"
+    torch.save({"model": model.state_dict(), "config": model.config.to_dict()}, pt)
+    (tmp_path / "tokenizer.json").write_text('{"kind": "char"', encoding="utf-8")
+    assert_one_line_error(run_generate(pt, "--prompt", "o"), 65, str(tmp_path / "tokenizer.json"))
+
+
+def test_generate_checkpoint_whose_tokenizer_does_not_fit_the_model_is_bad_data(tiny_checkpoint, tmp_path):
+    _, model, tok = tiny_checkpoint
+    other = CharTokenizer(list("xyz"))
+    bad = save_checkpoint(tmp_path / "bad", model=model, model_config=model.config, tokenizer=other)
+    result = run_generate(bad, "--prompt", "o")
+    assert_one_line_error(result, 65, str(bad), str(other.vocab_size), str(tok.vocab_size))

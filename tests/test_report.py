@@ -382,7 +382,8 @@ def _drift_legend(runs_dirs, tmp_path):
 
 
 def test_runs_sharing_a_forget_limit_get_one_limit_line(tmp_path):
-    events = [_eval(0, 9.0, 31.0, 52.0, 0.0, True), _eval(4, 8.5, 31.5, 53.0, 0.02, True)]
+    # drift near the limits, so both lines are drawn rather than written as "above the plot"
+    events = [_eval(0, 9.0, 31.0, 52.0, 0.0, True), _eval(4, 8.5, 31.5, 59.0, 0.08, True)]
     a = _write_run(tmp_path / "a", events, BASE_CONFIG)
     b = _write_run(tmp_path / "b", events, BASE_CONFIG)
     c = _write_run(tmp_path / "c", events, {**BASE_CONFIG, "MIX_FORGET_LIMIT": 0.2})
