@@ -76,6 +76,17 @@ def test_typo_exits_78_suggesting_the_name_and_writes_nothing(tmp_path):
     assert not out.exists()
 
 
+def test_config_errors_are_decided_before_torch_is_imported(tmp_path):
+    """The "< 2 s" of the issue, checked without timing: the process never imports torch."""
+    env = {**clean_env(), "REPLAY_M": "6", "TATU_DATA": str(tmp_path), "TATU_SEED_CKPT": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "tatu.daemon"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 78
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    assert "pydantic_settings" in imported  # the log is real
+    assert not [m for m in imported if m == "torch" or m.startswith("torch.")]
+
+
 @pytest.mark.parametrize("name,value", [("REPLAY_N", "-1"), ("MIX_FORGET_LIMIT", "0"), ("EVAL_EVERY", "0"),
                                         ("TATU_LR", "nan"), ("TATU_DEVICE", "gpu")])
 def test_out_of_range_value_exits_78(tmp_path, name, value):
