@@ -103,7 +103,7 @@ def test_tokenizer_mismatch_exits_78_naming_both(world, tmp_path):
     from tatu.model.tokenizer import CharTokenizer
 
     seed = load_checkpoint(world["trunk"])
-    other = CharTokenizer(list("abc"))
+    other = CharTokenizer([chr(0x4E00 + i) for i in range(len(seed.tokenizer.chars))])  # same size, other tokens
     bad = tmp_path / "bad-seed"
     save_checkpoint(bad, model_state=seed.model_state, model_config=seed.model_config, tokenizer=other, meta={})
     proc = daemon(sft_env(world, tmp_path / "out", TATU_SEED_CKPT=bad))

@@ -126,7 +126,9 @@ def test_generate_empty_prompts_file_is_bad_data(tiny_checkpoint, tmp_path):
     assert_one_line_error(run_generate(path, "--prompts", str(file)), 65, str(file), "no prompts")
 
 
-@pytest.mark.parametrize("flag,value", [("--max-new-tokens", "0"), ("--max-new-tokens", "-5"), ("--top-k", "0"), ("--temperature", "-1")])
+@pytest.mark.parametrize(
+    "flag,value", [("--max-new-tokens", "0"), ("--max-new-tokens", "-5"), ("--top-k", "0"), ("--temperature", "-1")]
+)
 def test_generate_bad_numbers_are_usage_errors(tiny_checkpoint, flag, value):
     path, _, _ = tiny_checkpoint
     result = run_generate(path, "--prompt", "o", flag, value)
