@@ -264,7 +264,9 @@ def _train(config, log, notifier, controls, run_dir, model, model_config, tokeni
 
     def finish(code: int, abort_reason: str | None = None) -> int:
         verdict = judge(state["history"], abort_reason, config)
-        (run_dir / "verdict.json").write_text(json.dumps(verdict, indent=1, allow_nan=False) + "\n")
+        tmp = run_dir / ".verdict.json.tmp"
+        tmp.write_text(json.dumps(verdict, indent=1, allow_nan=False) + "\n")
+        os.replace(tmp, run_dir / "verdict.json")  # never a half-written verdict
         log.info(verdict["line"])
         log.event("verdict", step=state["step"], **verdict)
         controls.status["phase"] = "aborted" if abort_reason else "done"
@@ -313,7 +315,7 @@ def _train(config, log, notifier, controls, run_dir, model, model_config, tokeni
     if state["aborted"]:  # an abort is final (seed 000): never train on past it
         log.error(f"run {config.run} was aborted at step {state['aborted']['step']}: {state['aborted']['reason']}; "
                   f"start a new TATU_RUN")
-        return exitcodes.FORGET_ABORT if state["aborted"]["code"] == exitcodes.FORGET_ABORT else state["aborted"]["code"]
+        return state["aborted"]["code"]
     if state["step"] >= limit and (run_dir / "verdict.json").exists():
         # Type=notify: exiting before READY would count as a failed start (and be restarted).
         notifier.ready()
