@@ -30,12 +30,13 @@ class InstallResult:
 
 
 def units_dir() -> Path:
-    """The unit templates: the checkout's units/, or units/ shipped inside the package."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "units", here / "units"):
-        if (candidate / "tatu-sft@.service").is_file():
-            return candidate
-    raise UnitsError(f"tatu: unit templates not found next to {here} (looked in ../units and ./units)")
+    """The unit templates: units/ of the checkout, installed as the data package tatu.units."""
+    import tatu.units
+
+    here = Path(tatu.units.__file__).resolve().parent
+    if not (here / "tatu-sft@.service").is_file():
+        raise UnitsError(f"tatu: unit templates not found in {here}")
+    return here
 
 
 def default_unit_dest(environ=None) -> Path:
