@@ -15,15 +15,15 @@ import time
 
 import torch
 
+from tatu.model.device import DeviceError, resolve_device
 from tatu.model.gpt import GPT, GPTConfig
 
 
 def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("bench/attention.py: --device cuda but torch.cuda.is_available() is False")
-    return torch.device(name)
+    try:
+        return resolve_device(name)
+    except DeviceError as exc:
+        raise SystemExit(f"bench/attention.py: --device {exc}")
 
 
 def sync(device: torch.device) -> None:

@@ -103,16 +103,6 @@ class RunConfig(BaseSettings):
             return {"pretrain": self.sft_ge}
         return {name: n for name, n in (("sft", self.sft_ge), ("replay", self.replay_n)) if n > 0}
 
-    def to_env(self) -> dict[str, str]:
-        """The configuration as the environment variables that reproduce it."""
-        env = {}
-        for name, field in type(self).model_fields.items():
-            value = getattr(self, name)
-            if value is None:
-                continue
-            env[field.alias] = str(int(value)) if isinstance(value, bool) else str(value)
-        return env
-
     def to_json(self) -> dict:
         return {type(self).model_fields[k].alias: v for k, v in json.loads(self.model_dump_json()).items()}
 

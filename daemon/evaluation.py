@@ -9,22 +9,22 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from tatu.daemon.config import RunConfig
-from tatu.evals.downstream import exact_match, normalize_answer
+from tatu.evals.downstream import exact_match
 from tatu.evals.scoring import evaluate
 from tatu.evals.sets import EvalSet, load_eval_set, subsample
 from tatu.evals.stats import paired_ratio
 from tatu.evals.words import Dictionary, invented_rate
+from tatu.formats import fmt_pct
 from tatu.model.chat import encode_prompt
 
 SET_NAMES = ("sftHeld", "ptVal", "enRuler")
 RULER = "enRuler"
+REFERENCE_SETS = (RULER, "ptVal")  # what a trunk stores for drift_tronco (and a ptVal twin)
 
 
 def best_set(mode: str) -> str:
@@ -75,10 +75,12 @@ def load_suite(config: RunConfig, manifest: dict, tokenizer, log) -> Suite:
     return Suite(sets, notes, hashes, gen_pairs, dictionary)
 
 
-def score_suite(model, suite: Suite, device, config: RunConfig) -> dict[str, dict]:
-    """Every set scored whole (or the declared subsample): the per-line sums are kept."""
+def score_suite(model, suite: Suite, device, config: RunConfig, only: tuple[str, ...] | None = None) -> dict[str, dict]:
+    """Every set (or those in `only`) scored whole or as declared subsample; per-line sums kept."""
     results = {}
     for name, eval_set in suite.sets.items():
+        if only is not None and name not in only:
+            continue
         result = evaluate(model, eval_set, device=device, n_resamples=config.eval_resamples, seed=config.seed)
         results[name] = {
             "ppl": result.ppl,
@@ -137,8 +139,6 @@ def generate_samples(model, suite: Suite, tokenizer, device, config: RunConfig) 
     """Fixed sftHeld prompts, greedy, one batch: the text, invented words, downstream accuracy."""
     if not suite.gen_pairs:
         return None
-    import torch
-
     prompts = [encode_prompt(tokenizer, p) for p, _ in suite.gen_pairs]
     was_training = model.training
     model.eval()
@@ -154,12 +154,7 @@ def generate_samples(model, suite: Suite, tokenizer, device, config: RunConfig) 
     if suite.dictionary is not None:
         inv = invented_rate(texts, suite.dictionary)
         sample["invented"] = {"rate": inv.rate, "n_words": inv.n_words, "n_invented": inv.n_invented, "examples": inv.examples[:10]}
-    del torch
     return sample
-
-
-def fmt_pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x * 100:+.1f}%"
 
 
 def eval_line(step: int, results: dict, drift: dict, drift_tronco: dict | None, trunk_ok, best: bool, seconds: float, notes: dict) -> str:
@@ -175,8 +170,9 @@ def eval_line(step: int, results: dict, drift: dict, drift_tronco: dict | None, 
     # At step 0 the ruler is compared with itself: there is no interval or resolution to show.
     mde = "n/a" if step == 0 else f"{drift['mde'] * 100:.1f}%"
     extras = f" drift_ci=[{fmt_pct(drift['lo'])},{fmt_pct(drift['hi'])}] mde={mde}"
-    if RULER in notes and notes[RULER]:
-        extras += f" enRuler_lines={notes[RULER].split()[0]}"
+    lines = notes.get(RULER, "").split()[:1]
+    if lines and lines[0].split("/")[0] != lines[0].split("/")[-1]:  # only a subsample says so
+        extras += f" enRuler_lines={lines[0]}"
     return line + extras
 
 
@@ -191,7 +187,8 @@ class Decision:
 def decide(step: int, results: dict, state: dict, suite: Suite, config: RunConfig, seconds: float, samples) -> Decision:
     """Compare with the run's baseline and the trunk; pick best; decide abort (not warn)."""
     baseline = state["baseline"]
-    drift = paired_change(baseline[RULER], results[RULER], config)
+    changes = {name: paired_change(baseline[name], results[name], config) for name in results if name in baseline}
+    drift = changes[RULER]
     trunk_ref = reference_for_lines((state.get("trunk_reference") or {}).get(RULER), suite.sets[RULER], suite.file_hashes.get(RULER))
     drift_tronco = paired_change(trunk_ref, results[RULER], config) if trunk_ref else None
     if config.trunk_limit is None:
@@ -201,7 +198,6 @@ def decide(step: int, results: dict, state: dict, suite: Suite, config: RunConfi
     key = best_set(config.mode)
     best_so_far = state.get("best")
     best = best_so_far is None or results[key]["ppl"] < best_so_far["ppl"]
-    changes = {name: paired_change(baseline[name], results[name], config) for name in results if name in baseline}
     abort_reason = None
     if config.mode == "sft":
         measured = drift["lo"] if config.mix_forget_ci else drift["value"]
@@ -228,16 +224,10 @@ def decide(step: int, results: dict, state: dict, suite: Suite, config: RunConfi
     return Decision(record, line, best, abort_reason)
 
 
-def timed(fn, *args, **kwargs):
-    start = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return out, time.perf_counter() - start
-
-
 def trunk_reference(results: dict, suite: Suite) -> dict:
     """What a trunk stores so SFT runs from it can compute drift_tronco (per-line, all lines)."""
     ref = {}
-    for name in (RULER, "ptVal"):
+    for name in REFERENCE_SETS:
         if name in results:
             r = results[name]
             ref[name] = {
@@ -247,4 +237,4 @@ def trunk_reference(results: dict, suite: Suite) -> dict:
     return ref
 
 
-__all__ = ["Suite", "load_suite", "score_suite", "decide", "trunk_reference", "best_set", "normalize_answer"]
+__all__ = ["Suite", "load_suite", "score_suite", "decide", "trunk_reference", "best_set"]

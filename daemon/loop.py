@@ -17,7 +17,6 @@ import signal
 import threading
 import time
 from contextlib import nullcontext
-from pathlib import Path
 
 import torch
 
@@ -31,19 +30,13 @@ from tatu.daemon.state import has_resume, load_resume, restore_optimizer, restor
 from tatu.daemon.verdict import judge
 from tatu.data.stream import MixedStream
 from tatu.exitcodes import TatuExit
+from tatu.formats import fmt_pct
 from tatu.model.checkpoint import CheckpointError, load_checkpoint, load_model_state, save_checkpoint
+from tatu.model.device import DeviceError, resolve_device
 from tatu.model.gpt import GPT, GPTConfig
 
 EVAL_WATCHDOG_S = 3600  # an eval or a save may take long; the watchdog must not fire meanwhile
 LOAD_TIMEOUT_S = 900
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise TatuExit(exitcodes.BAD_CONFIG, f"TATU_DEVICE={name} but CUDA is not available")
-    return torch.device(name)
 
 
 def lr_at(step: int, config: RunConfig) -> float:
@@ -109,7 +102,17 @@ def run(config: RunConfig, sources: dict[str, str], log: RunLog | None = None) -
 
     # --- data, tokenizer, model -------------------------------------------------------
     manifest = read_manifest(config)
-    model_config, initial_state, tokenizer, seed_meta = load_start(config, manifest)
+    resume = None
+    if has_resume(run_dir):  # the state holds the weights: the seed is not read again
+        try:
+            resume = load_resume(run_dir, "cpu")
+        except CheckpointError as exc:
+            raise TatuExit(exitcodes.BAD_DATA, f"resume state: {exc}")
+        check_same_config(resume.meta.get("config", {}), config)
+        model_config, initial_state, tokenizer = resume.model_config, resume.model_state, resume.tokenizer
+        seed_meta = {"step": resume.meta.get("seed_meta_step")}
+    else:
+        model_config, initial_state, tokenizer, seed_meta = load_start(config, manifest)
     if manifest.get("tokenizer_hash") != tokenizer.hash:
         raise TatuExit(
             exitcodes.BAD_CONFIG,
@@ -118,7 +121,10 @@ def run(config: RunConfig, sources: dict[str, str], log: RunLog | None = None) -
         )
     if config.seq_len > model_config.block_size:
         raise TatuExit(exitcodes.BAD_CONFIG, f"TATU_SEQ_LEN={config.seq_len} exceeds the model's block_size {model_config.block_size}")
-    device = resolve_device(config.device)
+    try:
+        device = resolve_device(config.device)
+    except DeviceError as exc:
+        raise TatuExit(exitcodes.BAD_CONFIG, f"TATU_DEVICE={exc}")
     # The socket first: a second daemon for the same run stops here, before touching its files.
     state: dict = {"step": 0, "baseline": None, "best": None, "history": [], "trunk_reference": None,
                    "aborted": None, "eval_files": None}
@@ -150,7 +156,10 @@ def run(config: RunConfig, sources: dict[str, str], log: RunLog | None = None) -
         torch.manual_seed(config.seed)
         model = GPT(model_config)
         if initial_state is not None:
-            load_model_state(model, initial_state, str(config.seed_ckpt))
+            try:
+                load_model_state(model, initial_state, str(resume.path if resume else config.seed_ckpt))
+            except CheckpointError as exc:
+                raise TatuExit(exitcodes.BAD_DATA, str(exc))
         model.to(device)
         decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
         no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -163,17 +172,12 @@ def run(config: RunConfig, sources: dict[str, str], log: RunLog | None = None) -
 
         # --- the run's state: resumed, or a new baseline -------------------------------------
         meta_base = {"config": config.to_json(), "mode": config.mode, "run": config.run, "seed_meta_step": seed_meta.get("step")}
-        if has_resume(run_dir):
-            try:
-                resume = load_resume(run_dir, device)
-            except CheckpointError as exc:
-                raise TatuExit(exitcodes.BAD_DATA, f"resume state: {exc}")
-            load_model_state(model, resume.model_state, str(resume.path))
+        if resume is not None:
             saved = resume.extra_json["resume"]
+            check_same_eval_files(saved, suite)
             restore_optimizer(optimizer, resume.extra_tensors["optimizer"], saved["optimizer_groups"])
             stream.load_state_dict(saved["stream"])
             restore_rng(saved["rng"], resume.extra_tensors["rng"])
-            check_resumable(resume.meta.get("config", {}), config, saved, suite)
             state = {k: saved.get(k) for k in state}
             log.info(f"resumed from step {state['step']}")
             log.event("resumed", step=state["step"])
@@ -208,8 +212,8 @@ RESUMABLE_CHANGES = frozenset({"MIX_STEPS_LIMIT", "TATU_CKPT_EVERY", "TATU_MEM_F
                                "EVAL_EVERY", "TATU_GEN_PROMPTS", "TATU_GEN_TOKENS", "TATU_FAULT_NAN_STEP"})
 
 
-def check_resumable(saved_config: dict, config: RunConfig, saved_state: dict, suite) -> None:
-    """A run continues only with the configuration and eval files it started with."""
+def check_same_config(saved_config: dict, config: RunConfig) -> None:
+    """A run continues only with the configuration it started with (but for its schedule)."""
     current = config.to_json()
     changed = sorted(k for k in set(saved_config) | set(current)
                      if saved_config.get(k) != current.get(k) and k not in RESUMABLE_CHANGES)
@@ -217,6 +221,10 @@ def check_resumable(saved_config: dict, config: RunConfig, saved_state: dict, su
         shown = ", ".join(f"{k}: {saved_config.get(k)!r} -> {current.get(k)!r}" for k in changed[:4])
         raise TatuExit(exitcodes.BAD_CONFIG, f"run {config.run} was started with another configuration ({shown}); "
                                              f"restore it, or start a new TATU_RUN")
+
+
+def check_same_eval_files(saved_state: dict, suite) -> None:
+    """...and with the eval files its baseline was measured on."""
     saved_files = saved_state.get("eval_files") or {}
     moved = sorted(name for name, sha in saved_files.items() if suite.file_hashes.get(name) != sha)
     if moved:
@@ -235,7 +243,7 @@ def trunk_reference_from(config: RunConfig, suite, device, log, tokenizer):
                                              f"the run uses {tokenizer.hash[:12]}: drift_tronco would compare different tokens")
     log.info(f"scoring the trunk {config.trunk_ckpt} for drift_tronco")
     trunk_model = trunk.build_model(device).eval()
-    results = evaluation.score_suite(trunk_model, suite, device, config)
+    results = evaluation.score_suite(trunk_model, suite, device, config, only=evaluation.REFERENCE_SETS)
     return evaluation.trunk_reference(results, suite)
 
 
@@ -279,8 +287,7 @@ def _train(config, log, notifier, controls, run_dir, model, model_config, tokeni
             last_eval={"step": record["step"], "sets": record["sets"], "drift": record["drift"]["value"],
                        "drift_lo": record["drift"]["lo"], "drift_hi": record["drift"]["hi"], "drift_p": record["drift"]["p_value"],
                        "drift_tronco": drift_tronco, "trunk_ok": record["trunk_ok"], "best": record["best"]},
-            best={"step": state["best"]["step"], state["best"]["set"]: state["best"]["ppl"]},
-            drift=record["drift"]["value"], drift_tronco=drift_tronco)
+            best={"step": state["best"]["step"], state["best"]["set"]: state["best"]["ppl"]})
 
     def run_eval() -> evaluation.Decision:
         controls.status["phase"] = "eval"
@@ -298,7 +305,7 @@ def _train(config, log, notifier, controls, run_dir, model, model_config, tokeni
         notifier.restore_watchdog_timeout()
         state["history"].append(decision.record)
         if decision.best:
-            key = evaluation.best_set(config.mode)
+            key = decision.record["best_set"]
             state["best"] = {"step": state["step"], "set": key, "ppl": results[key]["ppl"]}
             save_checkpoint(run_dir / "best", model=model, model_config=model_config, tokenizer=tokenizer,
                             meta=meta(best=state["best"]))
@@ -333,6 +340,7 @@ def _train(config, log, notifier, controls, run_dir, model, model_config, tokeni
     log.event("ready", step=state["step"], limit=limit)
 
     model.train()
+    best_key = evaluation.best_set(config.mode)
     step_seconds, tokens_per_s = None, 0.0
     mem, mem_sampled_at = memory.sample(), time.monotonic()
     while state["step"] < limit:
@@ -347,8 +355,9 @@ def _train(config, log, notifier, controls, run_dir, model, model_config, tokeni
         started = time.perf_counter()
         batch = stream.next_step()
         step = state["step"] + 1
+        lr = lr_at(step - 1, config)
         for group in optimizer.param_groups:
-            group["lr"] = lr_at(step - 1, config)
+            group["lr"] = lr
         # Token-weighted over the whole step: sum of token losses / all target tokens, so
         # "43% of tokens are English" also means 43% of the gradient.
         total_targets = sum(batch.target_tokens.values())
@@ -384,16 +393,14 @@ def _train(config, log, notifier, controls, run_dir, model, model_config, tokeni
         if time.monotonic() - mem_sampled_at >= 1.0:  # psutil costs ~0.1 ms: not on every fast GPU step
             mem, mem_sampled_at = memory.sample(), time.monotonic()
         eta_s = (limit - step) * step_seconds
-        last = state["history"][-1] if state["history"] else None
-        controls.status.update(step=step, limit=limit, loss=loss, lr=lr_at(step - 1, config), tokens_per_s=round(tokens_per_s, 1),
+        controls.status.update(step=step, limit=limit, loss=loss, lr=lr, tokens_per_s=round(tokens_per_s, 1),
                                eta_s=round(eta_s, 1), replay_fraction=batch.replay_fraction, memory=mem)
-        notifier.status(
-            f"step {step}/{limit} "
-            + (f"{evaluation.best_set(config.mode)} {last['sets'][evaluation.best_set(config.mode)]['ppl']:.2f} drift {evaluation.fmt_pct(last['drift']['value'])} " if last else "")
-            + f"{tokens_per_s:.0f} tok/s ETA {eta_s / 60:.0f}m"
-        )
+        # `step 37/200 sftHeld 9.07 drift +1.2% 1830 tok/s ETA 12m`
+        last = state["history"][-1] if state["history"] else None
+        last_eval = f"{best_key} {last['sets'][best_key]['ppl']:.2f} drift {fmt_pct(last['drift']['value'])} " if last else ""
+        notifier.status(f"step {step}/{limit} {last_eval}{tokens_per_s:.0f} tok/s ETA {eta_s / 60:.0f}m")
         notifier.progress()
-        log.event("step", step=step, loss=loss, lr=lr_at(step - 1, config), tokens=batch.target_tokens,
+        log.event("step", step=step, loss=loss, lr=lr, tokens=batch.target_tokens,
                   replay_fraction=batch.replay_fraction, seconds=round(elapsed, 4), memory=mem)
 
         if step % config.eval_every == 0 or step == limit or controls.eval.is_set():

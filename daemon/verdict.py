@@ -12,7 +12,8 @@ A trunk (TATU_MODE=pretrain) is judged on ptVal the same way; it cannot "forget"
 from __future__ import annotations
 
 from tatu.daemon.config import RunConfig
-from tatu.daemon.evaluation import best_set, fmt_pct
+from tatu.daemon.evaluation import best_set
+from tatu.formats import fmt_pct
 
 
 def criteria(config: RunConfig) -> dict:

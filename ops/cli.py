@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
 
 def _usage() -> str:
     width = max(len(n) for n in COMMANDS)
-    lines = [f"usage: tatu [--version] [--help] COMMAND [ARGS]", "", "commands:"]
+    lines = ["usage: tatu [--version] [--help] COMMAND [ARGS]", "", "commands:"]
     lines += [f"  {name:<{width}}  {spec[3]}" for name, spec in COMMANDS.items()]
     lines += ["", "`tatu COMMAND --help` describes each command."]
     return "\n".join(lines)

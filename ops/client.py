@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from tatu.daemon.control import MAX_REQUEST_BYTES, PROTOCOL_VERSION, socket_path
+from tatu.formats import fmt_pct
 
 # Replies (the evals history) can be much longer than requests.
 _MAX_REPLY_BYTES = 64 * 1024 * 1024
@@ -85,7 +86,7 @@ def resolve_socket(run: str | None, socket_override: str | None = None) -> Path:
 # -- formatting ---------------------------------------------------------------------
 
 def _pct(fraction) -> str:
-    return f"{fraction * 100:+.1f}%" if isinstance(fraction, (int, float)) else "n/a"
+    return fmt_pct(fraction)
 
 
 def _num(value, digits: int = 4) -> str:

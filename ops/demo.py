@@ -14,14 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tatu.daemon.logs import read_events
+from tatu.formats import fmt_pct
 from tatu.ops.cli import main as tatu
 
 
@@ -114,18 +113,15 @@ def run_daemon(env: dict[str, str], use_systemd: bool) -> int:
 def closing_table(run_dirs: list[Path]) -> str:
     """One row per run: its verdict, sftHeld and ptVal change and enRuler drift, each with its
     paired CI vs the run's step 0; then the drift of every run at the last step they all reached."""
-    def pct(x):
-        return "n/a" if x is None else f"{x * 100:+.1f}%"
-
     def with_ci(change):
-        return f"{pct(change['value'])} [{pct(change['lo'])},{pct(change['hi'])}]" if change else "n/a"
+        return f"{fmt_pct(change['value'])} [{fmt_pct(change['lo'])},{fmt_pct(change['hi'])}]" if change else "n/a"
+
+    from tatu.ops.report import load_run
 
     runs = {}
     for run_dir in run_dirs:
-        events = read_events(run_dir / "events.jsonl")
-        evals = {e["step"]: e for e in events if e["event"] == "eval"}
-        verdict = next((e for e in reversed(events) if e["event"] == "verdict"), None)
-        runs[run_dir.name] = (evals, verdict)
+        record = load_run(run_dir)
+        runs[record.name] = ({e["step"]: e for e in record.evals}, record.verdict)
     head = f"{'run':<14} {'step':>4} {'sftHeld change':>24} {'ptVal change':>24} {'enRuler drift':>24} {'p':>6}  verdict"
     rows = [head]
     for name, (evals, verdict) in runs.items():

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from tatu.exitcodes import BAD_DATA, TatuExit
+from tatu.exitcodes import BAD_DATA, USAGE, TatuExit
 
 
 def _common_args(parser: argparse.ArgumentParser) -> None:
@@ -129,7 +129,17 @@ def _warn(results: dict[str, list]) -> None:
             print(f"warning: {warning}", file=sys.stderr)
 
 
+def _check_device(args: argparse.Namespace) -> None:
+    from tatu.model.device import DeviceError, resolve_device
+
+    try:
+        args.device = str(resolve_device(args.device))
+    except DeviceError as exc:
+        raise TatuExit(USAGE, f"--device {exc}")
+
+
 def eval_main(args: argparse.Namespace) -> int:
+    _check_device(args)
     specs = _set_specs(args)
     model, tokenizer = _load_model(args.checkpoint, args.device)
     results = _score_all(model, tokenizer, specs, args)
@@ -167,6 +177,7 @@ def verdict(paired, per: str) -> str:
 def compare_main(args: argparse.Namespace) -> int:
     from tatu.evals.scoring import compare_results
 
+    _check_device(args)
     specs = _set_specs(args)
     model_a, tok_a = _load_model(args.checkpoint_a, args.device)
     results_a = _score_all(model_a, tok_a, specs, args)

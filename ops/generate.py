@@ -34,19 +34,12 @@ def check_numbers(args: argparse.Namespace) -> None:
 
 
 def usable_device(name: str):
-    import torch
+    from tatu.model.device import DeviceError, resolve_device
 
     try:
-        device = torch.device(name)
-    except (RuntimeError, ValueError) as exc:
-        raise TatuExit(USAGE, f"--device {name}: not a torch device ({exc})")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise TatuExit(USAGE, f"--device {name}: CUDA is not available on this machine (use --device cpu)")
-    try:  # catches what the check above cannot: a missing cuda:N, an absent mps/xpu backend
-        torch.empty(0, device=device)
-    except (RuntimeError, AssertionError) as exc:
-        raise TatuExit(USAGE, f"--device {name}: unusable ({str(exc).strip().splitlines()[0]})")
-    return device
+        return resolve_device(name)
+    except DeviceError as exc:
+        raise TatuExit(USAGE, f"--device {exc}")
 
 
 def read_prompts(args: argparse.Namespace) -> list[tuple[str, str]]:

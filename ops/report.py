@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tatu.daemon.logs import read_events
 from tatu.exitcodes import BAD_DATA, TatuExit
+from tatu.formats import fmt_pct as shared_fmt_pct
 
 SETS = ("sftHeld", "ptVal", "enRuler")
 PPL_DIGITS = {"sftHeld": 4, "ptVal": 2, "enRuler": 2}  # as in the EVAL contract line
@@ -171,8 +172,7 @@ def fmt_ppl(value, set_name: str) -> str:
 
 def fmt_pct(value) -> str:
     """A relative change (fraction): signed, one decimal, like the EVAL line's drift."""
-    number = _number(value)
-    return "n/a" if number is None else f"{number * 100:+.1f}%"
+    return shared_fmt_pct(_number(value))
 
 
 def fmt_rate(value) -> str:

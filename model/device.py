@@ -1,0 +1,25 @@
+"""The one place a device name becomes a usable torch device ("auto" = CUDA when present)."""
+from __future__ import annotations
+
+import torch
+
+
+class DeviceError(ValueError):
+    pass
+
+
+def resolve_device(name: str) -> torch.device:
+    """torch.device for `name`, proven usable by allocating on it; DeviceError in one line."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError) as exc:
+        raise DeviceError(f"{name}: not a torch device ({exc})") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError(f"{name}: CUDA is not available on this machine (use cpu)")
+    try:  # catches what the check above cannot: a missing cuda:N, an absent mps backend
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as exc:
+        raise DeviceError(f"{name}: unusable ({str(exc).strip().splitlines()[0]})") from None
+    return device
