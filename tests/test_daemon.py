@@ -235,11 +235,13 @@ def test_smoke_leaves_the_real_run_untouched(world, tmp_path):
 
 # --- restarts ---------------------------------------------------------------------------------
 
-def test_restart_with_another_config_is_refused(world, tmp_path):
+@pytest.mark.parametrize("change", [{"TATU_LR": "5e-3"}, {"TATU_N_LAYER": "2"}, {"REPLAY_N": "2"}])
+def test_restart_with_another_config_is_refused(world, tmp_path, change):
     assert daemon_main(sft_env(world, tmp_path, MIX_STEPS_LIMIT=3)) == 0
-    proc = daemon(sft_env(world, tmp_path, MIX_STEPS_LIMIT=6, TATU_LR="5e-3"))
-    assert proc.returncode == 78
-    assert "TATU_LR" in proc.stdout + proc.stderr and "start a new TATU_RUN" in proc.stdout + proc.stderr
+    proc = daemon(sft_env(world, tmp_path, MIX_STEPS_LIMIT=6, **change))
+    assert proc.returncode == 78, proc.stdout[-1500:] + proc.stderr[-1500:]
+    (name,) = change
+    assert name in proc.stdout + proc.stderr and "start a new TATU_RUN" in proc.stdout + proc.stderr
 
 
 def test_restarting_a_finished_run_reports_ready_and_exits_0(world, tmp_path):
