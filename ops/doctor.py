@@ -16,11 +16,12 @@ import os
 import pwd
 import shutil
 import subprocess
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
+
+from tatu.exitcodes import USAGE, TatuExit
 
 LEVELS = ("OK", "WARN", "FAIL")
 # oomd's default SwapUsedLimit is 90%; warn well before it.
@@ -73,6 +74,18 @@ def diagnose(show: dict, proc: dict) -> list[Finding]:
     findings.append(_check_linger(proc))
     findings.append(_check_gpu(proc))
     return findings
+
+
+def unreachable_manager(error: str, proc: dict) -> list[Finding]:
+    """Findings when `systemctl --user` cannot reach a manager: the host checks only."""
+    first = error.strip().splitlines()[0] if error.strip() else "no answer"
+    return [
+        Finding("FAIL", "user manager", f"systemctl --user cannot reach it ({first})",
+                "run in your login session (XDG_RUNTIME_DIR set), or `loginctl enable-linger $USER` for runs without one"),
+        _check_swap_use(proc),
+        _check_linger(proc),
+        _check_gpu(proc),
+    ]
 
 
 def _check_oom_score(show, proc, running) -> Finding:
@@ -202,13 +215,22 @@ def _cuda_facts() -> dict | None:
     return {"name": torch.cuda.get_device_name(0), "free_mb": free / 2**20, "total_mb": total / 2**20}
 
 
-def gather(run: str, check_gpu: bool = True) -> tuple[dict, dict]:
-    """(systemctl show of the run's unit, live facts) for diagnose()."""
-    show = _systemctl_show(unit_for_run(run))
+def host_facts(check_gpu: bool = True) -> dict:
+    """What doctor can know without the user manager: swap, systemd-oomd, linger, GPU."""
     user = pwd.getpwuid(os.getuid()).pw_name
     swap = psutil.swap_memory()
     proc: dict = {"user": user, "swap_total_mb": swap.total / 2**20, "swap_used_mb": swap.used / 2**20,
                   "oomd_running": any(p.info["name"] == "systemd-oomd" for p in psutil.process_iter(["name"]))}
+    proc["linger"] = _linger(user)
+    if check_gpu:
+        proc["cuda"] = _cuda_facts()
+    return proc
+
+
+def gather(run: str, check_gpu: bool = True) -> tuple[dict, dict]:
+    """(systemctl show of the run's unit, live facts) for diagnose()."""
+    show = _systemctl_show(unit_for_run(run))
+    proc = host_facts(check_gpu)
     pid = _int_or_none(show.get("MainPID")) or 0
     if pid:
         try:
@@ -222,9 +244,6 @@ def gather(run: str, check_gpu: bool = True) -> tuple[dict, dict]:
         swap_max = cgroup / "memory.swap.max"
         if swap_max.exists():
             proc["cgroup_swap_max"] = swap_max.read_text().strip()
-    proc["linger"] = _linger(user)
-    if check_gpu:
-        proc["cuda"] = _cuda_facts()
     return show, proc
 
 
@@ -265,11 +284,14 @@ def _only_installed_run() -> str:
 def doctor_main(args: argparse.Namespace) -> int:
     try:
         run = args.run or _only_installed_run()
+    except RuntimeError as exc:
+        raise TatuExit(USAGE, str(exc).removeprefix("tatu: "))
+    try:
         show, proc = gather(run, check_gpu=not args.no_gpu)
+        findings = diagnose(show, proc)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    findings = diagnose(show, proc)
+        # No user manager to ask: say so, and still report what the host itself tells.
+        findings = unreachable_manager(str(exc), host_facts(check_gpu=not args.no_gpu))
     if args.json:
         print(json.dumps([asdict(f) for f in findings], indent=2))
     else:

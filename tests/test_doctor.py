@@ -114,3 +114,16 @@ def test_doctor_main_exit_code_follows_fail(monkeypatch, capsys):
     monkeypatch.setattr(doctor, "gather", lambda run, check_gpu=True: (show("run5-system-unit-active.show"), good))
     assert doctor_main(add_doctor_args(argparse.ArgumentParser()).parse_args(["run5"])) == 0
     assert "FAIL" not in capsys.readouterr().out
+
+
+def test_unreachable_manager_still_reports_the_host(monkeypatch):
+    """No user manager to ask (no login session): one FAIL saying so, then the host's own checks."""
+    from tatu.ops.doctor import unreachable_manager
+
+    facts = {"user": "op", "swap_total_mb": 8192.0, "swap_used_mb": 6000.0, "linger": False, "cuda": None}
+    findings = unreachable_manager("Failed to connect to bus: No medium found", facts)
+    assert findings[0].level == "FAIL" and findings[0].check == "user manager"
+    assert "Failed to connect to bus" in findings[0].why
+    checks = {f.check: f for f in findings[1:]}
+    assert set(checks) == {"swap", "linger", "gpu"}
+    assert checks["swap"].level != "OK"  # 6 GB of 8 GB swap in use is what the oomd swap rule watches
