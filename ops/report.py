@@ -272,7 +272,7 @@ def _plot(runs: list[RunRecord], getter, title: str, ylabel: str, path: Path, ca
     """One PNG of a metric per eval step, every run overlaid; None when no run has the metric."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
     fig = Figure(figsize=FIGSIZE, dpi=DPI)
     FigureCanvasAgg(fig)
@@ -324,7 +324,9 @@ def _plot(runs: list[RunRecord], getter, title: str, ylabel: str, path: Path, ca
     if log_y:
         # ppl falls by orders of magnitude in SFT (thousands at step 0, single digits later)
         ax.set_yscale("log")
-        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        low, high = ax.get_ylim()
+        # within a decade 1-2-5 ticks leave one label or none: plain evenly spaced ticks then
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)) if high / low >= 10 else MaxNLocator(nbins=6))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
         ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_title(title)
