@@ -19,7 +19,9 @@ from tatu.formats import fmt_pct
 def criteria(config: RunConfig) -> dict:
     key = best_set(config.mode)
     return {
-        "improve": f"{key} paired CI upper bound < -{config.verdict_min_gain * 100:.1f}% vs step 0",
+        "improve": f"{key} paired CI upper bound < "
+                   + (f"-{config.verdict_min_gain * 100:.1f}%" if config.verdict_min_gain else "0")
+                   + " vs step 0",
         "forget_limit": f"drift <= {config.mix_forget_limit * 100:.1f}% at every eval"
         + (" (CI lower bound)" if config.mix_forget_ci else ""),
         "flat": f"{key} change CI and final drift CI both include 0",
