@@ -409,19 +409,16 @@ def build_demo_sources(out_dir: Path, seed: int = 0, scale: str = "demo") -> dic
     out_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, dict] = {}
 
-    pt_sources = portuguese_sources(versions)
-    pt_split = split_documents(pt_sources, sizes.pt_val_lines, sizes.pt_corpus_max_chars,
-                               random.Random(f"{seed}:pt"), sizes.eval_min_chars,
-                               sizes.eval_max_chars)
-    files |= _text_outputs(out_dir, "Portuguese", pt_sources, pt_split, "pt_corpus.txt",
-                           "pt_val.txt")
-
-    en_sources = english_sources(versions)
-    en_split = split_documents(en_sources, sizes.en_ruler_lines, sizes.en_corpus_max_chars,
-                               random.Random(f"{seed}:en"), sizes.eval_min_chars,
-                               sizes.eval_max_chars)
-    files |= _text_outputs(out_dir, "English", en_sources, en_split, "en_corpus.txt",
-                           "en_ruler.txt")
+    # Each language: its sources split into a training corpus and held-out eval lines.
+    languages = (
+        ("pt", "Portuguese", portuguese_sources, sizes.pt_val_lines, sizes.pt_corpus_max_chars, "pt_corpus.txt", "pt_val.txt"),
+        ("en", "English", english_sources, sizes.en_ruler_lines, sizes.en_corpus_max_chars, "en_corpus.txt", "en_ruler.txt"),
+    )
+    for code, language, read_sources, eval_lines, corpus_max_chars, corpus_file, eval_file in languages:
+        sources = read_sources(versions)
+        split = split_documents(sources, eval_lines, corpus_max_chars, random.Random(f"{seed}:{code}"),
+                                sizes.eval_min_chars, sizes.eval_max_chars)
+        files |= _text_outputs(out_dir, language, sources, split, corpus_file, eval_file)
 
     # Pairs never repeat a question, so the first sft_held_pairs are disjoint from the rest.
     pairs = generate_pairs(sizes.sft_held_pairs + sizes.sft_train_pairs, seed)

@@ -97,7 +97,7 @@ def test_held_out_real_text_passes(corpus_dictionary):
     held_out, _ = synthetic_texts(seed=2, n_sentences=500)
     result = invented_rate(held_out, dictionary)
     assert result.n_words > 4000
-    assert 1.0 - result.rate >= 0.99
+    assert result.rate <= 0.01  # at least 99% of real held-out words pass
 
 
 def test_random_letter_strings_are_caught(corpus_dictionary):
