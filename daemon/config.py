@@ -2,7 +2,9 @@
 
 Typo-proof: any variable under the project's prefixes that is not a known field is an error
 naming the closest known one (REPLAY_M -> "did you mean REPLAY_N?"). Every value is range
-checked. This module must not import torch: a bad config exits 78 in well under 2 s.
+checked. `load_config` reads the process environment (or the mapping it is given) itself:
+pydantic-settings' own environment source is bypassed, so only the listed names count. This
+module must not import torch: a bad config exits 78 in well under 2 s.
 """
 from __future__ import annotations
 
@@ -17,8 +19,6 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PREFIXES = ("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_")
-# Variables under the prefixes that are not run settings (read by the test suite / CI).
-NOT_CONFIG = frozenset({"TATU_REQUIRE_SYSTEMD"})
 
 
 class ConfigError(ValueError):
@@ -30,8 +30,9 @@ class RunConfig(BaseSettings):
 
     model_config = SettingsConfigDict(case_sensitive=True, extra="forbid", populate_by_name=True, frozen=True)
 
-    # --- the mix (seed 000: run 5 = SFT_GE 8 + REPLAY_N 6 = 43% English tokens) ---
-    sft_ge: int = Field(8, alias="SFT_GE", ge=0, le=1024, description="SFT micro-batches per optimizer step")
+    # --- the mix (the operator's run 5: SFT_GE 8 + REPLAY_N 6 = 43% English tokens) ---
+    sft_ge: int = Field(8, alias="SFT_GE", ge=0, le=1024,
+                        description="SFT micro-batches per optimizer step (TATU_MODE=pretrain: pretraining micro-batches)")
     replay_n: int = Field(0, alias="REPLAY_N", ge=0, le=1024, description="English replay micro-batches per step")
     mix_steps_limit: int = Field(200, alias="MIX_STEPS_LIMIT", ge=1, le=10_000_000, description="optimizer steps")
     mix_forget_limit: float = Field(0.10, alias="MIX_FORGET_LIMIT", gt=0, le=10, description="abort when drift exceeds this")
@@ -39,8 +40,11 @@ class RunConfig(BaseSettings):
     # --- evaluation ---
     eval_every: int = Field(8, alias="EVAL_EVERY", ge=1, le=1_000_000)
     eval_en_all: bool = Field(True, alias="EVAL_EN_ALL", description="score every enRuler line (0: a subsample)")
+    # EVAL_EN_ALL=0 scores the first EVAL_EN_BATCHES x EVAL_BATCH ruler lines: the operator's
+    # names; EVAL_BATCH sizes that subsample, it is not a scoring batch.
     eval_en_batches: int = Field(8, alias="EVAL_EN_BATCHES", ge=1, le=100_000)
-    eval_batch: int = Field(2, alias="EVAL_BATCH", ge=1, le=100_000)
+    eval_en_lines_per_batch: int = Field(2, alias="EVAL_BATCH", ge=1, le=100_000,
+                                         description="ruler lines per EVAL_EN_BATCHES when EVAL_EN_ALL=0")
     # --- run identity and paths ---
     run: str = Field("run", alias="TATU_RUN", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     out: Path = Field(Path("runs"), alias="TATU_OUT", description="parent directory of run directories")
@@ -118,28 +122,28 @@ def known_variables() -> list[str]:
 def check_unknown(environ: Mapping[str, str]) -> None:
     known = set(known_variables())
     for name in sorted(environ):
-        if name.startswith(PREFIXES) and name not in known and name not in NOT_CONFIG:
+        if name.startswith(PREFIXES) and name not in known:
             close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise ConfigError(f"unknown variable {name}{hint}")
 
 
 def load_config(environ: Mapping[str, str] | None = None, **overrides) -> tuple[RunConfig, dict[str, str]]:
-    """(config, source of each field: 'env', 'default' or 'override'), or ConfigError in one line."""
+    """(config, origins: where each setting came from, 'env', 'default' or 'override'), or ConfigError in one line."""
     environ = dict(os.environ if environ is None else environ)
     check_unknown(environ)
     check_unknown(overrides)
     values = {alias: environ[alias] for alias in known_variables() if alias in environ and environ[alias] != ""}
-    sources = {alias: ("env" if alias in values else "default") for alias in known_variables()}
+    origins = {alias: ("env" if alias in values else "default") for alias in known_variables()}
     for alias, value in overrides.items():
         values[alias] = value
-        sources[alias] = "override"
+        origins[alias] = "override"
     try:
         # _env_prefix-free, case-sensitive: pass values explicitly so only the listed names count.
         config = RunConfig.model_validate(values)
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
-    return config, sources
+    return config, origins
 
 
 def _one_line(exc: ValidationError) -> str:
@@ -152,10 +156,20 @@ def _one_line(exc: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def describe(config: RunConfig, sources: dict[str, str]) -> list[str]:
+# What an operator's name means that the name itself does not say, printed beside it.
+_PRINTED_NOTES = {
+    "EVAL_BATCH": "ruler lines per EVAL_EN_BATCHES (EVAL_EN_ALL=0), not a batch size",
+}
+
+
+def describe(config: RunConfig, origins: dict[str, str]) -> list[str]:
     """The effective configuration, one line per field with where it came from."""
+    notes = dict(_PRINTED_NOTES)
+    if config.mode == "pretrain":
+        notes["SFT_GE"] = "pretraining micro-batches per step (TATU_MODE=pretrain)"
     lines = []
     for name, field in type(config).model_fields.items():
         value = getattr(config, name)
-        lines.append(f"  {field.alias:<22} = {value!s:<24} [{sources.get(field.alias, 'default')}]")
+        note = f"  {notes[field.alias]}" if field.alias in notes else ""
+        lines.append(f"  {field.alias:<22} = {value!s:<24} [{origins.get(field.alias, 'default')}]{note}")
     return lines

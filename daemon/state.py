@@ -1,19 +1,60 @@
-"""The resume state: everything a killed run needs to continue bit-identically.
+"""The run's state and the resume state: everything a killed run needs to continue bit-identically.
 
-Model, optimizer, step, stream position, every RNG, the run's baseline, best-so-far and eval
-history, written through the checkpoint format (atomic, verified on load).
+RunState is what the run has measured and decided (step, baseline, best, history, trunk
+reference, abort, eval files); the resume state adds model, optimizer, stream position and
+every RNG, written through the checkpoint format (atomic, verified on load).
 """
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from tatu.evals.scoring import SetResult
 from tatu.model.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 
 STATE_DIR = "state"
+
+
+def results_to_json(results: dict[str, SetResult] | None) -> dict | None:
+    return None if results is None else {name: r.to_json() for name, r in results.items()}
+
+
+def results_from_json(payload: dict | None, n_resamples: int, seed: int) -> dict[str, SetResult] | None:
+    if payload is None:
+        return None
+    return {name: SetResult.from_json(r, n_resamples, seed) for name, r in payload.items()}
+
+
+def is_results_json(payload) -> bool:
+    """A trunk reference in the current shape (SetResult JSON per set); older seeds stored another."""
+    return isinstance(payload, dict) and all(isinstance(r, dict) and "lines" in r for r in payload.values())
+
+
+@dataclass
+class RunState:
+    step: int = 0
+    baseline: dict[str, SetResult] | None = None  # the step-0 eval: never recomputed after a restart
+    best: dict | None = None  # {"step", "set", "ppl"}
+    history: list[dict] = field(default_factory=list)  # every eval record, as logged
+    trunk_reference: dict[str, SetResult] | None = None  # the trunk's scores, for drift_tronco
+    aborted: dict | None = None  # {"step", "reason", "code"}: final, never trained past
+    eval_files: dict[str, str] | None = None  # sha256 of each eval file the baseline was measured on
+
+    def to_json(self) -> dict:
+        return {"step": self.step, "baseline": results_to_json(self.baseline), "best": self.best,
+                "history": self.history, "trunk_reference": results_to_json(self.trunk_reference),
+                "aborted": self.aborted, "eval_files": self.eval_files}
+
+    @classmethod
+    def from_json(cls, payload: dict, n_resamples: int, seed: int) -> "RunState":
+        return cls(step=payload["step"], baseline=results_from_json(payload["baseline"], n_resamples, seed),
+                   best=payload["best"], history=payload["history"],
+                   trunk_reference=results_from_json(payload["trunk_reference"], n_resamples, seed),
+                   aborted=payload["aborted"], eval_files=payload["eval_files"])
 
 
 def rng_state() -> tuple[dict, dict[str, torch.Tensor]]:
@@ -61,17 +102,18 @@ def restore_optimizer(optimizer: torch.optim.Optimizer, flat: dict[str, torch.Te
     optimizer.load_state_dict({"state": state, "param_groups": groups})
 
 
-def save_resume(run_dir: Path, *, model, optimizer, model_config, tokenizer, run_state: dict, meta: dict) -> Path:
+def save_resume(run_dir: Path, *, model, optimizer, gpt_config, tokenizer, run_state: RunState, stream_state: dict,
+                meta: dict) -> Path:
     flat, groups = optimizer_tensors(optimizer)
     rng_doc, rng_tensors = rng_state()
     return save_checkpoint(
         run_dir / STATE_DIR,
         model=model,
-        model_config=model_config,
+        model_config=gpt_config,
         tokenizer=tokenizer,
         meta=meta,
         extra_tensors={"optimizer": flat, "rng": rng_tensors},
-        extra_json={"resume": {**run_state, "optimizer_groups": groups, "rng": rng_doc}},
+        extra_json={"resume": {**run_state.to_json(), "stream": stream_state, "optimizer_groups": groups, "rng": rng_doc}},
     )
 
 
@@ -82,3 +124,11 @@ def has_resume(run_dir: Path) -> bool:
 
 def load_resume(run_dir: Path, device) -> Checkpoint:
     return load_checkpoint(run_dir / STATE_DIR, map_location=str(device))
+
+
+def restore_resume(resume: Checkpoint, optimizer, stream) -> None:
+    """Optimizer moments, stream position and every RNG, as they were when the state was saved."""
+    saved = resume.extra_json["resume"]
+    restore_optimizer(optimizer, resume.extra_tensors["optimizer"], saved["optimizer_groups"])
+    stream.load_state_dict(saved["stream"])
+    restore_rng(saved["rng"], resume.extra_tensors["rng"])

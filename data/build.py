@@ -29,11 +29,9 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from tatu.data.sft import BadLine, SFTExample, parse_sft_line, read_sft_file, split_lines
-from tatu.exitcodes import BAD_CONFIG, BAD_DATA, TatuExit
+from tatu.data.manifest import FORMAT, MANIFEST, DataConfigError, DataError, load_manifest
 from tatu.model.tokenizer import Tokenizer
 
-FORMAT = "tatu-data-1"
-MANIFEST = "manifest.json"
 TOKENIZER_FILE = "tokenizer.json"
 ON_BAD_LINE = ("error", "skip")
 # documents are tokenized in groups so BPE can use its batched (multi-threaded) encoder
@@ -131,7 +129,7 @@ def training_texts(paths: Iterable[str | Path], one_per_line: bool = False) -> I
     for path in paths:
         for item in read_documents(path, one_per_line):
             if isinstance(item, BadLine):
-                raise TatuExit(BAD_DATA, str(item))
+                raise DataError(str(item))
             yield item.text
 
 
@@ -206,7 +204,7 @@ class _BadLines:
 
     def handle(self, bad: BadLine) -> None:
         if self.mode == "error":
-            raise TatuExit(BAD_DATA, str(bad))
+            raise DataError(str(bad))
         self.lines.append(bad)
 
     def record(self) -> dict:
@@ -230,11 +228,11 @@ def _build_key(spec: BuildSpec, tok: Tokenizer, hashes: dict[str, str]) -> str:
 
 
 def _existing_manifest(out_dir: Path) -> dict | None:
+    """The manifest of a previous build in `out_dir`, None when there is none."""
     try:
-        manifest = json.loads((out_dir / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        return load_manifest(out_dir)
+    except DataError:
         return None
-    return manifest if isinstance(manifest, dict) else None
 
 
 def _all_files_present(out_dir: Path, manifest: dict) -> bool:
@@ -284,7 +282,7 @@ def _write_text_channel(name: str, paths: list[str], spec: BuildSpec, tok: Token
             total_tokens += n_tokens + 2 * n_docs
             total_docs += n_docs
     if total_docs == 0:
-        raise TatuExit(BAD_DATA, f"channel {name!r}: no documents in {', '.join(paths)}")
+        raise DataError(f"channel {name!r}: no documents in {', '.join(paths)}")
     return {"kind": "text", "sources": sources, "files": {"tokens": rel}, "dtype": dtype.name,
             "documents": total_docs, "tokens": total_tokens,
             # every token but a BOS is predicted (BOS starts a document; nothing predicts it)
@@ -337,7 +335,7 @@ def _write_sft_channel(name: str, paths: list[str], spec: BuildSpec, tok: Tokeni
                             "chars_per_token": _ratio(n_chars, n_tokens), "targets": n_targets})
             total_targets += n_targets
     if len(offsets) == 1:
-        raise TatuExit(BAD_DATA, f"channel {name!r}: no valid pairs in {', '.join(paths)}")
+        raise DataError(f"channel {name!r}: no valid pairs in {', '.join(paths)}")
     np.save(work / files["offsets"], np.asarray(offsets, dtype=np.int64))
     return {"kind": "sft", "sources": sources, "files": files, "dtype": dtype.name,
             "pairs": len(offsets) - 1, "max_pair_tokens": max_pair, "tokens": offsets[-1],
@@ -351,18 +349,18 @@ def _copy_eval(name: str, path: str, spec: BuildSpec, tok: Tokenizer, work: Path
     if pairs:
         for item in read_sft_file(path):
             if isinstance(item, BadLine):
-                raise TatuExit(BAD_DATA, str(item))
+                raise DataError(str(item))
             too_long = _check_length(item, len(item.encode(tok)[0]), spec.seq_len)
             if too_long is not None:
-                raise TatuExit(BAD_DATA, str(too_long))
+                raise DataError(str(too_long))
             lines += 1
     else:
         for item in read_text_documents(path, one_per_line=True):
             if isinstance(item, BadLine):
-                raise TatuExit(BAD_DATA, str(item))
+                raise DataError(str(item))
             lines += 1
     if lines == 0:
-        raise TatuExit(BAD_DATA, f"{path}: eval set {name!r} has no lines to score")
+        raise DataError(f"{path}: eval set {name!r} has no lines to score")
     rel = f"evals/{name}.{'jsonl' if pairs else 'txt'}"
     shutil.copyfile(path, work / rel)
     return {"file": rel, "kind": "pairs" if pairs else "text", "lines": lines, "sha256": hashes[path],
@@ -374,14 +372,13 @@ def _check_out_dir(out_dir: Path, inputs: list[str]) -> None:
     resolved = out_dir.resolve()
     for path in inputs:
         if resolved in Path(path).resolve().parents:
-            raise TatuExit(BAD_CONFIG, f"{out_dir}: holds the input {path}; refusing to replace it")
+            raise DataConfigError(f"{out_dir}: holds the input {path}; refusing to replace it")
     if not out_dir.exists() and not out_dir.is_symlink():
         return
     if out_dir.is_dir():
-        manifest = _existing_manifest(out_dir)
-        if (manifest is not None and manifest.get("format") == FORMAT) or not any(out_dir.iterdir()):
+        if _existing_manifest(out_dir) is not None or not any(out_dir.iterdir()):
             return
-    raise TatuExit(BAD_CONFIG, f"{out_dir}: exists and is not a tatu data dir; refusing to replace it")
+    raise DataConfigError(f"{out_dir}: exists and is not a tatu data dir; refusing to replace it")
 
 
 def _replace_dir(work: Path, out_dir: Path) -> None:
@@ -403,7 +400,7 @@ def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None) ->
     all_paths += list(spec.evals.values())
     for path in all_paths:
         if not Path(path).is_file():
-            raise TatuExit(BAD_DATA, f"{path}: no such file")
+            raise DataError(f"{path}: no such file")
     _check_out_dir(out_dir, all_paths + ([spec.tokenizer] if spec.tokenizer else []))
     hashes = {p: file_sha256(p) for p in all_paths}
     key = _build_key(spec, tok, hashes)
@@ -449,17 +446,3 @@ def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None) ->
         raise
     skipped = {name: ch["skipped_lines"]["count"] for name, ch in channels.items() if ch["skipped_lines"]["count"]}
     return BuildResult(out_dir, manifest, False, skipped)
-
-
-def load_manifest(data_dir: str | Path) -> dict:
-    """The manifest of a built data dir, checked for its format (exit 65 otherwise)."""
-    path = Path(data_dir) / MANIFEST
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TatuExit(BAD_DATA, f"{path}: no manifest (run `tatu data build` first)") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise TatuExit(BAD_DATA, f"{path}: unreadable manifest: {exc}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise TatuExit(BAD_DATA, f"{path}: format {manifest.get('format') if isinstance(manifest, dict) else None!r}, expected {FORMAT!r}")
-    return manifest

@@ -24,8 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tatu.data.build import load_manifest
-from tatu.exitcodes import BAD_CONFIG, BAD_DATA, TatuExit
+from tatu.data.manifest import DataConfigError, DataError, check_tokenizer, load_manifest
 
 IGNORE_INDEX = -100  # the same value as tatu.model.gpt.IGNORE_INDEX (kept torch-free here)
 STATE_VERSION = 2  # 2: the state pins the data (build_key), micro_batch and the mix
@@ -96,11 +95,11 @@ class _Channel:
 
     def load(self, state: dict) -> None:
         if not isinstance(state, dict) or type(state.get("epoch")) is not int or type(state.get("cursor")) is not int:
-            raise TatuExit(BAD_DATA, f"stream state for channel {self.name!r}: expected integer 'epoch' and 'cursor', "
+            raise DataError(f"stream state for channel {self.name!r}: expected integer 'epoch' and 'cursor', "
                                      f"got {state!r}")
         epoch, cursor = state["epoch"], state["cursor"]
         if epoch < 0 or not 0 <= cursor < self.n_items:
-            raise TatuExit(BAD_CONFIG, f"stream state for channel {self.name!r}: epoch {epoch}, cursor {cursor} "
+            raise DataConfigError(f"stream state for channel {self.name!r}: epoch {epoch}, cursor {cursor} "
                                        f"out of range ({self.n_items} items)")
         self.epoch, self.cursor = epoch, cursor
 
@@ -109,7 +108,7 @@ class _TextChannel(_Channel):
     def __init__(self, name: str, tokens: np.ndarray, seq_len: int, seed: int, bos_id: int):
         n_windows = (len(tokens) - 1) // seq_len
         if n_windows < 1:
-            raise TatuExit(BAD_DATA, f"channel {name!r} has {len(tokens)} tokens, fewer than seq_len + 1 = {seq_len + 1}")
+            raise DataError(f"channel {name!r} has {len(tokens)} tokens, fewer than seq_len + 1 = {seq_len + 1}")
         super().__init__(name, n_windows, seed)
         self.tokens, self.seq_len, self.bos_id = tokens, seq_len, bos_id
 
@@ -128,11 +127,11 @@ class _SFTChannel(_Channel):
                  seed: int, pad_id: int):
         n_pairs = len(offsets) - 1
         if n_pairs < 1:
-            raise TatuExit(BAD_DATA, f"channel {name!r} has no pairs")
+            raise DataError(f"channel {name!r} has no pairs")
         lengths = np.diff(offsets)
         longest = int(lengths.max())
         if longest > seq_len + 1:
-            raise TatuExit(BAD_DATA, f"channel {name!r}: pair #{int(lengths.argmax())} is {longest} tokens, more than "
+            raise DataError(f"channel {name!r}: pair #{int(lengths.argmax())} is {longest} tokens, more than "
                                      f"seq_len + 1 = {seq_len + 1}; rebuild the data with --seq-len {seq_len}")
         super().__init__(name, n_pairs, seed)
         self.ids, self.mask, self.offsets = ids, mask, offsets
@@ -164,21 +163,20 @@ class MixedStream:
                  tokenizer_hash: str | None = None, replay_channel: str = REPLAY_CHANNEL):
         self.data_dir = Path(data_dir)
         self.manifest = load_manifest(self.data_dir)
-        if tokenizer_hash is not None and tokenizer_hash != self.manifest["tokenizer_hash"]:
-            raise TatuExit(BAD_DATA, f"{self.data_dir}: data built with tokenizer {self.manifest['tokenizer_hash'][:12]}, "
-                                     f"the model uses {tokenizer_hash[:12]}: rebuild the data with the model's tokenizer")
+        if tokenizer_hash is not None:
+            check_tokenizer(self.manifest, self.data_dir, tokenizer_hash)
         if micro_batch < 1 or seq_len < 1:
-            raise TatuExit(BAD_CONFIG, f"micro_batch={micro_batch}, seq_len={seq_len}: both must be >= 1")
+            raise DataConfigError(f"micro_batch={micro_batch}, seq_len={seq_len}: both must be >= 1")
         for name, count in mix.items():
             if not isinstance(count, int) or count < 0:
-                raise TatuExit(BAD_CONFIG, f"mix[{name!r}]={count!r}: expected a count of micro-batches >= 0")
+                raise DataConfigError(f"mix[{name!r}]={count!r}: expected a count of micro-batches >= 0")
         self.mix = {name: count for name, count in mix.items() if count > 0}
         if not self.mix:
-            raise TatuExit(BAD_CONFIG, f"mix {mix}: every channel has 0 micro-batches")
+            raise DataConfigError(f"mix {mix}: every channel has 0 micro-batches")
         channels = self.manifest["channels"]
         for name in self.mix:
             if name not in channels:
-                raise TatuExit(BAD_CONFIG, f"mix channel {name!r} is not in {self.data_dir}/manifest.json "
+                raise DataConfigError(f"mix channel {name!r} is not in {self.data_dir}/manifest.json "
                                            f"(channels: {', '.join(sorted(channels)) or 'none'})")
         self.micro_batch, self.seq_len, self.seed = micro_batch, seq_len, seed
         self.replay_channel = replay_channel
@@ -207,7 +205,7 @@ class MixedStream:
             offsets = np.load(self.data_dir / files["offsets"])
             return _SFTChannel(name, self._memmap(files["ids"], entry["dtype"]), self._memmap(files["mask"], "uint8"),
                                offsets, self.seq_len, self.seed, self._pad_id)
-        raise TatuExit(BAD_DATA, f"{self.data_dir}/manifest.json: channel {name!r} has unknown kind {entry['kind']!r}")
+        raise DataError(f"{self.data_dir}/manifest.json: channel {name!r} has unknown kind {entry['kind']!r}")
 
     def next_step(self) -> StepBatch:
         micro_batches: list[MicroBatch] = []
@@ -237,22 +235,22 @@ class MixedStream:
     def load_state_dict(self, state: dict) -> None:
         """Continue from `state`, which must come from a stream over the same data, mix and sizes."""
         if not isinstance(state, dict):
-            raise TatuExit(BAD_DATA, f"stream state: expected a JSON object, got {type(state).__name__}")
+            raise DataError(f"stream state: expected a JSON object, got {type(state).__name__}")
         if state.get("version") != STATE_VERSION:
-            raise TatuExit(BAD_CONFIG, f"stream state version {state.get('version')!r}, expected {STATE_VERSION}")
+            raise DataConfigError(f"stream state version {state.get('version')!r}, expected {STATE_VERSION}")
         pinned = self._pinned()
         missing = [key for key in (*pinned, "step", "channels") if key not in state]
         if missing:
-            raise TatuExit(BAD_DATA, f"stream state: malformed, missing {', '.join(missing)}")
+            raise DataError(f"stream state: malformed, missing {', '.join(missing)}")
         if type(state["step"]) is not int or state["step"] < 0 or not isinstance(state["channels"], dict):
-            raise TatuExit(BAD_DATA, f"stream state: malformed, step {state['step']!r}, "
+            raise DataError(f"stream state: malformed, step {state['step']!r}, "
                                      f"channels of type {type(state['channels']).__name__}")
         differs = [f"{key} {state[key]!r} (now {ours!r})" for key, ours in pinned.items() if state[key] != ours]
         if differs:
-            raise TatuExit(BAD_CONFIG, f"stream state cannot continue this stream, it differs in: {'; '.join(differs)}")
+            raise DataConfigError(f"stream state cannot continue this stream, it differs in: {'; '.join(differs)}")
         lacking = sorted(set(self.channels) - set(state["channels"]))
         if lacking:
-            raise TatuExit(BAD_DATA, f"stream state: malformed, no position for channel {', '.join(lacking)}")
+            raise DataError(f"stream state: malformed, no position for channel {', '.join(lacking)}")
         for name, channel in self.channels.items():
             channel.load(state["channels"][name])
         self.step = state["step"]

@@ -199,6 +199,21 @@ class SetResult:
             f"{self.ci.se / self.ppl:.1%} — set EVAL_EN_ALL=1 to score every line"
         )
 
+    def restricted_to(self, line_index: Sequence[int], lines_sha256: str, n_resamples: int = DEFAULT_RESAMPLES,
+                      seed: int = DEFAULT_SEED) -> "SetResult | None":
+        """This result on the lines `line_index` of the same file, None if one of them was not scored.
+
+        The caller vouches that they are the lines whose texts digest to `lines_sha256` (same
+        file, same indices): a result scored on a whole file can then be paired with one
+        scored on a subsample of it."""
+        position = {int(line): i for i, line in enumerate(self.line_index)}
+        if any(int(line) not in position for line in line_index):
+            return None
+        take = np.asarray([position[int(line)] for line in line_index], dtype=np.int64)
+        return _result(self.name, self.kind, self.scores.select(take), np.asarray(line_index, dtype=np.int64),
+                       self.n_lines_total, lines_sha256, self.tokenizer_hash, self.category, n_resamples, seed,
+                       self.extra)
+
     def to_json(self) -> dict:
         return {
             "name": self.name,

@@ -1,6 +1,6 @@
 """Eval sets: raw files read and tokenized with the checkpoint's own tokenizer.
 
-Two kinds (the data contract in notes/interfaces.md):
+Two kinds:
 
 - text (any file not ending in .jsonl/.json): one scored line per line that is not blank.
   ids = [BOS] + encode(line); every token after BOS is a target (so the first token of the
@@ -24,10 +24,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from tatu.data.manifest import DataError
 from tatu.model.chat import encode_messages, encode_pair
 from tatu.model.tokenizer import Tokenizer
 
 KINDS = ("text", "pairs")
+
+
+class EvalSetError(DataError):
+    """An eval file that cannot be scored: "FILE:LINE: reason"."""
+
 _PAIRS_SUFFIXES = (".jsonl", ".json")
 
 
@@ -67,12 +73,12 @@ def _text_lines(path: Path) -> list[tuple[int, str]]:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise ValueError(f"{path}: cannot read eval set ({exc.strerror})") from exc
+        raise EvalSetError(f"{path}: cannot read eval set ({exc.strerror})") from exc
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line_no = data[: exc.start].count(b"\n") + 1
-        raise ValueError(f"{path}:{line_no}: not valid UTF-8 (byte {exc.start})") from exc
+        raise EvalSetError(f"{path}:{line_no}: not valid UTF-8 (byte {exc.start})") from exc
     # split on "\n" only: str.splitlines would also split on U+2028, \x0c, ... inside a line
     out = []
     for number, line in enumerate(text.split("\n"), start=1):
@@ -84,25 +90,25 @@ def _text_lines(path: Path) -> list[tuple[int, str]]:
 
 def _pair_line(tok: Tokenizer, record: object, where: str) -> EvalLine:
     if not isinstance(record, dict):
-        raise ValueError(f"{where}: expected a JSON object, found {type(record).__name__}")
+        raise EvalSetError(f"{where}: expected a JSON object, found {type(record).__name__}")
     if "messages" in record:
         messages = record["messages"]
         if not isinstance(messages, list) or not all(
             isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
             for m in messages
         ):
-            raise ValueError(f"{where}: 'messages' must be a list of {{\"role\": str, \"content\": str}}")
+            raise EvalSetError(f"{where}: 'messages' must be a list of {{\"role\": str, \"content\": str}}")
         replies = [m["content"] for m in messages if m["role"] == "assistant"]
         if not replies:
-            raise ValueError(f"{where}: no assistant message to score")
+            raise EvalSetError(f"{where}: no assistant message to score")
         try:
             ids, is_target = encode_messages(tok, messages)
         except ValueError as exc:
-            raise ValueError(f"{where}: {exc}") from exc
+            raise EvalSetError(f"{where}: {exc}") from exc
         return EvalLine(ids, is_target, "".join(replies))
     prompt, response = record.get("prompt"), record.get("response")
     if not isinstance(prompt, str) or not isinstance(response, str):
-        raise ValueError(f"{where}: needs string fields 'prompt' and 'response' (or 'messages')")
+        raise EvalSetError(f"{where}: needs string fields 'prompt' and 'response' (or 'messages')")
     ids, is_target = encode_pair(tok, prompt, response)
     return EvalLine(ids, is_target, response)
 
@@ -124,10 +130,10 @@ def load_eval_set(path: str | Path, tokenizer: Tokenizer, name: str | None = Non
         try:
             record = json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from exc
+            raise EvalSetError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from exc
         lines.append(_pair_line(tokenizer, record, where))
     if not lines:
-        raise ValueError(f"{path}: no lines to score (the file is empty or blank)")
+        raise EvalSetError(f"{path}: no lines to score (the file is empty or blank)")
     return EvalSet(name=name or path.stem, path=path, kind=kind, lines=lines, tokenizer_hash=tokenizer.hash)
 
 

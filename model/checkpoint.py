@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from safetensors.torch import load as st_load, save as st_save
 
+from tatu.atomic import fsync_dir
 from tatu.model.gpt import GPT, GPTConfig
 from tatu.model.tokenizer import Tokenizer, tokenizer_from_dict
 
@@ -106,14 +107,6 @@ def _check_vocab(tokenizer: Tokenizer, config: GPTConfig, source: str) -> None:
         )
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_file(path: Path, data: bytes) -> str:
     with open(path, "wb") as f:
         f.write(data)
@@ -162,7 +155,7 @@ def save_checkpoint(
     hashes = {name: _write_file(tmp / name, data) for name, data in documents.items()}
     manifest = {"format": FORMAT, "files": hashes}
     _write_file(tmp / "manifest.json", json.dumps(manifest, sort_keys=True, indent=1).encode())
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
 
     old = path.parent / f"{path.name}.old"
     if old.exists():
@@ -172,9 +165,9 @@ def save_checkpoint(
             old.rename(path)
     if path.exists():
         path.rename(old)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     tmp.rename(path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     if old.exists():
         shutil.rmtree(old)
     return path

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
+
+from tatu.atomic import write_atomic
 
 SPECIALS = ("<|bos|>", "<|eos|>", "<|pad|>", "<|user|>", "<|assistant|>")
 FORMAT_VERSION = 1
@@ -84,30 +84,7 @@ class Tokenizer:
 
     def save(self, path: str | Path) -> None:
         """Write the JSON atomically: a crash leaves the old file or the new one, never half of one."""
-        path = Path(path)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            # mkstemp makes the file private (0600); a tokenizer gets the usual mode
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(fd, 0o666 & ~umask)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(self.to_json())
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp_name, path)
-        except BaseException:
-            try:
-                os.unlink(tmp_name)
-            except FileNotFoundError:
-                pass
-            raise
-        # the rename itself survives a power cut only once the directory is synced
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomic(path, self.to_json())
 
 
 class CharTokenizer(Tokenizer):

@@ -58,6 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     except TatuExit as exc:
         print(f"tatu {name}: {exc.message}", file=sys.stderr)
         return exc.code
+    except Exception as exc:  # a layer's expected failure has its exit code; anything else is a bug
+        from tatu.daemon.main import exit_code_for
+
+        code = exit_code_for(exc)
+        if code is None:
+            raise
+        print(f"tatu {name}: {exc}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tatu.atomic import write_atomic
+
 PLACEHOLDERS = ("@TATU_PYTHON@", "@TATU_WORKDIR@")
 
 
@@ -76,9 +78,7 @@ def _write_if_changed(path: Path, text: str) -> bool:
     if path.is_file() and path.read_text() == text:
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
+    write_atomic(path, text)
     return True
 
 

@@ -1,4 +1,4 @@
-"""daemon.evaluation.decide and daemon.verdict.judge on crafted per-line scores.
+"""daemon.judge.decide and daemon.judge.verdict on crafted per-line scores.
 
 The numbers are built by hand so each rule is checked in both directions: what must trip
 trips, what must not does not.
@@ -12,8 +12,11 @@ import numpy as np
 import pytest
 
 from tatu.daemon.config import load_config
-from tatu.daemon.evaluation import Suite, decide
-from tatu.daemon.verdict import judge
+from tatu.daemon.judge import decide
+from tatu.daemon.judge import verdict as judge
+from tatu.daemon.state import RunState
+from tatu.daemon.suite import Suite
+from tatu.evals.scoring import SetResult
 from tatu.evals.sets import EvalLine, EvalSet
 
 N_LINES = 166
@@ -30,24 +33,28 @@ def suite() -> Suite:
     return Suite(sets=sets, notes={}, file_hashes={}, gen_pairs=[], dictionary=None)
 
 
-def scores(ppl_factor: float, seed: int, noise: float = 0.0) -> dict:
+def scores(ppl_factor: float, seed: int, noise: float = 0.0, name: str = "enRuler") -> SetResult:
     """Per-line sums of a 'model': line difficulty shared across calls (seeded), times a factor."""
     rng = np.random.default_rng(0)
     tokens = rng.integers(10, 60, N_LINES)
     difficulty = rng.uniform(2.0, 5.0, N_LINES)  # nats per token, shared: scorings are paired
     jitter = np.random.default_rng(seed).normal(0, noise, N_LINES)
     nll = tokens * (difficulty + math.log(ppl_factor) + jitter)
-    return {"ppl": float(np.exp(nll.sum() / tokens.sum())), "nll_sum": nll.tolist(), "line_tokens": tokens.tolist(),
-            "line_index": list(range(N_LINES)), "n_lines_total": N_LINES, "lo": 0, "hi": 0}
+    lines = {"index": list(range(N_LINES)), "nll_sum": nll.tolist(), "n_tokens": tokens.tolist(),
+             "n_chars": tokens.tolist(), "n_bytes": tokens.tolist()}
+    payload = {"name": name, "kind": "text", "n_lines_total": N_LINES, "lines_sha256": f"lines of {name}",
+               "lines": lines, "extra": {"file_sha256": None}}
+    return SetResult.from_json(payload, n_resamples=200, seed=0)
 
 
 def results(sft: float, ruler: float, seed: int = 1, noise: float = 0.0) -> dict:
-    return {"sftHeld": scores(sft, seed, noise), "ptVal": scores(1.0, seed, noise), "enRuler": scores(ruler, seed + 7, noise)}
+    return {"sftHeld": scores(sft, seed, noise, "sftHeld"), "ptVal": scores(1.0, seed, noise, "ptVal"),
+            "enRuler": scores(ruler, seed + 7, noise)}
 
 
 def test_abort_on_the_point_estimate_only_above_the_limit():
     cfg = config(MIX_FORGET_LIMIT=0.08)
-    state = {"baseline": results(1.0, 1.0), "best": None}
+    state = RunState(baseline=results(1.0, 1.0))
     below = decide(8, results(0.99, 1.07), state, suite(), cfg, 1.0, None)
     above = decide(8, results(0.99, 1.09), state, suite(), cfg, 1.0, None)
     assert below.abort_reason is None and below.record["drift"]["value"] == pytest.approx(0.07, abs=1e-9)
@@ -56,7 +63,7 @@ def test_abort_on_the_point_estimate_only_above_the_limit():
 
 def test_ci_mode_aborts_only_when_the_lower_bound_exceeds_the_limit():
     cfg = config(MIX_FORGET_LIMIT=0.08, MIX_FORGET_CI=1)
-    state = {"baseline": results(1.0, 1.0), "best": None}
+    state = RunState(baseline=results(1.0, 1.0))
     # point estimate above the limit, but noisy enough that the CI reaches below it
     noisy = decide(8, results(1.0, 1.085, noise=0.6), state, suite(), cfg, 1.0, None)
     drift = noisy.record["drift"]
@@ -71,7 +78,7 @@ def test_ci_mode_aborts_only_when_the_lower_bound_exceeds_the_limit():
 
 def test_best_is_chosen_by_sftheld_even_while_the_ruler_worsens():
     cfg = config(MIX_FORGET_LIMIT=10)
-    state = {"baseline": results(1.0, 1.0), "best": {"step": 0, "set": "sftHeld", "ppl": scores(1.0, 1)["ppl"]}}
+    state = RunState(baseline=results(1.0, 1.0), best={"step": 0, "set": "sftHeld", "ppl": scores(1.0, 1).ppl})
     better_sft_worse_ruler = decide(8, results(0.9, 1.5), state, suite(), cfg, 1.0, None)
     worse_sft_better_ruler = decide(8, results(1.1, 0.8), state, suite(), cfg, 1.0, None)
     assert better_sft_worse_ruler.best and not worse_sft_better_ruler.best
@@ -79,10 +86,10 @@ def test_best_is_chosen_by_sftheld_even_while_the_ruler_worsens():
 
 def test_drift_tronco_is_na_without_a_reference_and_paired_with_one():
     cfg = config()
-    no_ref = decide(8, results(1.0, 1.05), {"baseline": results(1.0, 1.0), "best": None}, suite(), cfg, 1.0, None)
+    no_ref = decide(8, results(1.0, 1.05), RunState(baseline=results(1.0, 1.0)), suite(), cfg, 1.0, None)
     assert no_ref.record["drift_tronco"] is None and "drift_tronco n/a" in no_ref.line
-    trunk = {"enRuler": {**scores(1.0 / 1.147, 99), "file_sha256": None}}  # the seed starts 14.7% worse
-    state = {"baseline": results(1.0, 1.0), "best": None, "trunk_reference": trunk}
+    trunk = {"enRuler": scores(1.0 / 1.147, 99)}  # the seed starts 14.7% worse
+    state = RunState(baseline=results(1.0, 1.0), trunk_reference=trunk)
     with_ref = decide(8, results(1.0, 1.0), state, suite(), cfg, 1.0, None)
     assert with_ref.record["drift"]["value"] == pytest.approx(0.0, abs=1e-12)
     assert with_ref.record["drift_tronco"]["value"] == pytest.approx(0.147, rel=1e-9)
@@ -91,7 +98,7 @@ def test_drift_tronco_is_na_without_a_reference_and_paired_with_one():
 
 def history(*pairs, limit_cfg=None):
     base = results(1.0, 1.0)
-    state = {"baseline": base, "best": None}
+    state = RunState(baseline=base)
     cfg = limit_cfg or config()
     out = [decide(0, base, state, suite(), cfg, 1.0, None).record]
     for step, (sft, ruler) in enumerate(pairs, start=1):

@@ -8,7 +8,9 @@ import torch
 
 from tatu.data.build import BuildSpec, build_data
 from tatu.data.stream import IGNORE_INDEX, MicroBatch, MixedStream, epoch_permutation
-from tatu.exitcodes import BAD_CONFIG, BAD_DATA, TatuExit
+from tatu.daemon.main import exit_code_for
+from tatu.data.manifest import DataError
+from tatu.exitcodes import BAD_CONFIG, BAD_DATA
 from tatu.model.chat import encode_pair
 from tatu.model.gpt import GPT, GPTConfig
 from tatu.model.tokenizer import CharTokenizer
@@ -88,9 +90,9 @@ def test_state_restored_continues_the_identical_next_50_steps(built, k):
 def test_state_of_another_seed_or_seq_len_is_refused(built):
     data_dir, _, _ = built
     state = _stream(data_dir, seed=5).state_dict()
-    with pytest.raises(TatuExit) as excinfo:
+    with pytest.raises(DataError) as excinfo:
         _stream(data_dir, seed=6).load_state_dict(state)
-    assert excinfo.value.code == BAD_CONFIG and "seed" in excinfo.value.message
+    assert exit_code_for(excinfo.value) == BAD_CONFIG and "seed" in str(excinfo.value)
 
 
 def test_reported_counts_and_replay_fraction_equal_the_batches(built):
@@ -112,9 +114,9 @@ def test_zero_count_channels_are_skipped(built):
     assert {mb.channel for mb in sft_only.micro_batches} == {"sft"} and sft_only.replay_fraction == 0.0
     replay_only = _stream(data_dir, mix={"sft": 0, "replay": 2, "absent": 0}).next_step()
     assert {mb.channel for mb in replay_only.micro_batches} == {"replay"} and replay_only.replay_fraction == 1.0
-    with pytest.raises(TatuExit) as excinfo:
+    with pytest.raises(DataError) as excinfo:
         _stream(data_dir, mix={"absent": 1})
-    assert excinfo.value.code == BAD_CONFIG and "absent" in excinfo.value.message
+    assert exit_code_for(excinfo.value) == BAD_CONFIG and "absent" in str(excinfo.value)
 
 
 def test_text_windows_cover_the_shard_once_per_epoch(built):
@@ -171,9 +173,9 @@ def test_sft_rows_pack_whole_pairs_and_only_responses_are_targets(built):
 
 def test_a_pair_longer_than_a_row_is_refused(built):
     data_dir, _, _ = built
-    with pytest.raises(TatuExit) as excinfo:
+    with pytest.raises(DataError) as excinfo:
         MixedStream(data_dir, mix={"sft": 1}, micro_batch=1, seq_len=4, seed=0)
-    assert excinfo.value.code == BAD_DATA and "--seq-len 4" in excinfo.value.message
+    assert exit_code_for(excinfo.value) == BAD_DATA and "--seq-len 4" in str(excinfo.value)
 
 
 def test_micro_batch_with_zero_targets_gives_a_finite_step_loss(built):
@@ -206,13 +208,13 @@ def test_micro_batch_with_zero_targets_gives_a_finite_step_loss(built):
 def test_state_of_another_micro_batch_or_mix_is_refused_naming_it(built):
     data_dir, _, _ = built
     state = _stream(data_dir, seed=5).state_dict()
-    with pytest.raises(TatuExit) as excinfo:
+    with pytest.raises(DataError) as excinfo:
         _stream(data_dir, seed=5, micro_batch=2).load_state_dict(state)
-    assert excinfo.value.code == BAD_CONFIG and "micro_batch 3 (now 2)" in excinfo.value.message
-    with pytest.raises(TatuExit) as excinfo:
+    assert exit_code_for(excinfo.value) == BAD_CONFIG and "micro_batch 3 (now 2)" in str(excinfo.value)
+    with pytest.raises(DataError) as excinfo:
         _stream(data_dir, seed=5, mix={"sft": 2, "replay": 1}).load_state_dict(state)
-    assert excinfo.value.code == BAD_CONFIG and "mix" in excinfo.value.message
-    assert "micro_batch" not in excinfo.value.message and "\n" not in excinfo.value.message
+    assert exit_code_for(excinfo.value) == BAD_CONFIG and "mix" in str(excinfo.value)
+    assert "micro_batch" not in str(excinfo.value) and "\n" not in str(excinfo.value)
 
 
 def test_state_of_other_data_is_refused(built, tmp_path):
@@ -225,9 +227,9 @@ def test_state_of_other_data_is_refused(built, tmp_path):
                      sft={"sft": [str(root / "sft.jsonl")]}, seq_len=SEQ_LEN)
     build_data(spec, tok, progress=False)
     state = _stream(data_dir, seed=5).state_dict()
-    with pytest.raises(TatuExit) as excinfo:
+    with pytest.raises(DataError) as excinfo:
         _stream(tmp_path / "data", seed=5).load_state_dict(state)
-    assert excinfo.value.code == BAD_CONFIG and "build_key" in excinfo.value.message
+    assert exit_code_for(excinfo.value) == BAD_CONFIG and "build_key" in str(excinfo.value)
 
 
 @pytest.mark.parametrize("damage", ["no_step", "no_channels", "no_build_key", "channel_without_cursor",
@@ -247,6 +249,6 @@ def test_malformed_state_is_bad_data_not_a_key_error(built, damage):
         del state["channels"]["replay"]
     else:
         state["step"] = "7"
-    with pytest.raises(TatuExit) as excinfo:
+    with pytest.raises(DataError) as excinfo:
         _stream(data_dir, seed=5).load_state_dict(state)
-    assert excinfo.value.code == BAD_DATA and excinfo.value.message.startswith("stream state")
+    assert exit_code_for(excinfo.value) == BAD_DATA and str(excinfo.value).startswith("stream state")

@@ -1,0 +1,179 @@
+"""The Judge: per-set results -> drift, drift_tronco, best, abort; and at the end the verdict.
+
+drift        = enRuler_ppl / enRuler_ppl at this run's step-0 baseline - 1  (what THIS run did)
+drift_tronco = enRuler_ppl / enRuler_ppl of the trunk - 1                (carries the seed's inheritance)
+Both come with a paired CI (evals.scoring.compare_results): the same lines are scored at every
+eval, so the per-line differences are paired and the interval is far tighter than two
+independent ones.
+
+The verdict is judged against criteria fixed in the config before the run (the criterion is
+written before the result):
+  forgets      aborted by MIX_FORGET_LIMIT, or drift above the limit at any eval
+  holds        sftHeld fell by more than its paired CI (and by more than TATU_VERDICT_MIN_GAIN)
+               while drift stayed under the limit at every eval
+  flat         both the sftHeld change and the final drift are within resolution (CIs include 0)
+  inconclusive anything else (e.g. sftHeld improved but not beyond its CI while drift moved)
+A trunk (TATU_MODE=pretrain) is judged on ptVal the same way; it cannot "forget".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tatu.daemon.config import RunConfig
+from tatu.daemon.state import RunState
+from tatu.daemon.suite import REFERENCE_SETS, RULER, Suite, best_set
+from tatu.evals.scoring import SetResult, compare_results
+from tatu.formats import fmt_pct
+
+
+def change(reference: SetResult, current: SetResult, config: RunConfig) -> dict:
+    """current/reference - 1 over the same lines, with its paired CI, p-value and MDE."""
+    paired = compare_results(reference, current, n_resamples=config.eval_resamples, seed=config.seed, per="token")
+    return {"value": current.ppl / reference.ppl - 1, "lo": paired.lo - 1, "hi": paired.hi - 1,
+            "p_value": paired.p_value, "mde": paired.mde}
+
+
+def summary(result: SetResult) -> dict:
+    """What an eval event shows of one set (the per-line sums stay in the resume state)."""
+    return {"ppl": result.ppl, "lo": result.ci.lo, "hi": result.ci.hi, "se": result.ci.se, "bpc": result.bpc,
+            "bpb": result.bpb, "n_lines": result.n_lines, "n_lines_total": result.n_lines_total,
+            "n_tokens": int(result.n_tokens)}
+
+
+def trunk_reference(results: dict[str, SetResult]) -> dict[str, SetResult]:
+    """What a trunk stores so SFT runs from it can compute drift_tronco."""
+    return {name: results[name] for name in REFERENCE_SETS if name in results}
+
+
+def reference_for_lines(reference: SetResult | None, current: SetResult, config: RunConfig) -> SetResult | None:
+    """The trunk's ruler result on the lines scored now; None (drift_tronco n/a) when the trunk
+    was scored on another ruler file: a ratio over different lines would mean nothing."""
+    if reference is None or reference.n_lines_total != current.n_lines_total:
+        return None
+    ours, theirs = current.extra.get("file_sha256"), reference.extra.get("file_sha256")
+    if ours and theirs and ours != theirs:
+        return None
+    return reference.restricted_to(current.line_index, current.lines_sha256, config.eval_resamples, config.seed)
+
+
+def eval_line(step: int, results: dict, drift: dict, drift_tronco: dict | None, trunk_ok, best: bool, seconds: float, notes: dict) -> str:
+    """The contract line: `EVAL 8: sftHeld 9.0702 ptVal 31.20 enRuler 52.10 drift +0.0% drift_tronco +14.7% trunk_ok=True best=True (71.2s)`."""
+    def ppl(name, digits):
+        return f"{results[name].ppl:.{digits}f}" if name in results else "n/a"
+
+    line = (
+        f"EVAL {step}: sftHeld {ppl('sftHeld', 4)} ptVal {ppl('ptVal', 2)} enRuler {ppl('enRuler', 2)} "
+        f"drift {fmt_pct(drift['value'])} drift_tronco {fmt_pct(drift_tronco['value'] if drift_tronco else None)} "
+        f"trunk_ok={'n/a' if trunk_ok is None else trunk_ok} best={best} ({seconds:.1f}s)"
+    )
+    # At step 0 the ruler is compared with itself: there is no interval or resolution to show.
+    mde = "n/a" if step == 0 else f"{drift['mde'] * 100:.1f}%"
+    extras = f" drift_ci=[{fmt_pct(drift['lo'])},{fmt_pct(drift['hi'])}] mde={mde}"
+    lines = notes.get(RULER, "").split()[:1]
+    if lines and lines[0].split("/")[0] != lines[0].split("/")[-1]:  # only a subsample says so
+        extras += f" enRuler_lines={lines[0]}"
+    return line + extras
+
+
+@dataclass
+class Decision:
+    record: dict  # the eval event (every number)
+    line: str
+    best: bool
+    abort_reason: str | None
+
+
+def decide(step: int, results: dict[str, SetResult], state: RunState, suite: Suite, config: RunConfig,
+           seconds: float, samples) -> Decision:
+    """Compare with the run's baseline and the trunk; pick best; decide abort (not warn)."""
+    baseline = state.baseline
+    changes = {name: change(baseline[name], results[name], config) for name in results if name in baseline}
+    drift = changes[RULER]
+    trunk_ref = reference_for_lines((state.trunk_reference or {}).get(RULER), results[RULER], config)
+    drift_tronco = change(trunk_ref, results[RULER], config) if trunk_ref else None
+    if config.trunk_limit is None:
+        trunk_ok = True
+    else:
+        trunk_ok = None if drift_tronco is None else drift_tronco["value"] <= config.trunk_limit
+    key = best_set(config.mode)
+    best = state.best is None or results[key].ppl < state.best["ppl"]
+    abort_reason = None
+    if config.mode == "sft":
+        measured = drift["lo"] if config.mix_forget_ci else drift["value"]
+        if measured > config.mix_forget_limit:
+            which = "drift CI lower bound" if config.mix_forget_ci else "drift"
+            abort_reason = f"{which} {fmt_pct(measured)} > MIX_FORGET_LIMIT {config.mix_forget_limit * 100:.1f}%"
+    line = eval_line(step, results, drift, drift_tronco, trunk_ok, best, seconds, suite.notes)
+    record = {
+        "step": step,
+        "sets": {name: summary(result) for name, result in results.items()},
+        "warnings": [r.warning() for r in results.values() if r.warning()],
+        "changes": changes,
+        "drift": drift,
+        "drift_tronco": drift_tronco,
+        "trunk_ok": trunk_ok,
+        "best": best,
+        "best_set": key,
+        "abort": abort_reason,
+        "notes": suite.notes,
+        "seconds": round(seconds, 3),
+        "generations": samples,
+        "line": line,
+    }
+    return Decision(record, line, best, abort_reason)
+
+
+def criteria(config: RunConfig) -> dict:
+    key = best_set(config.mode)
+    return {
+        "improve": f"{key} paired CI upper bound < "
+                   + (f"-{config.verdict_min_gain * 100:.1f}%" if config.verdict_min_gain else "0")
+                   + " vs step 0",
+        "forget_limit": f"drift <= {config.mix_forget_limit * 100:.1f}% at every eval"
+        + (" (CI lower bound)" if config.mix_forget_ci else ""),
+        "flat": f"{key} change CI and final drift CI both include 0",
+    }
+
+
+def verdict(history: list[dict], abort_reason: str | None, config: RunConfig) -> dict:
+    key = best_set(config.mode)
+    if not history:
+        return {"verdict": "inconclusive", "reason": "no evaluation ran", "criteria": criteria(config)}
+    last = history[-1]
+    set_change = last["changes"].get(key)
+    drift = last["drift"]
+    trained = [h for h in history if h["step"] > 0] or history  # step 0 is the baseline: drift 0 by definition
+    worst = max(trained, key=lambda h: h["drift"]["value"])
+    worst_drift = worst["drift"]["value"]
+    over_limit = config.mode == "sft" and any(
+        (h["drift"]["lo"] if config.mix_forget_ci else h["drift"]["value"]) > config.mix_forget_limit for h in history
+    )
+    improved = set_change is not None and set_change["hi"] < -config.verdict_min_gain
+    change_flat = set_change is not None and set_change["lo"] <= 0 <= set_change["hi"]
+    drift_flat = drift["lo"] <= 0 <= drift["hi"]
+    if abort_reason or over_limit:
+        outcome = "forgets"
+    elif improved:
+        outcome = "holds"
+    elif change_flat and drift_flat:
+        outcome = "flat"
+    else:
+        outcome = "inconclusive"
+    numbers = {
+        "step": last["step"],
+        f"{key}_change": set_change,
+        "drift": drift,
+        "drift_tronco": last.get("drift_tronco"),
+        "worst_drift": worst_drift,
+        "worst_drift_step": worst["step"],
+        "aborted": abort_reason,
+    }
+    change_text = (f"{fmt_pct(set_change['value'])} [{fmt_pct(set_change['lo'])},{fmt_pct(set_change['hi'])}]"
+                   if set_change else "n/a [n/a,n/a]")
+    line = (
+        f"VERDICT {outcome}: {key} {change_text} "
+        f"drift {fmt_pct(drift['value'])} [{fmt_pct(drift['lo'])},{fmt_pct(drift['hi'])}] "
+        f"at step {last['step']}; worst drift {fmt_pct(worst_drift)} at step {worst['step']}"
+        + (f" (aborted: {abort_reason})" if abort_reason else "")
+    )
+    return {"verdict": outcome, "line": line, "numbers": numbers, "criteria": criteria(config)}

@@ -1,0 +1,92 @@
+"""Where a run starts from, and the checks that a restart continues the same run.
+
+A new run starts from TATU_SEED_CKPT (or, for a trunk, from random weights); a restarted run
+from its own resume state, which holds the weights: the seed is not read again.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tatu.daemon.config import ConfigError, RunConfig
+from tatu.daemon.judge import trunk_reference
+from tatu.daemon.state import has_resume, is_results_json, load_resume, results_from_json
+from tatu.daemon.suite import REFERENCE_SETS, Suite, score_suite
+from tatu.data.manifest import DataConfigError, DataError
+from tatu.evals.scoring import SetResult
+from tatu.model.checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from tatu.model.gpt import GPTConfig
+from tatu.model.tokenizer import Tokenizer, load_tokenizer
+
+# What may change when a run is restarted: when and how often things happen, not what is
+# measured or how it is trained (a changed limit or LR would make the verdict meaningless).
+RESUMABLE_CHANGES = frozenset({"MIX_STEPS_LIMIT", "TATU_CKPT_EVERY", "TATU_MEM_FLOOR_MB", "TATU_DEVICE",
+                               "EVAL_EVERY", "TATU_GEN_PROMPTS", "TATU_GEN_TOKENS", "TATU_FAULT_NAN_STEP"})
+
+
+@dataclass
+class Start:
+    gpt_config: GPTConfig
+    weights: dict | None  # None: a trunk from random weights
+    weights_source: str  # the file the weights came from, for error messages
+    tokenizer: Tokenizer
+    seed_meta: dict  # what the seed checkpoint says about itself (its step, its trunk reference)
+    resume: Checkpoint | None  # the run's own resume state, when it has one
+
+
+def starting_point(config: RunConfig, manifest: dict) -> Start:
+    if has_resume(config.run_dir):
+        try:
+            resume = load_resume(config.run_dir, "cpu")
+        except CheckpointError as exc:
+            raise CheckpointError(f"resume state: {exc}") from None
+        check_same_config(resume.meta.get("config", {}), config)
+        return Start(resume.model_config, resume.model_state, str(resume.path), resume.tokenizer,
+                     {"step": resume.meta.get("seed_meta_step")}, resume)
+    if config.seed_ckpt is not None:
+        seed = load_checkpoint(config.seed_ckpt)
+        gpt_config = GPTConfig(**{**seed.model_config.to_dict(), "dropout": config.dropout, "attn": "sdpa"})
+        return Start(gpt_config, seed.model_state, str(config.seed_ckpt), seed.tokenizer, seed.meta, None)
+    tokenizer = load_tokenizer(config.data / manifest.get("tokenizer", "tokenizer.json"))
+    gpt_config = GPTConfig(
+        vocab_size=tokenizer.vocab_size, block_size=config.block_size, n_layer=config.n_layer,
+        n_head=config.n_head, n_embd=config.n_embd, dropout=config.dropout,
+    )
+    return Start(gpt_config, None, "", tokenizer, {}, None)
+
+
+def check_same_config(saved_config: dict, config: RunConfig) -> None:
+    """A run continues only with the configuration it started with (but for its schedule)."""
+    current = config.to_json()
+    changed = sorted(k for k in set(saved_config) | set(current)
+                     if saved_config.get(k) != current.get(k) and k not in RESUMABLE_CHANGES)
+    if changed:
+        shown = ", ".join(f"{k}: {saved_config.get(k)!r} -> {current.get(k)!r}" for k in changed[:4])
+        raise ConfigError(f"run {config.run} was started with another configuration ({shown}); "
+                          f"restore it, or start a new TATU_RUN")
+
+
+def check_same_eval_files(saved_files: dict | None, suite: Suite) -> None:
+    """...and with the eval files its baseline was measured on."""
+    moved = sorted(name for name, sha in (saved_files or {}).items() if suite.file_hashes.get(name) != sha)
+    if moved:
+        raise DataError(f"eval sets {moved} differ from those this run's baseline was measured on")
+
+
+def trunk_reference_for(config: RunConfig, start: Start, suite: Suite, device, log) -> dict[str, SetResult] | None:
+    """The trunk's scores for drift_tronco: an explicit TATU_TRUNK_CKPT wins over the seed's own."""
+    if config.trunk_ckpt is None:
+        stored = start.seed_meta.get("trunk_reference")
+        if stored is not None and not is_results_json(stored):
+            log.warning("the seed's trunk reference is in an older format: drift_tronco n/a (set TATU_TRUNK_CKPT)")
+            return None
+        return results_from_json(stored, config.eval_resamples, config.seed)
+    try:
+        trunk = load_checkpoint(config.trunk_ckpt)
+    except CheckpointError as exc:
+        raise CheckpointError(f"TATU_TRUNK_CKPT: {exc}") from None
+    if trunk.tokenizer.hash != start.tokenizer.hash:
+        raise DataConfigError(f"TATU_TRUNK_CKPT {config.trunk_ckpt} uses tokenizer {trunk.tokenizer.hash[:12]}, "
+                              f"the run uses {start.tokenizer.hash[:12]}: drift_tronco would compare different tokens")
+    log.info(f"scoring the trunk {config.trunk_ckpt} for drift_tronco")
+    trunk_model = trunk.build_model(device).eval()
+    return trunk_reference(score_suite(trunk_model, suite, device, config, only=REFERENCE_SETS))

@@ -1,0 +1,111 @@
+"""The eval suite of a run: its sets read once, scored at every eval, and the fixed generations.
+
+    sftHeld  held-out SFT pairs (the run's own measure; picks best in SFT mode)
+    ptVal    Portuguese validation text (picks best in pretrain mode)
+    enRuler  English text, the ruler drift is measured with (EVAL_EN_ALL=0: a fixed subsample)
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from tatu.daemon.config import RunConfig
+from tatu.data.manifest import DataError
+from tatu.evals.downstream import exact_match
+from tatu.evals.scoring import SetResult, evaluate
+from tatu.evals.sets import EvalSet, load_eval_set, subsample
+from tatu.evals.words import Dictionary, invented_rate
+from tatu.model.chat import encode_prompt
+
+SET_NAMES = ("sftHeld", "ptVal", "enRuler")
+RULER = "enRuler"
+REFERENCE_SETS = (RULER, "ptVal")  # what a trunk stores for drift_tronco (and a ptVal twin)
+
+
+def best_set(mode: str) -> str:
+    """Best checkpoint by sftHeld only, never by the ruler (a trunk has no SFT: ptVal)."""
+    return "sftHeld" if mode == "sft" else "ptVal"
+
+
+@dataclass
+class Suite:
+    sets: dict[str, EvalSet]
+    notes: dict[str, str]  # e.g. {"enRuler": "16/166 lines"} when subsampled
+    file_hashes: dict[str, str]
+    gen_pairs: list[tuple[str, str]]
+    dictionary: Dictionary | None
+
+
+def load_suite(config: RunConfig, manifest: dict, tokenizer) -> Suite:
+    data_dir = config.data
+    sets, notes, hashes = {}, {}, {}
+    for name in SET_NAMES:
+        entry = manifest.get("evals", {}).get(name)
+        if entry is None:
+            continue
+        path = data_dir / entry["file"]
+        eval_set = load_eval_set(path, tokenizer, name=name)
+        hashes[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+        if name == RULER:
+            eval_set, note = subsample(eval_set, config.eval_en_all, config.eval_en_batches, config.eval_en_lines_per_batch)
+            notes[name] = note
+        sets[name] = eval_set
+    missing = [n for n in (best_set(config.mode), RULER) if n not in sets]
+    if missing:
+        raise DataError(f"{data_dir / 'manifest.json'}: eval sets {missing} are required and missing")
+    gen_pairs = []
+    if "sftHeld" in sets and config.gen_prompts:
+        held_file = data_dir / manifest["evals"]["sftHeld"]["file"]
+        for line in held_file.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                record = json.loads(line)
+                if "prompt" in record:
+                    gen_pairs.append((record["prompt"], record["response"]))
+            if len(gen_pairs) >= config.gen_prompts:
+                break
+    dictionary = None
+    dict_path = data_dir / "dictionary.json"
+    if dict_path.exists():
+        try:
+            dictionary = Dictionary.load(dict_path)
+        except ValueError as exc:
+            raise DataError(str(exc)) from None
+    return Suite(sets, notes, hashes, gen_pairs, dictionary)
+
+
+def score_suite(model, suite: Suite, device, config: RunConfig, only: tuple[str, ...] | None = None) -> dict[str, SetResult]:
+    """Every set (or those in `only`) scored whole or as its declared subsample.
+
+    Each result carries the sha256 of its file in `extra`: a trunk's stored result is
+    comparable only with one scored on the same file."""
+    results = {}
+    for name, eval_set in suite.sets.items():
+        if only is not None and name not in only:
+            continue
+        result = evaluate(model, eval_set, device=device, n_resamples=config.eval_resamples, seed=config.seed)
+        result.extra["file_sha256"] = suite.file_hashes.get(name)
+        results[name] = result
+    return results
+
+
+def generate_samples(model, suite: Suite, tokenizer, device, config: RunConfig) -> dict | None:
+    """Fixed sftHeld prompts, greedy, one batch: the text, invented words, downstream accuracy."""
+    if not suite.gen_pairs:
+        return None
+    prompts = [encode_prompt(tokenizer, p) for p, _ in suite.gen_pairs]
+    was_training = model.training
+    model.eval()
+    outputs = model.generate(prompts, config.gen_tokens, eos_id=tokenizer.eos_id)
+    model.train(was_training)
+    texts = [tokenizer.decode(o) for o in outputs]
+    accuracy = exact_match(texts, [r for _, r in suite.gen_pairs])
+    sample = {
+        "samples": [{"prompt": p, "reference": r, "output": t} for (p, r), t in zip(suite.gen_pairs, texts)],
+        "accuracy": {"value": accuracy.accuracy, "lo": accuracy.lo, "hi": accuracy.hi, "n": accuracy.n},
+        "invented": None,
+    }
+    if suite.dictionary is not None:
+        inv = invented_rate(texts, suite.dictionary)
+        sample["invented"] = {"rate": inv.rate, "n_words": inv.n_words, "n_invented": inv.n_invented, "examples": inv.examples[:10]}
+    return sample

@@ -1,0 +1,112 @@
+"""The Trainer: model, optimizer, LR schedule and one optimizer step. Pure torch: no logging,
+no systemd, no files.
+
+One step is SFT_GE + REPLAY_N micro-batches (the mix) and ONE optimizer update. The loss is
+token-weighted over the whole step: the sum of every target token's NLL divided by all the
+step's target tokens, so "43% of the tokens are English" also means 43% of the gradient.
+`_accumulate` holds that division: a data-parallel wrapper would give each rank its share of
+the micro-batches and all-reduce `total_targets` before dividing, and nothing else changes.
+"""
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+
+from tatu.daemon.config import RunConfig
+from tatu.data.stream import StepBatch
+from tatu.model.checkpoint import load_model_state
+from tatu.model.gpt import GPT, GPTConfig
+
+
+def lr_at(step: int, config: RunConfig) -> float:
+    """Linear warmup, then constant or cosine down to TATU_MIN_LR at MIX_STEPS_LIMIT."""
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    if config.schedule == "constant":
+        return config.lr
+    span = max(1, config.mix_steps_limit - config.warmup_steps)
+    progress = min(1.0, (step - config.warmup_steps) / span)
+    return config.min_lr + 0.5 * (config.lr - config.min_lr) * (1 + math.cos(math.pi * progress))
+
+
+@dataclass
+class StepStats:
+    step: int  # the step just taken (1-based)
+    loss: float  # token-weighted mean NLL of the step (nan/inf: the update was not applied)
+    lr: float
+    target_tokens: dict[str, int]  # channel -> target tokens in this step
+    replay_fraction: float  # share of the step's target tokens from the replay channel
+    grad_norm: float | None  # before clipping; None when TATU_GRAD_CLIP=0 (not computed)
+    input_tokens: int  # tokens fed to the model (padding included): what tok/s counts
+    seconds: float
+
+    @property
+    def finite(self) -> bool:
+        return math.isfinite(self.loss)
+
+    @property
+    def skipped(self) -> bool:
+        """No target token in the step: nothing to learn from, the optimizer did not step."""
+        return sum(self.target_tokens.values()) == 0
+
+
+class Trainer:
+    def __init__(self, config: RunConfig, gpt_config: GPTConfig, device: torch.device,
+                 initial_state: dict | None = None, state_source: str = ""):
+        self.config = config
+        self.device = device
+        self.gpt_config = gpt_config
+        torch.manual_seed(config.seed)
+        self.model = GPT(gpt_config)
+        if initial_state is not None:
+            load_model_state(self.model, initial_state, state_source)
+        self.model.to(device)
+        decay = [p for p in self.model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in self.model.parameters() if p.dim() < 2]
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=config.lr, betas=(config.beta1, config.beta2),
+        )
+        self.autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+
+    def step(self, batch: StepBatch, step: int) -> StepStats:
+        """Optimizer step number `step` (1-based) on `batch`; a non-finite loss is not applied."""
+        started = time.perf_counter()
+        lr = lr_at(step - 1, self.config)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.zero_grad(set_to_none=True)
+        total_targets = sum(batch.target_tokens.values())
+        loss = self._accumulate(batch, total_targets, poison=self.config.fault_nan_step == step)
+        grad_norm = None
+        if math.isfinite(loss) and total_targets > 0:
+            if self.config.grad_clip > 0:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip))
+            self.optimizer.step()
+        return StepStats(step=step, loss=loss, lr=lr, target_tokens=dict(batch.target_tokens),
+                         replay_fraction=batch.replay_fraction, grad_norm=grad_norm,
+                         input_tokens=sum(m.x.size for m in batch.micro_batches),
+                         seconds=time.perf_counter() - started)
+
+    def _accumulate(self, batch: StepBatch, total_targets: int, poison: bool = False) -> float:
+        """Backward over the micro-batches, each scaled by 1 / the step's target tokens.
+
+        Returns the step's loss. `poison` (TATU_FAULT_NAN_STEP) makes it NaN, for tests."""
+        divisor = max(total_targets, 1)
+        # Accumulated on the device: one host sync per step, not one per micro-batch.
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        for micro in batch.micro_batches:
+            x = torch.from_numpy(micro.x).to(self.device, non_blocking=True)
+            y = torch.from_numpy(micro.y).to(self.device, non_blocking=True)
+            with self.autocast:
+                _, nll = self.model(x, y)
+            micro_loss = nll.sum()
+            if poison:
+                micro_loss = micro_loss * float("nan")
+            (micro_loss / divisor).backward()
+            loss_sum += micro_loss.detach().double()
+        return loss_sum.item() / divisor

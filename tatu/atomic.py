@@ -1,0 +1,45 @@
+"""Atomic file writes: a crash leaves the old file or the new one, never half of one."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+def fsync_dir(path: str | Path) -> None:
+    """A rename survives a power cut only once its directory is synced."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> None:
+    """Write `data` to a temporary sibling, fsync it, rename it over `path`, sync the directory.
+
+    The file gets the usual mode (0666 less the umask), not mkstemp's private 0600."""
+    path = Path(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except FileNotFoundError:
+            pass
+        raise
+    fsync_dir(path.parent)
+
+
+def write_json_atomic(path: str | Path, payload) -> None:
+    write_atomic(path, json.dumps(payload, indent=1, allow_nan=False) + "\n")
