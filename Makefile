@@ -31,7 +31,7 @@ demo: $(STAMP)
 	$(PY) -m tatu.ops.demo
 
 test: $(STAMP)
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=15
 
 bench: $(STAMP)
 	$(PY) bench/attention.py

@@ -12,7 +12,7 @@ Everything started here is undone in a finally: the units stopped, the manager a
 journald killed by the PIDs started here, this process moved back to its cgroups, the
 child cgroups removed deepest first, the marker and journald's files removed only if
 created here. Skips with the reason where it cannot run; fails instead when
-TATU_REQUIRE_SYSTEMD=1 (CI).
+CI_STRICT=1 (CI).
 """
 from __future__ import annotations
 
@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from strict import cannot_run
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-# The v1 hierarchies a user manager touches, plus the v2 one (the note's list).
+# The v1 hierarchies a user manager touches, plus the v2 one.
 V1_HIERARCHIES = ("name=systemd", "pids", "memory", "cpu")
 SYSTEMD_MARKER = Path("/run/systemd/system")
 JOURNALD = Path("/lib/systemd/systemd-journald")
@@ -37,9 +38,7 @@ JOURNALD_RUNTIME = (Path("/run/systemd/journal"), Path("/run/log/journal"))
 
 
 def _cannot_run(reason: str):
-    if os.environ.get("TATU_REQUIRE_SYSTEMD") == "1":
-        pytest.fail(f"systemd harness cannot run: {reason} (TATU_REQUIRE_SYSTEMD=1 makes this a failure)")
-    pytest.skip(f"systemd harness: {reason}")
+    cannot_run(f"systemd harness cannot run: {reason}")
 
 
 def systemd_binary() -> Path | None:

@@ -222,7 +222,7 @@ def test_smoke_leaves_the_real_run_untouched(world, tmp_path):
     saved = dict(os.environ)
     try:
         for k in list(os.environ):
-            if k.startswith(("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_")) and k != "TATU_REQUIRE_SYSTEMD":
+            if k.startswith(("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_")):
                 del os.environ[k]
         assert tatu(["smoke", "--env-file", str(env_file)]) == 0
     finally:

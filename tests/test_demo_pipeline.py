@@ -1,8 +1,8 @@
 """`make demo`, scaled down to seconds, through the same code path (tatu.ops.demo).
 
 The demo's text comes from Debian packages (data/demo.py installs them as root). Where they
-cannot be installed this skips with the reason — except under CI (TATU_REQUIRE_SYSTEMD=1,
-set by .ci/run, runs as root), where it must run.
+cannot be installed this skips with the reason — except under CI (CI_STRICT=1, set by
+.ci/run, runs as root), where it must run.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 
-import pytest
+from strict import cannot_run
 
 from tatu.daemon.logs import read_events
 
@@ -30,9 +30,7 @@ def _packages_ready() -> str | None:
 def test_tiny_demo_end_to_end(tmp_path):
     problem = _packages_ready()
     if problem:
-        if os.environ.get("TATU_REQUIRE_SYSTEMD") == "1":
-            pytest.fail(f"demo packages unavailable under CI: {problem}")
-        pytest.skip(f"demo packages unavailable: {problem}")
+        cannot_run(f"demo packages unavailable: {problem}")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_"))}
     out = tmp_path / "demo"
     proc = subprocess.run([sys.executable, "-m", "tatu.ops.demo", "--scale", "tiny", "--foreground", "--out", str(out)],
@@ -73,9 +71,7 @@ def test_tiny_demo_runs_through_systemd_when_a_user_manager_answers(tmp_path):
 
     problem = _packages_ready()
     if problem:
-        if os.environ.get("TATU_REQUIRE_SYSTEMD") == "1":
-            pytest.fail(f"demo packages unavailable under CI: {problem}")
-        pytest.skip(f"demo packages unavailable: {problem}")
+        cannot_run(f"demo packages unavailable: {problem}")
     out = tmp_path / "demo"
     with user_manager_session() as um:
         env = {k: v for k, v in um.env.items() if not k.startswith(("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_"))}

@@ -7,17 +7,16 @@ from pathlib import Path
 
 import pytest
 
+from strict import cannot_run
+
 from tatu.ops.units import UnitsError, install_units, render_unit, units_dir
 
-REQUIRE_SYSTEMD = os.environ.get("TATU_REQUIRE_SYSTEMD") == "1"
 
 
 def need_systemd_analyze() -> str:
     binary = shutil.which("systemd-analyze")
     if binary is None:
-        if REQUIRE_SYSTEMD:
-            pytest.fail("systemd-analyze not found and TATU_REQUIRE_SYSTEMD=1")
-        pytest.skip("systemd-analyze not installed")
+        cannot_run("systemd-analyze not installed")
     return binary
 
 
