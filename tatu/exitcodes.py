@@ -5,10 +5,14 @@ NONFINITE_LOSS = 11
 BAD_DATA = 65  # EX_DATAERR
 BAD_CONFIG = 78  # EX_CONFIG
 USAGE = 2
+# What a restart cannot fix: the unit's RestartPreventExitStatus= lists exactly these.
+NOT_RESTARTED = (FORGET_ABORT, NONFINITE_LOSS, BAD_DATA, BAD_CONFIG)
 
 
 class TatuExit(Exception):
-    """An expected failure: one line for the operator and its documented exit code."""
+    """An expected failure of a command line (ops/): one line for the operator and its exit code.
+
+    The library layers raise their own exceptions instead; tatu.daemon.main maps them."""
 
     def __init__(self, code: int, message: str):
         super().__init__(message)

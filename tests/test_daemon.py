@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tiny_world import base_env, build_world
+from tiny_world import base_env
 
 from tatu.daemon.logs import read_events
 from tatu.daemon.main import main as daemon_main
@@ -38,14 +38,9 @@ def daemon(env: dict[str, str], **kwargs) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300, **kwargs)
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("world")
-    data = build_world(root)
-    trunk_env = base_env(data, root / "runs", TATU_RUN="trunk", TATU_MODE="pretrain", SFT_GE=2,
-                         MIX_STEPS_LIMIT=24, EVAL_EVERY=12, TATU_LR="3e-3", TATU_GEN_PROMPTS=0)
-    assert daemon_main(trunk_env) == 0
-    return {"root": root, "data": data, "trunk": root / "runs" / "trunk" / "final"}
+@pytest.fixture
+def world(tiny_trunk):
+    return tiny_trunk
 
 
 def sft_env(world, out: Path, **extra) -> dict[str, str]:
@@ -125,8 +120,14 @@ def test_run_prints_config_evals_and_baseline_drift_zero(world, tmp_path):
     assert "EVAL 0: sftHeld" in eval_lines[0] and "drift +0.0%" in eval_lines[0]
     assert re.search(r"drift_tronco [+-]\d+\.\d%", eval_lines[1])  # the trunk's reference travelled with the seed
     verdict = json.loads((tmp_path / "run" / "verdict.json").read_text())
-    assert verdict["verdict"] in ("holds", "forgets", "flat", "inconclusive")
     events = read_events(tmp_path / "run" / "events.jsonl")
+    # This run (seeded, CPU) improves sftHeld beyond its CI and never drifts past the limit: the
+    # verdict's own rule, applied to the logged numbers, says "holds", and so does the verdict.
+    evals = [e for e in events if e["event"] == "eval"]
+    assert evals[-1]["changes"]["sftHeld"]["hi"] < 0
+    assert all(e["drift"]["value"] <= 0.1 for e in evals)
+    assert verdict["verdict"] == "holds"
+    assert verdict["numbers"]["sftHeld_change"] == evals[-1]["changes"]["sftHeld"]
     steps = [e for e in events if e["event"] == "step"]
     assert len(steps) == 6
     for e in steps:  # the replay fraction reported is the one counted in the step
@@ -167,18 +168,19 @@ def test_planted_forgetting_aborts_with_10(world, tmp_path):
     assert sum(1 for e in read_events(tmp_path / "run" / "events.jsonl") if e["event"] == "step") == steps_before
 
 
-def test_ci_abort_mode_waits_for_the_lower_bound(world, tmp_path):
-    """MIX_FORGET_CI=1 aborts only when the CI's lower bound exceeds the limit."""
+def test_ci_abort_mode_aborts_on_the_lower_bound(world, tmp_path):
+    """MIX_FORGET_CI=1 through the daemon: the abort names the CI's lower bound, at the first eval
+    where it exceeds the limit. (That it waits while only the point estimate is over: test_decisions.)"""
     env = sft_env(world, tmp_path, REPLAY_N=0, TATU_LR="3e-2", MIX_FORGET_LIMIT="0.02", MIX_STEPS_LIMIT=30,
                   EVAL_EVERY=2, TATU_GRAD_CLIP=0, MIX_FORGET_CI=1)
     proc = daemon(env)
-    evals = [e for e in read_events(tmp_path / "run" / "events.jsonl") if e["event"] == "eval"]
-    for e in evals[:-1]:
-        assert e["drift"]["lo"] <= 0.02
-    if proc.returncode == 10:
-        assert evals[-1]["drift"]["lo"] > 0.02
-    else:
-        assert proc.returncode == 0
+    assert proc.returncode == 10, proc.stdout[-2000:] + proc.stderr[-2000:]
+    events = read_events(tmp_path / "run" / "events.jsonl")
+    evals = [e for e in events if e["event"] == "eval"]
+    assert all(e["drift"]["lo"] <= 0.02 for e in evals[:-1]) and evals[-1]["drift"]["lo"] > 0.02
+    (abort,) = [e for e in events if e["event"] == "abort"]
+    assert abort["step"] == evals[-1]["step"] and abort["reason"].startswith("drift CI lower bound")
+    assert json.loads((tmp_path / "run" / "verdict.json").read_text())["verdict"] == "forgets"
 
 
 def test_injected_nan_exits_11_and_previous_state_loads(world, tmp_path):
@@ -277,6 +279,7 @@ def test_restart_keeps_the_baseline(world, tmp_path):
     assert json.loads((tmp_path / "run" / "state" / "resume.json").read_text())["baseline"] == baseline
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume_is_bit_identical(world, tmp_path):
     # A checkpoint every step, so a good share of the run is spent writing state.
     settings = dict(MIX_STEPS_LIMIT=24, EVAL_EVERY=4, TATU_CKPT_EVERY=1, TATU_DROPOUT="0.1")
@@ -304,6 +307,7 @@ def test_sigkill_at_random_moments_then_resume_is_bit_identical(world, tmp_path)
             if aim_at_write and writing(proc.pid):
                 hit = True
                 break
+            time.sleep(0.001)  # a state write lasts milliseconds: this still sees it, and leaves the CPU to the run
         if proc.poll() is not None:  # finished before we struck: start the kill series over
             assert proc.returncode == 0
             shutil.rmtree(killed)

@@ -12,6 +12,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from strict import cannot_run
 
 from tatu.daemon.logs import read_events
@@ -27,6 +29,7 @@ def _packages_ready() -> str | None:
     return None
 
 
+@pytest.mark.slow
 def test_tiny_demo_end_to_end(tmp_path):
     problem = _packages_ready()
     if problem:
@@ -64,6 +67,7 @@ def test_tiny_demo_end_to_end(tmp_path):
     assert re.search(r"report\s+\S+index\.html", proc.stdout)
 
 
+@pytest.mark.slow
 def test_tiny_demo_runs_through_systemd_when_a_user_manager_answers(tmp_path):
     """The same demo, but the runs go through `systemctl --user start --wait tatu-sft@RUN`
     of a real user manager (the harness of the systemd integration test)."""

@@ -19,11 +19,10 @@ from pathlib import Path
 import pytest
 
 from systemd_harness import user_manager_session
-from tiny_world import base_env, build_world
+from tiny_world import base_env
 
 from tatu.daemon.control import socket_path
 from tatu.daemon.logs import read_events
-from tatu.daemon.main import main as daemon_main
 from tatu.ops import doctor
 from tatu.ops.client import request, resolve_socket
 from tatu.ops.units import install_units
@@ -58,7 +57,7 @@ def env_file_text(env: dict[str, str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, tiny_trunk):
     started = time.monotonic()
     root = tmp_path_factory.mktemp("sysd-world")
     with pytest.MonkeyPatch.context() as mp:
@@ -69,15 +68,8 @@ def setup(tmp_path_factory):
                 mp.delenv(name)
         for name in ("RUNTIME_DIRECTORY", "NOTIFY_SOCKET", "JOURNAL_STREAM", "WATCHDOG_USEC", "WATCHDOG_PID"):
             mp.delenv(name, raising=False)
-        # The trunk is trained in-process before the manager exists: its socket goes here.
-        trunk_runtime = root / "trunk-rt"
-        trunk_runtime.mkdir(mode=0o700)
-        mp.setenv("XDG_RUNTIME_DIR", str(trunk_runtime))
-        data = build_world(root)
-        trunk_env = base_env(data, root / "runs", TATU_RUN="trunk", TATU_MODE="pretrain", SFT_GE=2,
-                             MIX_STEPS_LIMIT=24, EVAL_EVERY=12, TATU_LR="3e-3", TATU_GEN_PROMPTS=0)
-        assert daemon_main(trunk_env) == 0
-        trunk = root / "runs" / "trunk" / "final"
+        # The session's tiny world and trunk (tests/conftest.py), trained before the manager exists.
+        data, trunk = tiny_trunk["data"], tiny_trunk["trunk"]
 
         # Absolute paths: the unit's WorkingDirectory is not where the test runs.
         tiny_env = base_env(data.absolute(), (root / "runs").absolute(), TATU_RUN="tiny", TATU_SEED_CKPT=trunk.absolute(),

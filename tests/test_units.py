@@ -9,7 +9,10 @@ import pytest
 
 from strict import cannot_run
 
-from tatu.ops.units import UnitsError, install_units, render_unit, units_dir
+from tatu import exitcodes
+from tatu.daemon.config import load_config
+from tatu.ops.run_cli import parse_env_file
+from tatu.ops.units import TEMPLATE, UnitsError, dedicated_unit, install_units, render_unit, units_dir
 
 
 
@@ -47,7 +50,7 @@ def installed(tmp_path):
 def test_install_renders_every_unit_and_copies_the_env_file(installed):
     result, dest, env_dest, workdir = installed
     names = sorted(p.name for p in dest.iterdir())
-    assert names == ["tatu-sft-run5.service", "tatu-sft@.service"]
+    assert names == ["tatu-sft-run5.service", "tatu-sft@.service"]  # the run's own unit, from the template
     assert env_dest / "run5.env" in result.written
     assert (env_dest / "run5.env").read_text() == (units_dir() / "runs" / "run5.env").read_text()
     assert oct((env_dest / "run5.env").stat().st_mode & 0o777) == oct(0o600)
@@ -62,13 +65,21 @@ def test_install_renders_every_unit_and_copies_the_env_file(installed):
 REQUIRED_SERVICE = {
     "Type": "notify", "NotifyAccess": "main", "OOMScoreAdjust": "-600", "ManagedOOMPreference": "avoid",
     "MemorySwapMax": "0", "KillMode": "mixed", "Restart": "on-failure",
-    "RestartPreventExitStatus": "10 11 65 78", "RuntimeDirectoryMode": "0700", "LimitCORE": "0",
+    "RestartPreventExitStatus": " ".join(str(code) for code in exitcodes.NOT_RESTARTED),
+    "RuntimeDirectoryMode": "0700", "LimitCORE": "0",
 }
 
 
-@pytest.mark.parametrize("name, run", [("tatu-sft@.service", "%i"), ("tatu-sft-run5.service", "run5")])
-def test_units_carry_the_required_keys(name, run):
-    unit = parse_unit((units_dir() / name).read_text())
+def test_the_restart_policy_spares_exactly_the_codes_a_restart_cannot_fix():
+    assert set(exitcodes.NOT_RESTARTED) == {exitcodes.FORGET_ABORT, exitcodes.NONFINITE_LOSS,
+                                            exitcodes.BAD_DATA, exitcodes.BAD_CONFIG}
+    assert exitcodes.OK not in exitcodes.NOT_RESTARTED and 1 not in exitcodes.NOT_RESTARTED  # a crash is retried
+
+
+@pytest.mark.parametrize("run", ["%i", "run5"])
+def test_units_carry_the_required_keys(run):
+    template = (units_dir() / TEMPLATE).read_text()
+    unit = parse_unit(template if run == "%i" else dedicated_unit(template, run))
     service = unit["Service"]
     for key, value in REQUIRED_SERVICE.items():
         assert service.get(key) == [value], key
@@ -83,16 +94,17 @@ def test_units_carry_the_required_keys(name, run):
     assert service["ExecStart"] == ["@TATU_PYTHON@ -m tatu.daemon"]
 
 
-def test_run5_env_holds_the_run5_recipe():
-    values = {}
-    for line in (units_dir() / "runs" / "run5.env").read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
-            key, _, value = line.partition("=")
-            values[key] = value
-    assert values["SFT_GE"] == "8" and values["REPLAY_N"] == "6"
-    assert values["MIX_FORGET_LIMIT"] == "0.08" and values["MIX_STEPS_LIMIT"] == "200"
-    assert values["EVAL_EN_ALL"] == "1" and values["TATU_RUN"] == "run5"
-    assert values["TATU_SEED_CKPT"].endswith("run2/sft_best.pt")
+@pytest.mark.parametrize("env_file", sorted((units_dir() / "runs").glob("*.env")), ids=lambda p: p.stem)
+def test_shipped_env_files_are_valid_run_configs_named_after_their_run(env_file):
+    """Read as `tatu smoke --env-file` and the daemon read them: every name known, every value in
+    range. The unit sets TATU_RUN to its instance; a file that sets it too must agree."""
+    config, _ = load_config({"TATU_RUN": env_file.stem, **parse_env_file(env_file)})
+    assert config.run == env_file.stem
+
+
+def test_run5_is_the_designs_mix():
+    config, _ = load_config(parse_env_file(units_dir() / "runs" / "run5.env"))
+    assert config.mix == {"sft": 8, "replay": 6}  # 6 of 14 micro-batches: the 43% English of the design
 
 
 def test_every_rendered_unit_passes_systemd_analyze_verify_with_empty_stderr(installed, tmp_path):
