@@ -23,7 +23,7 @@ from tatu.daemon.config import RunConfig
 from tatu.daemon.state import RunState
 from tatu.daemon.suite import REFERENCE_SETS, RULER, Suite, best_set
 from tatu.evals.scoring import SetResult, compare_results
-from tatu.formats import fmt_pct
+from tatu.formats import fmt_pct, fmt_ppl
 
 
 def change(reference: SetResult, current: SetResult, config: RunConfig) -> dict:
@@ -58,11 +58,11 @@ def reference_for_lines(reference: SetResult | None, current: SetResult, config:
 
 def eval_line(step: int, results: dict, drift: dict, drift_tronco: dict | None, trunk_ok, best: bool, seconds: float, notes: dict) -> str:
     """The contract line: `EVAL 8: sftHeld 9.0702 ptVal 31.20 enRuler 52.10 drift +0.0% drift_tronco +14.7% trunk_ok=True best=True (71.2s)`."""
-    def ppl(name, digits):
-        return f"{results[name].ppl:.{digits}f}" if name in results else "n/a"
+    def ppl(name):
+        return fmt_ppl(results[name].ppl, name) if name in results else "n/a"
 
     line = (
-        f"EVAL {step}: sftHeld {ppl('sftHeld', 4)} ptVal {ppl('ptVal', 2)} enRuler {ppl('enRuler', 2)} "
+        f"EVAL {step}: sftHeld {ppl('sftHeld')} ptVal {ppl('ptVal')} enRuler {ppl('enRuler')} "
         f"drift {fmt_pct(drift['value'])} drift_tronco {fmt_pct(drift_tronco['value'] if drift_tronco else None)} "
         f"trunk_ok={'n/a' if trunk_ok is None else trunk_ok} best={best} ({seconds:.1f}s)"
     )

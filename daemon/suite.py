@@ -16,9 +16,9 @@ from tatu.evals.downstream import exact_match
 from tatu.evals.scoring import SetResult, evaluate
 from tatu.evals.sets import EvalSet, load_eval_set, subsample
 from tatu.evals.words import Dictionary, invented_rate
+from tatu.formats import SET_NAMES
 from tatu.model.chat import encode_prompt
 
-SET_NAMES = ("sftHeld", "ptVal", "enRuler")
 RULER = "enRuler"
 REFERENCE_SETS = (RULER, "ptVal")  # what a trunk stores for drift_tronco (and a ptVal twin)
 

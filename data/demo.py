@@ -94,39 +94,15 @@ def missing_demo_packages() -> list[str]:
     return [package for package in DEMO_PACKAGES if package_version(package) is None]
 
 
-_apt_updated = False
-
-
-def ensure_demo_packages() -> dict[str, str]:
-    """Install missing DEMO_PACKAGES with apt-get when root; return {package: version}.
-
-    Not root and something missing: DemoPackagesError naming the packages and the command.
-    """
-    global _apt_updated
+def installed_versions() -> dict[str, str]:
+    """{package: version} of DEMO_PACKAGES; DemoPackagesError naming the command when one is
+    missing (`tatu data demo` installs them first when it runs as root: tatu.ops.packages)."""
     missing = missing_demo_packages()
     if missing:
-        command = "apt-get install -y " + " ".join(missing)
-        if os.geteuid() != 0:
-            raise DemoPackagesError(
-                f"missing Debian packages for the demo data: {', '.join(missing)}; "
-                f"install them with: sudo apt-get update && sudo {command}")
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        if not _apt_updated:
-            _run_apt(["apt-get", "update", "-q"], env)
-            _apt_updated = True
-        _run_apt(["apt-get", "install", "-y", "-q", *missing], env)
-        still_missing = missing_demo_packages()
-        if still_missing:
-            raise DemoPackagesError(f"apt-get did not install: {', '.join(still_missing)}")
-    return {package: package_version(package) or "" for package in DEMO_PACKAGES}
-
-
-def _run_apt(argv: list[str], env: dict[str, str]) -> None:
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
         raise DemoPackagesError(
-            f"`{' '.join(argv)}` failed ({done.returncode}): {' | '.join(tail)}")
+            f"missing Debian packages for the demo data: {', '.join(missing)}; "
+            f"install them with: sudo apt-get update && sudo apt-get install -y {' '.join(missing)}")
+    return {package: package_version(package) or "" for package in DEMO_PACKAGES}
 
 
 def _fortune_files(package: str) -> list[str]:
@@ -404,7 +380,7 @@ def build_demo_sources(out_dir: Path, seed: int = 0, scale: str = "demo") -> dic
     if scale not in SCALES:
         raise ValueError(f"scale={scale!r}: expected one of {', '.join(SCALES)}")
     sizes = SCALES[scale]
-    versions = ensure_demo_packages()
+    versions = installed_versions()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, dict] = {}

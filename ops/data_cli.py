@@ -141,8 +141,10 @@ def _data_build(args: argparse.Namespace) -> int:
 
 def _data_demo(args: argparse.Namespace) -> int:
     from tatu.data.demo import DemoPackagesError, build_demo_sources
+    from tatu.ops.packages import ensure_demo_packages
 
     try:
+        ensure_demo_packages()
         record = build_demo_sources(Path(args.out), seed=args.seed, scale=args.scale)
     except DemoPackagesError as exc:
         raise TatuExit(1, str(exc)) from None

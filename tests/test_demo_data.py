@@ -10,6 +10,7 @@ import pytest
 from strict import cannot_run
 
 from tatu.data import demo
+from tatu.ops import packages
 from tatu.data.sft_gen import generate_pairs, number_to_words
 
 # Written by hand from Portuguese grammar, not from the implementation.
@@ -189,9 +190,10 @@ def test_fortune_documents_split_on_percent():
 
 def test_missing_packages_without_root_name_the_command(monkeypatch):
     monkeypatch.setattr(demo, "missing_demo_packages", lambda: ["fortunes-br"])
-    monkeypatch.setattr(demo.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(packages, "missing_demo_packages", lambda: ["fortunes-br"])
+    monkeypatch.setattr(packages.os, "geteuid", lambda: 1000)
     with pytest.raises(demo.DemoPackagesError, match="apt-get install -y fortunes-br"):
-        demo.ensure_demo_packages()
+        packages.ensure_demo_packages()
 
 
 # --- the demo files (tiny scale) ----------------------------------------------------------
@@ -203,7 +205,7 @@ FILES = ["pt_corpus.txt", "en_corpus.txt", "sft_train.jsonl", "sft_held.jsonl", 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     try:
-        demo.ensure_demo_packages()
+        packages.ensure_demo_packages()
     except demo.DemoPackagesError as error:
         cannot_run(f"demo packages unavailable: {error}")  # CI runs as root: there they must install
     dirs = {name: tmp_path_factory.mktemp(name) for name in ("a", "a_again", "b")}

@@ -1,6 +1,6 @@
 """`make demo`, scaled down to seconds, through the same code path (tatu.ops.demo).
 
-The demo's text comes from Debian packages (data/demo.py installs them as root). Where they
+The demo's text comes from Debian packages (ops/packages.py installs them as root). Where they
 cannot be installed this skips with the reason — except under CI (CI_STRICT=1, set by
 .ci/run, runs as root), where it must run.
 """
@@ -20,7 +20,8 @@ from tatu.daemon.logs import read_events
 
 
 def _packages_ready() -> str | None:
-    from tatu.data.demo import DemoPackagesError, ensure_demo_packages
+    from tatu.data.demo import DemoPackagesError
+    from tatu.ops.packages import ensure_demo_packages
 
     try:
         ensure_demo_packages()

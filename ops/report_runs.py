@@ -1,0 +1,189 @@
+"""The report's input: each run as its events.jsonl and stored config tell it, and how the
+report writes each kind of number read from them.
+
+Nothing is recomputed: the page shows exactly what the daemon measured and decided.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tatu.daemon.logs import read_events
+from tatu.exitcodes import BAD_DATA, TatuExit
+from tatu.formats import fmt_pct as shared_fmt_pct
+from tatu.formats import fmt_ppl as shared_fmt_ppl
+
+# Where a run's config may be found: the resume state, or (the run finished and its state was
+# not kept) the other checkpoints that carry the same meta; each may be a `.old` twin.
+CONFIG_CHECKPOINTS = ("state", "final", "best")
+
+
+@dataclass
+class RunRecord:
+    """One run as its events.jsonl tells it."""
+
+    name: str
+    run_dir: Path
+    evals: list[dict]  # one per step, ascending; a step evaluated twice (restart) keeps the later event
+    verdict: dict | None  # the last verdict event; None while the run has not finished
+    aborts: list[dict] = field(default_factory=list)
+    config: dict | None = None  # None: no readable stored config (config_note says why)
+    config_note: str = ""
+    last_step: int | None = None  # the last optimizer step logged
+    resumes: int = 0
+
+    @property
+    def abort(self) -> tuple[int | None, str] | None:
+        """(step, reason) of the run's abort: the last abort event, else the verdict's numbers.aborted
+        (at the verdict's step); None when the run did not abort."""
+        if self.aborts:
+            last = self.aborts[-1]
+            step = last.get("step")
+            return (step if isinstance(step, int) else None), str(last.get("reason") or "no reason logged")
+        numbers = (self.verdict or {}).get("numbers") or {}
+        if numbers.get("aborted"):
+            step = numbers.get("step", self.verdict.get("step"))
+            return (step if isinstance(step, int) else None), str(numbers["aborted"])
+        return None
+
+    @property
+    def status(self) -> str:
+        abort = self.abort
+        if abort is not None:
+            return f"aborted at step {fmt_int(abort[0])}: {abort[1]}" + ("" if self.verdict is not None else " (no verdict)")
+        if self.verdict is not None:
+            return "finished"
+        return "running or stopped: no verdict yet"
+
+    @property
+    def final_eval(self) -> dict | None:
+        return self.evals[-1] if self.evals else None
+
+    @property
+    def best_eval(self) -> dict | None:
+        """The eval whose checkpoint is best/ (the last one flagged best)."""
+        flagged = [e for e in self.evals if e.get("best")]
+        return flagged[-1] if flagged else None
+
+    @property
+    def forget_limit(self) -> float | None:
+        """MIX_FORGET_LIMIT of an SFT run (a trunk cannot forget); None when unknown."""
+        if not self.config or self.config.get("TATU_MODE", "sft") != "sft":
+            return None
+        return number(self.config.get("MIX_FORGET_LIMIT"))
+
+    @property
+    def last_generations(self) -> dict | None:
+        with_generations = [e for e in self.evals if e.get("generations")]
+        return with_generations[-1] if with_generations else None
+
+
+
+
+def number(value) -> float | None:
+    """A JSON number as written by the run log (non-finite floats are stored as "inf"/"-inf"/null)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if value in ("inf", "-inf"):
+        return float(value)
+    return None
+
+
+
+
+def _read_config(run_dir: Path) -> tuple[dict | None, str]:
+    from tatu.model.checkpoint import CheckpointError, resolve_checkpoint
+
+    for name in CONFIG_CHECKPOINTS:
+        try:
+            path = resolve_checkpoint(run_dir / name) / "meta.json"
+        except CheckpointError:
+            continue
+        if not path.is_file():
+            continue
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            return None, f"{path}: unreadable ({exc})"
+        config = meta.get("config") if isinstance(meta, dict) else None
+        if not isinstance(config, dict):
+            return None, f"{path}: no 'config' object"
+        return config, str(path)
+    return None, f"no {CONFIG_CHECKPOINTS[0]}/meta.json in {run_dir}"
+
+
+def _check_eval(event: dict, path: Path, index: int) -> None:
+    where = f"{path}: eval event #{index + 1}"
+    if not isinstance(event.get("step"), int):
+        raise TatuExit(BAD_DATA, f"{where}: 'step' is missing or not an integer")
+    for key in ("sets", "drift"):
+        if not isinstance(event.get(key), dict):
+            raise TatuExit(BAD_DATA, f"{where} (step {event['step']}): '{key}' is missing or not an object")
+
+
+def load_run(run_dir: Path | str) -> RunRecord:
+    """Read `<run_dir>/events.jsonl` (a torn last line ignored) and the run's stored config."""
+    run_dir = Path(run_dir)
+    path = run_dir / "events.jsonl"
+    if not path.is_file():
+        raise TatuExit(BAD_DATA, f"{path}: not found (is {run_dir} a run directory? the run writes it at its first eval)")
+    try:
+        events = read_events(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TatuExit(BAD_DATA, f"{path}: cannot read ({exc})")
+    by_step: dict[int, dict] = {}
+    verdict, aborts, last_step, resumes = None, [], None, 0
+    for index, event in enumerate(events):
+        kind = event.get("event") if isinstance(event, dict) else None
+        if kind == "eval":
+            _check_eval(event, path, index)
+            by_step[event["step"]] = event  # after a restart the later eval of a step wins
+        elif kind == "verdict":
+            verdict = event
+        elif kind == "abort":
+            aborts.append(event)
+        elif kind == "step" and isinstance(event.get("step"), int):
+            last_step = event["step"]
+        elif kind == "resumed":
+            resumes += 1
+    config, note = _read_config(run_dir)
+    return RunRecord(
+        name=run_dir.resolve().name, run_dir=run_dir, evals=[by_step[s] for s in sorted(by_step)], verdict=verdict,
+        aborts=aborts, config=config, config_note=note, last_step=last_step, resumes=resumes,
+    )
+
+
+
+# --- formatting: one function per kind of number, used for every cell of that kind -----------
+
+def fmt_ppl(value, set_name: str) -> str:
+    return shared_fmt_ppl(number(value), set_name)
+
+
+def fmt_pct(value) -> str:
+    """A relative change (fraction): signed, one decimal, like the EVAL line's drift."""
+    return shared_fmt_pct(number(value))
+
+
+def fmt_rate(value) -> str:
+    """A proportion (accuracy, invented-word rate): one decimal, unsigned."""
+    x = number(value)
+    return "n/a" if x is None else f"{x * 100:.1f}%"
+
+
+def fmt_p(value) -> str:
+    x = number(value)
+    if x is None:
+        return "n/a"
+    return "<0.001" if x < 0.001 else f"{x:.3f}"
+
+
+def fmt_int(value) -> str:
+    return "n/a" if value is None else str(value)
+
+
+FORMATS = {"ppl": fmt_ppl, "pct": fmt_pct, "rate": fmt_rate, "p": fmt_p, "int": fmt_int}
+
