@@ -7,11 +7,11 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 
 from tatu.daemon.config import RunConfig
 from tatu.data.manifest import DataError
+from tatu.data.sft import SFTExample, read_sft_file
 from tatu.evals.downstream import exact_match
 from tatu.evals.scoring import SetResult, evaluate
 from tatu.evals.sets import EvalSet, load_eval_set, subsample
@@ -56,14 +56,10 @@ def load_suite(config: RunConfig, manifest: dict, tokenizer) -> Suite:
         raise DataError(f"{data_dir / 'manifest.json'}: eval sets {missing} are required and missing")
     gen_pairs = []
     if "sftHeld" in sets and config.gen_prompts:
-        held_file = data_dir / manifest["evals"]["sftHeld"]["file"]
-        for line in held_file.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                record = json.loads(line)
-                if "prompt" in record:
-                    gen_pairs.append((record["prompt"], record["response"]))
-            if len(gen_pairs) >= config.gen_prompts:
-                break
+        # The file loaded above: every line is a valid pair; messages-form lines have no one prompt.
+        examples = read_sft_file(data_dir / manifest["evals"]["sftHeld"]["file"])
+        gen_pairs = [(e.prompt, e.response) for e in examples if isinstance(e, SFTExample) and e.prompt is not None]
+        gen_pairs = gen_pairs[:config.gen_prompts]
     dictionary = None
     dict_path = data_dir / "dictionary.json"
     if dict_path.exists():

@@ -19,13 +19,12 @@ operator's old evaluator did: the same lines at every eval, so scores stay paire
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tatu.data.manifest import DataError
-from tatu.model.chat import encode_messages, encode_pair
+from tatu.data.sft import BadLine, parse_sft_line
 from tatu.model.tokenizer import Tokenizer
 
 KINDS = ("text", "pairs")
@@ -88,29 +87,16 @@ def _text_lines(path: Path) -> list[tuple[int, str]]:
     return out
 
 
-def _pair_line(tok: Tokenizer, record: object, where: str) -> EvalLine:
-    if not isinstance(record, dict):
-        raise EvalSetError(f"{where}: expected a JSON object, found {type(record).__name__}")
-    if "messages" in record:
-        messages = record["messages"]
-        if not isinstance(messages, list) or not all(
-            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-            for m in messages
-        ):
-            raise EvalSetError(f"{where}: 'messages' must be a list of {{\"role\": str, \"content\": str}}")
-        replies = [m["content"] for m in messages if m["role"] == "assistant"]
-        if not replies:
-            raise EvalSetError(f"{where}: no assistant message to score")
-        try:
-            ids, is_target = encode_messages(tok, messages)
-        except ValueError as exc:
-            raise EvalSetError(f"{where}: {exc}") from exc
-        return EvalLine(ids, is_target, "".join(replies))
-    prompt, response = record.get("prompt"), record.get("response")
-    if not isinstance(prompt, str) or not isinstance(response, str):
-        raise EvalSetError(f"{where}: needs string fields 'prompt' and 'response' (or 'messages')")
-    ids, is_target = encode_pair(tok, prompt, response)
-    return EvalLine(ids, is_target, response)
+def _pair_line(tok: Tokenizer, raw: str, path: Path, number: int) -> EvalLine:
+    """A pairs line through the one pair parser (tatu.data.sft): the text scored is the response
+    (for messages, the assistant turns concatenated)."""
+    example = parse_sft_line(raw.encode("utf-8"), str(path), number)
+    if isinstance(example, BadLine):
+        raise EvalSetError(str(example))
+    ids, is_target = example.encode(tok)
+    if example.messages is not None:
+        return EvalLine(ids, is_target, "".join(m["content"] for m in example.messages if m["role"] == "assistant"))
+    return EvalLine(ids, is_target, example.response)
 
 
 def load_eval_set(path: str | Path, tokenizer: Tokenizer, name: str | None = None, kind: str = "auto") -> EvalSet:
@@ -122,16 +108,11 @@ def load_eval_set(path: str | Path, tokenizer: Tokenizer, name: str | None = Non
         raise ValueError(f"{path}: eval set kind must be one of {KINDS} or 'auto', not {kind!r}")
     lines: list[EvalLine] = []
     for number, raw in _text_lines(path):
-        where = f"{path}:{number}"
-        if kind == "text":
-            ids = [tokenizer.bos_id, *tokenizer.encode(raw)]
-            lines.append(EvalLine(ids, [False] + [True] * (len(ids) - 1), raw))
+        if kind == "pairs":
+            lines.append(_pair_line(tokenizer, raw, path, number))
             continue
-        try:
-            record = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise EvalSetError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from exc
-        lines.append(_pair_line(tokenizer, record, where))
+        ids = [tokenizer.bos_id, *tokenizer.encode(raw)]
+        lines.append(EvalLine(ids, [False] + [True] * (len(ids) - 1), raw))
     if not lines:
         raise EvalSetError(f"{path}: no lines to score (the file is empty or blank)")
     return EvalSet(name=name or path.stem, path=path, kind=kind, lines=lines, tokenizer_hash=tokenizer.hash)

@@ -242,10 +242,10 @@ def test_pairs_set_reader(tmp_path):
     first = eval_set.lines[0]
     assert [t for t, m in zip(first.ids, first.is_target) if m] == [*tok.encode("ok"), tok.eos_id]
     for bad, reason in [
-        ('{"prompt": "oi"}', "needs string fields"),
-        ("not json", "invalid JSON"),
+        ('{"prompt": "oi"}', "missing field 'response'"),
+        ("not json", "not valid JSON"),
         ("[1, 2]", "expected a JSON object"),
-        ('{"messages": [{"role": "user", "content": "x"}]}', "no assistant message"),
+        ('{"messages": [{"role": "user", "content": "x"}]}', "no 'assistant' message"),
         ('{"messages": [{"role": "robot", "content": "x"}, {"role": "assistant", "content": "y"}]}', "unknown role"),
     ]:
         bad_path = tmp_path / "bad.jsonl"
