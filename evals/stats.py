@@ -8,7 +8,7 @@ Paired comparison: when the same lines are scored twice (two checkpoints, or one
 steps), each bootstrap replicate resamples the SAME line indices for both scorings. The
 per-line difficulty, which dominates the spread of one perplexity, then cancels in the ratio.
 
-p-value (two-sided, paired and unpaired alike): the percentile-bootstrap p-value,
+p-value (two-sided): the percentile-bootstrap p-value,
     p = min(1, 2 * min(#(log r* <= 0) + 1, #(log r* >= 0) + 1) / (B + 1)),
 where r* are the bootstrap ratios. It is the smallest alpha at which the percentile CI at
 level 1 - alpha would exclude 1, so the p-value and the CI never disagree. When the log ratio
@@ -176,27 +176,3 @@ def paired_ratio(nll_a: np.ndarray, tok_a: np.ndarray, nll_b: np.ndarray, tok_b:
     na, ta, nb, tb = _resampled_sums(rng, nll_a.size, n_resamples, [nll_a, tok_a, nll_b, tok_b])
     log_ratio = nll_b.sum() / tok_b.sum() - nll_a.sum() / tok_a.sum()
     return _ratio_ci(log_ratio, nb / tb - na / ta, level, int(nll_a.size))
-
-
-def unpaired_ratio(nll_a: np.ndarray, tok_a: np.ndarray, nll_b: np.ndarray, tok_b: np.ndarray,
-                   n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED,
-                   level: float = 0.95) -> PairedCI:
-    """ppl_b / ppl_a treating a and b as independent samples (lines resampled separately).
-
-    Right for two different line sets; for the same lines it ignores the pairing and gives
-    a wider interval than paired_ratio, which is why drift uses the paired version.
-    """
-    nll_a, tok_a = _line_sums(nll_a, tok_a, "nll_a", "tok_a")
-    nll_b, tok_b = _line_sums(nll_b, tok_b, "nll_b", "tok_b")
-    _check_options(n_resamples, level)
-    rng = np.random.default_rng(seed)
-    na, ta = _resampled_sums(rng, nll_a.size, n_resamples, [nll_a, tok_a])
-    nb, tb = _resampled_sums(rng, nll_b.size, n_resamples, [nll_b, tok_b])
-    log_ratio = nll_b.sum() / tok_b.sum() - nll_a.sum() / tok_a.sum()
-    return _ratio_ci(log_ratio, nb / tb - na / ta, level, int(nll_a.size))
-
-
-def drift_from(paired: PairedCI) -> tuple[float, float, float]:
-    """(drift, lo, hi) as relative changes: ratio - 1 and its CI bounds minus 1."""
-    return paired.ratio - 1.0, paired.lo - 1.0, paired.hi - 1.0
-

@@ -52,7 +52,8 @@ class GPTConfig:
 
 
 class KVCache:
-    """Per-layer key/value buffers for incremental decoding, plus the key padding mask."""
+    """Per-layer key/value buffers for incremental decoding (the key padding mask is not kept
+    here: generate passes it to every forward as attn_mask)."""
 
     def __init__(self, n_layer: int, batch: int, n_head: int, max_len: int, head_dim: int, device, dtype):
         shape = (batch, n_head, max_len, head_dim)

@@ -1,6 +1,8 @@
 """A real `systemd --user` (and journald) for tests, on machines where PID 1 is not systemd.
 
-Follows ../shared/notes/systemd-in-tests.md step by step. Use it as a fixture:
+In order: this process leaves the root cgroup, the /run/systemd/system marker that
+`systemd --user` needs is created if absent, journald is started if none runs, then the
+manager, with its own runtime and config directories. Use it as a fixture:
 
     from systemd_harness import user_manager   # tests/ is on sys.path (rootdir-relative import)
 
