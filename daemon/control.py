@@ -1,15 +1,10 @@
-"""The control socket server (design contract): newline-delimited JSON over a Unix stream socket.
+"""The control socket server: the protocol of control_protocol.py, served at the path and
+with the access rules of control_access.py.
 
-One request per line, one reply per line:
-    {"v":1,"cmd":"status"}  ->  {"v":1,"ok":true, ...handler's fields}
-    anything wrong          ->  {"v":1,"ok":false,"error":"..."}
 One thread runs a selector loop over all connections, so a flood of clients costs one
 thread and bounded memory, and never blocks the training loop. Handlers run in that
 thread: the daemon keeps them cheap (read a snapshot, or set a flag the loop acts on at
-the next step boundary).
-
-Who may connect: the daemon's own uid, and root (root can read the process's memory
-anyway, refusing it protects nothing). Checked per connection with SO_PEERCRED.
+the next step boundary). Used as a context manager: `with ControlServer(path, handlers):`.
 """
 from __future__ import annotations
 
@@ -18,18 +13,17 @@ import json
 import os
 import selectors
 import socket
-import stat
-import struct
 import threading
 import time
 from pathlib import Path
-from typing import Callable
 
-PROTOCOL_VERSION = 1
-MAX_REQUEST_BYTES = 64 * 1024
-# Beyond this many open connections new ones are closed at once: same-uid clients are
-# trusted, but a runaway script must not exhaust the daemon's file descriptors.
-MAX_CONNECTIONS = 64
+from tatu.daemon.control_access import (  # noqa: F401  (socket_path, peer_allowed: the module's API)
+    bind_private, ensure_private_dir, peer_allowed, peer_credentials, refuse_if_live, socket_path,
+)
+from tatu.daemon.control_protocol import (  # noqa: F401  (PROTOCOL_VERSION: the module's API)
+    MAX_CONNECTIONS, MAX_REQUEST_BYTES, PROTOCOL_VERSION, Handler, dispatch, error_reply,
+)
+
 # A client that sends nothing for this long is dropped, freeing its slot.
 IDLE_TIMEOUT_S = 60.0
 # Closing a Unix socket with unread input makes the peer's recv fail with ECONNRESET
@@ -40,56 +34,6 @@ LINGER_MAX_BYTES = 1024 * 1024
 # A client that stops reading replies cannot make the daemon buffer without bound.
 MAX_PENDING_REPLY_BYTES = 8 * 1024 * 1024
 _UNIX_PATH_MAX = 107
-_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
-
-Handler = Callable[[dict], dict]
-
-
-def socket_path(run: str, environ: dict[str, str] | None = None) -> Path:
-    """Where run `run`'s daemon listens; the client computes the same path.
-
-    The units set RuntimeDirectory=tatu, so under systemd $RUNTIME_DIRECTORY is
-    $XDG_RUNTIME_DIR/tatu, the same directory a client in the user's session finds.
-    """
-    if not run or "/" in run or run.startswith("."):
-        raise ValueError(f"run name {run!r} must be a plain name (no '/', not starting with '.')")
-    env = os.environ if environ is None else environ
-    if env.get("RUNTIME_DIRECTORY"):
-        # systemd joins several RuntimeDirectory= entries with ':'; ours is the first.
-        return Path(env["RUNTIME_DIRECTORY"].split(":")[0]) / f"{run}.sock"
-    if env.get("XDG_RUNTIME_DIR"):
-        return Path(env["XDG_RUNTIME_DIR"]) / "tatu" / f"{run}.sock"
-    return Path(f"/tmp/tatu-{os.getuid()}") / f"{run}.sock"
-
-
-def peer_allowed(peer_uid: int, own_uid: int) -> bool:
-    """Same uid only, plus root."""
-    return peer_uid == own_uid or peer_uid == 0
-
-
-def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
-    """(pid, uid, gid) of the process at the other end of a Unix socket."""
-    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
-    return _UCRED.unpack(raw)
-
-
-def ensure_private_dir(directory: Path) -> None:
-    """Create `directory` 0700, or check that an existing one is ours and not open to others."""
-    try:
-        directory.mkdir(mode=0o700, parents=True)
-    except FileExistsError:
-        pass
-    info = os.lstat(directory)
-    if not stat.S_ISDIR(info.st_mode):
-        raise RuntimeError(f"control socket directory {directory} is not a directory (a symlink?)")
-    if info.st_uid != os.getuid():
-        raise RuntimeError(f"control socket directory {directory} belongs to uid {info.st_uid}, not {os.getuid()}")
-    if info.st_mode & 0o077:
-        os.chmod(directory, 0o700)
-
-
-def error_reply(message: str) -> dict:
-    return {"v": PROTOCOL_VERSION, "ok": False, "error": message}
 
 
 class _Connection:
@@ -126,8 +70,8 @@ class ControlServer:
         if len(os.fsencode(self.path)) > _UNIX_PATH_MAX:
             raise RuntimeError(f"control socket path {self.path} is longer than {_UNIX_PATH_MAX} bytes")
         ensure_private_dir(self.path.parent)
-        self._refuse_if_live(self.path)
-        self._listener = self._bind_private(self.path)
+        refuse_if_live(self.path)
+        self._listener = bind_private(self.path)
         self._listener.setblocking(False)
         self._wakeup_r, self._wakeup_w = os.pipe()
         os.set_blocking(self._wakeup_r, False)
@@ -172,45 +116,6 @@ class ControlServer:
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
-
-    @staticmethod
-    def _refuse_if_live(path: Path) -> None:
-        """A socket left by a killed daemon is replaced; one with a listener is not stolen."""
-        if not path.exists() and not path.is_symlink():
-            return
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        probe.settimeout(1.0)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            return  # stale: nobody listening
-        finally:
-            probe.close()
-        raise RuntimeError(f"another daemon is already listening at {path}")
-
-    @staticmethod
-    def _bind_private(path: Path) -> socket.socket:
-        # Bind under a temporary name, chmod, then rename into place: the final path never
-        # exists with looser permissions, and no process-wide umask change races other threads.
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            temporary.unlink()
-        except FileNotFoundError:
-            pass
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            listener.bind(str(temporary))
-            os.chmod(temporary, 0o600)
-            os.replace(temporary, path)
-            listener.listen(MAX_CONNECTIONS)
-        except BaseException:
-            listener.close()
-            try:
-                temporary.unlink()
-            except FileNotFoundError:
-                pass
-            raise
-        return listener
 
     # -- the loop ------------------------------------------------------------------
     def _serve(self) -> None:
@@ -298,30 +203,7 @@ class ControlServer:
     def dispatch(self, line: bytes) -> dict:
         """One request line -> one reply object. Never raises."""
         self.requests_handled += 1
-        try:
-            request = json.loads(line.decode("utf-8"))
-        except UnicodeDecodeError:
-            return error_reply("request is not valid UTF-8")
-        except ValueError as exc:
-            return error_reply(f"request is not valid JSON: {exc}")
-        if not isinstance(request, dict):
-            return error_reply(f"request must be a JSON object, got {type(request).__name__}")
-        version = request.get("v")
-        if version != PROTOCOL_VERSION or isinstance(version, bool):
-            return error_reply(f"unsupported protocol version v={version!r}; this daemon speaks v={PROTOCOL_VERSION}")
-        cmd = request.get("cmd")
-        if not isinstance(cmd, str):
-            return error_reply(f"missing or non-string 'cmd'; known commands: {', '.join(sorted(self.handlers))}")
-        handler = self.handlers.get(cmd)
-        if handler is None:
-            return error_reply(f"unknown cmd {cmd!r}; known commands: {', '.join(sorted(self.handlers))}")
-        try:
-            result = handler(request)
-        except Exception as exc:  # a handler bug must not take the server (or the run) down
-            return error_reply(f"{cmd} failed: {type(exc).__name__}: {exc}")
-        if not isinstance(result, dict):
-            return error_reply(f"{cmd} handler returned {type(result).__name__}, not an object")
-        return {**result, "v": PROTOCOL_VERSION, "ok": True}
+        return dispatch(self.handlers, line)
 
     def _queue(self, conn: _Connection, reply: dict) -> None:
         try:

@@ -1,0 +1,50 @@
+"""The control socket's protocol (design contract): newline-delimited JSON over a Unix stream socket.
+
+One request per line, one reply per line:
+    {"v":1,"cmd":"status"}  ->  {"v":1,"ok":true, ...handler's fields}
+    anything wrong          ->  {"v":1,"ok":false,"error":"..."}
+"""
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+PROTOCOL_VERSION = 1
+MAX_REQUEST_BYTES = 64 * 1024
+# Beyond this many open connections new ones are closed at once: same-uid clients are
+# trusted, but a runaway script must not exhaust the daemon's file descriptors.
+MAX_CONNECTIONS = 64
+
+Handler = Callable[[dict], dict]
+
+
+def error_reply(message: str) -> dict:
+    return {"v": PROTOCOL_VERSION, "ok": False, "error": message}
+
+
+def dispatch(handlers: dict[str, "Handler"], line: bytes) -> dict:
+    """One request line -> one reply object. Never raises."""
+    try:
+        request = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError:
+        return error_reply("request is not valid UTF-8")
+    except ValueError as exc:
+        return error_reply(f"request is not valid JSON: {exc}")
+    if not isinstance(request, dict):
+        return error_reply(f"request must be a JSON object, got {type(request).__name__}")
+    version = request.get("v")
+    if version != PROTOCOL_VERSION or isinstance(version, bool):
+        return error_reply(f"unsupported protocol version v={version!r}; this daemon speaks v={PROTOCOL_VERSION}")
+    cmd = request.get("cmd")
+    if not isinstance(cmd, str):
+        return error_reply(f"missing or non-string 'cmd'; known commands: {', '.join(sorted(handlers))}")
+    handler = handlers.get(cmd)
+    if handler is None:
+        return error_reply(f"unknown cmd {cmd!r}; known commands: {', '.join(sorted(handlers))}")
+    try:
+        result = handler(request)
+    except Exception as exc:  # a handler bug must not take the server (or the run) down
+        return error_reply(f"{cmd} failed: {type(exc).__name__}: {exc}")
+    if not isinstance(result, dict):
+        return error_reply(f"{cmd} handler returned {type(result).__name__}, not an object")
+    return {**result, "v": PROTOCOL_VERSION, "ok": True}
