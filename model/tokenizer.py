@@ -27,31 +27,25 @@ class TokenizerError(ValueError):
     pass
 
 
+def _special_id(token: str) -> property:
+    """The id of a special token: the specials sit in SPECIALS order from `_specials_base`."""
+    offset = SPECIALS.index(token)
+    return property(lambda self: self._specials_base + offset, doc=f"id of {token}")
+
+
 class Tokenizer:
-    """The interface. Subclasses fill `_specials_base` (id of the first special)."""
+    """The interface. Subclasses fill `_specials_base` (id of the first special, the specials
+    are the last ids) and `_token_bytes`."""
 
     kind: str
     _specials_base: int
+    _token_bytes: np.ndarray
 
-    @property
-    def bos_id(self) -> int:
-        return self._specials_base + 0
-
-    @property
-    def eos_id(self) -> int:
-        return self._specials_base + 1
-
-    @property
-    def pad_id(self) -> int:
-        return self._specials_base + 2
-
-    @property
-    def user_id(self) -> int:
-        return self._specials_base + 3
-
-    @property
-    def assistant_id(self) -> int:
-        return self._specials_base + 4
+    bos_id = _special_id("<|bos|>")
+    eos_id = _special_id("<|eos|>")
+    pad_id = _special_id("<|pad|>")
+    user_id = _special_id("<|user|>")
+    assistant_id = _special_id("<|assistant|>")
 
     @property
     def special_ids(self) -> frozenset[int]:
@@ -59,7 +53,7 @@ class Tokenizer:
 
     @property
     def vocab_size(self) -> int:
-        raise NotImplementedError
+        return self._specials_base + len(SPECIALS)
 
     def encode(self, text: str) -> list[int]:
         raise NotImplementedError
@@ -72,7 +66,7 @@ class Tokenizer:
 
     @property
     def token_bytes(self) -> np.ndarray:
-        raise NotImplementedError
+        return self._token_bytes
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False, sort_keys=True)
@@ -114,14 +108,6 @@ class CharTokenizer(Tokenizer):
             counts.update(text)
         chars = [ch for ch, _ in counts.most_common(max_chars)]
         return cls(chars)
-
-    @property
-    def vocab_size(self) -> int:
-        return self._specials_base + len(SPECIALS)
-
-    @property
-    def token_bytes(self) -> np.ndarray:
-        return self._token_bytes
 
     def encode(self, text: str) -> list[int]:
         ids: list[int] = []
@@ -204,14 +190,6 @@ class BPETokenizer(Tokenizer):
         )
         hf.train_from_iterator(texts, trainer=trainer)
         return cls(hf.to_str())
-
-    @property
-    def vocab_size(self) -> int:
-        return self._specials_base + len(SPECIALS)
-
-    @property
-    def token_bytes(self) -> np.ndarray:
-        return self._token_bytes
 
     def encode(self, text: str) -> list[int]:
         return self._hf.encode(text, add_special_tokens=False).ids

@@ -1,4 +1,5 @@
 """SFT JSONL reading: every bad-line kind has its reason and line; loss masks cover exactly the responses."""
+import itertools
 import json
 
 import pytest
@@ -84,15 +85,8 @@ def test_loss_mask_of_messages_covers_every_assistant_turn_only():
     tok = _tok([m["content"] for m in messages])
     example = parse_sft_line(json.dumps({"messages": messages}, ensure_ascii=False).encode(), "f", 1)
     ids, is_target = example.encode(tok)
-    runs, current = [], []
-    for i, t in zip(ids, is_target):
-        if t:
-            current.append(i)
-        elif current:
-            runs.append(current)
-            current = []
-    if current:
-        runs.append(current)
+    runs = [[i for i, _ in group] for target, group in itertools.groupby(zip(ids, is_target), key=lambda p: p[1])
+            if target]
     assert [tok.decode(r[:-1]) for r in runs] == ["Tudo ótimo.\nE você?", "Que bom!"]
     assert all(r[-1] == tok.eos_id for r in runs)
     assert sum(is_target) == len("Tudo ótimo.\nE você?") + len("Que bom!") + 2
