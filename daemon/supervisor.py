@@ -57,7 +57,7 @@ class Supervisor:
                 "oom_score_adj": memory.oom_score_adj(), "memory": memory.sample()}
 
     def reply_config(self, _request: dict) -> dict:
-        return {"config": self.config.to_json(), "sources": self.origins}
+        return {"config": self.config.to_json(), "origins": self.origins}  # where each setting came from
 
     def reply_evals(self, _request: dict) -> dict:
         history = self.state.history if self.state is not None else []

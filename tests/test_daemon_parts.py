@@ -134,7 +134,7 @@ def test_supervisor_requests_replies_and_one_daemon_per_run():
         assert supervisor.checkpoint_requested and supervisor.stop_requested
         supervisor.state = RunState(history=[{"step": 3, "generations": {"samples": []}, "drift": {}}])
         assert supervisor.reply_evals({}) == {"evals": [{"step": 3, "drift": {}}]}
-        assert supervisor.reply_config({})["sources"] == {"TATU_RUN": "env"}
+        assert supervisor.reply_config({})["origins"] == {"TATU_RUN": "env"}
         # over the socket, as `tatu status` asks
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
             client.connect(str(supervisor._server.path))
