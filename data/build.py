@@ -395,6 +395,41 @@ def _replace_dir(work: Path, out_dir: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def _make_parents(out_dir: Path) -> list[Path]:
+    """Create the missing directories above `out_dir`; returns them deepest first, so a failed
+    build can remove exactly what it created (and nothing that was there before)."""
+    missing, ancestor = [], out_dir.parent
+    while not ancestor.exists() and not ancestor.is_symlink():
+        missing.append(ancestor)
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise TatuExit(BAD_CONFIG, f"--out {out_dir}: {ancestor} is not a directory")
+    try:
+        for directory in reversed(missing):
+            directory.mkdir()
+    except OSError as exc:
+        _remove_dirs(missing)
+        raise TatuExit(BAD_CONFIG, f"--out {out_dir}: cannot create {exc.filename}: {exc.strerror}") from None
+    return missing
+
+
+def _remove_dirs(created: list[Path]) -> None:
+    for directory in created:  # deepest first; stops at one that is not empty
+        try:
+            directory.rmdir()
+        except FileNotFoundError:
+            continue
+        except OSError:
+            break
+
+
+def _hash_inputs(paths: list[str]) -> dict[str, str]:
+    try:
+        return {p: file_sha256(p) for p in paths}
+    except OSError as exc:
+        raise TatuExit(BAD_DATA, f"{exc.filename}: cannot read ({exc.strerror})") from None
+
+
 def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None) -> BuildResult:
     """Build (or find up to date) the data dir described by `spec`, tokenized with `tok`."""
     spec.validate()
@@ -405,15 +440,19 @@ def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None) ->
         if not Path(path).is_file():
             raise TatuExit(BAD_DATA, f"{path}: no such file")
     _check_out_dir(out_dir, all_paths + ([spec.tokenizer] if spec.tokenizer else []))
-    hashes = {p: file_sha256(p) for p in all_paths}
+    hashes = _hash_inputs(all_paths)
     key = _build_key(spec, tok, hashes)
     existing = _existing_manifest(out_dir)
     if existing is not None and existing.get("build_key") == key and _all_files_present(out_dir, existing):
         return BuildResult(out_dir, existing, True, {})
 
     dtype = token_dtype(tok.vocab_size)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    created = _make_parents(out_dir)
+    try:
+        work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    except OSError as exc:
+        _remove_dirs(created)
+        raise TatuExit(BAD_CONFIG, f"--out {out_dir}: cannot write in {out_dir.parent} ({exc.strerror})") from None
     # mkdtemp makes the dir private (0700); the data dir gets the usual mode
     umask = os.umask(0)
     os.umask(umask)
@@ -446,6 +485,7 @@ def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None) ->
     except BaseException:
         bar.close()
         shutil.rmtree(work, ignore_errors=True)
+        _remove_dirs(created)  # a failed build leaves no trace, not even the parents of --out
         raise
     skipped = {name: ch["skipped_lines"]["count"] for name, ch in channels.items() if ch["skipped_lines"]["count"]}
     return BuildResult(out_dir, manifest, False, skipped)

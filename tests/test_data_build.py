@@ -183,6 +183,29 @@ def test_bad_text_line_stops_with_file_line_and_exit_65(sources, tmp_path, capsy
     assert not out.exists()
 
 
+@pytest.mark.parametrize("failure", ["bad pair", "bad text", "no documents"])
+def test_failed_build_into_new_parents_leaves_no_trace(sources, tmp_path, capsys, failure):
+    """--out new/sub/out: a rejected build removes the parents it created, not only its temp dir."""
+    flags = {"bad pair": ["--sft", f"sft={sources / 'bad.jsonl'}", "--seq-len", "64"],
+             "bad text": ["--text", f"pt={sources / 'bad.txt'}"],
+             "no documents": ["--text", f"pt={sources / 'blank.txt'}"]}[failure]
+    (sources / "bad.jsonl").write_bytes(GOOD.encode() + b"\n{oops\n")
+    (sources / "bad.txt").write_bytes(b"caf\xe9\n")
+    (sources / "blank.txt").write_text("\n \n")
+    work = tmp_path / "work"
+    work.mkdir()
+    assert _build(sources, work / "new" / "sub" / "out", *flags) == 65
+    assert list(work.iterdir()) == []
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_out_below_a_file_is_one_line_and_exit_78(sources, tmp_path, capsys):
+    (tmp_path / "file").write_text("not a dir")
+    assert _build(sources, tmp_path / "file" / "sub" / "out", "--text", f"pt={sources / 'pt.txt'}") == 78
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not a directory" in err[0] and str(tmp_path / "file") in err[0]
+
+
 def test_failed_rebuild_keeps_the_previous_data_dir(sources, tmp_path):
     out = tmp_path / "data"
     assert _full_build(sources, out) == 0
