@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tatu.daemon.logs import read_events
 from tatu.exitcodes import BAD_DATA, TatuExit
+from tatu.formats import fmt_p as shared_fmt_p
 from tatu.formats import fmt_pct as shared_fmt_pct
 
 SETS = ("sftHeld", "ptVal", "enRuler")
@@ -182,10 +183,8 @@ def fmt_rate(value) -> str:
 
 
 def fmt_p(value) -> str:
-    number = _number(value)
-    if number is None:
-        return "n/a"
-    return "<0.001" if number < 0.001 else f"{number:.3f}"
+    """A bootstrap p-value: "<0.001" at the floor of the default 2000 resamples."""
+    return shared_fmt_p(_number(value))
 
 
 def fmt_int(value) -> str:
