@@ -35,7 +35,8 @@ def _common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=2, help="lines per batch for --en-batches (default 2, as EVAL_BATCH)")
     parser.add_argument("--category", action="append", default=[], choices=("function", "content"),
                         help="also report perplexity on tokens of function or content words (repeatable)")
-    parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    parser.add_argument("--resamples", type=int, default=None,
+                        help="bootstrap resamples (default: the checkpoint's TATU_EVAL_RESAMPLES, else 2000)")
     parser.add_argument("--seed", type=int, default=None,
                         help="bootstrap and subsample seed (default: the checkpoint's TATU_SEED, as the daemon)")
     parser.add_argument("--token-budget", type=int, default=None, help="padded tokens per batch (default: 2048 on CPU, 16384 on CUDA)")
@@ -87,22 +88,26 @@ def _load_model(path: Path, device: str):
         raise TatuExit(BAD_DATA, str(exc).splitlines()[0] if str(exc) else f"{path}: cannot load checkpoint")
 
 
-def resolve_seed(args: argparse.Namespace, *checkpoints: tuple[Path, dict]) -> None:
-    """args.seed: --seed, else the TATU_SEED of the first checkpoint that records one, else
-    TATU_SEED's default: one default for the daemon and the CLI. Says which on stdout."""
-    if args.seed is not None:
-        print(f"seed {args.seed} (--seed)")
-        return
-    for path, meta in checkpoints:
-        seed = (meta.get("config") or {}).get("TATU_SEED") if isinstance(meta, dict) else None
-        if isinstance(seed, int) and not isinstance(seed, bool):
-            args.seed = seed
-            print(f"seed {seed} (TATU_SEED of {path})")
-            return
+def resolve_bootstrap(args: argparse.Namespace, *checkpoints: tuple[Path, dict]) -> None:
+    """args.seed and args.resamples: the flag, else what the first checkpoint that records a run
+    config was trained with (TATU_SEED, TATU_EVAL_RESAMPLES), else those variables' defaults:
+    one default for the daemon and the CLI, so both give one CI. Says which seed on stdout."""
     from tatu.daemon.config import RunConfig
 
-    args.seed = RunConfig.model_fields["seed"].default
-    print(f"seed {args.seed} (TATU_SEED's default: no checkpoint records one)")
+    recorded = next(((path, meta["config"]) for path, meta in checkpoints
+                     if isinstance(meta, dict) and isinstance(meta.get("config"), dict)), None)
+    source = "--seed" if args.seed is not None else "TATU_SEED's default: no checkpoint records it"
+    for attr, variable, field in (("seed", "TATU_SEED", "seed"), ("resamples", "TATU_EVAL_RESAMPLES", "eval_resamples")):
+        if getattr(args, attr) is not None:
+            continue
+        value = recorded[1].get(variable) if recorded else None
+        if isinstance(value, int) and not isinstance(value, bool):
+            setattr(args, attr, value)
+            if attr == "seed":
+                source = f"TATU_SEED of {recorded[0]}"
+        else:
+            setattr(args, attr, RunConfig.model_fields[field].default)
+    print(f"seed {args.seed} ({source}), {args.resamples} resamples")
 
 
 def _score_all(model, tokenizer, specs, args) -> dict[str, list]:
@@ -177,7 +182,7 @@ def eval_main(args: argparse.Namespace) -> int:
     specs = _set_specs(args)
     _check_subsample(args, specs)
     model, tokenizer, meta = _load_model(args.checkpoint, args.device)
-    resolve_seed(args, (args.checkpoint, meta))
+    resolve_bootstrap(args, (args.checkpoint, meta))
     results = _score_all(model, tokenizer, specs, args)
 
     header = f"{'set':<22} {'lines':>9} {'tokens':>9} {'ppl':>10} {'95% CI':>23} {'bpc':>7} {'bpb':>7}"
@@ -230,7 +235,7 @@ def compare_main(args: argparse.Namespace) -> int:
     model_a, tok_a, meta_a = _load_model(args.checkpoint_a, args.device)
     model_b, tok_b, meta_b = _load_model(args.checkpoint_b, args.device)
     # B, the candidate, is usually the run being judged (A its seed): its seed first
-    resolve_seed(args, (args.checkpoint_b, meta_b), (args.checkpoint_a, meta_a))
+    resolve_bootstrap(args, (args.checkpoint_b, meta_b), (args.checkpoint_a, meta_a))
     results_a = _score_all(model_a, tok_a, specs, args)
     del model_a
     results_b = _score_all(model_b, tok_b, specs, args)

@@ -135,7 +135,7 @@ def test_seed_defaults_to_the_checkpoints_tatu_seed(files, tmp_path, capsys):
                      *extra]) == 0
         runs[name] = json.loads(out.read_text())
     printed = capsys.readouterr().out
-    assert f"seed 4242 (TATU_SEED of {seeded})" in printed
+    assert f"seed 4242 (TATU_SEED of {seeded}), 200 resamples" in printed
     assert runs["seeded"]["seed"] == 4242 and runs["default"]["seed"] == RunConfig.model_fields["seed"].default
     seeded_ci, default_ci, explicit_ci = (runs[n]["sets"]["pt"][0]["ci"] for n in ("seeded", "default", "explicit"))
     assert seeded_ci == explicit_ci and seeded_ci != default_ci
