@@ -88,6 +88,22 @@ def _load_model(path: Path, device: str):
         raise TatuExit(BAD_DATA, str(exc).splitlines()[0] if str(exc) else f"{path}: cannot load checkpoint")
 
 
+def _peek_meta(path: Path) -> dict:
+    """A checkpoint's meta without loading its weights (they are verified when it is loaded)."""
+    from tatu.model.checkpoint import load_checkpoint
+
+    if path.is_dir():
+        try:
+            meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return {}
+        return meta if isinstance(meta, dict) else {}
+    try:  # a legacy single file keeps its meta inside
+        return load_checkpoint(path).meta
+    except ValueError:
+        return {}
+
+
 def resolve_bootstrap(args: argparse.Namespace, *checkpoints: tuple[Path, dict]) -> None:
     """args.seed and args.resamples: the flag, else what the first checkpoint that records a run
     config was trained with (TATU_SEED, TATU_EVAL_RESAMPLES), else those variables' defaults:
@@ -233,11 +249,11 @@ def compare_main(args: argparse.Namespace) -> int:
     specs = _set_specs(args)
     _check_subsample(args, specs)
     model_a, tok_a, meta_a = _load_model(args.checkpoint_a, args.device)
-    model_b, tok_b, meta_b = _load_model(args.checkpoint_b, args.device)
     # B, the candidate, is usually the run being judged (A its seed): its seed first
-    resolve_bootstrap(args, (args.checkpoint_b, meta_b), (args.checkpoint_a, meta_a))
+    resolve_bootstrap(args, (args.checkpoint_b, _peek_meta(args.checkpoint_b)), (args.checkpoint_a, meta_a))
     results_a = _score_all(model_a, tok_a, specs, args)
-    del model_a
+    del model_a  # one model in memory at a time
+    model_b, tok_b, _ = _load_model(args.checkpoint_b, args.device)
     results_b = _score_all(model_b, tok_b, specs, args)
     per = "token" if tok_a.hash == tok_b.hash else "char"
     if per == "char" and args.category:
