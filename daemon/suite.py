@@ -48,7 +48,8 @@ def load_suite(config: RunConfig, manifest: dict, tokenizer) -> Suite:
         eval_set = load_eval_set(path, tokenizer, name=name)
         hashes[name] = hashlib.sha256(path.read_bytes()).hexdigest()
         if name == RULER:
-            eval_set, note = subsample(eval_set, config.eval_en_all, config.eval_en_batches, config.eval_en_lines_per_batch)
+            eval_set, note = subsample(eval_set, config.eval_en_all, config.eval_en_batches, config.eval_en_lines_per_batch,
+                                         seed=config.seed)
             notes[name] = note
         sets[name] = eval_set
     missing = [n for n in (best_set(config.mode), RULER) if n not in sets]

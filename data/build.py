@@ -290,6 +290,12 @@ def _write_text_channel(name: str, paths: list[str], spec: BuildSpec, tok: Token
             "skipped_lines": bad.record()}
 
 
+def max_chars_per_token(tok: Tokenizer) -> int:
+    """The most characters one token decodes to (a partial UTF-8 byte counts as one)."""
+    specials = tok.special_ids
+    return max([1] + [len(tok.decode([i])) for i in range(tok.vocab_size) if i not in specials])
+
+
 def _check_length(example: SFTExample, n_ids: int, seq_len: int | None) -> BadLine | None:
     if seq_len is not None and n_ids > seq_len + 1:
         return BadLine(example.path, example.line,
@@ -297,8 +303,24 @@ def _check_length(example: SFTExample, n_ids: int, seq_len: int | None) -> BadLi
     return None
 
 
+def _encode_within(example: SFTExample, tok: Tokenizer, seq_len: int | None,
+                   chars_per_token: int) -> tuple[list[int], list[bool]] | BadLine:
+    """(ids, is_target), or the BadLine of a pair longer than the context. A pair whose
+    characters alone rule it out is refused without being tokenized, so one huge line costs
+    a length check, not minutes and gigabytes."""
+    if seq_len is not None:
+        at_least = example.min_ids(chars_per_token)
+        if at_least > seq_len + 1:
+            return BadLine(example.path, example.line,
+                           f"pair is at least {at_least} tokens ({example.n_chars} characters), longer than "
+                           f"--seq-len {seq_len} allows ({seq_len + 1} per row)")
+    ids, is_target = example.encode(tok)
+    too_long = _check_length(example, len(ids), seq_len)
+    return (ids, is_target) if too_long is None else too_long
+
+
 def _write_sft_channel(name: str, paths: list[str], spec: BuildSpec, tok: Tokenizer, dtype: np.dtype,
-                       work: Path, hashes: dict[str, str], progress: _Progress) -> dict:
+                       work: Path, hashes: dict[str, str], progress: _Progress, chars_per_token: int) -> dict:
     bad = _BadLines(spec.on_bad_line)
     (work / name).mkdir()
     files = {"ids": f"{name}/ids.bin", "mask": f"{name}/mask.bin", "offsets": f"{name}/offsets.npy"}
@@ -316,11 +338,11 @@ def _write_sft_channel(name: str, paths: list[str], spec: BuildSpec, tok: Tokeni
                 if isinstance(item, BadLine):
                     bad.handle(item)
                     continue
-                ids, is_target = item.encode(tok)
-                too_long = _check_length(item, len(ids), spec.seq_len)
-                if too_long is not None:
-                    bad.handle(too_long)
+                encoded = _encode_within(item, tok, spec.seq_len, chars_per_token)
+                if isinstance(encoded, BadLine):
+                    bad.handle(encoded)
                     continue
+                ids, is_target = encoded
                 ids_array = np.asarray(ids, dtype=dtype)
                 ids_array.tofile(ids_file)
                 np.asarray(is_target, dtype=np.uint8).tofile(mask_file)
@@ -342,7 +364,8 @@ def _write_sft_channel(name: str, paths: list[str], spec: BuildSpec, tok: Tokeni
             "targets": total_targets, "skipped_lines": bad.record()}
 
 
-def _copy_eval(name: str, path: str, spec: BuildSpec, tok: Tokenizer, work: Path, hashes: dict[str, str]) -> dict:
+def _copy_eval(name: str, path: str, spec: BuildSpec, tok: Tokenizer, work: Path, hashes: dict[str, str],
+               chars_per_token: int) -> dict:
     """Copy an eval set verbatim; any bad line is an error (skipping would change what is scored)."""
     pairs = is_jsonl(path)
     lines = 0
@@ -350,9 +373,9 @@ def _copy_eval(name: str, path: str, spec: BuildSpec, tok: Tokenizer, work: Path
         for item in read_sft_file(path):
             if isinstance(item, BadLine):
                 raise DataError(str(item))
-            too_long = _check_length(item, len(item.encode(tok)[0]), spec.seq_len)
-            if too_long is not None:
-                raise DataError(str(too_long))
+            encoded = _encode_within(item, tok, spec.seq_len, chars_per_token)
+            if isinstance(encoded, BadLine):
+                raise DataError(str(encoded))
             lines += 1
     else:
         for item in read_text_documents(path, one_per_line=True):
@@ -392,6 +415,41 @@ def _replace_dir(work: Path, out_dir: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def _make_parents(out_dir: Path) -> list[Path]:
+    """Create the missing directories above `out_dir`; returns them deepest first, so a failed
+    build can remove exactly what it created (and nothing that was there before)."""
+    missing, ancestor = [], out_dir.parent
+    while not ancestor.exists() and not ancestor.is_symlink():
+        missing.append(ancestor)
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise DataConfigError(f"--out {out_dir}: {ancestor} is not a directory")
+    try:
+        for directory in reversed(missing):
+            directory.mkdir()
+    except OSError as exc:
+        _remove_dirs(missing)
+        raise DataConfigError(f"--out {out_dir}: cannot create {exc.filename}: {exc.strerror}") from None
+    return missing
+
+
+def _remove_dirs(created: list[Path]) -> None:
+    for directory in created:  # deepest first; stops at one that is not empty
+        try:
+            directory.rmdir()
+        except FileNotFoundError:
+            continue
+        except OSError:
+            break
+
+
+def _hash_inputs(paths: list[str]) -> dict[str, str]:
+    try:
+        return {p: file_sha256(p) for p in paths}
+    except OSError as exc:
+        raise DataError(f"{exc.filename}: cannot read ({exc.strerror})") from None
+
+
 def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None) -> BuildResult:
     """Build (or find up to date) the data dir described by `spec`, tokenized with `tok`."""
     spec.validate()
@@ -402,15 +460,19 @@ def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None) ->
         if not Path(path).is_file():
             raise DataError(f"{path}: no such file")
     _check_out_dir(out_dir, all_paths + ([spec.tokenizer] if spec.tokenizer else []))
-    hashes = {p: file_sha256(p) for p in all_paths}
+    hashes = _hash_inputs(all_paths)
     key = _build_key(spec, tok, hashes)
     existing = _existing_manifest(out_dir)
     if existing is not None and existing.get("build_key") == key and _all_files_present(out_dir, existing):
         return BuildResult(out_dir, existing, True, {})
 
     dtype = token_dtype(tok.vocab_size)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    created = _make_parents(out_dir)
+    try:
+        work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    except OSError as exc:
+        _remove_dirs(created)
+        raise DataConfigError(f"--out {out_dir}: cannot write in {out_dir.parent} ({exc.strerror})") from None
     # mkdtemp makes the dir private (0700); the data dir gets the usual mode
     umask = os.umask(0)
     os.umask(umask)
@@ -420,12 +482,13 @@ def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None) ->
     try:
         tok.save(work / TOKENIZER_FILE)
         channels: dict[str, dict] = {}
+        chars_per_token = max_chars_per_token(tok)
         for name, paths in spec.text.items():
             channels[name] = _write_text_channel(name, paths, spec, tok, dtype, work, hashes, bar)
         for name, paths in spec.sft.items():
-            channels[name] = _write_sft_channel(name, paths, spec, tok, dtype, work, hashes, bar)
+            channels[name] = _write_sft_channel(name, paths, spec, tok, dtype, work, hashes, bar, chars_per_token)
         (work / "evals").mkdir()
-        evals = {name: _copy_eval(name, path, spec, tok, work, hashes) for name, path in spec.evals.items()}
+        evals = {name: _copy_eval(name, path, spec, tok, work, hashes, chars_per_token) for name, path in spec.evals.items()}
         manifest = {
             "format": FORMAT,
             "tokenizer_hash": tok.hash,
@@ -443,6 +506,7 @@ def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None) ->
     except BaseException:
         bar.close()
         shutil.rmtree(work, ignore_errors=True)
+        _remove_dirs(created)  # a failed build leaves no trace, not even the parents of --out
         raise
     skipped = {name: ch["skipped_lines"]["count"] for name, ch in channels.items() if ch["skipped_lines"]["count"]}
     return BuildResult(out_dir, manifest, False, skipped)

@@ -50,6 +50,16 @@ class SFTExample:
             return "\n".join(m["content"] for m in self.messages)
         return f"{self.prompt}\n{self.response}"
 
+    def min_ids(self, max_chars_per_token: int) -> int:
+        """A lower bound of len(self.encode(tok)) from character counts alone, where no token of
+        `tok` stands for more than `max_chars_per_token` characters: what lets a huge line be
+        refused before tokenizing it costs time and memory. Specials are counted exactly."""
+        if self.messages is not None:
+            pieces, specials = [m["content"] for m in self.messages], 1 + len(self.messages)
+        else:
+            pieces, specials = [self.prompt, self.response], 4  # BOS <|user|> <|assistant|> EOS
+        return specials + sum(-(-len(piece) // max_chars_per_token) for piece in pieces)
+
     @property
     def n_chars(self) -> int:
         if self.messages is not None:

@@ -181,6 +181,8 @@ class SetResult:
     tokenizer_hash: str = ""
     category: str | None = None
     extra: dict = field(default_factory=dict)
+    n_blank: int = 0  # blank lines of the file, not scored
+    sample_seed: int | None = None  # the seed that picked a subsample's lines
 
     @property
     def subsampled(self) -> bool:
@@ -189,6 +191,11 @@ class SetResult:
     @property
     def note(self) -> str:
         return f"{len(self.scores)}/{self.n_lines_total} lines"
+
+    @property
+    def blank_note(self) -> str | None:
+        """"16 scored, 4 blank" when the file had blank lines (they are skipped, never scored)."""
+        return f"{len(self.scores)} scored, {self.n_blank} blank" if self.n_blank else None
 
     def warning(self) -> str | None:
         """A one-line warning when only part of the set was scored (EVAL_EN_ALL=0)."""
@@ -226,6 +233,8 @@ class SetResult:
             "ci": {"lo": self.ci.lo, "hi": self.ci.hi, "se": self.ci.se, "level": 0.95},
             "n_lines": self.n_lines,
             "n_lines_total": self.n_lines_total,
+            "n_blank": self.n_blank,
+            "sample_seed": self.sample_seed,
             "n_tokens": self.n_tokens,
             "n_chars": self.n_chars,
             "n_bytes": self.n_bytes,
@@ -251,11 +260,13 @@ class SetResult:
             np.asarray(per_line["n_chars"], dtype=np.int64),
             np.asarray(per_line["n_bytes"], dtype=np.int64),
         )
-        return _result(
+        result = _result(
             payload["name"], payload["kind"], scores, np.asarray(per_line["index"], dtype=np.int64),
             payload["n_lines_total"], payload["lines_sha256"], payload.get("tokenizer_hash", ""),
             payload.get("category"), n_resamples, seed, payload.get("extra", {}),
         )
+        result.n_blank, result.sample_seed = payload.get("n_blank", 0), payload.get("sample_seed")
+        return result
 
 
 def _result(name, kind, scores, line_index, n_lines_total, digest, tokenizer_hash, category, n_resamples, seed, extra):
@@ -307,11 +318,13 @@ def evaluate(
     if (position_mask is None) != (category is None):
         raise ValueError("evaluate: give position_mask and category together (or neither)")
     scores = score_lines(model, eval_set.lines, device, token_budget, position_mask)
-    return _result(
+    result = _result(
         eval_set.name, eval_set.kind, scores, np.asarray(eval_set.line_index, dtype=np.int64),
         eval_set.n_lines_total, lines_digest(eval_set.lines), eval_set.tokenizer_hash, category,
         n_resamples, seed, {},
     )
+    result.n_blank, result.sample_seed = eval_set.n_blank, eval_set.sample_seed
+    return result
 
 
 def compare_results(

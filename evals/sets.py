@@ -11,17 +11,26 @@ Two kinds:
   the assistant turns concatenated). The EOS target has no characters: it counts in the NLL
   and the token count but adds 0 characters and 0 bytes to bpc/bpb.
 
+A line that is blank after strip() (spaces, tabs, a lone no-break space) is not scored, but
+counted (`EvalSet.n_blank`), so a 20-line file with 4 blank lines reports "16 scored, 4 blank".
+A trailing "\r" is dropped (CRLF files score as LF ones). Characters are Unicode code points.
+
 Line numbers in errors are 1-based physical lines of the file, so "FILE:LINE: reason" points
 at what to fix.
 
-Subsampling (EVAL_EN_ALL=0) keeps the FIRST n_batches * batch lines, in file order, as the
-operator's old evaluator did: the same lines at every eval, so scores stay paired.
+Subsampling (EVAL_EN_ALL=0, `tatu eval --en-batches`) applies to the English ruler only
+(SUBSAMPLED_SET) and scores n_batches * batch of its lines drawn uniformly at random without
+replacement by `sample_lines(n, k, seed)`: the run's seed fixes them, so the same lines are
+scored at every eval (scores stay paired) and the SE reported covers which lines were picked,
+which the old evaluator's first-k lines did not.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+import numpy as np
 
 from tatu.data.manifest import DataError
 from tatu.data.sft import BadLine, parse_sft_line
@@ -34,6 +43,9 @@ class EvalSetError(DataError):
     """An eval file that cannot be scored: "FILE:LINE: reason"."""
 
 _PAIRS_SUFFIXES = (".jsonl", ".json")
+SUBSAMPLED_SET = "enRuler"  # the one set EVAL_EN_ALL=0 / --en-batches subsamples
+# mixed into the seed so the sample's draw is not the bootstrap's first draw (same seed)
+_SAMPLE_STREAM = 0x5EED_11E5
 
 
 @dataclass(frozen=True)
@@ -48,7 +60,8 @@ class EvalLine:
 @dataclass
 class EvalSet:
     """The scored lines of one file. `line_index[i]` is the position of lines[i] among the
-    file's scored lines (0-based); `n_lines_total` counts all of them (before subsampling)."""
+    file's scored lines (0-based); `n_lines_total` counts all of them (before subsampling);
+    `n_blank` the blank lines that were skipped; `sample_seed` the seed of a subsample."""
 
     name: str
     path: Path
@@ -57,6 +70,8 @@ class EvalSet:
     line_index: list[int] = field(default_factory=list)
     n_lines_total: int = -1
     tokenizer_hash: str = ""
+    n_blank: int = 0
+    sample_seed: int | None = None
 
     def __post_init__(self) -> None:
         if not self.line_index:
@@ -67,8 +82,9 @@ class EvalSet:
             raise ValueError(f"eval set {self.name}: {len(self.lines)} lines but {len(self.line_index)} indices")
 
 
-def _text_lines(path: Path) -> list[tuple[int, str]]:
-    """(line number, line) for every non-blank line; a decoding error names its line."""
+def _text_lines(path: Path) -> tuple[list[tuple[int, str]], int]:
+    """(line number, line) for every non-blank line, and the number of blank lines; a decoding
+    error names its line."""
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -79,12 +95,17 @@ def _text_lines(path: Path) -> list[tuple[int, str]]:
         line_no = data[: exc.start].count(b"\n") + 1
         raise EvalSetError(f"{path}:{line_no}: not valid UTF-8 (byte {exc.start})") from exc
     # split on "\n" only: str.splitlines would also split on U+2028, \x0c, ... inside a line
-    out = []
-    for number, line in enumerate(text.split("\n"), start=1):
+    physical = text.split("\n")
+    if physical[-1] == "":
+        physical.pop()  # a final newline ends the last line; it opens no blank one
+    out, n_blank = [], 0
+    for number, line in enumerate(physical, start=1):
         line = line.removesuffix("\r")
         if line.strip():
             out.append((number, line))
-    return out
+        else:
+            n_blank += 1
+    return out, n_blank
 
 
 def _pair_line(tok: Tokenizer, raw: str, path: Path, number: int) -> EvalLine:
@@ -107,7 +128,8 @@ def load_eval_set(path: str | Path, tokenizer: Tokenizer, name: str | None = Non
     if kind not in KINDS:
         raise ValueError(f"{path}: eval set kind must be one of {KINDS} or 'auto', not {kind!r}")
     lines: list[EvalLine] = []
-    for number, raw in _text_lines(path):
+    numbered, n_blank = _text_lines(path)
+    for number, raw in numbered:
         if kind == "pairs":
             lines.append(_pair_line(tokenizer, raw, path, number))
             continue
@@ -115,23 +137,34 @@ def load_eval_set(path: str | Path, tokenizer: Tokenizer, name: str | None = Non
         lines.append(EvalLine(ids, [False] + [True] * (len(ids) - 1), raw))
     if not lines:
         raise EvalSetError(f"{path}: no lines to score (the file is empty or blank)")
-    return EvalSet(name=name or path.stem, path=path, kind=kind, lines=lines, tokenizer_hash=tokenizer.hash)
+    return EvalSet(name=name or path.stem, path=path, kind=kind, lines=lines, tokenizer_hash=tokenizer.hash,
+                   n_blank=n_blank)
 
 
-def subsample(eval_set: EvalSet, all_lines: bool, n_batches: int, batch: int) -> tuple[EvalSet, str]:
-    """EVAL_EN_ALL semantics: all lines, or the first n_batches * batch lines. Returns the set
-    to score and a note "k/n lines" for the output."""
+def sample_lines(n_lines: int, k: int, seed: int) -> list[int]:
+    """The positions (sorted) of the k of n_lines lines a subsample scores: uniform without
+    replacement, a pure function of (n_lines, k, seed). k >= n_lines keeps every line."""
+    if k >= n_lines:
+        return list(range(n_lines))
+    rng = np.random.default_rng([_SAMPLE_STREAM, seed])
+    return sorted(int(i) for i in rng.choice(n_lines, size=k, replace=False))
+
+
+def subsample(eval_set: EvalSet, all_lines: bool, n_batches: int, batch: int, seed: int = 0) -> tuple[EvalSet, str]:
+    """EVAL_EN_ALL semantics: all lines, or n_batches * batch lines picked by sample_lines(seed).
+    Returns the set to score and a note "k/n lines" ("k/n lines, seed S" for a subsample)."""
     total = eval_set.n_lines_total
     if all_lines:
         return eval_set, f"{len(eval_set.lines)}/{total} lines"
     for label, value in (("n_batches (EVAL_EN_BATCHES)", n_batches), ("batch (EVAL_BATCH)", batch)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{label} must be a positive integer, got {value!r}")
-    keep = min(n_batches * batch, len(eval_set.lines))
-    chosen = replace(
-        eval_set, lines=eval_set.lines[:keep], line_index=eval_set.line_index[:keep], n_lines_total=total
-    )
-    return chosen, f"{keep}/{total} lines"
+    keep = sample_lines(len(eval_set.lines), n_batches * batch, seed)
+    chosen = replace(eval_set, lines=[eval_set.lines[i] for i in keep],
+                     line_index=[eval_set.line_index[i] for i in keep], n_lines_total=total, sample_seed=seed)
+    if len(keep) == len(eval_set.lines):
+        return chosen, f"{len(keep)}/{total} lines"
+    return chosen, f"{len(keep)}/{total} lines, seed {seed}"
 
 
 def target_word_masks(eval_set: EvalSet, tokenizer: Tokenizer, predicate: Callable[[str], bool]) -> list[list[bool]]:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import select
 import sys
 
 from tatu import __version__
@@ -36,7 +38,37 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+# 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away (`| head`)
+CLOSED_PIPE = 141
+
+
+def _stdout_reader_gone() -> bool:
+    """True when nobody reads our stdout any more (a pipe or socket whose other end closed)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.__stdout__.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # inside the try: a buffered stdout fails here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        if not _stdout_reader_gone():
+            raise  # a pipe other than stdout broke: that is a real error
+        # Quiet, as any Unix tool on a closed pipe; stdout goes to /dev/null so the
+        # interpreter's own flush at exit finds nothing to complain about.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno())
+        os.close(devnull)
+        return CLOSED_PIPE
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tatu.formats import fmt_pct
+from tatu.formats import fmt_p, fmt_pct
 from tatu.ops.cli import main as tatu
 
 
@@ -128,7 +128,7 @@ def closing_table(run_dirs: list[Path]) -> str:
         last = evals[max(evals)]
         rows.append(f"{name:<14} {last['step']:>4} {with_ci(last['changes'].get('sftHeld')):>24} "
                     f"{with_ci(last['changes'].get('ptVal')):>24} {with_ci(last['drift']):>24} "
-                    f"{last['drift']['p_value']:>6.3f}  {verdict['verdict'] if verdict else 'unfinished'}")
+                    f"{fmt_p(last['drift']['p_value']):>6}  {verdict['verdict'] if verdict else 'unfinished'}")
     common = set.intersection(*(set(evals) - {0} for evals, _ in runs.values()))
     if common:
         step = max(common)

@@ -1,8 +1,12 @@
 """`tatu doctor [RUN]`: what protects the run from the OOM killers, and what only looks like it does.
 
 Facts behind the checks (design.md, "Facts about systemd"):
-- A user manager cannot lower oom_score_adj: OOMScoreAdjust=-600 in a user unit is dropped
-  silently, so the process's effective value is read back and compared.
+- Lowering oom_score_adj needs CAP_SYS_RESOURCE in the manager that starts the unit: a user
+  manager lacks it, and so does a root manager in a container. OOMScoreAdjust=-600 is then
+  dropped silently, so the process's effective value is read back and compared, and the
+  manager's uid and CapEff (/proc/PID/status) name which of the two it is.
+- A save writes the new state beside the old one before the rename: the run directory's
+  filesystem needs at least the size of the last saved state free.
 - systemd-oomd honours ManagedOOMPreference=avoid on its swap rule only for root-owned
   cgroups; for a user's cgroup only on the memory-pressure rule.
 - MemorySwapMax=0 keeps the unit out of the swap rule altogether: that rule picks the
@@ -24,6 +28,7 @@ import psutil
 from tatu.exitcodes import USAGE, TatuExit
 
 LEVELS = ("OK", "WARN", "FAIL")
+CAP_SYS_RESOURCE = 24  # linux/capability.h: the capability that lowers oom_score_adj
 # oomd's default SwapUsedLimit is 90%; warn well before it.
 SWAP_BUSY_FRACTION = 0.5
 
@@ -73,6 +78,8 @@ def diagnose(show: dict, proc: dict) -> list[Finding]:
     findings.append(_check_swap_use(proc))
     findings.append(_check_linger(proc))
     findings.append(_check_gpu(proc))
+    if "disk" in proc:
+        findings.append(_check_disk(proc["disk"]))
     return findings
 
 
@@ -99,11 +106,50 @@ def _check_oom_score(show, proc, running) -> Finding:
                        "run tatu doctor while the run is active")
     if effective <= wanted:
         return Finding("OK", "oom_score_adj", f"effective {effective} (unit asks {wanted})")
-    return Finding("FAIL", "oom_score_adj",
-                   f"unit asks OOMScoreAdjust={wanted} but the process has {effective}: a user manager "
-                   "cannot lower it and drops the setting silently",
-                   "keep MemorySwapMax=0 (the oomd swap rule), or run it as a system unit with User=, "
-                   "or give user@UID.service a root drop-in with OOMScoreAdjust=-600 (its children inherit it)")
+    cause, fix = _oom_cause(proc.get("manager"), proc.get("self"))
+    return Finding("FAIL", "oom_score_adj", f"unit asks OOMScoreAdjust={wanted} but the process has {effective}: {cause}",
+                   fix)
+
+
+_USER_MANAGER_FIX = ("keep MemorySwapMax=0 (the oomd swap rule), or run it as a system unit with User=, "
+                     "or give user@UID.service a root drop-in with OOMScoreAdjust=-600 (its children inherit it)")
+
+
+def _oom_cause(manager: dict | None, me: dict | None) -> tuple[str, str]:
+    """(why the score was not lowered, what to do), from what can be seen of the manager."""
+    if manager is not None:
+        who = f"its manager (pid {manager['pid']}) runs as " + ("root" if manager["uid"] == 0 else f"uid {manager['uid']}")
+        if manager["cap_sys_resource"]:
+            return (f"{who} with CAP_SYS_RESOURCE, so it could lower it; something raised it after the start",
+                    "look for a drop-in or ExecStartPre that writes oom_score_adj (systemctl --user cat UNIT)")
+        if manager["uid"] == 0:
+            return (f"{who} but without CAP_SYS_RESOURCE (CapEff {manager['cap_eff']:x}), as in a container: "
+                    "root alone cannot lower it, and the setting is dropped silently",
+                    "give the container CAP_SYS_RESOURCE (docker run --cap-add SYS_RESOURCE), or run on a host "
+                    "whose manager has it; meanwhile MemorySwapMax=0 keeps oomd's swap rule away")
+        return f"{who} without CAP_SYS_RESOURCE: a user manager cannot lower it and drops the setting silently", \
+            _USER_MANAGER_FIX
+    seen = ""
+    if me is not None:
+        seen = (f" (this shell: {'root' if me['uid'] == 0 else 'uid ' + str(me['uid'])}, "
+                f"{'with' if me['cap_sys_resource'] else 'without'} CAP_SYS_RESOURCE)")
+    return ("its manager could not be read; a manager without CAP_SYS_RESOURCE (a user manager, or root in a "
+            f"container) cannot lower it and drops the setting silently{seen}", _USER_MANAGER_FIX)
+
+
+def _check_disk(disk: dict) -> Finding:
+    if disk.get("error"):
+        return Finding("WARN", "disk", f"free space not checked: {disk['error']}")
+    run_dir, free = disk["run_dir"], disk["free_mb"]
+    text = f"{free:,.0f} MB free for {run_dir}"
+    state = disk.get("state_mb")
+    if state is None:
+        return Finding("OK", "disk", text + " (no saved state yet)")
+    text += f"; the last saved state is {state:,.1f} MB"
+    if free < state:
+        return Finding("WARN", "disk", text + ": the next save writes a new one beside it and may not fit",
+                       "free space on that filesystem, or move the run (TATU_OUT) to a larger one")
+    return Finding("OK", "disk", text)
 
 
 def _check_oomd_preference(show, proc) -> Finding:
@@ -227,16 +273,75 @@ def host_facts(check_gpu: bool = True) -> dict:
     return proc
 
 
+def parse_proc_status(text: str) -> dict:
+    """/proc/PID/status -> effective uid, CapEff and whether it holds CAP_SYS_RESOURCE."""
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    cap_eff = int(fields["CapEff"].strip(), 16)
+    return {"uid": int(fields["Uid"].split()[1]), "cap_eff": cap_eff,
+            "cap_sys_resource": bool(cap_eff >> CAP_SYS_RESOURCE & 1)}
+
+
+def proc_status(pid: int | str) -> dict | None:
+    try:
+        return parse_proc_status(Path(f"/proc/{pid}/status").read_text())
+    except (OSError, KeyError, ValueError, IndexError):
+        return None
+
+
+def _directory_size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+def disk_facts(run_dir: Path) -> dict:
+    """Free space where the run writes, and the size of its last saved state (state/)."""
+    existing = run_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        free = shutil.disk_usage(existing).free
+        state = run_dir / "state"
+        state_size = _directory_size(state) if state.is_dir() else None
+    except OSError as exc:
+        return {"run_dir": str(run_dir), "error": f"{run_dir}: {exc.strerror or exc}"}
+    return {"run_dir": str(run_dir), "free_mb": free / 2**20,
+            "state_mb": None if state_size is None else state_size / 2**20}
+
+
+def run_dir_of(run: str, show: dict) -> Path:
+    """Where the unit's daemon writes: WorkingDirectory / TATU_OUT / the run (the instance name)."""
+    from tatu.daemon.config import RunConfig
+    from tatu.ops.run_cli import parse_env_file
+
+    environment = dict(item.partition("=")[::2] for item in show.get("Environment", "").split() if "=" in item)
+    for entry in [show.get("EnvironmentFiles", "")]:
+        path = entry.rsplit(" (", 1)[0].strip()
+        if path:
+            try:
+                environment.update(parse_env_file(Path(path)))  # EnvironmentFile= wins over Environment=
+            except TatuExit:
+                pass
+    out = Path(environment.get("TATU_OUT") or RunConfig.model_fields["out"].default)
+    workdir = Path(show.get("WorkingDirectory", "").lstrip("!-") or Path.home())
+    return (out if out.is_absolute() else workdir / out) / run
+
+
 def gather(run: str, check_gpu: bool = True) -> tuple[dict, dict]:
     """(systemctl show of the run's unit, live facts) for diagnose()."""
     show = _systemctl_show(unit_for_run(run))
     proc = host_facts(check_gpu)
+    proc["self"] = proc_status("self")
     pid = _int_or_none(show.get("MainPID")) or 0
     if pid:
         try:
             proc["oom_score_adj"] = int(Path(f"/proc/{pid}/oom_score_adj").read_text())
-        except OSError:
-            pass
+            manager_pid = psutil.Process(pid).ppid()
+        except (OSError, psutil.Error):
+            manager_pid = 0
+        manager = proc_status(manager_pid) if manager_pid else None
+        if manager is not None:
+            proc["manager"] = {"pid": manager_pid, **manager}
+    if show.get("LoadState") == "loaded":
+        proc["disk"] = disk_facts(run_dir_of(run, show))
     cgroup = _cgroup_dir(show.get("ControlGroup", ""))
     if cgroup is not None:
         proc["cgroup_path"] = str(cgroup)

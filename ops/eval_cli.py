@@ -3,11 +3,14 @@
     tatu eval CKPT --set enRuler=en.txt --set sftHeld=held.jsonl [--json OUT]
     tatu compare CKPT_A CKPT_B --set enRuler=en.txt [--json OUT]
 
-Every set is scored on all its lines unless `--en-batches N --batch B` asks for the old
-evaluator's first N*B lines (EVAL_EN_ALL=0); the output then says k/n lines and warns with
-the SE. `compare` scores both checkpoints on the same lines and reports the paired ratio
-B/A: with different tokenizers the ratio is per character (2 ** (bpc_B - bpc_A)), since
-per-token perplexities of different tokenizers are not comparable.
+Every set is scored on all its lines unless `--en-batches N --batch B` asks, as EVAL_EN_ALL=0
+does in the daemon, for N*B lines of the enRuler set drawn by the seed (tatu.evals.sets.sample_lines);
+the output then says k/n lines and warns with the SE. `compare` scores both checkpoints on the
+same lines and reports the paired ratio B/A: with different tokenizers the ratio is per character
+(2 ** (bpc_B - bpc_A)), since per-token perplexities of different tokenizers are not comparable.
+
+The seed (bootstrap and subsample) defaults to the TATU_SEED the checkpoint was trained with
+(B's for compare), so the CIs equal those the daemon logged for the same checkpoint.
 """
 from __future__ import annotations
 
@@ -28,12 +31,14 @@ def _common_args(parser: argparse.ArgumentParser) -> None:
     lines = parser.add_mutually_exclusive_group()
     lines.add_argument("--all-lines", action="store_true", help="score every line (the default; EVAL_EN_ALL=1)")
     lines.add_argument("--en-batches", type=int, metavar="N",
-                       help="score only the first N x --batch lines of each set (EVAL_EN_ALL=0)")
+                       help="score only N x --batch lines of the enRuler set, drawn by --seed (EVAL_EN_ALL=0)")
     parser.add_argument("--batch", type=int, default=2, help="lines per batch for --en-batches (default 2, as EVAL_BATCH)")
     parser.add_argument("--category", action="append", default=[], choices=("function", "content"),
                         help="also report perplexity on tokens of function or content words (repeatable)")
-    parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--resamples", type=int, default=None,
+                        help="bootstrap resamples (default: the checkpoint's TATU_EVAL_RESAMPLES, else 2000)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="bootstrap and subsample seed (default: the checkpoint's TATU_SEED, as the daemon)")
     parser.add_argument("--token-budget", type=int, default=None, help="padded tokens per batch (default: 2048 on CPU, 16384 on CUDA)")
 
 
@@ -73,26 +78,66 @@ def _set_specs(args: argparse.Namespace) -> list[tuple[str, Path, str]]:
 
 
 def _load_model(path: Path, device: str):
+    """(model, tokenizer, meta) of a checkpoint; any load error is one line, exit 65."""
     from tatu.model.checkpoint import load_checkpoint
 
     try:
         ckpt = load_checkpoint(path)
-        return ckpt.build_model(device), ckpt.tokenizer
+        return ckpt.build_model(device), ckpt.tokenizer, ckpt.meta
     except ValueError as exc:  # CheckpointError, TokenizerError, a bad config
         raise TatuExit(BAD_DATA, str(exc).splitlines()[0] if str(exc) else f"{path}: cannot load checkpoint")
+
+
+def _peek_meta(path: Path) -> dict:
+    """A checkpoint's meta without loading its weights (they are verified when it is loaded)."""
+    from tatu.model.checkpoint import load_checkpoint
+
+    if path.is_dir():
+        try:
+            meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return {}
+        return meta if isinstance(meta, dict) else {}
+    try:  # a legacy single file keeps its meta inside
+        return load_checkpoint(path).meta
+    except ValueError:
+        return {}
+
+
+def resolve_bootstrap(args: argparse.Namespace, *checkpoints: tuple[Path, dict]) -> None:
+    """args.seed and args.resamples: the flag, else what the first checkpoint that records a run
+    config was trained with (TATU_SEED, TATU_EVAL_RESAMPLES), else those variables' defaults:
+    one default for the daemon and the CLI, so both give one CI. Says which seed on stdout."""
+    from tatu.daemon.config import RunConfig
+
+    recorded = next(((path, meta["config"]) for path, meta in checkpoints
+                     if isinstance(meta, dict) and isinstance(meta.get("config"), dict)), None)
+    source = "--seed" if args.seed is not None else "TATU_SEED's default: no checkpoint records it"
+    for attr, variable, field in (("seed", "TATU_SEED", "seed"), ("resamples", "TATU_EVAL_RESAMPLES", "eval_resamples")):
+        if getattr(args, attr) is not None:
+            continue
+        value = recorded[1].get(variable) if recorded else None
+        if isinstance(value, int) and not isinstance(value, bool):
+            setattr(args, attr, value)
+            if attr == "seed":
+                source = f"TATU_SEED of {recorded[0]}"
+        else:
+            setattr(args, attr, RunConfig.model_fields[field].default)
+    print(f"seed {args.seed} ({source}), {args.resamples} resamples")
 
 
 def _score_all(model, tokenizer, specs, args) -> dict[str, list]:
     """name -> [whole-set result, then one result per --category]."""
     from tatu.evals.masks import CATEGORIES
     from tatu.evals.scoring import evaluate
-    from tatu.evals.sets import load_eval_set, subsample, target_word_masks
+    from tatu.evals.sets import SUBSAMPLED_SET, load_eval_set, subsample, target_word_masks
 
     results: dict[str, list] = {}
     for name, file, kind in specs:
         try:
             eval_set = load_eval_set(file, tokenizer, name=name, kind=kind)
-            eval_set, _ = subsample(eval_set, args.en_batches is None, args.en_batches or 1, args.batch)
+            if name == SUBSAMPLED_SET:
+                eval_set, _ = subsample(eval_set, args.en_batches is None, args.en_batches or 1, args.batch, args.seed)
         except ValueError as exc:
             raise TatuExit(BAD_DATA, str(exc))
         options = dict(device=args.device, n_resamples=args.resamples, seed=args.seed, token_budget=args.token_budget)
@@ -124,9 +169,19 @@ def _write_json(path: Path, payload: dict) -> None:
 
 def _warn(results: dict[str, list]) -> None:
     for per_set in results.values():
+        if per_set[0].blank_note:
+            print(f"note: {per_set[0].name}: {per_set[0].blank_note} (blank lines are not scored)")
         warning = per_set[0].warning()
         if warning:
             print(f"warning: {warning}", file=sys.stderr)
+
+
+def _check_subsample(args: argparse.Namespace, specs) -> None:
+    from tatu.evals.sets import SUBSAMPLED_SET
+
+    if args.en_batches is not None and SUBSAMPLED_SET not in [name for name, _, _ in specs]:
+        raise TatuExit(USAGE, f"--en-batches subsamples the {SUBSAMPLED_SET} set (as EVAL_EN_BATCHES does in the "
+                              f"daemon); no set is named {SUBSAMPLED_SET}: give --set {SUBSAMPLED_SET}=FILE")
 
 
 def _check_device(args: argparse.Namespace) -> None:
@@ -141,7 +196,9 @@ def _check_device(args: argparse.Namespace) -> None:
 def eval_main(args: argparse.Namespace) -> int:
     _check_device(args)
     specs = _set_specs(args)
-    model, tokenizer = _load_model(args.checkpoint, args.device)
+    _check_subsample(args, specs)
+    model, tokenizer, meta = _load_model(args.checkpoint, args.device)
+    resolve_bootstrap(args, (args.checkpoint, meta))
     results = _score_all(model, tokenizer, specs, args)
 
     header = f"{'set':<22} {'lines':>9} {'tokens':>9} {'ppl':>10} {'95% CI':>23} {'bpc':>7} {'bpb':>7}"
@@ -158,31 +215,45 @@ def eval_main(args: argparse.Namespace) -> int:
         "format": "tatu-eval-1",
         "checkpoint": str(args.checkpoint),
         "tokenizer_hash": tokenizer.hash,
+        "seed": args.seed,
         "sets": {name: [r.to_json() for r in per_set] for name, per_set in results.items()},
     })
     return 0
 
 
-def verdict(paired, per: str) -> str:
+def fmt_mde(paired) -> str:
+    """The MDE, or n/a when A and B scored every line alike (nothing varies: there is no
+    resolution to speak of), as the daemon's EVAL line shows it at step 0."""
+    return "n/a" if paired.se_log_ratio == 0 else f"{paired.mde:.2%}"
+
+
+def verdict(paired, per: str, n_resamples: int) -> str:
     """One plain sentence: a change the CI resolves, or 'within resolution'."""
+    from tatu.formats import fmt_p
+
     change, lo, hi = paired.ratio - 1.0, paired.lo - 1.0, paired.hi - 1.0
     unit = "" if per == "token" else " per character"
     if lo <= 0.0 <= hi:
         return (f"within resolution: change {change:+.2%}{unit}, CI [{lo:+.2%}, {hi:+.2%}] includes 0 "
-                f"(MDE {paired.mde:.2%})")
+                f"(MDE {fmt_mde(paired)})")
     direction = "better" if change < 0 else "worse"
-    return f"B is {direction} by {abs(change):.2%}{unit} (CI {lo:+.2%} to {hi:+.2%}, p={paired.p_value:.3g})"
+    p = fmt_p(paired.p_value, n_resamples)
+    return f"B is {direction} by {abs(change):.2%}{unit} (CI {lo:+.2%} to {hi:+.2%}, p{p if p[0] == '<' else '=' + p})"
 
 
 def compare_main(args: argparse.Namespace) -> int:
     from tatu.evals.scoring import compare_results
+    from tatu.formats import fmt_p
 
     _check_device(args)
     specs = _set_specs(args)
-    model_a, tok_a = _load_model(args.checkpoint_a, args.device)
+    _check_subsample(args, specs)
+    model_a, tok_a, meta_a = _load_model(args.checkpoint_a, args.device)
+    # B, the candidate, is usually the run being judged (A its seed): its seed first
+    resolve_bootstrap(args, (args.checkpoint_b, _peek_meta(args.checkpoint_b)), (args.checkpoint_a, meta_a))
     results_a = _score_all(model_a, tok_a, specs, args)
-    del model_a
-    model_b, tok_b = _load_model(args.checkpoint_b, args.device)
+    del model_a  # one model in memory at a time
+    model_b, tok_b, _ = _load_model(args.checkpoint_b, args.device)
     results_b = _score_all(model_b, tok_b, specs, args)
     per = "token" if tok_a.hash == tok_b.hash else "char"
     if per == "char" and args.category:
@@ -197,12 +268,13 @@ def compare_main(args: argparse.Namespace) -> int:
         rows[name] = []
         for ra, rb in zip(results_a[name], results_b[name]):
             paired = compare_results(ra, rb, n_resamples=args.resamples, seed=args.seed, per=per)
-            text = verdict(paired, per)
+            text = verdict(paired, per, args.resamples)
             ci = f"[{paired.lo:.4f}, {paired.hi:.4f}]"
             shown_a, shown_b = (ra.ppl, rb.ppl) if per == "token" else (2 ** ra.bpc, 2 ** rb.bpc)
             lines = f"{len(ra.scores)}/{ra.n_lines_total}" if ra.category is None else str(ra.n_lines)
             print(f"{_label(ra):<22} {lines:>9} {shown_a:>10.4g} "
-                  f"{shown_b:>10.4g} {paired.ratio:>8.4f} {ci:>19} {paired.p_value:>7.3g} {paired.mde:>7.2%}  {text}")
+                  f"{shown_b:>10.4g} {paired.ratio:>8.4f} {ci:>19} {fmt_p(paired.p_value, args.resamples):>7} "
+                  f"{fmt_mde(paired):>7}  {text}")
             rows[name].append({
                 "category": ra.category, "per": per, "ratio": paired.ratio, "lo": paired.lo, "hi": paired.hi,
                 "p_value": paired.p_value, "mde": paired.mde, "se_log_ratio": paired.se_log_ratio,
@@ -215,6 +287,7 @@ def compare_main(args: argparse.Namespace) -> int:
         "format": "tatu-compare-1",
         "checkpoint_a": str(args.checkpoint_a),
         "checkpoint_b": str(args.checkpoint_b),
+        "seed": args.seed,
         "sets": rows,
     })
     return 0

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tatu.daemon.logs import read_events
 from tatu.exitcodes import BAD_DATA, TatuExit
+from tatu.formats import fmt_p as shared_fmt_p
 from tatu.formats import fmt_pct as shared_fmt_pct
 from tatu.formats import fmt_ppl as shared_fmt_ppl
 
@@ -175,10 +176,8 @@ def fmt_rate(value) -> str:
 
 
 def fmt_p(value) -> str:
-    x = number(value)
-    if x is None:
-        return "n/a"
-    return "<0.001" if x < 0.001 else f"{x:.3f}"
+    """A bootstrap p-value: "<0.001" at the floor of the default 2000 resamples."""
+    return shared_fmt_p(number(value))
 
 
 def fmt_int(value) -> str:

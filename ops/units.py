@@ -33,6 +33,7 @@ class InstallResult:
     written: list[Path] = field(default_factory=list)
     kept: list[Path] = field(default_factory=list)  # user-edited env files left alone
     reloaded: bool = False
+    notes: list[str] = field(default_factory=list)  # what was changed on the way (a rewritten TATU_RUN)
 
 
 def units_dir() -> Path:
@@ -86,6 +87,36 @@ def _write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
+def _env_value(raw: str) -> str:
+    value = raw.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        value = value[1:-1]
+    return value
+
+
+def env_for_instance(text: str, run: str, source: Path) -> tuple[str, str | None]:
+    """The env file with every TATU_RUN that names another run rewritten to `run`.
+
+    EnvironmentFile= is read after Environment=, so a `TATU_RUN=run5` copied into run7's env
+    file would make tatu-sft@run7 train (or resume) runs/run5. Returns (text, note or None).
+    """
+    lines, contradicted = [], []
+    for line in text.splitlines(keepends=True):
+        key, sep, value = line.strip().partition("=")
+        if sep and key.strip() == "TATU_RUN" and _env_value(value) != run:
+            contradicted.append(_env_value(value))
+            ending = "\n" if line.endswith("\n") else ""
+            lines.append(f"# tatu units install: {source} said TATU_RUN={_env_value(value)}; the instance is {run}\n")
+            lines.append(f"TATU_RUN={run}{ending}")
+        else:
+            lines.append(line)
+    if not contradicted:
+        return text, None
+    note = (f"tatu: {source} sets TATU_RUN={', '.join(contradicted)}, which contradicts the run {run!r}: "
+            f"installed with TATU_RUN={run} (the instance name decides the run directory)")
+    return "".join(lines), note
+
+
 def install_units(run: str | None = None, dest: Path | None = None, env_dest: Path | None = None,
                   reload: bool = True, env_file: Path | None = None, workdir: Path | None = None,
                   python: Path | None = None, overwrite_env: bool = False) -> InstallResult:
@@ -117,7 +148,9 @@ def install_units(run: str | None = None, dest: Path | None = None, env_dest: Pa
 
     if env_source is not None:
         target = env_dest / f"{run}.env"
-        text = env_source.read_text()
+        text, note = env_for_instance(env_source.read_text(), run, env_source)
+        if note is not None:
+            result.notes.append(note)
         if target.is_file() and target.read_text() != text and not overwrite_env:
             result.kept.append(target)
         elif _write_if_changed(target, text):
@@ -173,6 +206,8 @@ def units_main(args: argparse.Namespace) -> int:
     except (UnitsError, OSError, subprocess.TimeoutExpired) as exc:
         print(exc, file=sys.stderr)
         return 1
+    for note in result.notes:
+        print(note, file=sys.stderr)
     for path in result.written:
         print(f"wrote {path}")
     for path in result.kept:

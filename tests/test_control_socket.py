@@ -410,3 +410,25 @@ def test_status_watch_keeps_going_when_the_daemon_is_gone(short_dir, monkeypatch
     out = io.StringIO()
     assert status_main(args, out=out) == 0
     assert out.getvalue().count("no daemon listening") == 3
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_status_into_a_closed_pipe_exits_quietly(server, unbuffered):
+    """`tatu status RUN --json | head -1` as the units run it (PYTHONUNBUFFERED=1): the reader is
+    gone before tatu writes. Like any Unix tool: no traceback, the SIGPIPE status 141."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = {**os.environ, "PYTHONUNBUFFERED": unbuffered}
+    try:
+        proc = subprocess.run([sys.executable, "-m", "tatu.ops.cli", "status", "--socket", str(server.path), "--json"],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, env=env, timeout=60)
+    finally:
+        os.close(write_end)
+    assert proc.stderr == ""
+    assert proc.returncode == 141
+
+
+def test_an_open_pipe_still_gets_the_whole_reply(server):
+    proc = subprocess.run([sys.executable, "-m", "tatu.ops.cli", "status", "--socket", str(server.path), "--json"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=60)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["step"] == 7

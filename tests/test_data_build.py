@@ -183,6 +183,29 @@ def test_bad_text_line_stops_with_file_line_and_exit_65(sources, tmp_path, capsy
     assert not out.exists()
 
 
+@pytest.mark.parametrize("failure", ["bad pair", "bad text", "no documents"])
+def test_failed_build_into_new_parents_leaves_no_trace(sources, tmp_path, capsys, failure):
+    """--out new/sub/out: a rejected build removes the parents it created, not only its temp dir."""
+    flags = {"bad pair": ["--sft", f"sft={sources / 'bad.jsonl'}", "--seq-len", "64"],
+             "bad text": ["--text", f"pt={sources / 'bad.txt'}"],
+             "no documents": ["--text", f"pt={sources / 'blank.txt'}"]}[failure]
+    (sources / "bad.jsonl").write_bytes(GOOD.encode() + b"\n{oops\n")
+    (sources / "bad.txt").write_bytes(b"caf\xe9\n")
+    (sources / "blank.txt").write_text("\n \n")
+    work = tmp_path / "work"
+    work.mkdir()
+    assert _build(sources, work / "new" / "sub" / "out", *flags) == 65
+    assert list(work.iterdir()) == []
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_out_below_a_file_is_one_line_and_exit_78(sources, tmp_path, capsys):
+    (tmp_path / "file").write_text("not a dir")
+    assert _build(sources, tmp_path / "file" / "sub" / "out", "--text", f"pt={sources / 'pt.txt'}") == 78
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not a directory" in err[0] and str(tmp_path / "file") in err[0]
+
+
 def test_failed_rebuild_keeps_the_previous_data_dir(sources, tmp_path):
     out = tmp_path / "data"
     assert _full_build(sources, out) == 0
@@ -343,3 +366,72 @@ def test_tokenizer_out_that_cannot_be_written_is_one_line(sources, tmp_path, cap
     assert main(["tokenizer", "train", "--kind", "char", "--out", str(out), str(sources / "pt.txt")]) == 78
     err = capsys.readouterr().err
     assert str(out) in err and "Traceback" not in err and err.count("\n") == 1
+
+
+RSS_PROBE = """
+import resource, sys
+from tatu.ops.cli import main
+rc = main(sys.argv[1:])
+print(rc, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def _build_peak_rss_kb(src, out, pairs):
+    """Exit code and peak RSS (KiB) of `tatu data build` over `pairs` in a fresh child process."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", RSS_PROBE, "data", "build", "--tokenizer", str(src / "tok.json"),
+                           "--out", str(out), "--sft", f"sft={pairs}", "--seq-len", "64"],
+                          capture_output=True, text=True, timeout=300)
+    rc, peak = proc.stdout.split()[-2:]
+    return int(rc), int(peak), proc.stderr
+
+
+def test_a_huge_pair_is_refused_by_its_length_before_it_is_tokenized(sources, tmp_path):
+    """A valid 8 MB pair: refused (65, FILE:LINE) with memory near that of a tiny bad line.
+    Tokenizing it first, as before, cost ~35 bytes of RSS per character."""
+    huge_chars = 8_000_000
+    small, huge = tmp_path / "small.jsonl", tmp_path / "huge.jsonl"
+    small.write_text(GOOD + "\n" + json.dumps({"prompt": "a", "response": "x" * 100}) + "\n", encoding="utf-8")
+    huge.write_text(GOOD + "\n" + json.dumps({"prompt": "Diga", "response": "olá " * (huge_chars // 4)}) + "\n",
+                    encoding="utf-8")
+    rc_small, rss_small, _ = _build_peak_rss_kb(sources, tmp_path / "a", small)
+    rc_huge, rss_huge, err = _build_peak_rss_kb(sources, tmp_path / "b", huge)
+    assert rc_small == rc_huge == 65
+    growth_bytes = (rss_huge - rss_small) * 1024
+    # reading and parsing the line costs a few copies of it; 10 bytes per character is generous
+    assert growth_bytes < 10 * huge_chars, f"peak RSS grew by {growth_bytes / 1e6:.0f} MB"
+    assert f"{huge}:2: pair is at least" in err and "longer than --seq-len 64" in err
+
+
+def test_length_bound_never_exceeds_the_real_length():
+    """The pre-check may only refuse what the exact check would: min_ids <= len(ids) for both
+    tokenizers, equal for a char tokenizer on known characters."""
+    from tatu.data.build import max_chars_per_token
+    from tatu.data.sft import SFTExample
+    from tatu.model.tokenizer import BPETokenizer
+
+    texts = PT_DOCS + EN_DOCS + ["ação " * 50, "çççç" * 30, "🙂 emoji fora do vocabulário", "a"]
+    char = CharTokenizer.train(PT_DOCS + EN_DOCS)
+    bpe = BPETokenizer.train(texts * 20, vocab_size=300)
+    examples = [SFTExample("f", 1, prompt=p, response=r) for p in texts for r in texts[:4]]
+    examples += [SFTExample("f", 1, messages=({"role": "system", "content": texts[0]}, {"role": "user", "content": t},
+                                              {"role": "assistant", "content": t}, {"role": "assistant", "content": "ok"}))
+                 for t in texts]
+    for tok in (char, bpe):
+        per_token = max_chars_per_token(tok)
+        for example in examples:
+            assert example.min_ids(per_token) <= len(example.encode(tok)[0])
+    assert max_chars_per_token(char) == 1
+    known = SFTExample("f", 1, prompt=PT_DOCS[0], response=EN_DOCS[0])
+    assert known.min_ids(1) == len(known.encode(char)[0])
+
+
+def test_pair_of_exactly_one_row_is_accepted_and_one_more_is_refused(sources, tmp_path):
+    tok = load_tokenizer(sources / "tok.json")
+    n_ids = len(encode_pair(tok, "Diga", "olá")[0])  # char-level: the bound is exact here
+    pairs = sources / "edge.jsonl"
+    pairs.write_text(json.dumps({"prompt": "Diga", "response": "olá"}, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert _build(sources, tmp_path / "fits", "--sft", f"sft={pairs}", "--seq-len", str(n_ids - 1)) == 0
+    assert _build(sources, tmp_path / "over", "--sft", f"sft={pairs}", "--seq-len", str(n_ids - 2)) == 65

@@ -127,3 +127,84 @@ def test_unreachable_manager_still_reports_the_host(monkeypatch):
     checks = {f.check: f for f in findings[1:]}
     assert set(checks) == {"swap", "linger", "gpu"}
     assert checks["swap"].level != "OK"  # 6 GB of 8 GB swap in use is what the oomd swap rule watches
+
+
+def _status_text(uid: int, cap_eff: int) -> str:
+    return f"Name:\tsystemd\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nCapInh:\t0000000000000000\nCapEff:\t{cap_eff:016x}\n"
+
+
+ALL_BUT_SYS_RESOURCE = 0x000001fffeffffff  # what root gets in the containers these tests run in
+
+
+def test_proc_status_reads_uid_and_cap_sys_resource():
+    import os
+
+    me = doctor.proc_status("self")
+    assert me["uid"] == os.geteuid()
+    cap_line = next(line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("CapEff:"))
+    assert me["cap_eff"] == int(cap_line.split()[1], 16)
+    assert me["cap_sys_resource"] == bool(int(cap_line.split()[1], 16) & (1 << 24))
+    assert doctor.parse_proc_status(_status_text(0, ALL_BUT_SYS_RESOURCE))["cap_sys_resource"] is False
+    assert doctor.parse_proc_status(_status_text(0, ALL_BUT_SYS_RESOURCE | 1 << 24))["cap_sys_resource"] is True
+    assert doctor.proc_status(2**22 + 12345) is None  # no such process
+
+
+@pytest.mark.parametrize("uid, cap_eff, says, fix", [
+    (0, ALL_BUT_SYS_RESOURCE, "runs as root but without CAP_SYS_RESOURCE", "--cap-add SYS_RESOURCE"),
+    (1000, 0, "runs as uid 1000 without CAP_SYS_RESOURCE: a user manager cannot lower it", "drop-in"),
+    (0, ALL_BUT_SYS_RESOURCE | 1 << 24, "with CAP_SYS_RESOURCE, so it could lower it", "systemctl --user cat"),
+])
+def test_oom_score_names_the_cause_it_can_see(uid, cap_eff, says, fix):
+    """A root manager lacking CAP_SYS_RESOURCE (a container) is not blamed on 'a user manager'."""
+    manager = {"pid": 812, **doctor.parse_proc_status(_status_text(uid, cap_eff))}
+    oom = by_check(diagnose(show("run5-user-active.show"), dict(USER_FACTS, manager=manager)))["oom_score_adj"]
+    assert oom.level == "FAIL" and "the process has 0" in oom.why and "pid 812" in oom.why
+    assert says in oom.why and fix in oom.fix
+    if uid == 0:
+        assert "user manager" not in oom.why
+
+
+def test_oom_score_without_a_readable_manager_says_what_this_shell_has():
+    me = doctor.parse_proc_status(_status_text(0, ALL_BUT_SYS_RESOURCE))
+    oom = by_check(diagnose(show("run5-user-active.show"), dict(USER_FACTS, self=me)))["oom_score_adj"]
+    assert "could not be read" in oom.why and "this shell: root, without CAP_SYS_RESOURCE" in oom.why
+
+
+def test_disk_facts_measure_free_space_and_the_last_state(tmp_path):
+    import os
+    import shutil
+
+    run_dir = tmp_path / "runs" / "run5"
+    (run_dir / "state").mkdir(parents=True)
+    (run_dir / "state" / "model.safetensors").write_bytes(b"\0" * 300_000)
+    (run_dir / "state" / "resume.json").write_bytes(b"{}" * 1000)
+    facts = doctor.disk_facts(run_dir)
+    expected = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(run_dir / "state") for f in files)
+    assert facts["state_mb"] == pytest.approx(expected / 2**20)
+    assert facts["free_mb"] == pytest.approx(shutil.disk_usage(run_dir).free / 2**20, rel=0.05)
+    ok = doctor._check_disk(facts)
+    assert ok.level == "OK" and str(run_dir) in ok.why and "last saved state is 0.3 MB" in ok.why
+    # a run not started yet: the free space of the nearest existing parent, no state
+    fresh = doctor.disk_facts(tmp_path / "runs" / "new")
+    assert fresh["state_mb"] is None and "no saved state yet" in doctor._check_disk(fresh).why
+    low = doctor._check_disk({"run_dir": str(run_dir), "free_mb": 40.0, "state_mb": 55.0})
+    assert low.level == "WARN" and "may not fit" in low.why and "TATU_OUT" in low.fix
+
+
+def test_run_dir_follows_the_env_file_over_the_unit_environment(tmp_path):
+    env_file = tmp_path / "run5.env"
+    env_file.write_text("TATU_OUT=/srv/big/runs\nSFT_GE=8\n")
+    unit = {"Environment": "TATU_RUN=run5 TATU_OUT=elsewhere PYTHONUNBUFFERED=1", "WorkingDirectory": str(tmp_path),
+            "EnvironmentFiles": f"{env_file} (ignore_errors=no)"}
+    assert doctor.run_dir_of("run5", unit) == Path("/srv/big/runs/run5")
+    env_file.write_text("SFT_GE=8\n")
+    assert doctor.run_dir_of("run5", unit) == tmp_path / "elsewhere" / "run5"
+    assert doctor.run_dir_of("run5", {"WorkingDirectory": str(tmp_path)}) == tmp_path / "runs" / "run5"
+
+
+def test_doctor_shows_the_free_space_of_the_run_directory(monkeypatch, capsys, tmp_path):
+    facts = dict(USER_FACTS, disk={"run_dir": str(tmp_path / "runs" / "run5"), "free_mb": 12.0, "state_mb": 30.0})
+    monkeypatch.setattr(doctor, "gather", lambda run, check_gpu=True: (show("run5-user-active.show"), facts))
+    doctor_main(add_doctor_args(argparse.ArgumentParser()).parse_args(["run5"]))
+    out = capsys.readouterr().out
+    assert f"WARN disk: 12 MB free for {tmp_path / 'runs' / 'run5'}; the last saved state is 30.0 MB" in out

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tatu.evals.scoring import evaluate
-from tatu.evals.sets import load_eval_set
+from tatu.evals.sets import load_eval_set, sample_lines
 from tatu.model.checkpoint import save_checkpoint
 from tatu.model.gpt import GPT, GPTConfig
 from tatu.model.tokenizer import CharTokenizer
@@ -76,16 +76,71 @@ def test_eval_prints_table_and_writes_json_matching_the_rig(files, tmp_path, cap
     assert held["n_tokens"] == held["n_chars"] + 2  # char-level, plus one EOS per pair
 
 
-def test_eval_subsampling_says_k_of_n_and_warns(files, tmp_path, capsys):
+def test_eval_subsampling_draws_seeded_ruler_lines_says_k_of_n_and_warns(files, tmp_path, capsys):
+    """--en-batches subsamples enRuler only (as EVAL_EN_BATCHES in the daemon), by sample_lines(seed):
+    the same lines at every eval with that seed, recorded in the JSON."""
     root, _, _ = files
     out = tmp_path / "e.json"
-    rc = tatu(["eval", str(root / "base"), "--set", f"en={root / 'pt.txt'}", "--en-batches", "2", "--batch", "3",
-               "--json", str(out), "--resamples", "200"])
-    assert rc == 0
+    args = ["eval", str(root / "base"), "--set", f"enRuler={root / 'pt.txt'}", "--set", f"ptVal={root / 'pt.txt'}",
+            "--en-batches", "2", "--batch", "3", "--json", str(out), "--resamples", "200", "--seed", "5"]
+    assert tatu(args) == 0
     captured = capsys.readouterr()
-    assert f"6/{len(PT_LINES)}" in captured.out
+    assert f"6/{len(PT_LINES)}" in captured.out and f"{len(PT_LINES)}/{len(PT_LINES)}" in captured.out
     assert "warning" in captured.err and "SE" in captured.err
-    assert json.loads(out.read_text())["sets"]["en"][0]["lines"]["index"] == list(range(6))
+    payload = json.loads(out.read_text())
+    ruler, pt = payload["sets"]["enRuler"][0], payload["sets"]["ptVal"][0]
+    assert ruler["lines"]["index"] == sample_lines(len(PT_LINES), 6, 5) and ruler["sample_seed"] == 5
+    assert pt["lines"]["index"] == list(range(len(PT_LINES))) and pt["sample_seed"] is None
+    assert payload["seed"] == 5
+    assert tatu(args) == 0 and json.loads(out.read_text())["sets"]["enRuler"][0]["lines"]["index"] == ruler["lines"]["index"]
+    capsys.readouterr()
+    assert tatu([*args[:-1], "6"]) == 0
+    assert json.loads(out.read_text())["sets"]["enRuler"][0]["lines"]["index"] == sample_lines(len(PT_LINES), 6, 6)
+
+
+def test_en_batches_without_a_ruler_set_is_a_usage_error(files, capsys):
+    root, _, _ = files
+    assert tatu(["eval", str(root / "base"), "--set", f"pt={root / 'pt.txt'}", "--en-batches", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "enRuler" in err[0]
+
+
+def test_blank_lines_are_counted_and_reported(files, tmp_path, capsys):
+    root, _, _ = files
+    padded = tmp_path / "padded.txt"
+    padded.write_text("\n".join(PT_LINES[:4] + ["", "   ", "\t", "\u00a0"] + PT_LINES[4:]) + "\n", encoding="utf-8")
+    out = tmp_path / "b.json"
+    assert tatu(["eval", str(root / "base"), "--set", f"pt={padded}", "--json", str(out), "--resamples", "200"]) == 0
+    assert f"pt: {len(PT_LINES)} scored, 4 blank" in capsys.readouterr().out
+    result = json.loads(out.read_text())["sets"]["pt"][0]
+    assert result["n_blank"] == 4 and result["n_lines"] == len(PT_LINES)
+
+
+def test_seed_defaults_to_the_checkpoints_tatu_seed(files, tmp_path, capsys):
+    """One default: a checkpoint that records TATU_SEED is bootstrapped with it, else with
+    TATU_SEED's default; --seed overrides. The CI follows the seed, the ppl does not."""
+    from tatu.daemon.config import RunConfig
+    from tatu.model.checkpoint import load_checkpoint
+
+    root, tok, _ = files
+    base = load_checkpoint(root / "base")
+    seeded = tmp_path / "seeded"
+    save_checkpoint(seeded, model=base.build_model("cpu"), model_config=base.model_config, tokenizer=tok,
+                    meta={"config": {"TATU_SEED": 4242}})
+    runs = {}
+    for name, ckpt, extra in (("seeded", seeded, []), ("default", root / "base", []),
+                              ("explicit", root / "base", ["--seed", "4242"])):
+        out = tmp_path / f"{name}.json"
+        assert tatu(["eval", str(ckpt), "--set", f"pt={root / 'pt.txt'}", "--json", str(out), "--resamples", "200",
+                     *extra]) == 0
+        runs[name] = json.loads(out.read_text())
+    printed = capsys.readouterr().out
+    assert f"seed 4242 (TATU_SEED of {seeded}), 200 resamples" in printed
+    assert runs["seeded"]["seed"] == 4242 and runs["default"]["seed"] == RunConfig.model_fields["seed"].default
+    seeded_ci, default_ci, explicit_ci = (runs[n]["sets"]["pt"][0]["ci"] for n in ("seeded", "default", "explicit"))
+    assert seeded_ci == explicit_ci and seeded_ci != default_ci
+    expected = evaluate(base.build_model("cpu"), load_eval_set(root / "pt.txt", tok, name="pt"), n_resamples=200, seed=4242)
+    assert (seeded_ci["lo"], seeded_ci["hi"]) == (expected.ci.lo, expected.ci.hi)
 
 
 def test_eval_default_json_path_is_named_after_the_checkpoint(files, tmp_path, monkeypatch):
@@ -114,7 +169,12 @@ def test_compare_identical_checkpoints_is_within_resolution(files, tmp_path, cap
     rc = tatu(["compare", str(root / "base"), str(root / "base"), "--set", f"pt={root / 'pt.txt'}",
                "--json", str(out), "--resamples", "200"])
     assert rc == 0
-    assert "within resolution" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "within resolution" in printed
+    # nothing varies between A and B: no resolution to state, as the daemon's step-0 `mde=n/a`
+    assert "(MDE n/a)" in printed and "0.00%  within" not in printed
+    table_row = next(line for line in printed.splitlines() if line.startswith("pt "))
+    assert table_row.split()[8] == "n/a"
     row = json.loads(out.read_text())["sets"]["pt"][0]
     assert row["ratio"] == pytest.approx(1.0, abs=1e-12) and row["lo"] <= 1.0 <= row["hi"]
 
@@ -125,8 +185,11 @@ def test_compare_says_which_is_better(files, tmp_path, capsys):
     rc = tatu(["compare", str(root / "uniform"), str(root / "trained"), "--set", f"pt={root / 'pt.txt'}",
                "--json", str(out), "--resamples", "500"])
     assert rc == 0
-    assert "B is better by" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "B is better by" in printed
     row = json.loads(out.read_text())["sets"]["pt"][0]
+    # every replicate on one side: the p-value is at the bootstrap's floor, 2/(B+1), and says so
+    assert row["p_value"] == pytest.approx(2 / 501) and "p<0.004" in printed and "p=" not in printed
     assert row["a"]["ppl"] == pytest.approx(tok.vocab_size, rel=1e-6)
     assert row["ratio"] == pytest.approx(row["b"]["ppl"] / row["a"]["ppl"], rel=1e-9) and row["hi"] < 1.0
     rc = tatu(["compare", str(root / "trained"), str(root / "uniform"), "--set", f"pt={root / 'pt.txt'}",

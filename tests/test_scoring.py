@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tatu.evals.masks import CATEGORIES
 from tatu.evals.scoring import compare_results, evaluate, score_lines
-from tatu.evals.sets import EvalLine, EvalSet, load_eval_set, subsample, target_word_masks
+from tatu.evals.sets import EvalLine, EvalSet, load_eval_set, sample_lines, subsample, target_word_masks
 from tatu.model.gpt import GPT, GPTConfig
 from tatu.model.tokenizer import CharTokenizer
 
@@ -181,19 +181,56 @@ def test_evaluate_reports_sums_units_and_recomputable_json():
     assert again.ppl == result.ppl and again.ci == result.ci
 
 
-def test_subsample_keeps_the_first_lines_and_says_k_of_n():
+def test_subsample_draws_seeded_lines_and_says_k_of_n():
     lines = random_lines(np.random.default_rng(6), [3] * 166, pairs_like=False)
     full = EvalSet("enRuler", "en.txt", "text", lines)
-    part, note = subsample(full, all_lines=False, n_batches=2, batch=8)
-    assert note == "16/166 lines" and part.lines == lines[:16] and part.line_index == list(range(16))
-    assert part.n_lines_total == 166
+    part, note = subsample(full, all_lines=False, n_batches=2, batch=8, seed=1337)
+    chosen = sample_lines(166, 16, 1337)
+    assert note == "16/166 lines, seed 1337" and part.line_index == chosen and part.sample_seed == 1337
+    assert part.lines == [lines[i] for i in chosen] and part.n_lines_total == 166
+    assert chosen != list(range(16))  # not the first lines
+    assert subsample(full, False, 2, 8, seed=1337)[0].line_index == chosen  # same lines at every eval
+    assert subsample(full, False, 2, 8, seed=1338)[0].line_index != chosen
     same, note_all = subsample(full, all_lines=True, n_batches=2, batch=8)
     assert same.lines == lines and note_all == "166/166 lines"
     result = evaluate(MODEL, part, n_resamples=200)
     assert result.subsampled and "16/166" in result.warning() and "SE" in result.warning()
+    assert result.sample_seed == 1337
     assert evaluate(MODEL, full, n_resamples=200).warning() is None
     with pytest.raises(ValueError, match="batch"):
         subsample(full, all_lines=False, n_batches=2, batch=0)
+
+
+def _inclusion_is_uniform(sampler, n: int, k: int, seeds: int = 2000) -> bool:
+    """Every line is picked with probability k/n (within 5 binomial SE over `seeds` draws)."""
+    counts = np.zeros(n)
+    for seed in range(seeds):
+        picked = sampler(n, k, seed)
+        assert len(set(picked)) == k and picked == sorted(picked) and 0 <= min(picked) and max(picked) < n
+        counts[picked] += 1
+    p = k / n
+    return bool(np.all(np.abs(counts / seeds - p) <= 5 * math.sqrt(p * (1 - p) / seeds)))
+
+
+def test_sample_lines_is_uniform_without_replacement_and_the_check_catches_first_k():
+    assert _inclusion_is_uniform(sample_lines, 40, 16)
+    assert not _inclusion_is_uniform(lambda n, k, seed: list(range(k)), 40, 16)
+    assert sample_lines(10, 10, 3) == sample_lines(10, 50, 3) == list(range(10))
+
+
+def test_blank_lines_are_counted_not_scored(tmp_path):
+    tok = CharTokenizer.train(["abc de"])
+    path = tmp_path / "lines.txt"
+    path.write_bytes("abc\n\n  \t\n\u00a0\nde\r\n\n".encode())  # the final newline opens no line
+    eval_set = load_eval_set(path, tok)
+    assert [line.text for line in eval_set.lines] == ["abc", "de"]  # the "\r" is dropped
+    assert eval_set.n_blank == 4
+    result = evaluate(tiny_model(vocab=tok.vocab_size), eval_set, n_resamples=200)
+    assert result.blank_note == "2 scored, 4 blank" and result.to_json()["n_blank"] == 4
+    assert type(result).from_json(json.loads(json.dumps(result.to_json())), n_resamples=200).n_blank == 4
+    no_blanks = tmp_path / "clean.txt"
+    no_blanks.write_text("abc\nde\n")
+    assert load_eval_set(no_blanks, tok).n_blank == 0
 
 
 def test_compare_identical_models_gives_ratio_one_and_other_lines_are_refused():

@@ -209,3 +209,19 @@ def test_bad_options_are_refused():
         bootstrap_ppl([1.0, 2.0], [3, 4], level=95)
     with pytest.raises(ValueError, match="n_resamples"):
         bootstrap_ppl([1.0, 2.0], [3, 4], n_resamples=10)
+
+
+def test_p_value_at_the_bootstrap_floor_prints_as_an_upper_bound():
+    """All replicates on one side: p is at its floor 2/(B+1), which only bounds the true p."""
+    from tatu.formats import fmt_p
+
+    rng = np.random.default_rng(3)
+    tok = rng.integers(5, 30, size=60).astype(float)
+    nll_a = rng.uniform(1.0, 2.0, size=60) * tok
+    for resamples, shown in ((2000, "<0.001"), (200, "<0.01"), (1000, "<0.002")):
+        paired = paired_ratio(nll_a, tok, nll_a * 1.5, tok, n_resamples=resamples)
+        assert paired.p_value == pytest.approx(2 / (resamples + 1))
+        assert fmt_p(paired.p_value, resamples) == shown
+        assert float(shown[1:]) >= paired.p_value  # "<" is never below the value it bounds
+    assert fmt_p(3 / 2001) == "0.001" and fmt_p(0.073) == "0.073" and fmt_p(1.0) == "1.000"
+    assert fmt_p(None) == fmt_p(float("nan")) == "n/a"

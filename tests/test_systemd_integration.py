@@ -258,6 +258,17 @@ def test_doctor_reports_the_effective_oom_score_adj_of_the_live_unit(setup, um):
         assert oom.level == "OK" and f"effective {effective}" in oom.why
     else:  # these sandboxes deny it even to root: the silent failure the doctor exists for
         assert oom.level == "FAIL" and f"the process has {effective}" in oom.why and oom.fix
+        # the cause named is the one /proc shows for the manager that started the unit
+        manager_pid = int(next(line for line in Path(f"/proc/{main_pid}/status").read_text().splitlines()
+                               if line.startswith("PPid:")).split()[1])
+        status = Path(f"/proc/{manager_pid}/status").read_text().splitlines()
+        uid = int(next(line for line in status if line.startswith("Uid:")).split()[2])
+        has_cap = bool(int(next(line for line in status if line.startswith("CapEff:")).split()[1], 16) & (1 << 24))
+        assert f"its manager (pid {manager_pid}) runs as {'root' if uid == 0 else f'uid {uid}'}" in oom.why
+        if uid == 0 and not has_cap:
+            assert "without CAP_SYS_RESOURCE" in oom.why and "user manager" not in oom.why
+    disk = findings["disk"]
+    assert disk.level in ("OK", "WARN") and " MB free for " in disk.why and disk.why.split(" MB free for ")[1].split(";")[0].endswith("/tiny")
 
 
 # --- stop, start again ------------------------------------------------------------------------

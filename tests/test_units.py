@@ -1,4 +1,5 @@
 """The systemd units: rendered by install_units, accepted by systemd-analyze, carrying the required keys."""
+import argparse
 import os
 import shutil
 import subprocess
@@ -12,7 +13,7 @@ from strict import cannot_run
 from tatu import exitcodes
 from tatu.daemon.config import load_config
 from tatu.ops.run_cli import parse_env_file
-from tatu.ops.units import TEMPLATE, UnitsError, dedicated_unit, install_units, render_unit, units_dir
+from tatu.ops.units import TEMPLATE, UnitsError, dedicated_unit, install_units, render_unit, units_dir, units_main
 
 
 
@@ -182,3 +183,36 @@ def test_render_rejects_paths_systemd_would_split_and_escapes_percent(tmp_path):
     assert "WorkingDirectory=/w/100%%" in render_unit(template, Path("/usr/bin/python3"), Path("/w/100%"))
     with pytest.raises(UnitsError, match="unrendered placeholder"):
         render_unit(template + "X=@TATU_OTHER@\n", Path("/usr/bin/python3"), tmp_path)
+
+
+def _assignments(text: str) -> dict[str, str]:
+    """As systemd reads an EnvironmentFile: KEY=VALUE lines, comments skipped, the last one wins."""
+    values = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", ";")):
+            key, _, value = line.partition("=")
+            values[key.strip()] = value.strip().strip("\"'")
+    return values
+
+
+@pytest.mark.parametrize("written", ["TATU_RUN=run5", 'TATU_RUN="run5"', "  TATU_RUN = run5"])
+def test_env_file_of_another_run_is_installed_with_the_instance_name(tmp_path, capsys, written):
+    """`units install --run run7 --env-file run5.env` must not make tatu-sft@run7 train runs/run5
+    (EnvironmentFile= overrides the unit's Environment=TATU_RUN=%i)."""
+    source = tmp_path / "run5.env"
+    source.write_text(f"# run 5\n{written}\nSFT_GE=8\nREPLAY_N=6\n")
+    args = argparse.Namespace(action="install", run="run7", env_file=source, force_env=False, workdir=tmp_path,
+                              dest=tmp_path / "u", env_dest=tmp_path / "e", no_reload=True)
+    assert units_main(args) == 0
+    installed = (tmp_path / "e" / "run7.env").read_text()
+    assert _assignments(installed) == {"TATU_RUN": "run7", "SFT_GE": "8", "REPLAY_N": "6"}
+    err = capsys.readouterr().err
+    assert "TATU_RUN=run5" in err and "run7" in err and str(source) in err
+    assert source.read_text() == f"# run 5\n{written}\nSFT_GE=8\nREPLAY_N=6\n"  # the source is left alone
+
+
+def test_shipped_run5_env_installs_unchanged_for_run5(tmp_path):
+    result = install_units(run="run5", dest=tmp_path / "u", env_dest=tmp_path / "e", reload=False, workdir=tmp_path)
+    assert (tmp_path / "e" / "run5.env").read_text() == (units_dir() / "runs" / "run5.env").read_text()
+    assert result.notes == []
