@@ -195,6 +195,15 @@ def _is_tatu_char_model(payload: dict) -> bool:
             and payload.get("pre_tokenizer") is None and payload.get("normalizer") is None)
 
 
+def _adds_nothing(post_processor) -> bool:
+    """A TemplateProcessing that inserts no token: the same encoding as no post-processor."""
+    return (isinstance(post_processor, dict) and post_processor.get("type") == "TemplateProcessing"
+            and post_processor.get("single") == [{"Sequence": {"id": "A", "type_id": 0}}]
+            and post_processor.get("pair") == [{"Sequence": {"id": "A", "type_id": 0}},
+                                               {"Sequence": {"id": "B", "type_id": 1}}]
+            and not post_processor.get("special_tokens"))
+
+
 def tokenizer_from_hf(payload: dict, source: str = "<tokenizer.json>") -> Tokenizer:
     """A tokenizer.json -> tatu's Tokenizer with the same ids, or HFFormatError saying why not.
 
@@ -217,6 +226,8 @@ def tokenizer_from_hf(payload: dict, source: str = "<tokenizer.json>") -> Tokeni
             f"found {found}; add them (tokenizer.add_special_tokens) and resize the model's embeddings to match")
     rest = copy.deepcopy(payload)
     rest["added_tokens"] = added[: -len(SPECIALS)]
+    if _adds_nothing(rest.get("post_processor")):  # transformers' save_pretrained writes one
+        rest["post_processor"] = None
     if _is_tatu_char_model(payload):
         if rest["added_tokens"]:
             raise HFFormatError(f"{source}: a char model with extra added tokens {rest['added_tokens'][:3]}")
