@@ -217,7 +217,9 @@ def tokenizer_from_hf(payload: dict, source: str = "<tokenizer.json>") -> Tokeni
         raise HFFormatError(f"{source}: model type {model.get('type')!r}; tatu reads byte-level BPE or its own char model")
     added = list(payload.get("added_tokens") or [])
     tail = added[-len(SPECIALS):]
-    base = len(model["vocab"]) + len(added) - len(SPECIALS)
+    # GPT-2's own tokenizer.json lists <|endoftext|> both in the vocab and as an added token
+    ids = [i for i in model["vocab"].values() if isinstance(i, int)] + [t.get("id", -1) for t in added]
+    base = max(ids, default=-1) + 1 - len(SPECIALS)
     expected = [(base + i, s) for i, s in enumerate(SPECIALS)]
     if [(t.get("id"), t.get("content")) for t in tail] != expected:
         found = [(t.get("id"), t.get("content")) for t in tail]
@@ -335,7 +337,8 @@ def load_hf_dir(path: str | Path) -> Checkpoint:
     try:
         hf_state = st_load(weights.read_bytes())
     except OSError as exc:
-        raise HFFormatError(f"{weights}: missing or unreadable ({exc.strerror})") from None
+        raise HFFormatError(f"{weights}: missing or unreadable ({exc.strerror}); tatu reads safetensors weights "
+                            "only (not pytorch_model.bin, a pickle): save with safe_serialization=True") from None
     except Exception as exc:  # safetensors' own error types
         raise HFFormatError(f"{weights}: unreadable safetensors ({exc})") from None
     meta_file = path / "tatu_meta.json"

@@ -290,3 +290,18 @@ def test_the_daemon_and_the_loaders_never_import_transformers(world):
             "bad = [m for m in ('transformers', 'lm_eval', 'datasets') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_gpt2s_endoftext_listed_in_vocab_and_added_tokens_keeps_the_specials_after_it(world):
+    """GPT-2's tokenizer.json has <|endoftext|> twice (vocab and added_tokens, one id): the
+    specials tatu needs come right after it, not after a double count."""
+    original = load_checkpoint(world["ckpt"]["bpe"]).tokenizer
+    payload = tokenizer_to_hf(original)
+    n = len(payload["model"]["vocab"])
+    payload["model"]["vocab"]["<|endoftext|>"] = n
+    payload["added_tokens"] = [{"id": n, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+                                "rstrip": False, "normalized": False, "special": True}] + [
+        {**t, "id": t["id"] + 1} for t in payload["added_tokens"]]
+    tok = tokenizer_from_hf(payload, "gpt2-like/tokenizer.json")
+    assert (tok.bos_id, tok.vocab_size) == (n + 1, n + 1 + len(SPECIALS))
+    assert tok.encode("Olá, coração!") == original.encode("Olá, coração!")
