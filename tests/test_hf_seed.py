@@ -32,12 +32,15 @@ def outside_gpt2(sources, out):
     raw.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=320, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                                         show_progress=False))
     tok = PreTrainedTokenizerFast(tokenizer_object=raw)
+    torch.manual_seed(3)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=192, n_embd=32, n_layer=1, n_head=2))
+    # what the README tells a peer to do with a GPT-2 that lacks tatu's specials
     tok.add_special_tokens({"bos_token": SPECIALS[0], "eos_token": SPECIALS[1], "pad_token": SPECIALS[2],
                             "additional_special_tokens": list(SPECIALS[3:])})
-    torch.manual_seed(3)
-    config = GPT2Config(vocab_size=len(tok), n_positions=192, n_embd=32, n_layer=1, n_head=2,
-                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    GPT2LMHeadModel(config).save_pretrained(out)
+    model.resize_token_embeddings(len(tok))
+    model.config.update({"bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id,
+                         "pad_token_id": tok.pad_token_id})
+    model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
 
