@@ -237,7 +237,10 @@ def tokenizer_from_hf(payload: dict, source: str = "<tokenizer.json>") -> Tokeni
         if any(vocab.get(_byte_token(b)) != b for b in range(256)):
             raise HFFormatError(f"{source}: a byte-fallback model whose ids 0..255 are not the bytes <0x00>..<0xFF>")
         chars = sorted((i, t) for t, i in vocab.items() if i >= 256)
-        tok = CharTokenizer([t for _, t in chars])
+        try:
+            tok = CharTokenizer([t for _, t in chars])
+        except TokenizerError as exc:
+            raise HFFormatError(f"{source}: a byte-fallback model that is not tatu's char tokenizer ({exc})") from None
         if any(tok.encode(t) != [i] for i, t in chars):
             raise HFFormatError(f"{source}: a char model whose characters are not single characters in sorted order")
         return tok

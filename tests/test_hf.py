@@ -177,12 +177,13 @@ def test_round_trip_tatu_hf_tatu_is_bit_identical(world, kind, tmp_path):
         assert (again / name).read_bytes() == (world["hf"][kind] / name).read_bytes(), name
 
 
-def test_a_dir_written_by_transformers_save_pretrained_reads_back_identically(world, tmp_path):
-    model, tok = hf_pair(world, "bpe")
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_dir_written_by_transformers_save_pretrained_reads_back_identically(world, kind, tmp_path):
+    model, tok = hf_pair(world, kind)
     model.save_pretrained(tmp_path / "saved")
     tok.save_pretrained(tmp_path / "saved")
     back = load_checkpoint(tmp_path / "saved")
-    original = load_checkpoint(world["ckpt"]["bpe"])
+    original = load_checkpoint(world["ckpt"][kind])
     assert back.tokenizer.hash == original.tokenizer.hash
     assert back.model_config == original.model_config
     assert all(torch.equal(back.model_state[k], v) for k, v in original.model_state.items())
@@ -268,6 +269,10 @@ def test_a_tokenizer_without_tatus_specials_is_refused_with_the_fix(world):
     payload["added_tokens"] = [{"id": base, "content": "<|endoftext|>", "special": True}]  # GPT-2's own
     with pytest.raises(TokenizerError, match=r"<\|bos\|>.*add them"):
         tokenizer_from_hf(payload, "gpt2/tokenizer.json")
+    char = tokenizer_to_hf(load_checkpoint(world["ckpt"]["char"]).tokenizer)
+    char["model"]["vocab"]["ab"] = char["model"]["vocab"].pop(next(t for t, i in char["model"]["vocab"].items() if i == 256))
+    with pytest.raises(HFFormatError, match="not tatu's char tokenizer"):
+        tokenizer_from_hf(char, "odd/tokenizer.json")
     wordpiece = {"model": {"type": "WordPiece", "vocab": {}}, "added_tokens": []}
     with pytest.raises(TokenizerError, match="WordPiece"):
         tokenizer_from_hf(wordpiece, "bert/tokenizer.json")

@@ -5,6 +5,7 @@ trains from the directory (TATU_SEED_CKPT), and the result exports back to trans
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -88,3 +89,12 @@ def test_a_transformers_gpt2_dir_is_accepted_as_a_seed_and_trains(tmp_path):
     with torch.inference_mode():
         assert float((back(ids).logits - ours.detach()).abs().max()) <= 1e-5
     assert load_tokenizer(seed / "tokenizer.json").hash == start.tokenizer.hash
+
+    # a GPT-2 tatu would compute differently stops the daemon cleanly (65), naming the field
+    config = json.loads((seed / "config.json").read_text())
+    (seed / "config.json").write_text(json.dumps({**config, "activation_function": "relu"}))
+    env_refused = {**{k: v for k, v in os.environ.items() if not k.startswith(("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_"))},
+                   **env, "TATU_RUN": "refused"}
+    proc = subprocess.run([sys.executable, "-m", "tatu.daemon"], env=env_refused, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 65
+    assert "activation_function='relu'" in proc.stdout + proc.stderr
