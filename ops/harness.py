@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tatu.exitcodes import BAD_CONFIG, BAD_DATA, TatuExit
+from tatu.exitcodes import BAD_CONFIG, BAD_DATA, USAGE, TatuExit
 
 TASK = "tatu_rolling"
 MATCH_TOL = 1e-6  # bits per byte, under the matched rule
@@ -134,6 +134,8 @@ def harness_main(args: argparse.Namespace) -> int:
         import transformers  # noqa: F401
     except ImportError as exc:
         raise TatuExit(BAD_CONFIG, f"--harness needs transformers and lm-eval: pip install 'tatu[hf]' ({exc})")
+    if args.en_batches is not None or args.category:
+        raise TatuExit(USAGE, "--harness scores every line of each set, whole: drop --en-batches/--category")
     _check_device(args)
     specs = _set_specs(args)
     try:

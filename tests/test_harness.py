@@ -146,3 +146,24 @@ def test_the_documented_lm_eval_command_runs_the_shipped_task_offline(world, tmp
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(next((tmp_path / "out").rglob("results_*.json")).read_text())["results"]["tatu_rolling"]
     assert results["bits_per_byte,none"] == pytest.approx(tatu_result(world, "short").bpb, abs=1e-6)
+
+
+def test_reconcile_flags_a_disagreement_where_the_rules_match(world, tmp_path):
+    """The other direction: lm-eval run on a subtly broken export (one layer's Conv1D weight in the
+    wrong layout) must not pass as agreeing with tatu."""
+    from safetensors.torch import load_file, save_file
+
+    from tatu.ops.harness import make_lm, reconcile, score_with_lm_eval
+
+    broken = export_hf(world["tatu"], tmp_path / "broken")
+    state = load_file(broken / "model.safetensors")
+    w = state["transformer.h.1.attn.c_proj.weight"]
+    state["transformer.h.1.attn.c_proj.weight"] = w.t().contiguous()  # square: same shape, wrong layout
+    save_file(state, broken / "model.safetensors", metadata={"format": "pt"})
+    ckpt = world["tatu"]
+    eval_set = load_eval_set(world["files"]["short"], ckpt.tokenizer, name="short")
+    good = reconcile("short", eval_set, tatu_result(world, "short"), score_with_lm_eval(world["lm"], world["files"]["short"]), BLOCK)
+    bad = reconcile("short", eval_set, tatu_result(world, "short"),
+                    score_with_lm_eval(make_lm(broken, "cpu", 4), world["files"]["short"]), BLOCK)
+    assert good.matched and good.agrees
+    assert bad.matched and not bad.agrees and bad.max_line_nll_diff > 1e-3
