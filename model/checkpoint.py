@@ -202,6 +202,10 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> Checkpoint:
     path = Path(path)
     if path.is_file():
         return load_legacy_pt(path)
+    from tatu.model.hf import is_hf_dir, load_hf_dir
+
+    if is_hf_dir(path):  # a transformers GPT-2 directory: no manifest, config.json says gpt2
+        return load_hf_dir(path)
     ckpt = resolve_checkpoint(path)
     try:
         manifest = json.loads((ckpt / "manifest.json").read_text())

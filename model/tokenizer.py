@@ -219,6 +219,10 @@ class BPETokenizer(Tokenizer):
 def tokenizer_from_dict(payload: dict, source: str = "<tokenizer>") -> Tokenizer:
     if not isinstance(payload, dict):
         raise TokenizerError(f"{source}: expected a JSON object, got {type(payload).__name__}")
+    if "kind" not in payload and "model" in payload:  # a transformers/`tokenizers` tokenizer.json
+        from tatu.model.hf import tokenizer_from_hf
+
+        return tokenizer_from_hf(payload, source)
     kind = payload.get("kind")
     if payload.get("specials") != list(SPECIALS):
         raise TokenizerError(f"{source}: unexpected special tokens {payload.get('specials')!r}")

@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
     "doctor": ("tatu.ops.doctor", "add_doctor_args", "doctor_main", "check the unit and the host against what kills runs"),
     "units": ("tatu.ops.units", "add_units_args", "units_main", "install the systemd user units (tatu units install --run NAME)"),
     "report": ("tatu.ops.report", "add_args", "main", "plots and an HTML page from runs' events.jsonl"),
+    "export": ("tatu.ops.export", "add_args", "main", "a checkpoint as a transformers GPT-2 directory (--format hf)"),
 }
 
 

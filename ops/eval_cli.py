@@ -45,6 +45,8 @@ def _common_args(parser: argparse.ArgumentParser) -> None:
 def add_eval_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", type=Path, help="checkpoint directory or legacy .pt file")
     _common_args(parser)
+    parser.add_argument("--harness", action="store_true",
+                        help="also score the text sets with lm-evaluation-harness (needs tatu[hf]) and show both")
 
 
 def add_compare_args(parser: argparse.ArgumentParser) -> None:
@@ -194,6 +196,10 @@ def _check_device(args: argparse.Namespace) -> None:
 
 
 def eval_main(args: argparse.Namespace) -> int:
+    if args.harness:
+        from tatu.ops.harness import harness_main
+
+        return harness_main(args)
     _check_device(args)
     specs = _set_specs(args)
     _check_subsample(args, specs)

@@ -1,0 +1,350 @@
+"""tatu <-> transformers' GPT-2 format, without importing transformers.
+
+    <dir>/model.safetensors        GPT2LMHeadModel weights ("transformer.*", lm_head tied, not stored)
+    <dir>/config.json              GPT2Config (model_type gpt2)
+    <dir>/generation_config.json   the BOS/EOS/PAD ids
+    <dir>/tokenizer.json           a `tokenizers` model with tatu's ids and specials
+    <dir>/tokenizer_config.json    PreTrainedTokenizerFast with tatu's BOS/EOS/PAD
+    <dir>/special_tokens_map.json
+    <dir>/tatu_meta.json           the checkpoint's own metadata (trunk reference, step, ...)
+
+The weights are a renaming plus one transposition: transformers stores c_attn, c_proj and c_fc
+as Conv1D, whose weight is (in, out), the transpose of nn.Linear's (out, in). Only what GPT-2's
+layout expresses exactly is exported; anything else (a model without biases) is refused, never
+approximated. The same rules read a GPT-2 directory made elsewhere as a tatu checkpoint, so
+TATU_SEED_CKPT and `tatu eval` accept it (load_checkpoint calls `load_hf_dir`).
+
+Tokenizers: tatu's byte-level BPE is already a `tokenizers` model; the export appends the five
+specials as added tokens at the ids tatu gives them. The char tokenizer becomes a merge-free BPE
+with byte fallback: ids 0..255 are the byte tokens "<0xNN>", then one token per known character,
+then the specials, which is exactly tatu's layout, so every id is the same.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load as st_load, save as st_save
+
+from tatu.model.checkpoint import TIED_KEYS, Checkpoint, CheckpointError
+from tatu.model.gpt import GPTConfig
+from tatu.model.tokenizer import SPECIALS, BPETokenizer, CharTokenizer, Tokenizer, TokenizerError
+
+# Conv1D weights in transformers' GPT-2: stored transposed relative to nn.Linear
+_CONV1D_SUFFIXES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+# causal-mask buffers older transformers wrote into GPT-2 checkpoints: not weights
+_BUFFER_SUFFIXES = (".attn.bias", ".attn.masked_bias")
+LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, what tatu's GPT uses
+# both are the tanh approximation tatu's MLP uses; gelu_pytorch_tanh is the very same kernel
+_TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh")
+EXPORT_ACTIVATION = "gelu_pytorch_tanh"
+HF_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+            "tokenizer_config.json", "special_tokens_map.json", "tatu_meta.json")
+
+
+class HFFormatError(CheckpointError, TokenizerError):
+    """A model or tokenizer that one side's format cannot express exactly."""
+
+
+# ---- weights ---------------------------------------------------------------------------------
+
+def _is_conv1d(name: str) -> bool:
+    return name.endswith(_CONV1D_SUFFIXES)
+
+
+def state_to_hf(model_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """tatu state dict (lm_head tied, absent) -> GPT2LMHeadModel's safetensors keys."""
+    out = {}
+    for name, tensor in model_state.items():
+        if name in TIED_KEYS:
+            continue
+        if not name.startswith("transformer."):
+            raise HFFormatError(f"weight {name!r} has no place in GPT-2's layout")
+        out[name] = (tensor.t() if _is_conv1d(name) else tensor).contiguous()
+    return out
+
+
+def state_from_hf(hf_state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
+    """GPT2LMHeadModel weights (with or without the "transformer." prefix) -> tatu's state dict."""
+    out = {}
+    lm_head = None
+    for name, tensor in hf_state.items():
+        if name == "lm_head.weight":
+            lm_head = tensor
+            continue
+        if name.endswith(_BUFFER_SUFFIXES):
+            continue
+        if not name.startswith("transformer."):
+            name = "transformer." + name
+        out[name] = (tensor.t() if _is_conv1d(name) else tensor).contiguous()
+    if lm_head is not None and not torch.equal(lm_head, out.get("transformer.wte.weight", lm_head)):
+        raise HFFormatError(f"{source}: lm_head.weight differs from wte: tatu's GPT ties them (untied heads are not supported)")
+    return out
+
+
+# ---- config ----------------------------------------------------------------------------------
+
+def config_to_hf(config: GPTConfig, tokenizer: Tokenizer) -> dict:
+    if not config.bias:
+        raise HFFormatError("model config bias=False: GPT-2's layout always has biases in its linear layers and "
+                            "layer norms, so this model cannot be exported exactly")
+    if config.vocab_size != tokenizer.vocab_size:
+        raise HFFormatError(f"model vocab_size {config.vocab_size} != tokenizer's {tokenizer.vocab_size}")
+    return {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": config.vocab_size,
+        "n_positions": config.block_size,
+        "n_ctx": config.block_size,
+        "n_embd": config.n_embd,
+        "n_layer": config.n_layer,
+        "n_head": config.n_head,
+        "n_inner": None,
+        "activation_function": EXPORT_ACTIVATION,
+        "resid_pdrop": config.dropout,
+        "embd_pdrop": config.dropout,
+        "attn_pdrop": config.dropout,
+        "layer_norm_epsilon": LAYER_NORM_EPS,
+        "initializer_range": 0.02,
+        "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": False,
+        "reorder_and_upcast_attn": False,
+        "add_cross_attention": False,
+        "tie_word_embeddings": True,
+        "use_cache": True,
+        "bos_token_id": tokenizer.bos_id,
+        "eos_token_id": tokenizer.eos_id,
+        "pad_token_id": tokenizer.pad_id,
+        "dtype": "float32",
+    }
+
+
+def config_from_hf(payload: dict, source: str) -> GPTConfig:
+    """A GPT2Config's JSON -> GPTConfig, refusing every setting tatu's GPT would compute differently."""
+    if payload.get("model_type") != "gpt2":
+        raise HFFormatError(f"{source}: model_type {payload.get('model_type')!r}, only 'gpt2' is supported")
+
+    def need(key, ok, why):
+        if key in payload and not ok(payload[key]):
+            raise HFFormatError(f"{source}: {key}={payload[key]!r} is not supported ({why})")
+
+    need("activation_function", lambda v: v in _TANH_GELUS, "tatu's MLP uses the tanh GELU: gelu_new or gelu_pytorch_tanh")
+    need("layer_norm_epsilon", lambda v: v == LAYER_NORM_EPS, f"tatu's layer norms use eps {LAYER_NORM_EPS}")
+    need("n_inner", lambda v: v is None or v == 4 * payload.get("n_embd", 768), "tatu's MLP is 4 x n_embd wide")
+    need("scale_attn_weights", lambda v: v is True, "tatu scales attention by 1/sqrt(head_dim)")
+    need("scale_attn_by_inverse_layer_idx", lambda v: v is False, "tatu does not scale attention per layer")
+    need("add_cross_attention", lambda v: v is False, "tatu's GPT has no cross-attention")
+    need("tie_word_embeddings", lambda v: v is True, "tatu's lm_head is tied to wte")
+    need("n_ctx", lambda v: v == payload.get("n_positions", v), "n_ctx must equal n_positions")
+    drops = {k: payload.get(k, 0.1) for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop")}
+    if len(set(drops.values())) != 1:
+        raise HFFormatError(f"{source}: dropouts {drops} differ; tatu's GPT has one dropout for all three")
+    try:
+        return GPTConfig(
+            vocab_size=int(payload["vocab_size"]),
+            block_size=int(payload.get("n_positions", 1024)),
+            n_layer=int(payload.get("n_layer", 12)),
+            n_head=int(payload.get("n_head", 12)),
+            n_embd=int(payload.get("n_embd", 768)),
+            dropout=float(drops["resid_pdrop"]),
+            bias=True,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise HFFormatError(f"{source}: not a usable GPT-2 config ({exc})") from None
+
+
+# ---- tokenizer -------------------------------------------------------------------------------
+
+def _added(token_id: int, content: str) -> dict:
+    return {"id": token_id, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
+            "normalized": False, "special": True}
+
+
+def _byte_token(b: int) -> str:
+    return f"<0x{b:02X}>"
+
+
+def tokenizer_to_hf(tokenizer: Tokenizer) -> dict:
+    """tokenizer.json (a `tokenizers` model) that gives every text tatu's ids."""
+    specials = [_added(tokenizer.bos_id + i, s) for i, s in enumerate(SPECIALS)]
+    if isinstance(tokenizer, BPETokenizer):
+        payload = copy.deepcopy(tokenizer.to_dict()["hf"])
+        payload["added_tokens"] = list(payload.get("added_tokens") or []) + specials
+        return payload
+    if isinstance(tokenizer, CharTokenizer):
+        vocab = {_byte_token(b): b for b in range(256)}
+        vocab.update({ch: 256 + i for i, ch in enumerate(tokenizer.chars)})
+        return {
+            "version": "1.0", "truncation": None, "padding": None, "added_tokens": specials,
+            "normalizer": None, "pre_tokenizer": None, "post_processor": None,
+            "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"}]},
+            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                      "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": True,
+                      "ignore_merges": False, "vocab": vocab, "merges": []},
+        }
+    raise HFFormatError(f"tokenizer kind {tokenizer.kind!r} has no export")
+
+
+def _is_tatu_char_model(payload: dict) -> bool:
+    model = payload.get("model") or {}
+    return (model.get("type") == "BPE" and model.get("byte_fallback") is True and not model.get("merges")
+            and payload.get("pre_tokenizer") is None and payload.get("normalizer") is None)
+
+
+def _adds_nothing(post_processor) -> bool:
+    """A TemplateProcessing that inserts no token: the same encoding as no post-processor."""
+    return (isinstance(post_processor, dict) and post_processor.get("type") == "TemplateProcessing"
+            and post_processor.get("single") == [{"Sequence": {"id": "A", "type_id": 0}}]
+            and post_processor.get("pair") == [{"Sequence": {"id": "A", "type_id": 0}},
+                                               {"Sequence": {"id": "B", "type_id": 1}}]
+            and not post_processor.get("special_tokens"))
+
+
+def tokenizer_from_hf(payload: dict, source: str = "<tokenizer.json>") -> Tokenizer:
+    """A tokenizer.json -> tatu's Tokenizer with the same ids, or HFFormatError saying why not.
+
+    tatu needs its five specials (<|bos|> <|eos|> <|pad|> <|user|> <|assistant|>) as the last
+    five ids, in that order: SFT pairs and eval lines are built from them.
+    """
+    if not isinstance(payload, dict) or not isinstance(payload.get("model"), dict):
+        raise HFFormatError(f"{source}: not a `tokenizers` JSON (no 'model' object)")
+    model = payload["model"]
+    if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
+        raise HFFormatError(f"{source}: model type {model.get('type')!r}; tatu reads byte-level BPE or its own char model")
+    added = list(payload.get("added_tokens") or [])
+    tail = added[-len(SPECIALS):]
+    # GPT-2's own tokenizer.json lists <|endoftext|> both in the vocab and as an added token
+    ids = [i for i in model["vocab"].values() if isinstance(i, int)] + [t.get("id", -1) for t in added]
+    base = max(ids, default=-1) + 1 - len(SPECIALS)
+    expected = [(base + i, s) for i, s in enumerate(SPECIALS)]
+    if [(t.get("id"), t.get("content")) for t in tail] != expected:
+        found = [(t.get("id"), t.get("content")) for t in tail]
+        raise HFFormatError(
+            f"{source}: tatu needs its special tokens {list(SPECIALS)} as the last ids {base}..{base + len(SPECIALS) - 1}, "
+            f"found {found}; add them (tokenizer.add_special_tokens) and resize the model's embeddings to match")
+    rest = copy.deepcopy(payload)
+    rest["added_tokens"] = added[: -len(SPECIALS)]
+    if _adds_nothing(rest.get("post_processor")):  # transformers' save_pretrained writes one
+        rest["post_processor"] = None
+    if _is_tatu_char_model(payload):
+        if rest["added_tokens"]:
+            raise HFFormatError(f"{source}: a char model with extra added tokens {rest['added_tokens'][:3]}")
+        vocab = model["vocab"]
+        if any(vocab.get(_byte_token(b)) != b for b in range(256)):
+            raise HFFormatError(f"{source}: a byte-fallback model whose ids 0..255 are not the bytes <0x00>..<0xFF>")
+        chars = sorted((i, t) for t, i in vocab.items() if i >= 256)
+        try:
+            tok = CharTokenizer([t for _, t in chars])
+        except TokenizerError as exc:
+            raise HFFormatError(f"{source}: a byte-fallback model that is not tatu's char tokenizer ({exc})") from None
+        if any(tok.encode(t) != [i] for i, t in chars):
+            raise HFFormatError(f"{source}: a char model whose characters are not single characters in sorted order")
+        return tok
+    pre = payload.get("pre_tokenizer") or {}
+    if pre.get("type") != "ByteLevel":
+        raise HFFormatError(f"{source}: pre_tokenizer {pre.get('type')!r}; tatu's BPE is byte-level (ByteLevel)")
+    try:
+        return BPETokenizer(json.dumps(rest, ensure_ascii=False))
+    except Exception as exc:  # tokenizers reports a malformed model as a bare Exception
+        raise HFFormatError(f"{source}: unusable byte-level BPE ({exc})") from None
+
+
+def tokenizer_config(tokenizer: Tokenizer, block_size: int) -> dict:
+    return {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<|bos|>",
+        "eos_token": "<|eos|>",
+        "pad_token": "<|pad|>",
+        "additional_special_tokens": ["<|user|>", "<|assistant|>"],
+        "model_max_length": block_size,
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "clean_up_tokenization_spaces": False,
+        # tatu never makes a special token out of text: "<|bos|>" typed in a line is text
+        "split_special_tokens": True,
+    }
+
+
+# ---- directories -----------------------------------------------------------------------------
+
+def _json_bytes(payload) -> bytes:
+    return (json.dumps(payload, indent=1, ensure_ascii=False, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+
+
+def export_hf(ckpt: Checkpoint, out: str | Path) -> Path:
+    """Write `ckpt` as a transformers GPT-2 directory; the directory appears complete or not at all."""
+    out = Path(out)
+    if out.exists():
+        raise FileExistsError(f"{out}: already exists; give a new directory")
+    tok = ckpt.tokenizer
+    cfg = ckpt.model_config
+    documents = {
+        "config.json": _json_bytes(config_to_hf(cfg, tok)),
+        "generation_config.json": _json_bytes({"bos_token_id": tok.bos_id, "eos_token_id": tok.eos_id,
+                                               "pad_token_id": tok.pad_id}),
+        "model.safetensors": st_save(state_to_hf(ckpt.model_state), metadata={"format": "pt"}),
+        "tokenizer.json": _json_bytes(tokenizer_to_hf(tok)),
+        "tokenizer_config.json": _json_bytes(tokenizer_config(tok, cfg.block_size)),
+        "special_tokens_map.json": _json_bytes({"bos_token": "<|bos|>", "eos_token": "<|eos|>", "pad_token": "<|pad|>",
+                                                "additional_special_tokens": ["<|user|>", "<|assistant|>"]}),
+        "tatu_meta.json": _json_bytes(ckpt.meta),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        for name, data in documents.items():
+            with open(tmp / name, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def is_hf_dir(path: str | Path) -> bool:
+    """A transformers GPT-2 directory (and not a tatu checkpoint, which has a manifest)."""
+    path = Path(path)
+    if not path.is_dir() or (path / "manifest.json").exists():
+        return False
+    try:
+        return json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type") == "gpt2"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _read_json(file: Path):
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise HFFormatError(f"{file}: missing or not JSON ({exc})") from None
+
+
+def load_hf_dir(path: str | Path) -> Checkpoint:
+    """A transformers GPT-2 directory as a tatu Checkpoint (weights, config, tokenizer, meta)."""
+    path = Path(path)
+    config = config_from_hf(_read_json(path / "config.json"), str(path / "config.json"))
+    tokenizer = tokenizer_from_hf(_read_json(path / "tokenizer.json"), str(path / "tokenizer.json"))
+    if tokenizer.vocab_size != config.vocab_size:
+        raise HFFormatError(f"{path}: tokenizer has {tokenizer.vocab_size} tokens but config.json has vocab_size "
+                            f"{config.vocab_size}; tatu needs them equal")
+    weights = path / "model.safetensors"
+    try:
+        hf_state = st_load(weights.read_bytes())
+    except OSError as exc:
+        raise HFFormatError(f"{weights}: missing or unreadable ({exc.strerror}); tatu reads safetensors weights "
+                            "only (not pytorch_model.bin, a pickle): save with safe_serialization=True") from None
+    except Exception as exc:  # safetensors' own error types
+        raise HFFormatError(f"{weights}: unreadable safetensors ({exc})") from None
+    meta_file = path / "tatu_meta.json"
+    meta = _read_json(meta_file) if meta_file.exists() else {"source": "transformers", "path": str(path)}
+    return Checkpoint(path=path, model_config=config, model_state=state_from_hf(hf_state, str(weights)),
+                      tokenizer=tokenizer, meta=meta)
