@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from tatu.evals.scoring import SetResult
-from tatu.model.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from tatu.model.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
 
 STATE_DIR = "state"
 
@@ -51,6 +51,11 @@ class RunState:
 
     @classmethod
     def from_json(cls, payload: dict, n_resamples: int, seed: int) -> "RunState":
+        for key in ("baseline", "trunk_reference"):
+            if payload.get(key) is not None and not is_results_json(payload[key]):
+                # A state written before eval results had one shape: not worth converting, and a
+                # crash would be restarted in a loop. Exit 65, said plainly.
+                raise CheckpointError(f"resume state: its {key} is in an older format; start a new TATU_RUN")
         return cls(step=payload["step"], baseline=results_from_json(payload["baseline"], n_resamples, seed),
                    best=payload["best"], history=payload["history"],
                    trunk_reference=results_from_json(payload["trunk_reference"], n_resamples, seed),

@@ -5,8 +5,9 @@ Two kinds:
 - text (any file not ending in .jsonl/.json): one scored line per line that is not blank.
   ids = [BOS] + encode(line); every token after BOS is a target (so the first token of the
   line is scored, conditioned on BOS); the scored text is the line without its newline.
-- pairs (.jsonl/.json, one JSON object per non-blank line): {"prompt", "response"} through
-  tatu.model.chat.encode_pair, or {"messages": [...]} through encode_messages. Targets are
+- pairs (.jsonl/.json, one JSON object per non-blank line): {"prompt", "response"} or
+  {"messages": [...]}, parsed and validated by tatu.data.sft (the one pair parser, the one
+  `tatu data build` uses) and encoded by tatu.model.chat. Targets are
   the response tokens and the EOS after each; the scored text is the response (for messages,
   the assistant turns concatenated). The EOS target has no characters: it counts in the NLL
   and the token count but adds 0 characters and 0 bytes to bpc/bpb.

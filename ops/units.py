@@ -1,8 +1,9 @@
 """`tatu units install [--run NAME]`: render the unit template and install it for the user manager.
 
-units/tatu-sft@.service is the one unit source. With --run NAME the install also writes
-tatu-sft-NAME.service, the template with its instance (%i) set to NAME, so the operator's
-`systemctl --user start tatu-sft-run5` starts run5. The template holds two placeholders,
+units/tatu-sft@.service is the one unit source. `--run NAME` for a run the repository ships
+(units/runs/NAME.env) also writes tatu-sft-NAME.service, the template with its instance (%i)
+set to NAME, so the operator's `systemctl --user start tatu-sft-run5` starts run5. A run
+installed from --env-file is started as the template's instance, tatu-sft@NAME. The template holds two placeholders,
 replaced at install time:
   @TATU_PYTHON@   the interpreter running this command (a venv's bin/python, kept unresolved
                   so the venv's site-packages stay active)
@@ -139,7 +140,7 @@ def install_units(run: str | None = None, dest: Path | None = None, env_dest: Pa
 
     template = (source / TEMPLATE).read_text()
     units = {TEMPLATE: template}
-    if run is not None:
+    if run is not None and env_file is None:
         units[dedicated_unit_name(run)] = dedicated_unit(template, run)
     for name, text in units.items():
         target = dest / name
@@ -217,6 +218,6 @@ def units_main(args: argparse.Namespace) -> int:
     if result.reloaded:
         print("reloaded the user manager")
     if args.run:
-        unit = f"tatu-sft-{args.run}"
+        unit = f"tatu-sft-{args.run}" if args.env_file is None else f"tatu-sft@{args.run}"
         print(f"start: systemctl --user start {unit}   follow: journalctl --user -u {unit} -f")
     return 0

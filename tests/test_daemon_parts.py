@@ -122,6 +122,13 @@ def test_run_state_json_round_trip():
     assert RunState.from_json(RunState().to_json(), 100, 0) == RunState()
 
 
+def test_a_resume_state_of_the_older_format_is_refused_with_65_not_a_crash():
+    old = {**RunState(step=3).to_json(), "baseline": {"enRuler": {"ppl": 5.0, "nll_sum": [1.0], "line_tokens": [1]}}}
+    with pytest.raises(CheckpointError, match="older format; start a new TATU_RUN") as caught:
+        RunState.from_json(old, 100, 0)
+    assert exit_code_for(caught.value) == exitcodes.BAD_DATA
+
+
 def test_supervisor_requests_replies_and_one_daemon_per_run():
     cfg = config(TATU_RUN="parts")
     with Supervisor(cfg, {"TATU_RUN": "env"}) as supervisor:

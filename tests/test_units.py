@@ -156,6 +156,8 @@ def test_given_env_file_and_missing_env_file(tmp_path):
                            env_file=custom, workdir=tmp_path)
     assert (tmp_path / "e" / "tiny.env").read_text() == custom.read_text()
     assert tmp_path / "e" / "tiny.env" in result.written
+    # a run of one's own is the template's instance: no second unit that could start it twice
+    assert sorted(p.name for p in (tmp_path / "u").iterdir()) == ["tatu-sft@.service"]
     with pytest.raises(UnitsError, match="no env file for run 'nosuch'"):
         install_units(run="nosuch", dest=tmp_path / "u", env_dest=tmp_path / "e", reload=False)
 
