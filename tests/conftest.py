@@ -2,6 +2,13 @@ import os
 import tempfile
 
 import pytest
+from hypothesis import settings
+
+# CI (CI=true) draws the same examples on every run, so a red CI is reproducible and never a
+# dice roll; a developer's run keeps exploring new ones.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture(autouse=True, scope="session")

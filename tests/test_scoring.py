@@ -84,7 +84,9 @@ def test_ppl_equals_unbatched_float64_reference(lengths, budget, pairs_like, see
     lines = random_lines(rng, lengths, pairs_like)
     scores = score_lines(MODEL, lines, token_budget=budget)
     ppl = math.exp(scores.nll_sum.sum() / scores.n_tokens.sum())
-    assert ppl == pytest.approx(naive_ppl(MODEL, lines), rel=1e-6)
+    # float32 model vs the float64 reference: on a set of a single target token the ppl's relative
+    # error is that token's float32 NLL error itself (seen: 1.07e-6), so 2e-6, not 1e-6.
+    assert ppl == pytest.approx(naive_ppl(MODEL, lines), rel=2e-6)
     # and line by line, in the order given
     model64 = copy.deepcopy(MODEL).double().eval()
     for line, nll, n in zip(lines, scores.nll_sum, scores.n_tokens):
