@@ -76,18 +76,15 @@ def make_world(root: Path) -> dict:
 
 
 def require_hf():
-    """Skip without the hf extra (make test installs it); in CI (TATU_REQUIRE_SYSTEMD=1) fail instead."""
+    """Skip without the hf extra (make test installs it); under CI_STRICT=1 (.ci/run) fail instead."""
     import importlib.util
     import os
 
-    import pytest
+    from strict import cannot_run
 
     missing = [m for m in ("transformers", "lm_eval") if importlib.util.find_spec(m) is None]
     if missing:
-        reason = f"{', '.join(missing)} not installed: pip install -e '.[hf]' (make test installs it)"
-        if os.environ.get("TATU_REQUIRE_SYSTEMD") == "1":
-            pytest.fail(f"{reason}; CI (TATU_REQUIRE_SYSTEMD=1) must run these tests")
-        pytest.skip(reason)
+        cannot_run(f"{', '.join(missing)} not installed: pip install -e '.[hf]' (make test installs it)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
