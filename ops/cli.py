@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
     "doctor": ("tatu.ops.doctor", "add_doctor_args", "doctor_main", "check the unit and the host against what kills runs"),
     "units": ("tatu.ops.units", "add_units_args", "units_main", "install the systemd user units (tatu units install --run NAME)"),
     "report": ("tatu.ops.report", "add_args", "main", "plots and an HTML page from runs' events.jsonl"),
+    "sweep": ("tatu.ops.sweep_cli", "add_args", "main", "pre-registered sweeps over seeds and knobs (plan, start, status, stop, report)"),
 }
 
 
