@@ -32,6 +32,7 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     p.add_argument("plan", type=Path)
     p.add_argument("--foreground", action="store_true", help="members as child processes of this command, no systemd")
     p.add_argument("-K", type=int, default=None, help="members running at once (default: the GPUs the members use, else 1)")
+    p.add_argument("--poll", type=float, default=2.0, help="seconds between the coordinator's passes (--foreground)")
     p.add_argument("--sweeps", type=Path, default=Path("sweeps"))
     for action, text in (("status", "each member's state"), ("stop", "stop the coordinator and the members"),
                          ("report", "the closing table, plots and an HTML page")):
@@ -139,7 +140,7 @@ def start_main(args) -> int:
         stop_path.unlink()
     write_json_atomic(sweep_dir / SETTINGS_FILE, {"k": k, "backend": kind, "devices": devices})
     if args.foreground:
-        coordinator = Coordinator(sweep_dir, backend, k, devices)
+        coordinator = Coordinator(sweep_dir, backend, k, devices, poll_seconds=args.poll)
         previous = signal.signal(signal.SIGINT, lambda *_: setattr(coordinator, "stopping", True))
         try:
             return coordinator.run()

@@ -154,7 +154,7 @@ class Coordinator:
         return [member_status(m, self.backend.poll(m)) for m in members]
 
     def pass_once(self) -> tuple[str, list[MemberStatus], str | None]:
-        """('running' | 'finished' | 'fatal' | 'tuned', statuses, stage)."""
+        """('running' | 'finished' | 'fatal' | 'tune-complete', statuses, stage)."""
         lock, stage, members = self.stage_members()
         statuses = self.statuses(members)
         fatal = [s for s in statuses if s.state == "fatal"]
@@ -162,8 +162,7 @@ class Coordinator:
             return "fatal", statuses, stage
         if all(s.state in TERMINAL for s in statuses):
             if stage == "tune":
-                self.choose_tuned(lock, members)
-                return "tuned", statuses, stage
+                return "tune-complete", statuses, stage
             return "finished", statuses, stage
         running = [s for s in statuses if s.state == "running"]
         free = self.free_devices(running)
@@ -232,7 +231,8 @@ class Coordinator:
                 text = summary(statuses, self.eta(statuses), stage)
                 self.notify(*(["READY=1"] if not ready else []), f"STATUS={text}")
                 ready = True
-                if outcome == "tuned":
+                if outcome == "tune-complete":
+                    self.choose_tuned(read_lock(self.sweep_dir), [s.member for s in statuses])
                     continue
                 if outcome == "finished":
                     self.say(f"sweep finished: {text}; `tatu sweep report {self.sweep_dir.name}`")
