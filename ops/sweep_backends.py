@@ -4,6 +4,8 @@
     poll(member)           UnitState: running, exited with a code, or absent (never started,
                            stopped, or unknown after a reboot)
     stop(member)           ask it to stop gracefully (the daemon saves its resume state)
+    env_path(member)       where its env file is (the device a running member was given)
+    last_error(member)     the member's last error line (a 65/78 may stop it before its run.log)
 
 What a member *achieved* is never asked of a backend: it is read from the run dir
 (verdict.json, events.jsonl), so a coordinator restarted on another backend state, or after a
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -48,6 +51,7 @@ class Backend(Protocol):
     def poll(self, member: Member) -> UnitState: ...
     def stop(self, member: Member) -> None: ...
     def env_path(self, member: Member) -> Path: ...
+    def last_error(self, member: Member) -> str: ...
 
 
 def member_env(member: Member, device: str | None) -> dict[str, str]:
@@ -130,6 +134,9 @@ class ForegroundBackend:
             except ControlError:
                 pass
 
+    def last_error(self, member: Member) -> str:
+        return _last_error_line((self.sweep_dir / "logs" / f"{member.name}.out"))
+
     def wait_all(self, timeout: float = 600) -> None:
         for child in list(self.children.values()):
             try:
@@ -137,6 +144,18 @@ class ForegroundBackend:
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
+
+
+def _pick_error(lines: list[str]) -> str:
+    errors = [line.strip() for line in lines if "error" in line.lower()]
+    return errors[-1].removeprefix("ERROR: ") if errors else ""
+
+
+def _last_error_line(path: Path) -> str:
+    try:
+        return _pick_error(path.read_text(encoding="utf-8", errors="replace").splitlines()[-50:])
+    except OSError:
+        return ""
 
 
 def _socket_answers(run: str) -> bool:
@@ -194,10 +213,17 @@ class SystemdBackend:
 
         systemctl_user("stop", "--no-block", member_unit(member))
 
+    def last_error(self, member: Member) -> str:
+        # By SyslogIdentifier (the unit sets tatu-sft-%i): it finds the lines wherever the cgroup is.
+        binary = shutil.which("journalctl")
+        if binary is None:
+            return ""
+        proc = subprocess.run([binary, "--user", "--no-pager", "-o", "cat", "-n", "50", "-t", f"tatu-sft-{member.run}"],
+                              capture_output=True, text=True, timeout=30)
+        return _pick_error(proc.stdout.splitlines())
+
 
 def _quiet(*args: str) -> None:
-    import shutil
-
     binary = shutil.which("systemctl")
     if binary:
         subprocess.run([binary, "--user", *args], capture_output=True, text=True, timeout=60)

@@ -80,7 +80,7 @@ def member_status(member: Member, unit: UnitState) -> MemberStatus:
     if unit.kind == "exited" and unit.code == exitcodes.NONFINITE_LOSS or _diverged(directory):
         return MemberStatus(member, "diverged", "diverged", exitcodes.NONFINITE_LOSS, "non-finite loss")
     if unit.kind == "exited" and unit.code in (exitcodes.BAD_DATA, exitcodes.BAD_CONFIG):
-        return MemberStatus(member, "fatal", code=unit.code, detail=_last_error(directory) or unit.detail)
+        return MemberStatus(member, "fatal", code=unit.code, detail=_last_error(directory))
     if unit.kind == "exited" and unit.code not in (0, None):
         return MemberStatus(member, "fatal", code=unit.code, detail=f"crashed with exit {unit.code} and was not restarted ({unit.detail})")
     return MemberStatus(member, "pending", detail=unit.detail)
@@ -249,7 +249,8 @@ class Coordinator:
     def fail(self, fatal: list[MemberStatus], statuses: list[MemberStatus]) -> int:
         first = fatal[0]
         code = first.code if first.code in (exitcodes.BAD_DATA, exitcodes.BAD_CONFIG) else exitcodes.BAD_CONFIG
-        reason = f"member {first.member.name} exited {first.code}: {first.detail}"
+        detail = first.detail or self.backend.last_error(first.member) or "see its log"
+        reason = f"member {first.member.name} exited {first.code}: {detail}"
         write_json_atomic(self.sweep_dir / STOP_FILE, {"reason": reason, "code": code, "member": first.member.name})
         for s in statuses:
             if s.state == "running":
