@@ -125,7 +125,12 @@ def start_main(args) -> int:
     print(f"sweep {plan.name}: plan {what} ({sweep_dir / 'plan.lock.json'}, hash {lock['plan_hash']})")
     kind = "foreground" if args.foreground else "systemd"
     backend = _backend(kind, sweep_dir)
-    done, text = finished(sweep_dir, backend)
+    from tatu.ops.units import UnitsError
+
+    try:
+        done, text = finished(sweep_dir, backend)
+    except UnitsError as exc:
+        raise TatuExit(1, f"{exc} (no user manager: `tatu sweep start --foreground` runs it without systemd)")
     if done:
         print(f"sweep {plan.name} already finished ({text}); nothing to do. `tatu sweep report {plan.name}`")
         return 0

@@ -25,7 +25,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tatu import exitcodes
@@ -48,6 +48,7 @@ class MemberStatus:
     verdict: str | None = None
     code: int | None = None
     detail: str = ""
+    alive: bool = False  # its process still runs (a member that wrote its verdict may still be exiting)
 
 
 def run_dir(member: Member) -> Path:
@@ -69,6 +70,11 @@ def _diverged(directory: Path) -> bool:
 
 
 def member_status(member: Member, unit: UnitState) -> MemberStatus:
+    status = _member_status(member, unit)
+    return replace(status, alive=unit.kind == "running")
+
+
+def _member_status(member: Member, unit: UnitState) -> MemberStatus:
     directory = run_dir(member)
     verdict = _read_json(directory / "verdict.json")
     if verdict is not None:
@@ -164,7 +170,7 @@ class Coordinator:
             if stage == "tune":
                 return "tune-complete", statuses, stage
             return "finished", statuses, stage
-        running = [s for s in statuses if s.state == "running"]
+        running = [s for s in statuses if s.alive]  # a slot is free once the process has exited
         free = self.free_devices(running)
         for status in statuses:
             if status.state != "pending" or len(running) >= self.k or self.stopping:

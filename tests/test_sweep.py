@@ -139,6 +139,10 @@ def test_member_state_is_derived_from_the_run_dir_and_the_unit(tmp_path):
     assert (aborted.state, aborted.verdict, aborted.code) == ("aborted", "forgets", 10)
     (run_dir / "verdict.json").write_text(json.dumps({"verdict": "holds", "numbers": {"aborted": None}}))
     assert member_status(member, UnitState("absent")).state == "done"
+    # A member that wrote its verdict and is still exiting is done, and still holds its slot.
+    exiting = member_status(member, UnitState("running"))
+    assert exiting.state == "done" and exiting.alive
+    assert not member_status(member, UnitState("absent")).alive
 
 
 def test_summary_is_the_status_line():

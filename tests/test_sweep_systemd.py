@@ -90,7 +90,7 @@ def test_sweep_runs_through_units_survives_a_coordinator_kill_and_finishes(setup
 
     def midway():
         nonlocal most_active
-        most_active = max(most_active, sum(state in ("active", "activating") for state in _member_units(um).values()))
+        most_active = max(most_active, sum(state in ("active", "activating", "deactivating") for state in _member_units(um).values()))
         done = _done(setup)
         return done if 1 <= len(done) < 4 else None
 
@@ -114,7 +114,7 @@ def test_sweep_runs_through_units_survives_a_coordinator_kill_and_finishes(setup
     assert int(again["NRestarts"]) == int(shown["NRestarts"]) + 1
 
     def finished():
-        most = sum(state in ("active", "activating") for state in _member_units(um).values())
+        most = sum(state in ("active", "activating", "deactivating") for state in _member_units(um).values())
         assert most <= 2
         log = (_sweep_dir(setup) / "coordinator.log").read_text()
         return log if "sweep finished: 4/4 done" in log else None
