@@ -180,7 +180,7 @@ class Coordinator:
             self.started_here[status.member.run] = device
             running.append(status)
             self.say(f"started {status.member.name}" + (f" on {device}" if device else "")
-                     + (f" ({status.detail})" if status.detail else ""))
+                     + (f" ({status.detail})" if status.detail and status.detail != "inactive" else ""))
         return "running", statuses, stage
 
     def free_devices(self, running: list[MemberStatus]) -> list[str | None]:
@@ -221,6 +221,7 @@ class Coordinator:
             return int(stop.get("code", 0))
         previous = {}
         ready = False
+        self.say(f"coordinator up (pid {os.getpid()}, {self.backend.name} backend, K={self.k})")
 
         def on_term(*_):
             self.stopping = True

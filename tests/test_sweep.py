@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -159,7 +160,8 @@ def test_summary_is_the_status_line():
 def _config(key, value, drift, drift_hi, change_hi, limit=0.10):
     return {"key": key, "values": {"REPLAY_N": value}, "effective": {"MIX_FORGET_LIMIT": limit},
             "metrics": {"drift": drift, "drift_hi": drift_hi, "sftHeld_change_hi": change_hi},
-            "stats": {"drift": {"value": drift, "lo": drift - 0.02, "hi": drift_hi, "n_seeds": 3}, "sftHeld": None}}
+            "stats": {"drift": {"value": drift, "lo": drift - 0.02, "hi": drift_hi, "n_seeds": 3, "log_mean": math.log1p(drift),
+                                "seed_sd": 0.02, "within_se": 0.005}, "sftHeld": None}}
 
 
 def test_the_locked_rule_picks_the_smallest_passing_value(tmp_path):
@@ -172,7 +174,9 @@ def test_the_locked_rule_picks_the_smallest_passing_value(tmp_path):
     assert [c["value"] for c in verdict["checks"]] == ["0", "2", "6"]  # numeric order, not the given one
     assert verdict["checks"][1]["failed"][0]["condition"] == "drift_hi < MIX_FORGET_LIMIT"
     # REPLAY_N=2 fails only by its CI bound: more seeds could settle it, and the report says so.
-    assert any(note.startswith("REPLAY_N=2: its drift point estimate +7.0% passes") for note in verdict["would_change"])
+    # log1p(10%) - log1p(7%) = 0.0277; t_{n-1} * 0.02 / sqrt(n) drops under it at n = 5: 2 more than 3.
+    assert any(note.startswith("REPLAY_N=2: its drift point estimate +7.0% passes; about 2 more seeds")
+               for note in verdict["would_change"]), verdict["would_change"]
     # A tighter CI on 2 flips the verdict to 2; nothing passing -> said plainly.
     configs[2] = _config("replay-n2", "2", 0.07, 0.09, -0.55)
     assert decide(lock, configs)["chosen"] == "2"
