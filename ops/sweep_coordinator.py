@@ -20,6 +20,7 @@ same loop in the terminal with child processes.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -214,6 +215,14 @@ class Coordinator:
 
     # --- the loop ------------------------------------------------------------------------------
     def run(self) -> int:
+        # One coordinator per sweep: two would start the same member twice. The lock dies with
+        # its holder, so a killed coordinator never blocks the next.
+        self._lock = open(self.sweep_dir / "coordinator.lock", "a+")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.say("another coordinator is running this sweep; this one exits")
+            return 1
         stop = _read_json(self.sweep_dir / STOP_FILE)
         if stop is not None:
             self.say(f"sweep stopped: {stop.get('reason')}; `tatu sweep start` continues it")

@@ -223,3 +223,20 @@ def test_the_coordinator_unit_passes_systemd_analyze_verify(tmp_path):
                           env={**os.environ, "XDG_RUNTIME_DIR": str(runtime), "XDG_CONFIG_HOME": str(tmp_path / "cfg")},
                           timeout=60)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+def test_a_second_coordinator_of_the_same_sweep_exits_at_once(tmp_path):
+    import fcntl
+    import io
+
+    from tatu.ops.sweep_backends import ForegroundBackend
+    from tatu.ops.sweep_coordinator import Coordinator
+
+    sweep_dir = tmp_path / "sweeps" / "dose"
+    reconcile(load_plan(write_plan(tmp_path)), sweep_dir)
+    with open(sweep_dir / "coordinator.lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the first coordinator
+        out = io.StringIO()
+        assert Coordinator(sweep_dir, ForegroundBackend(sweep_dir), 1, out=out).run() == 1
+    assert "another coordinator is running this sweep" in out.getvalue()
+    assert not (Path(members(read_lock(sweep_dir))[0].env["TATU_OUT"])).exists()  # it started nothing
