@@ -240,3 +240,57 @@ def test_a_second_coordinator_of_the_same_sweep_exits_at_once(tmp_path):
         assert Coordinator(sweep_dir, ForegroundBackend(sweep_dir), 1, out=out).run() == 1
     assert "another coordinator is running this sweep" in out.getvalue()
     assert not (Path(members(read_lock(sweep_dir))[0].env["TATU_OUT"])).exists()  # it started nothing
+
+
+class RecordingBackend:
+    """A stand-in for a GPU machine's backend (none here): it records starts and reports the
+    states the test sets. What it checks is the coordinator's slot and device bookkeeping."""
+
+    name = "recording"
+
+    def __init__(self, env_dir: Path):
+        self.states: dict[str, UnitState] = {}
+        self.started: list[tuple[str, str | None]] = []
+        self.env_dir = env_dir
+
+    def start(self, member, device):
+        self.started.append((member.name, device))
+        self.states[member.run] = UnitState("running")
+        self.env_path(member).write_text(f"TATU_DEVICE={device}\n")
+
+    def poll(self, member):
+        return self.states.get(member.run, UnitState("absent"))
+
+    def stop(self, member):
+        self.states[member.run] = UnitState("exited", 0)
+
+    def env_path(self, member):
+        return self.env_dir / f"{member.run}.env"
+
+    def last_error(self, member):
+        return ""
+
+
+def test_the_coordinator_keeps_k_members_on_k_devices(tmp_path):
+    import io
+
+    from tatu.ops.sweep_coordinator import Coordinator
+
+    sweep_dir = tmp_path / "sweeps" / "dose"
+    lock, _ = reconcile(load_plan(write_plan(tmp_path, seeds=(1, 2, 3))), sweep_dir)
+    backend = RecordingBackend(tmp_path)
+    coordinator = Coordinator(sweep_dir, backend, 2, ["cuda:0", "cuda:1"], out=io.StringIO())
+    outcome, statuses, _ = coordinator.pass_once()
+    assert outcome == "running" and backend.started == [("replay-n0-s1", "cuda:0"), ("replay-n0-s2", "cuda:1")]
+    assert coordinator.pass_once()[0] == "running" and len(backend.started) == 2  # both slots busy
+    # The member on cuda:1 finishes; its slot (that device) goes to the next member. A new
+    # coordinator (a restart) knows the busy device from the running member's env file.
+    first, second = members(lock)[:2]
+    run_dir = Path(second.env["TATU_OUT"]) / second.run
+    run_dir.mkdir(parents=True)
+    (run_dir / "verdict.json").write_text(json.dumps({"verdict": "holds", "numbers": {"aborted": None}}))
+    assert coordinator.pass_once()[0] == "running" and len(backend.started) == 2  # still exiting: slot held
+    backend.states[second.run] = UnitState("absent")
+    restarted = Coordinator(sweep_dir, backend, 2, ["cuda:0", "cuda:1"], out=io.StringIO())
+    restarted.pass_once()
+    assert backend.started[2] == ("replay-n0-s3", "cuda:1")
