@@ -294,3 +294,18 @@ def test_the_coordinator_keeps_k_members_on_k_devices(tmp_path):
     restarted = Coordinator(sweep_dir, backend, 2, ["cuda:0", "cuda:1"], out=io.StringIO())
     restarted.pass_once()
     assert backend.started[2] == ("replay-n0-s3", "cuda:1")
+
+
+def test_tatu_sweep_plan_prints_members_configs_hash_and_cost(tmp_path, capsys):
+    path = write_plan(tmp_path)
+    plan = load_plan(path)
+    assert tatu(["sweep", "plan", str(path), "--sweeps", str(tmp_path / "sweeps")]) == 0
+    out = capsys.readouterr().out
+    assert f"plan hash {plan.hash}" in out and "members: 0 tune + 4 comparison" in out
+    assert "[compare] replay-n2-s2  run dose.replay-n2-s2" in out and "REPLAY_N               = 2" in out
+    assert "cost: unknown" in out  # no measured run yet: said, not guessed
+    assert not (tmp_path / "sweeps").exists()  # planning locks nothing
+    assert tatu(["sweep", "plan", str(path), "--full"]) == 0
+    assert "TATU_WEIGHT_DECAY      = 0.1" in capsys.readouterr().out
+    lock, _ = reconcile(plan, tmp_path / "sweeps" / "dose")
+    assert lock["members"][0]["config"]["TATU_WEIGHT_DECAY"] == 0.1 and len(lock["members"][0]["config_hash"]) == 12

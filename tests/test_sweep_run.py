@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -133,6 +134,10 @@ def test_a_finished_sweep_started_again_does_nothing_and_says_so(world, referenc
     assert proc.returncode == 0
     assert "plan unchanged" in proc.stdout and "already finished (compare: 4/4 done, 0 running); nothing to do" in proc.stdout
     assert {p: p.stat().st_size for p in reference.rglob("events.jsonl")} == sizes
+    # The cost estimate comes from measured step and eval times (the members', then the trunk's).
+    planned = subprocess.run([sys.executable, "-m", "tatu.ops.cli", "sweep", "plan", str(world["plan"]), "--sweeps",
+                              str(reference.parent)], env=clean_environ(), capture_output=True, text=True, timeout=120)
+    assert planned.returncode == 0 and re.search(r"cost: 6 members, \S+ of runs in all \(measured by tuned\.", planned.stdout), planned.stdout
 
 
 def _naive_dev_ppl(ckpt: Path, held: Path) -> float:
