@@ -192,15 +192,18 @@ def _would_change(rule, ordered: list[dict], checks: list[dict], chosen: dict | 
                 notes.append(f"{rule.axis}={check['value']}: its {base} point estimate {_fmt_metric(base, point)} passes; "
                              f"{more} would narrow {metric} enough to pass (if the estimate and the spread hold)")
     if chosen is not None:
+        # The chosen value against the one just before it (the cheaper dose it beat): is the
+        # difference resolved across seeds, and if not, how many seeds would resolve it?
         position = [c["config"] for c in checks].index(chosen["config"])
         if position > 0:
-            before = by_key[checks[position - 1]["config"]]
-            paired = (before.get("paired") or {}).get("drift")
-            chosen_paired = (by_key[chosen["config"]].get("paired") or {}).get("drift")
-            for label, p in (("vs the baseline", chosen_paired),):
-                if p and p["p_value"] > 0.05 and p["seeds_needed"]:
-                    notes.append(f"{rule.axis}={chosen['value']} {label}: drift difference not resolved "
-                                 f"(p={p['p_value']:.2f}); {max(0, p['seeds_needed'] - p['n_seeds'])} more seeds would resolve it")
+            before, this = by_key[checks[position - 1]["config"]], by_key[chosen["config"]]
+            if "results" in before and "results" in this:
+                p = paired_stats(this["results"], before["results"], "enRuler", None, 99)
+                if p and p["p_value"] > 0.05:
+                    more = (f"{max(1, p['seeds_needed'] - p['n_seeds'])} more seeds would resolve it" if p["seeds_needed"]
+                            else "more than 1000 seeds would be needed")
+                    notes.append(f"{rule.axis}={checks[position - 1]['value']} vs {chosen['value']}: drift difference "
+                                 f"not resolved (paired p={p['p_value']:.2f}); {more}")
     return notes
 
 

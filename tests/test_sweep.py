@@ -309,3 +309,33 @@ def test_tatu_sweep_plan_prints_members_configs_hash_and_cost(tmp_path, capsys):
     assert "TATU_WEIGHT_DECAY      = 0.1" in capsys.readouterr().out
     lock, _ = reconcile(plan, tmp_path / "sweeps" / "dose")
     assert lock["members"][0]["config"]["TATU_WEIGHT_DECAY"] == 0.1 and len(lock["members"][0]["config_hash"]) == 12
+
+
+def test_an_unresolved_neighbour_says_how_many_seeds_would_resolve_it(tmp_path):
+    import numpy as np
+
+    from tatu.evals import seeds as st
+
+    rng = np.random.default_rng(4)
+    base_lines = rng.gamma(3.0, 1.0, 60)
+
+    def results(shift):
+        out = []
+        for seed in (1, 2, 3):
+            end = base_lines * (1 + shift + rng.normal(0, 0.01)) + rng.normal(0, 0.01, 60)
+            scores = lambda nll: {"enRuler": {"nll_sum": list(nll), "line_tokens": [1] * 60, "line_index": list(range(60))}}
+            out.append({"seed": seed, "state": "done", "base": scores(base_lines), "end": scores(end)})
+        return out
+
+    lock = {"rule": "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT", "axes": {"REPLAY_N": ["2", "4"]},
+            "plan_file": str(tmp_path / "p.toml")}
+    two, four = _config("replay-n2", "2", 0.12, 0.15, -0.5), _config("replay-n4", "4", 0.05, 0.08, -0.5)
+    two["results"], four["results"] = results(0.012), results(0.010)
+    verdict = decide(lock, [two, four])
+    assert verdict["chosen"] == "4"
+    note = next(n for n in verdict["would_change"] if n.startswith("REPLAY_N=2 vs 4: drift difference not resolved"))
+    # Per seed: log ppl_end(4) - log ppl_end(2) (same baseline, one token a line: means of NLL).
+    diffs = [np.mean(r4["end"]["enRuler"]["nll_sum"]) - np.mean(r2["end"]["enRuler"]["nll_sum"])
+             for r2, r4 in zip(two["results"], four["results"])]
+    needed = st.seeds_needed(float(np.mean(diffs)), float(np.std(diffs, ddof=1)))
+    assert f"{needed - 3} more seeds would resolve it" in note, note
