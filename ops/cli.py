@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
     "units": ("tatu.ops.units", "add_units_args", "units_main", "install the systemd user units (tatu units install --run NAME)"),
     "report": ("tatu.ops.report", "add_args", "main", "plots and an HTML page from runs' events.jsonl"),
     "export": ("tatu.ops.export", "add_args", "main", "a checkpoint as a transformers GPT-2 directory (--format hf)"),
+    "sweep": ("tatu.ops.sweep_cli", "add_args", "main", "pre-registered sweeps over seeds and knobs (plan, start, status, stop, report)"),
 }
 
 

@@ -1,0 +1,247 @@
+"""Where a sweep's members run: the small interface a coordinator needs, and two backends.
+
+    start(member, device)  start the member's daemon (its env already has everything else)
+    poll(member)           UnitState: running, exited with a code, or absent (never started,
+                           stopped, or unknown after a reboot)
+    stop(member)           ask it to stop gracefully (the daemon saves its resume state)
+    env_path(member)       where its env file is (the device a running member was given)
+    last_error(member)     the member's last error line (a 65/78 may stop it before its run.log)
+
+What a member *achieved* is never asked of a backend: it is read from the run dir
+(verdict.json, events.jsonl), so a coordinator restarted on another backend state, or after a
+reboot, derives the same thing. A Ray backend (issue 13) implements the same three methods.
+
+- systemd (the default): each member is a `tatu-sft@<run>.service` instance with its env file
+  at $XDG_CONFIG_HOME/tatu/<run>.env; a crash is the unit's own restart (Restart=on-failure).
+- foreground: members are child processes of the coordinator (`python -m tatu.daemon`); a
+  crash is restarted here, at most CRASH_RESTARTS times; a child gets SIGTERM when the
+  coordinator dies (PR_SET_PDEATHSIG), saves and exits, and a restarted coordinator waits for
+  a member that still answers on its control socket instead of starting it twice.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from tatu.ops.sweep_plan import Member
+
+RUN_PREFIXES = ("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_")
+CRASH_RESTARTS = 4  # like the unit's StartLimitBurst=5: five starts, then it is the sweep's problem
+_NOT_INHERITED = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "RUNTIME_DIRECTORY", "JOURNAL_STREAM", "SWEEP_DIR")
+
+
+@dataclass(frozen=True)
+class UnitState:
+    kind: str                # "running" | "exited" | "absent"
+    code: int | None = None  # exit status when exited (a signal: 128 + its number)
+    detail: str = ""
+
+
+class Backend(Protocol):
+    name: str
+
+    def start(self, member: Member, device: str | None) -> None: ...
+    def poll(self, member: Member) -> UnitState: ...
+    def stop(self, member: Member) -> None: ...
+    def env_path(self, member: Member) -> Path: ...
+    def last_error(self, member: Member) -> str: ...
+
+
+def member_env(member: Member, device: str | None) -> dict[str, str]:
+    env = dict(member.env)
+    if device:
+        env["TATU_DEVICE"] = device
+    return env
+
+
+def env_file_text(env: dict[str, str]) -> str:
+    return "".join(f"{key}={value}\n" for key, value in env.items())
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(path.parent, 0o700)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+# --- foreground ----------------------------------------------------------------------------------
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    os.setpgrp()  # a ^C in the coordinator's terminal goes to the coordinator, which stops members
+
+
+class ForegroundBackend:
+    name = "foreground"
+
+    def __init__(self, sweep_dir: Path):
+        self.sweep_dir = Path(sweep_dir)
+        self.children: dict[str, subprocess.Popen] = {}
+        self.crashes: dict[str, int] = {}
+
+    def env_path(self, member: Member) -> Path:
+        return self.sweep_dir / "env" / f"{member.run}.env"
+
+    def start(self, member: Member, device: str | None) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(RUN_PREFIXES) and k not in _NOT_INHERITED}
+        env.update(member_env(member, device), PYTHONUNBUFFERED="1")
+        _write_private(self.env_path(member), env_file_text(member_env(member, device)))
+        log_path = self.sweep_dir / "logs" / f"{member.name}.out"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            self.children[member.run] = subprocess.Popen(
+                [sys.executable, "-m", "tatu.daemon"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+
+    def poll(self, member: Member) -> UnitState:
+        child = self.children.get(member.run)
+        if child is not None:
+            code = child.poll()
+            if code is None:
+                return UnitState("running", detail=f"pid {child.pid}")
+            del self.children[member.run]
+            code = 128 - code if code < 0 else code
+            if code not in (0, 10, 11, 65, 78):
+                self.crashes[member.run] = self.crashes.get(member.run, 0) + 1
+                if self.crashes[member.run] <= CRASH_RESTARTS:
+                    return UnitState("absent", detail=f"crashed with {code}; restarting")
+            return UnitState("exited", code)
+        if _socket_answers(member.run):  # a member of an earlier coordinator, still saving or running
+            return UnitState("running", detail="started by an earlier coordinator")
+        return UnitState("absent")
+
+    def stop(self, member: Member) -> None:
+        child = self.children.get(member.run)
+        if child is not None and child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+        elif _socket_answers(member.run):
+            from tatu.ops.client import ControlError, request, resolve_socket
+
+            try:
+                request(resolve_socket(member.run), "stop")
+            except ControlError:
+                pass
+
+    def last_error(self, member: Member) -> str:
+        return _last_error_line((self.sweep_dir / "logs" / f"{member.name}.out"))
+
+    def wait_all(self, timeout: float = 600) -> None:
+        for child in list(self.children.values()):
+            try:
+                child.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+
+
+def _pick_error(lines: list[str]) -> str:
+    errors = [line.strip() for line in lines if "error" in line.lower()]
+    return errors[-1].removeprefix("ERROR: ") if errors else ""
+
+
+def _last_error_line(path: Path) -> str:
+    try:
+        return _pick_error(path.read_text(encoding="utf-8", errors="replace").splitlines()[-50:])
+    except OSError:
+        return ""
+
+
+def _socket_answers(run: str) -> bool:
+    """A daemon listens on the run's socket: a connect succeeds (no reply awaited, so a member
+    busy in an eval on a loaded machine still counts as alive)."""
+    import socket
+
+    from tatu.ops.client import resolve_socket
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(5.0)
+    try:
+        sock.connect(str(resolve_socket(run)))
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.close()
+
+
+# --- systemd ---------------------------------------------------------------------------------------
+
+def member_unit(member: Member) -> str:
+    return f"tatu-sft@{member.run}.service"
+
+
+def env_dir(environ=None) -> Path:
+    from tatu.ops.units import default_env_dest
+
+    return default_env_dest(environ)
+
+
+class SystemdBackend:
+    name = "systemd"
+
+    def env_path(self, member: Member) -> Path:
+        return env_dir() / f"{member.run}.env"  # what tatu-sft@ reads: %E/tatu/%i.env
+
+    def start(self, member: Member, device: str | None) -> None:
+        from tatu.ops.units import systemctl_user
+
+        _write_private(self.env_path(member), env_file_text(member_env(member, device)))
+        unit = member_unit(member)
+        _quiet("reset-failed", unit)  # a member failed before (e.g. its start limit): start afresh
+        # --no-block: a Type=notify start waits for the baseline eval; the coordinator must not.
+        systemctl_user("start", "--no-block", unit)
+
+    def poll(self, member: Member) -> UnitState:
+        shown = show(member_unit(member), "LoadState", "ActiveState", "SubState", "Result", "ExecMainStatus",
+                     "ExecMainCode", "NRestarts")
+        active = shown.get("ActiveState", "")
+        if active in ("active", "activating", "deactivating", "reloading"):
+            return UnitState("running", detail=f"{active}/{shown.get('SubState')} restarts {shown.get('NRestarts')}")
+        if active == "failed":
+            code = int(shown.get("ExecMainStatus") or 0)
+            if shown.get("ExecMainCode") == "2":  # killed by a signal
+                code = 128 + code
+            return UnitState("exited", code, detail=f"failed ({shown.get('Result')})")
+        return UnitState("absent", detail=active)
+
+    def stop(self, member: Member) -> None:
+        from tatu.ops.units import systemctl_user
+
+        systemctl_user("stop", "--no-block", member_unit(member))
+
+    def last_error(self, member: Member) -> str:
+        # By SyslogIdentifier (the unit sets tatu-sft-%i): it finds the lines wherever the cgroup is.
+        binary = shutil.which("journalctl")
+        if binary is None:
+            return ""
+        proc = subprocess.run([binary, "--user", "--no-pager", "-o", "cat", "-n", "50", "-t", f"tatu-sft-{member.run}"],
+                              capture_output=True, text=True, timeout=30)
+        return _pick_error(proc.stdout.splitlines())
+
+
+def _quiet(*args: str) -> None:
+    binary = shutil.which("systemctl")
+    if binary:
+        subprocess.run([binary, "--user", *args], capture_output=True, text=True, timeout=60)
+
+
+def show(unit: str, *properties: str) -> dict[str, str]:
+    from tatu.ops.units import systemctl_user
+
+    values = {}
+    for line in systemctl_user("show", unit, *[f"-p{p}" for p in properties]).splitlines():
+        key, _, value = line.partition("=")
+        values[key] = value
+    return values

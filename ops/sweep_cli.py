@@ -1,0 +1,257 @@
+"""`tatu sweep plan|start|status|stop|report`: pre-registered sweeps of daemon runs.
+
+    tatu sweep plan FILE                      members, effective configs, plan hash, cost estimate
+    tatu sweep start FILE [--foreground] [-K N]   lock the plan, then run it (tatu-sweep@NAME by default)
+    tatu sweep status NAME                    each member's state, and the coordinator's summary
+    tatu sweep stop NAME                      stop the coordinator and its members (they save; start continues)
+    tatu sweep report NAME                    the closing table, report.json, PNG plots, an HTML page
+
+Sweeps live in sweeps/<name>/ under the current directory (--sweeps DIR elsewhere).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+from tatu import exitcodes
+from tatu.exitcodes import TatuExit
+
+COORDINATOR_UNIT = "tatu-sweep@{}.service"
+
+
+def add_args(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True)
+    p = sub.add_parser("plan", help="print the members, their effective configs, the hash and a cost estimate")
+    p.add_argument("plan", type=Path)
+    p.add_argument("--full", action="store_true", help="every variable of every member, defaults included")
+    p.add_argument("--sweeps", type=Path, default=Path("sweeps"))
+    p = sub.add_parser("start", help="lock the plan (sweeps/NAME/plan.lock.json) and run it unattended")
+    p.add_argument("plan", type=Path)
+    p.add_argument("--foreground", action="store_true", help="members as child processes of this command, no systemd")
+    p.add_argument("-K", type=int, default=None, help="members running at once (default: the GPUs the members use, else 1)")
+    p.add_argument("--poll", type=float, default=2.0, help="seconds between the coordinator's passes (--foreground)")
+    p.add_argument("--sweeps", type=Path, default=Path("sweeps"))
+    for action, text in (("status", "each member's state"), ("stop", "stop the coordinator and the members"),
+                         ("report", "the closing table, plots and an HTML page")):
+        p = sub.add_parser(action, help=text)
+        p.add_argument("name")
+        p.add_argument("--sweeps", type=Path, default=Path("sweeps"))
+        if action == "report":
+            p.add_argument("--out", type=Path, help="report directory (default: sweeps/NAME/report)")
+
+
+def main(args: argparse.Namespace) -> int:
+    return {"plan": plan_main, "start": start_main, "status": status_main, "stop": stop_main,
+            "report": report_main}[args.action](args)
+
+
+def _sweep_dir(args, name: str) -> Path:
+    return (args.sweeps / name).absolute()
+
+
+# --- plan ------------------------------------------------------------------------------------------
+
+def plan_main(args) -> int:
+    from tatu.daemon.config import describe, load_config
+    from tatu.ops.sweep_plan import fmt_duration, load_plan, measured_cost, member_seconds
+
+    plan = load_plan(args.plan)
+    out = _sweep_dir(args, plan.name) / "runs"
+    tune = plan.tune_members(out)
+    # With a tune stage the comparison members exist once the value is chosen: shown with the first.
+    compare = plan.compare_members(out, {plan.tune_var: plan.tune_values[0]} if plan.tune_var else None)
+    shown = tune + compare
+    print(f"sweep {plan.name}  plan hash {plan.hash}  ({args.plan})")
+    if plan.question:
+        print(f"question: {plan.question}")
+    print(f"decision rule: {plan.rule.text}")
+    print(f"baseline: {', '.join(f'{k}={v}' for k, v in plan.baseline.items())}   seeds: {plan.seeds}")
+    if plan.tune_var:
+        print(f"tune stage: {plan.tune_var} in {plan.tune_values}, seeds {plan.tune_seeds}, chosen on the dev half "
+              f"of sftHeld (even line indices); the comparison judges on the odd ones")
+    print(f"members: {len(tune)} tune + {len(compare)} comparison: {', '.join(m.name for m in shown)}")
+    for member in shown:
+        config, sources = load_config(member.env)
+        label = "tune" if member.stage == "tune" else "compare"
+        tuned_note = f"  ({plan.tune_var} = the tuned value)" if plan.tune_var and member.stage == "compare" else ""
+        print(f"\n[{label}] {member.name}  run {member.run}  config {config.hash}{tuned_note}")
+        for line in describe(config, sources):
+            if args.full or sources.get(line.split()[0]) != "default":
+                print(line)
+    if not args.full:
+        print("\n(every other variable at its default; --full lists them all; the lock holds each member's full config)")
+    runs = [Path(plan.base_env["TATU_SEED_CKPT"]).parent] if plan.base_env.get("TATU_SEED_CKPT") else []
+    if out.is_dir():
+        runs = sorted(p for p in out.iterdir() if p.is_dir()) + runs
+    cost = measured_cost(runs)
+    print()
+    if cost is None:
+        print("cost: unknown (no run with measured step times: run `tatu smoke` with the base config first)")
+    else:
+        total = sum(member_seconds(m, cost) for m in shown)
+        print(f"cost: {len(shown)} members, {fmt_duration(total)} of runs in all (measured by {cost.source}: "
+              f"{cost.seconds_per_slot * 1e6:.2f} us per token slot, {cost.eval_seconds:.1f} s per eval); "
+              f"K=1 -> {fmt_duration(total)}, K=2 -> {fmt_duration(total / 2)} wall")
+    return 0
+
+
+# --- start -----------------------------------------------------------------------------------------
+
+def _backend(kind: str, sweep_dir: Path):
+    from tatu.ops.sweep_backends import ForegroundBackend, SystemdBackend
+
+    return ForegroundBackend(sweep_dir) if kind == "foreground" else SystemdBackend()
+
+
+def finished(sweep_dir: Path, backend) -> tuple[bool, str]:
+    from tatu.ops.sweep_coordinator import TERMINAL, Coordinator, summary
+
+    coordinator = Coordinator(sweep_dir, backend, 1, out=open(os.devnull, "w"))
+    _, stage, members = coordinator.stage_members()
+    statuses = coordinator.statuses(members)
+    done = stage != "tune" and all(s.state in TERMINAL for s in statuses)
+    return done, summary(statuses, None, stage)
+
+
+def start_main(args) -> int:
+    from tatu.ops.sweep_coordinator import SETTINGS_FILE, STOP_FILE, Coordinator, devices_for
+    from tatu.ops.sweep_lock import reconcile, write_json_atomic
+    from tatu.ops.sweep_plan import load_plan
+
+    plan = load_plan(args.plan)
+    sweep_dir = _sweep_dir(args, plan.name)
+    lock, what = reconcile(plan, sweep_dir)
+    print(f"sweep {plan.name}: plan {what} ({sweep_dir / 'plan.lock.json'}, hash {lock['plan_hash']})")
+    kind = "foreground" if args.foreground else "systemd"
+    backend = _backend(kind, sweep_dir)
+    from tatu.ops.units import UnitsError
+
+    try:
+        done, text = finished(sweep_dir, backend)
+    except UnitsError as exc:
+        raise TatuExit(1, f"{exc} (no user manager: `tatu sweep start --foreground` runs it without systemd)")
+    if done:
+        print(f"sweep {plan.name} already finished ({text}); nothing to do. `tatu sweep report {plan.name}`")
+        return 0
+    if args.K is not None and args.K < 1:
+        raise TatuExit(exitcodes.USAGE, f"-K {args.K}: at least 1 member at a time")
+    base_device = plan.base_env.get("TATU_DEVICE", "auto")
+    k = args.K or max(1, _gpu_count() if base_device in ("auto", "cuda") else 0)
+    devices = devices_for(k, base_device)
+    stop_path = sweep_dir / STOP_FILE
+    if stop_path.exists():
+        print(f"continuing a stopped sweep ({stop_path.read_text().strip()})")
+        stop_path.unlink()
+    write_json_atomic(sweep_dir / SETTINGS_FILE, {"k": k, "backend": kind, "devices": devices})
+    if args.foreground:
+        coordinator = Coordinator(sweep_dir, backend, k, devices, poll_seconds=args.poll)
+        previous = signal.signal(signal.SIGINT, lambda *_: setattr(coordinator, "stopping", True))
+        try:
+            return coordinator.run()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    return _start_unit(plan.name, sweep_dir, k)
+
+
+def _gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:
+        return 0
+
+
+def sweep_env_path(name: str) -> Path:
+    from tatu.ops.sweep_backends import env_dir
+
+    return env_dir() / "sweeps" / f"{name}.env"
+
+
+def _start_unit(name: str, sweep_dir: Path, k: int) -> int:
+    from tatu.ops.sweep_backends import _write_private
+    from tatu.ops.units import UnitsError, systemctl_user
+
+    unit = COORDINATOR_UNIT.format(name)
+    try:
+        loaded = systemctl_user("show", unit, "-pLoadState", "--value").strip()
+        if loaded != "loaded":
+            raise TatuExit(exitcodes.BAD_CONFIG, f"{unit} is not installed ({loaded}): run `tatu units install` first")
+        _write_private(sweep_env_path(name), f"SWEEP_DIR={sweep_dir}\n")
+        try:
+            systemctl_user("enable", unit)  # a reboot starts it again (with lingering enabled)
+        except UnitsError as exc:
+            print(f"note: {exc} (the sweep runs, but will not restart after a reboot)", file=sys.stderr)
+        systemctl_user("start", unit)
+    except UnitsError as exc:
+        raise TatuExit(1, str(exc))
+    print(f"started {unit} (K={k}): `tatu sweep status {name}`, `journalctl --user -u {unit} -f`")
+    return 0
+
+
+# --- status / stop / report --------------------------------------------------------------------------
+
+def status_main(args) -> int:
+    from tatu.daemon.logs import read_events
+    from tatu.ops.sweep_coordinator import STOP_FILE, Coordinator, run_dir, settings, summary
+
+    sweep_dir = _sweep_dir(args, args.name)
+    conf = settings(sweep_dir)
+    backend = _backend(conf.get("backend", "systemd"), sweep_dir)
+    coordinator = Coordinator(sweep_dir, backend, int(conf.get("k", 1)), out=open(os.devnull, "w"))
+    _, stage, members = coordinator.stage_members()
+    statuses = coordinator.statuses(members)
+    print(f"sweep {args.name} ({conf.get('backend', 'systemd')}, K={conf.get('k', 1)}): "
+          f"{summary(statuses, coordinator.eta(statuses), stage)}")
+    stop = sweep_dir / STOP_FILE
+    if stop.exists():
+        print(f"stopped: {stop.read_text().strip()}")
+    for s in statuses:
+        events_path = run_dir(s.member) / "events.jsonl"
+        steps = [e["step"] for e in read_events(events_path) if e.get("event") == "step"] if events_path.is_file() else []
+        limit = s.member.env.get("MIX_STEPS_LIMIT", "?")
+        print(f"  {s.member.name:<24} {s.state:<9} {s.verdict or '':<13} step {max(steps, default=0)}/{limit}"
+              + (f"  {s.detail}" if s.detail else ""))
+    return 0
+
+
+def stop_main(args) -> int:
+    from tatu.ops.sweep_coordinator import STOP_FILE, Coordinator, settings
+    from tatu.ops.sweep_lock import write_json_atomic
+    from tatu.ops.units import UnitsError, systemctl_user
+
+    sweep_dir = _sweep_dir(args, args.name)
+    conf = settings(sweep_dir)
+    write_json_atomic(sweep_dir / STOP_FILE, {"reason": "stopped by the operator (tatu sweep stop)", "code": 0})
+    kind = conf.get("backend", "systemd")
+    if kind == "systemd" and shutil.which("systemctl"):
+        unit = COORDINATOR_UNIT.format(args.name)
+        try:
+            systemctl_user("stop", unit)
+            systemctl_user("disable", unit)
+        except UnitsError as exc:
+            print(f"note: {exc}", file=sys.stderr)
+    backend = _backend(kind, sweep_dir)
+    coordinator = Coordinator(sweep_dir, backend, 1, out=open(os.devnull, "w"))
+    _, _, members = coordinator.stage_members()
+    stopped = 0
+    for status in coordinator.statuses(members):
+        if status.state == "running":
+            backend.stop(status.member)
+            stopped += 1
+    print(f"sweep {args.name}: stop requested; {stopped} running members asked to save and stop. "
+          f"`tatu sweep start PLAN` continues it")
+    return 0
+
+
+def report_main(args) -> int:
+    from tatu.ops.sweep_report import write_report
+
+    data, text, page = write_report(_sweep_dir(args, args.name), args.out)
+    print(text)
+    print(f"\nreport: {page}  (report.json and plots beside it)")
+    return 0

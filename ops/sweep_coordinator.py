@@ -1,0 +1,336 @@
+"""The sweep coordinator: keeps at most K members running until every one has a result.
+
+It holds no state of its own. Each pass derives every member's status from its run dir and
+its backend's unit state (member_status), so a coordinator killed at any moment and started
+again -- by hand, by systemd, after a reboot -- continues where the files say:
+
+    verdict.json                        done (its verdict), or aborted when the verdict says so
+    events: abort "non-finite loss"     diverged (exit 11: a result, there is no verdict)
+    the unit/child is running           running
+    exited 65 or 78                     fatal: the sweep stops with the member's reason
+    exited after its crash restarts     fatal (the member cannot run)
+    anything else                       pending: started (again) when a slot is free; a
+                                        stopped or killed member resumes from its state/
+
+Exit 10 is a result like any other. With a [tune] stage the tune members run first; when all
+have results the value is chosen on the dev half of sftHeld and written into the lock, which
+then lists the comparison members. `python -m tatu.ops.sweep_coordinator` (SWEEP_DIR from the
+environment) is what units/tatu-sweep@.service runs; `tatu sweep start --foreground` runs the
+same loop in the terminal with child processes.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from tatu import exitcodes
+from tatu.exitcodes import TatuExit
+from tatu.ops.sweep_backends import Backend, ForegroundBackend, SystemdBackend, UnitState
+from tatu.ops.sweep_lock import members as locked_members
+from tatu.ops.sweep_lock import plan_from_lock, read_lock, record_tuned, write_json_atomic
+from tatu.ops.sweep_plan import Member, fmt_duration
+
+TERMINAL = ("done", "aborted", "diverged")
+POLL_SECONDS = 2.0
+STOP_FILE = "stop.json"
+SETTINGS_FILE = "coordinator.json"
+
+
+@dataclass(frozen=True)
+class MemberStatus:
+    member: Member
+    state: str  # pending | running | done | aborted | diverged | fatal
+    verdict: str | None = None
+    code: int | None = None
+    detail: str = ""
+    alive: bool = False  # its process still runs (a member that wrote its verdict may still be exiting)
+
+
+def run_dir(member: Member) -> Path:
+    return Path(member.env["TATU_OUT"]) / member.run
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _diverged(directory: Path) -> bool:
+    from tatu.daemon.logs import read_events
+
+    path = directory / "events.jsonl"
+    return path.is_file() and any(e.get("event") == "abort" and e.get("reason") == "non-finite loss" for e in read_events(path))
+
+
+def member_status(member: Member, unit: UnitState) -> MemberStatus:
+    status = _member_status(member, unit)
+    return replace(status, alive=unit.kind == "running")
+
+
+def _member_status(member: Member, unit: UnitState) -> MemberStatus:
+    directory = run_dir(member)
+    verdict = _read_json(directory / "verdict.json")
+    if verdict is not None:
+        aborted = (verdict.get("numbers") or {}).get("aborted")
+        return MemberStatus(member, "aborted" if aborted else "done", verdict.get("verdict"),
+                            exitcodes.FORGET_ABORT if aborted else exitcodes.OK, aborted or "")
+    if unit.kind == "running":
+        return MemberStatus(member, "running", detail=unit.detail)
+    if unit.kind == "exited" and unit.code == exitcodes.NONFINITE_LOSS or _diverged(directory):
+        return MemberStatus(member, "diverged", "diverged", exitcodes.NONFINITE_LOSS, "non-finite loss")
+    if unit.kind == "exited" and unit.code in (exitcodes.BAD_DATA, exitcodes.BAD_CONFIG):
+        return MemberStatus(member, "fatal", code=unit.code, detail=_last_error(directory))
+    if unit.kind == "exited" and unit.code not in (0, None):
+        return MemberStatus(member, "fatal", code=unit.code, detail=f"crashed with exit {unit.code} and was not restarted ({unit.detail})")
+    return MemberStatus(member, "pending", detail=unit.detail)
+
+
+def _last_error(directory: Path) -> str:
+    log = directory / "run.log"
+    if not log.is_file():
+        return ""
+    errors = [line for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if " error " in line]
+    return errors[-1].split(" error ", 1)[1].strip() if errors else ""
+
+
+def summary(statuses: list[MemberStatus], eta_s: float | None, stage: str | None = None) -> str:
+    """`7/20 done, 2 running, 1 aborted (forgets), ETA 3h10m` (ASCII: it is the unit's STATUS)."""
+    finished = sum(s.state in TERMINAL for s in statuses)
+    running = sum(s.state == "running" for s in statuses)
+    aborted = sum(s.state == "aborted" for s in statuses)
+    diverged = sum(s.state == "diverged" for s in statuses)
+    text = f"{finished}/{len(statuses)} done, {running} running"
+    if aborted:
+        text += f", {aborted} aborted (forgets)"
+    if diverged:
+        text += f", {diverged} diverged"
+    if eta_s is not None and finished < len(statuses):
+        text += f", ETA {fmt_duration(eta_s)}"
+    return (f"{stage}: " if stage else "") + text
+
+
+def member_wall_seconds(member: Member) -> float | None:
+    from tatu.daemon.logs import read_events
+
+    path = run_dir(member) / "events.jsonl"
+    if not path.is_file():
+        return None
+    times = [e["time"] for e in read_events(path) if "time" in e]
+    return times[-1] - times[0] if len(times) >= 2 else None
+
+
+class Coordinator:
+    def __init__(self, sweep_dir: Path, backend: Backend, k: int, devices: list[str | None] | None = None,
+                 out=None, poll_seconds: float = POLL_SECONDS):
+        self.sweep_dir = Path(sweep_dir)
+        self.backend = backend
+        self.k = max(1, k)
+        self.devices = devices or [None] * self.k
+        self.out = out or sys.stdout
+        self.poll_seconds = poll_seconds
+        self.started_here: dict[str, str | None] = {}
+        self.stopping = False
+        self.notifier = _notifier()
+
+    def say(self, text: str) -> None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        print(text, file=self.out, flush=True)
+        with open(self.sweep_dir / "coordinator.log", "a", encoding="utf-8") as log:
+            log.write(f"{stamp} {text}\n")
+
+    def notify(self, *lines: str) -> None:
+        if self.notifier is not None:
+            self.notifier.notify("\n".join(line.encode("ascii", "replace").decode() for line in lines))
+
+    # --- one pass ------------------------------------------------------------------------------
+    def stage_members(self) -> tuple[dict, str | None, list[Member]]:
+        lock = read_lock(self.sweep_dir)
+        if lock.get("tune") and not lock.get("tuned"):
+            return lock, "tune", locked_members(lock, "tune")
+        return lock, ("compare" if lock.get("tune") else None), locked_members(lock, "compare")
+
+    def statuses(self, members: list[Member]) -> list[MemberStatus]:
+        return [member_status(m, self.backend.poll(m)) for m in members]
+
+    def pass_once(self) -> tuple[str, list[MemberStatus], str | None]:
+        """('running' | 'finished' | 'fatal' | 'tune-complete', statuses, stage)."""
+        lock, stage, members = self.stage_members()
+        statuses = self.statuses(members)
+        fatal = [s for s in statuses if s.state == "fatal"]
+        if fatal:
+            return "fatal", statuses, stage
+        if all(s.state in TERMINAL for s in statuses):
+            if stage == "tune":
+                return "tune-complete", statuses, stage
+            return "finished", statuses, stage
+        running = [s for s in statuses if s.alive]  # a slot is free once the process has exited
+        free = self.free_devices(running)
+        for status in statuses:
+            if status.state != "pending" or len(running) >= self.k or self.stopping:
+                continue
+            device = free.pop(0) if free else None
+            self.backend.start(status.member, device)
+            self.started_here[status.member.run] = device
+            running.append(status)
+            self.say(f"started {status.member.name}" + (f" on {device}" if device else "")
+                     + (f" ({status.detail})" if status.detail and status.detail != "inactive" else ""))
+        return "running", statuses, stage
+
+    def free_devices(self, running: list[MemberStatus]) -> list[str | None]:
+        if not any(self.devices):
+            return []
+        used = set()
+        for status in running:
+            device = self.started_here.get(status.member.run)
+            if device is None:
+                from tatu.ops.run_cli import parse_env_file
+
+                path = self.backend.env_path(status.member)
+                device = parse_env_file(path).get("TATU_DEVICE") if path.is_file() else None
+            used.add(device)
+        return [d for d in self.devices if d not in used]
+
+    def choose_tuned(self, lock: dict, members: list[Member]) -> None:
+        from tatu.ops.sweep_analysis import select_tuned
+
+        value, selection = select_tuned(self.sweep_dir, lock, members)
+        record_tuned(self.sweep_dir, lock, plan_from_lock(lock), value, selection)
+        self.say(f"tune: {lock['tune']['var']}={value} chosen on the dev half of sftHeld "
+                 f"({selection['reason']}); locked; the comparison stage starts")
+
+    def eta(self, statuses: list[MemberStatus]) -> float | None:
+        walls = [w for s in statuses if s.state in TERMINAL for w in [member_wall_seconds(s.member)] if w]
+        if not walls:
+            return None
+        remaining = sum(s.state in ("pending", "running") for s in statuses)
+        return remaining * (sum(walls) / len(walls)) / self.k
+
+    # --- the loop ------------------------------------------------------------------------------
+    def run(self) -> int:
+        # One coordinator per sweep: two would start the same member twice. The lock dies with
+        # its holder, so a killed coordinator never blocks the next.
+        self._lock = open(self.sweep_dir / "coordinator.lock", "a+")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.say("another coordinator is running this sweep; this one exits")
+            return 1
+        stop = _read_json(self.sweep_dir / STOP_FILE)
+        if stop is not None:
+            self.say(f"sweep stopped: {stop.get('reason')}; `tatu sweep start` continues it")
+            self.notify("READY=1", f"STATUS=stopped: {stop.get('reason')}")
+            return int(stop.get("code", 0))
+        previous = {}
+        ready = False
+        self.say(f"coordinator up (pid {os.getpid()}, {self.backend.name} backend, K={self.k})")
+
+        def on_term(*_):
+            self.stopping = True
+
+        old = signal.signal(signal.SIGTERM, on_term)
+        try:
+            while True:
+                outcome, statuses, stage = self.pass_once()
+                for s in statuses:
+                    if previous.get(s.member.run) != s.state and s.state in TERMINAL + ("fatal",):
+                        self.say(f"{s.member.name}: {s.state}" + (f" ({s.verdict})" if s.verdict and s.verdict != s.state else "")
+                                 + (f": {s.detail}" if s.detail else ""))
+                    previous[s.member.run] = s.state
+                text = summary(statuses, self.eta(statuses), stage)
+                self.notify(*(["READY=1"] if not ready else []), f"STATUS={text}")
+                ready = True
+                if outcome == "tune-complete":
+                    self.choose_tuned(read_lock(self.sweep_dir), [s.member for s in statuses])
+                    continue
+                if outcome == "finished":
+                    self.say(f"sweep finished: {text}; `tatu sweep report {self.sweep_dir.name}`")
+                    self.notify(f"STATUS=finished: {text}")
+                    return 0
+                if outcome == "fatal":
+                    return self.fail([s for s in statuses if s.state == "fatal"], statuses)
+                if self.stopping or _read_json(self.sweep_dir / STOP_FILE) is not None:
+                    return self.stop_members(statuses)
+                time.sleep(self.poll_seconds)
+        finally:
+            signal.signal(signal.SIGTERM, old)
+
+    def fail(self, fatal: list[MemberStatus], statuses: list[MemberStatus]) -> int:
+        first = fatal[0]
+        code = first.code if first.code in (exitcodes.BAD_DATA, exitcodes.BAD_CONFIG) else exitcodes.BAD_CONFIG
+        detail = first.detail or self.backend.last_error(first.member) or "see its log"
+        reason = f"member {first.member.name} exited {first.code}: {detail}"
+        write_json_atomic(self.sweep_dir / STOP_FILE, {"reason": reason, "code": code, "member": first.member.name})
+        for s in statuses:
+            if s.state == "running":
+                self.backend.stop(s.member)
+        self.say(f"sweep stopped: {reason}")
+        self.notify(f"STATUS=stopped: {reason}"[:200])
+        self._wait_foreground()
+        return code
+
+    def stop_members(self, statuses: list[MemberStatus]) -> int:
+        # SIGTERM of a systemd coordinator leaves its members running (they are units of their
+        # own; a restarted coordinator finds them); a `tatu sweep stop` or a foreground ^C stops them.
+        if _read_json(self.sweep_dir / STOP_FILE) is not None or isinstance(self.backend, ForegroundBackend):
+            for s in statuses:
+                if s.state == "running":
+                    self.backend.stop(s.member)
+            self._wait_foreground()
+        self.say("coordinator stopping; members with results keep them, the others resume when started again")
+        return 0
+
+    def _wait_foreground(self) -> None:
+        if isinstance(self.backend, ForegroundBackend):
+            self.backend.wait_all()
+
+
+def _notifier():
+    if not os.environ.get("NOTIFY_SOCKET"):
+        return None
+    import sdnotify
+
+    return sdnotify.SystemdNotifier()
+
+
+def settings(sweep_dir: Path) -> dict:
+    return _read_json(Path(sweep_dir) / SETTINGS_FILE) or {}
+
+
+def devices_for(k: int, base_device: str) -> list[str | None]:
+    """One CUDA device per slot when the members would use CUDA and there are enough GPUs."""
+    if base_device not in ("auto", "cuda"):
+        return [None] * k
+    try:
+        import torch
+
+        count = torch.cuda.device_count()
+    except Exception:
+        count = 0
+    return [f"cuda:{i}" for i in range(k)] if count >= k and count > 0 else [None] * k
+
+
+def main() -> int:
+    sweep_dir = os.environ.get("SWEEP_DIR")
+    if not sweep_dir:
+        print("tatu sweep coordinator: SWEEP_DIR is not set (the unit's env file sets it)", file=sys.stderr)
+        return exitcodes.BAD_CONFIG
+    conf = settings(Path(sweep_dir))
+    k = int(conf.get("k", 1))
+    backend = SystemdBackend() if conf.get("backend", "systemd") == "systemd" else ForegroundBackend(Path(sweep_dir))
+    try:
+        return Coordinator(Path(sweep_dir), backend, k, conf.get("devices")).run()
+    except TatuExit as exc:
+        print(f"tatu sweep coordinator: {exc.message}", file=sys.stderr)
+        return exc.code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

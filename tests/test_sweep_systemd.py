@@ -1,0 +1,140 @@
+"""A sweep under a real `systemd --user` (tests/systemd_harness.py): 2 configurations x 2 seeds,
+K=2, through a tatu-sweep@ coordinator unit and tatu-sft@ member units. The coordinator is
+SIGKILLed mid-way; systemd restarts it, and it finishes without re-running finished members.
+Run under the flock (README): `flock /tmp/tatu-systemd.lock .venv/bin/pytest -q tests/test_sweep_systemd.py`.
+CI sets TATU_REQUIRE_SYSTEMD=1, so this fails there instead of skipping.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from pathlib import Path
+
+import pytest
+
+from sweep_world import RUN_PREFIXES, build_trunk, plan_text
+from systemd_harness import user_manager_session
+
+from tatu.ops.cli import main as tatu
+from tatu.ops.sweep_lock import members, read_lock
+from tatu.ops.units import install_units
+
+pytestmark = [pytest.mark.systemd, pytest.mark.slow]
+
+COORDINATOR = "tatu-sweep@sd.service"
+STATUS = re.compile(r"^(\d+)/4 done, (\d+) running")
+DROP_IN = "[Service]\nRestartSec=1s\n"
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep-sysd")
+    with pytest.MonkeyPatch.context() as mp:
+        for name in list(os.environ):
+            if name.startswith(RUN_PREFIXES) and name != "TATU_REQUIRE_SYSTEMD":
+                mp.delenv(name)
+        for name in ("RUNTIME_DIRECTORY", "NOTIFY_SOCKET", "JOURNAL_STREAM", "WATCHDOG_USEC", "WATCHDOG_PID"):
+            mp.delenv(name, raising=False)
+        data, trunk = build_trunk(root)
+        plan = root / "sd.toml"
+        plan.write_text(plan_text("sd", data.absolute(), trunk.absolute(), steps=6))
+        with user_manager_session() as um:
+            mp.setenv("XDG_RUNTIME_DIR", str(um.runtime_dir))
+            mp.setenv("XDG_CONFIG_HOME", str(um.config_home))
+            mp.delenv("DBUS_SESSION_BUS_ADDRESS", raising=False)
+            workdir = root / "work"
+            workdir.mkdir()
+            for unit in ("tatu-sft@.service", "tatu-sweep@.service"):
+                (um.unit_dir / f"{unit}.d").mkdir(parents=True)
+                (um.unit_dir / f"{unit}.d" / "test.conf").write_text(DROP_IN)
+            installed = install_units(workdir=workdir)
+            try:
+                yield {"um": um, "root": root, "plan": plan, "sweeps": root / "sweeps", "installed": installed}
+            finally:
+                um.systemctl("stop", COORDINATOR, check=False, timeout=120)
+                for member in ("replay-n0-s1", "replay-n0-s2", "replay-n2-s1", "replay-n2-s2"):
+                    um.systemctl("stop", f"tatu-sft@sd.{member}.service", check=False, timeout=120)
+
+
+def _sweep_dir(setup) -> Path:
+    return setup["sweeps"] / "sd"
+
+
+def _member_units(um) -> dict[str, str]:
+    out = {}
+    for member in ("replay-n0-s1", "replay-n0-s2", "replay-n2-s1", "replay-n2-s2"):
+        out[member] = um.show(f"tatu-sft@sd.{member}.service", "ActiveState")["ActiveState"]
+    return out
+
+
+def _done(setup) -> set[str]:
+    lock = read_lock(_sweep_dir(setup))
+    return {m.name for m in members(lock) if (Path(m.env["TATU_OUT"]) / m.run / "verdict.json").exists()}
+
+
+def test_sweep_runs_through_units_survives_a_coordinator_kill_and_finishes(setup, capsys):
+    um = setup["um"]
+    assert um.unit_dir / "tatu-sweep@.service" in setup["installed"].written
+    assert tatu(["sweep", "start", str(setup["plan"]), "-K", "2", "--sweeps", str(setup["sweeps"])]) == 0
+    printed = capsys.readouterr().out
+    assert "plan locked" in printed and f"started {COORDINATOR} (K=2)" in printed
+    shown = um.show(COORDINATOR, "ActiveState", "Type", "MainPID", "NRestarts", "StatusText")
+    assert shown["ActiveState"] == "active" and shown["Type"] == "notify", shown
+    assert STATUS.match(shown["StatusText"]), shown["StatusText"]
+
+    # Mid-way: a member has a result and another has none yet. Never more than K=2 running.
+    most_active = 0
+
+    def midway():
+        nonlocal most_active
+        most_active = max(most_active, sum(state in ("active", "activating", "deactivating") for state in _member_units(um).values()))
+        done = _done(setup)
+        return done if 1 <= len(done) < 4 else None
+
+    done_before = um.wait_for(midway, timeout=600, interval=0.5, what="one member finished, others not")
+    assert most_active <= 2
+    lock = read_lock(_sweep_dir(setup))
+    by_name = {m.name: m for m in members(lock)}
+    env_file = um.config_home / "tatu" / f"sd.{sorted(done_before)[0]}.env"
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    assert f"TATU_RUN=sd.{sorted(done_before)[0]}" in env_file.read_text()
+    frozen = {name: (Path(by_name[name].env["TATU_OUT"]) / by_name[name].run / "events.jsonl").read_bytes() for name in done_before}
+
+    old_pid = int(shown["MainPID"])
+    um.systemctl("kill", "-s", "SIGKILL", "--kill-whom=main", COORDINATOR)
+
+    def restarted():
+        s = um.show(COORDINATOR, "ActiveState", "MainPID", "NRestarts")
+        return s if s["ActiveState"] == "active" and int(s["MainPID"]) not in (0, old_pid) else None
+
+    again = um.wait_for(restarted, timeout=60, interval=0.2, what="systemd to restart the killed coordinator")
+    assert int(again["NRestarts"]) == int(shown["NRestarts"]) + 1
+
+    def finished():
+        most = sum(state in ("active", "activating", "deactivating") for state in _member_units(um).values())
+        assert most <= 2
+        log = (_sweep_dir(setup) / "coordinator.log").read_text()
+        return log if "sweep finished: 4/4 done" in log else None
+
+    log = um.wait_for(finished, timeout=900, interval=0.5, what="the sweep to finish")
+    um.wait_for(lambda: um.show(COORDINATOR, "ActiveState")["ActiveState"] == "inactive", timeout=60,
+                what="the coordinator to exit 0")
+    assert _done(setup) == set(by_name)
+    # Finished members were not run again: each started once, their events untouched.
+    for name in done_before:
+        assert log.count(f"started {name}") == 1, log
+        assert (Path(by_name[name].env["TATU_OUT"]) / by_name[name].run / "events.jsonl").read_bytes() == frozen[name]
+    for name, m in by_name.items():
+        verdict = json.loads((Path(m.env["TATU_OUT"]) / m.run / "verdict.json").read_text())
+        assert verdict["verdict"] in ("holds", "flat", "inconclusive", "forgets")
+        # It ran as its tatu-sft@ unit: the unit's SyslogIdentifier carries its lines to the journal.
+        assert "EVAL 6: sftHeld" in um.journalctl("-t", f"tatu-sft-sd.{name}", "-o", "cat"), name
+    assert log.count("coordinator up") == 2  # the first and the one systemd restarted
+
+    assert tatu(["sweep", "start", str(setup["plan"]), "-K", "2", "--sweeps", str(setup["sweeps"])]) == 0
+    assert "already finished (4/4 done, 0 running); nothing to do" in capsys.readouterr().out
+    assert tatu(["sweep", "status", "sd", "--sweeps", str(setup["sweeps"])]) == 0
+    status = capsys.readouterr().out
+    assert "(systemd, K=2): 4/4 done, 0 running" in status and status.count(" step 6/6") == 4
