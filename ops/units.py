@@ -138,8 +138,8 @@ def install_units(run: str | None = None, dest: Path | None = None, env_dest: Pa
             raise UnitsError(f"tatu: no env file for run {run!r}: {env_source} does not exist "
                              f"(write one, or pass --env-file)")
 
-    template = (source / TEMPLATE).read_text()
-    units = {TEMPLATE: template}
+    units = {path.name: path.read_text() for path in sorted(source.glob("*.service"))}
+    template = units[TEMPLATE]
     if run is not None and env_file is None:
         units[dedicated_unit_name(run)] = dedicated_unit(template, run)
     for name, text in units.items():
