@@ -3,6 +3,9 @@
 One request per line, one reply per line:
     {"v":1,"cmd":"status"}  ->  {"v":1,"ok":true, ...handler's fields}
     anything wrong          ->  {"v":1,"ok":false,"error":"..."}
+A request is at most MAX_REQUEST_BYTES long and MAX_REQUEST_DEPTH deep (checked before it is
+parsed: json.loads recurses once per level); whatever goes wrong while handling one, the
+client gets an error reply.
 One thread runs a selector loop over all connections, so a flood of clients costs one
 thread and bounded memory, and never blocks the training loop. Handlers run in that
 thread: the daemon keeps them cheap (read a snapshot, or set a flag the loop acts on at
@@ -27,6 +30,8 @@ from typing import Callable
 
 PROTOCOL_VERSION = 1
 MAX_REQUEST_BYTES = 64 * 1024
+# Every command is a flat object; a little nesting is allowed for arguments to come.
+MAX_REQUEST_DEPTH = 16
 # Beyond this many open connections new ones are closed at once: same-uid clients are
 # trusted, but a runaway script must not exhaust the daemon's file descriptors.
 MAX_CONNECTIONS = 64
@@ -86,6 +91,28 @@ def ensure_private_dir(directory: Path) -> None:
         raise RuntimeError(f"control socket directory {directory} belongs to uid {info.st_uid}, not {os.getuid()}")
     if info.st_mode & 0o077:
         os.chmod(directory, 0o700)
+
+
+def nesting_depth(line: bytes) -> int:
+    """The deepest nesting of [ and { in a JSON text, outside strings (no parsing, no recursion)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in line:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):  # ] }
+            depth -= 1
+    return deepest
 
 
 def error_reply(message: str) -> dict:
@@ -298,6 +325,15 @@ class ControlServer:
     def dispatch(self, line: bytes) -> dict:
         """One request line -> one reply object. Never raises."""
         self.requests_handled += 1
+        try:
+            return self._dispatch(line)
+        except Exception as exc:  # whatever the request did, the protocol promises a reply
+            return error_reply(f"request could not be handled: {type(exc).__name__}: {exc}"[:500])
+
+    def _dispatch(self, line: bytes) -> dict:
+        depth = nesting_depth(line)
+        if depth > MAX_REQUEST_DEPTH:
+            return error_reply(f"request nested {depth} levels deep; at most {MAX_REQUEST_DEPTH} are accepted")
         try:
             request = json.loads(line.decode("utf-8"))
         except UnicodeDecodeError:

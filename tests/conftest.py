@@ -20,3 +20,18 @@ def private_runtime_dir():
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def daemon_world(tmp_path_factory, private_runtime_dir):
+    """A tiny data dir and a trunk trained on it (24 steps), shared by the daemon tests."""
+    from tiny_world import base_env, build_world
+
+    from tatu.daemon.main import main as daemon_main
+
+    root = tmp_path_factory.mktemp("world")
+    data = build_world(root)
+    trunk_env = base_env(data, root / "runs", TATU_RUN="trunk", TATU_MODE="pretrain", SFT_GE=2,
+                         MIX_STEPS_LIMIT=24, EVAL_EVERY=12, TATU_LR="3e-3", TATU_GEN_PROMPTS=0)
+    assert daemon_main(trunk_env) == 0
+    return {"root": root, "data": data, "trunk": root / "runs" / "trunk" / "final"}

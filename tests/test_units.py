@@ -55,14 +55,14 @@ def test_install_renders_every_unit_and_copies_the_env_file(installed):
         text = unit.read_text()
         assert "@TATU_" not in text
         service = parse_unit(text)["Service"]
-        assert service["ExecStart"] == [f"{sys.executable} -m tatu.daemon"]
+        assert service["ExecStart"][0].startswith(f"{sys.executable} -m tatu.daemon --instance ")
         assert service["WorkingDirectory"] == [str(workdir)]
 
 
 REQUIRED_SERVICE = {
     "Type": "notify", "NotifyAccess": "main", "OOMScoreAdjust": "-600", "ManagedOOMPreference": "avoid",
     "MemorySwapMax": "0", "KillMode": "mixed", "Restart": "on-failure",
-    "RestartPreventExitStatus": "10 11 65 78", "RuntimeDirectoryMode": "0700", "LimitCORE": "0",
+    "RestartPreventExitStatus": "10 11 65 74 78", "SyslogLevel": "err", "RuntimeDirectoryMode": "0700", "LimitCORE": "0",
 }
 
 
@@ -80,7 +80,8 @@ def test_units_carry_the_required_keys(name, run):
     assert service["SyslogIdentifier"] == [f"tatu-sft-{run}"]
     environment = " ".join(service["Environment"]).split()
     assert "PYTHONUNBUFFERED=1" in environment and "PYTHONFAULTHANDLER=1" in environment
-    assert service["ExecStart"] == ["@TATU_PYTHON@ -m tatu.daemon"]
+    assert service["ExecStart"] == [f"@TATU_PYTHON@ -m tatu.daemon --instance {run}"]
+    assert not any(v.startswith("TATU_RUN=") for v in environment)  # the instance names the run
 
 
 def test_run5_env_holds_the_run5_recipe():
