@@ -165,7 +165,7 @@ def save_checkpoint(
     for stale in path.parent.glob(f".{path.name}.tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
     # The previous copy stays until the new one is complete: the disk must hold both at once.
-    check_room(path.parent, needed_bytes([len(d) for d in documents.values()] + [4096]), "checkpoint")
+    check_room(path, needed_bytes([len(d) for d in documents.values()] + [4096]), "checkpoint")
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     try:
         tmp.mkdir()

@@ -48,7 +48,7 @@ def check_room(path: str | Path, needed: int, what: str) -> None:
     """StorageError before a write that cannot fit (the previous copy stays as it is)."""
     free = free_bytes(path)
     if free < needed:
-        raise StorageError(f"cannot write {what} {path}: it needs {mb(needed)} and {mb(free)} is free there")
+        raise StorageError(f"cannot write {what} {path}: it needs {mb(needed)} and {mb(free)} is free there; nothing was written")
 
 
 def is_storage_error(exc: BaseException) -> bool:

@@ -189,7 +189,7 @@ def test_injected_nan_exits_11_and_previous_state_loads(world, tmp_path):
 
 
 def test_best_follows_sftheld_not_the_ruler(world, tmp_path):
-    env = sft_env(world, tmp_path, REPLAY_N=0, TATU_LR="1e-2", MIX_STEPS_LIMIT=12, EVAL_EVERY=2, MIX_FORGET_LIMIT=10)
+    env = sft_env(world, tmp_path, REPLAY_N=0, TATU_LR="1e-2", MIX_STEPS_LIMIT=12, EVAL_EVERY=2, MIX_FORGET_LIMIT=1)
     assert daemon_main(env) == 0
     evals = {e["step"]: e for e in read_events(tmp_path / "run" / "events.jsonl") if e["event"] == "eval"}
     best_so_far = float("inf")

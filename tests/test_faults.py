@@ -8,6 +8,7 @@ real child process and its signals.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -200,6 +201,29 @@ def test_eval_of_a_broken_model_reports_inf_not_an_exception(world):
         assert result.ppl == float("inf") and result.ci.hi == float("inf"), poison
 
 
+@pytest.mark.parametrize("grad_clip", ["0", "1.0"])
+def test_an_inf_gradient_is_never_stepped_on(world, grad_clip):
+    """A finite loss with an inf gradient (planted by a hook on one weight's gradient)."""
+    from tatu.daemon.trainer import Trainer
+    from tatu.data.stream import MixedStream
+
+    config, _ = load_config(sft_env(world, Path("unused"), TATU_GRAD_CLIP=grad_clip))
+    seed = tiny_checkpoint(world)
+    trainer = Trainer(config, seed.model_config, torch.device("cpu"), seed.model_state, "seed")
+    stream = MixedStream(config.data, mix=config.mix, micro_batch=config.micro_batch, seq_len=config.seq_len, seed=config.seed)
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    first = next(trainer.model.parameters())
+    hook = first.register_hook(lambda grad: grad * float("inf"))
+    stats = trainer.step(stream.next_step(), 1)
+    hook.remove()
+    assert math.isfinite(stats.loss) and not math.isfinite(stats.grad_norm) and not stats.finite
+    assert all(torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())  # not stepped
+    assert not trainer.optimizer.state  # no moment was touched either
+    healthy = trainer.step(stream.next_step(), 1)
+    assert healthy.finite and math.isfinite(healthy.grad_norm)
+    assert not all(torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
+
+
 def test_a_huge_lr_without_clipping_exits_11_and_the_saved_state_is_finite(world, tmp_path):
     env = sft_env(world, tmp_path, TATU_LR="10", TATU_GRAD_CLIP=0, MIX_STEPS_LIMIT=60, EVAL_EVERY=2,
                   TATU_CKPT_EVERY=1, TATU_GEN_PROMPTS=0, MIX_FORGET_LIMIT=1)
@@ -324,8 +348,11 @@ def test_a_deeply_nested_request_gets_an_error_reply_and_the_server_lives(tmp_pa
 
 
 def test_any_exception_while_handling_a_request_is_an_error_reply(tmp_path):
-    class Weird(dict):
+    class Weird(dict):  # a reply that blows up while the server merges it into the envelope
         def __iter__(self):
+            raise RecursionError("planted")
+
+        def keys(self):
             raise RecursionError("planted")
 
     path = tmp_path / "s" / "run.sock"
@@ -423,3 +450,66 @@ def test_mix_forget_limit_5_exits_78_before_anything_runs(tmp_path):
                    "TATU_OUT": str(tmp_path / "out")})
     assert proc.returncode == 78 and "did you mean 0.05?" in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+# --- 10. what systemd and the journal see (the real-systemd half is in test_systemd_integration) --
+
+def test_status_text_says_loading_then_each_baseline_set_then_step_0(world, tmp_path):
+    """Every STATUS= datagram in order, read from a real NOTIFY_SOCKET."""
+    import threading
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(str(tmp_path / "notify.sock"))
+    listener.settimeout(0.5)
+    messages: list[str] = []
+    finished = threading.Event()
+
+    def receive():  # read as systemd does: a full datagram queue would block the sender
+        while not finished.is_set():
+            try:
+                messages.append(listener.recv(4096).decode())
+            except TimeoutError:
+                continue
+
+    reader = threading.Thread(target=receive, daemon=True)
+    reader.start()
+    proc = daemon({**sft_env(world, tmp_path, MIX_STEPS_LIMIT=2, EVAL_EVERY=2), "NOTIFY_SOCKET": str(tmp_path / "notify.sock")})
+    time.sleep(0.6)
+    finished.set()
+    reader.join()
+    listener.close()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    flow = [m for m in messages if m.startswith(("STATUS=", "READY=1")) or m == "WATCHDOG=1"]
+    texts = [m.removeprefix("STATUS=") for m in flow if m.startswith("STATUS=")]
+    assert texts[:4] == ["loading", "baseline eval 1/3 sets", "baseline eval 2/3 sets", "baseline eval 3/3 sets"], texts
+    ready = flow.index("READY=1")
+    after_ready = flow[ready + 1]
+    assert re.fullmatch(r"STATUS=step 0/2 sftHeld \d+\.\d\d drift \+0\.0% first step running", after_ready), flow[ready:]
+    assert "step 2/2 eval 2/3 sets" in texts  # the eval at the last step says so too
+
+
+def test_an_uncaught_error_is_logged_with_its_traceback_at_error_priority(world, tmp_path):
+    """A bug-class failure (here: `state.old` planted as a file, which no save expects) is a
+    crash - exit 1, restarted by systemd - with every traceback line at <3> on journald's stream."""
+    env = sft_env(world, tmp_path, MIX_STEPS_LIMIT=6, EVAL_EVERY=1000, TATU_CKPT_EVERY=1)
+    assert daemon({**env, "MIX_STEPS_LIMIT": "1"}).returncode == 0
+    (tmp_path / "run" / "state.old").write_text("not a checkpoint")
+    (tmp_path / "run" / "verdict.json").unlink()
+    read_end, write_end = socket.socketpair()  # journald's stream is a socket; JOURNAL_STREAM names it
+    info = os.fstat(write_end.fileno())
+    with write_end:
+        proc = subprocess.Popen([sys.executable, "-m", "tatu.daemon"], stdout=write_end, stderr=subprocess.PIPE,
+                                env={**clean_env(), **env, "JOURNAL_STREAM": f"{info.st_dev}:{info.st_ino}"})
+    with read_end:
+        chunks = []
+        while chunk := read_end.recv(65536):
+            chunks.append(chunk)
+    proc.wait(timeout=120)
+    stdout = b"".join(chunks).decode()
+    assert proc.returncode == 1, stdout[-2000:]
+    lines = stdout.splitlines()
+    start = lines.index("<3>Traceback (most recent call last):")
+    tail = lines[start:]
+    assert any("NotADirectoryError" in line for line in tail)
+    assert all(line.startswith("<3>") for line in tail)
+    assert b"Traceback" not in proc.stderr.read()  # not a second, unprefixed copy
