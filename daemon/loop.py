@@ -12,10 +12,9 @@ the operator see. Failures raise their layer's exception; daemon/main.py maps th
 """
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
-
-import math
 
 from tatu import exitcodes
 from tatu.daemon import judge

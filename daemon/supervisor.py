@@ -158,7 +158,7 @@ class Supervisor:
 
     def saved(self, name: str, n_bytes: int) -> str | None:
         """A save of `name` took `n_bytes`: the warning to log, once, when the disk runs short."""
-        self._save_bytes[name] = n_bytes
+        self._save_bytes = {**self._save_bytes, name: n_bytes}  # replaced whole: the socket thread reads it
         disk = self.disk()
         self.status["disk"] = disk
         if not disk["disk_low"]:
