@@ -20,6 +20,8 @@ _previous: dict[int, object] = {}
 
 def install() -> None:
     """From here on SIGTERM and SIGINT ask for a graceful stop (idempotent)."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set handlers (a daemon run embedded in a thread keeps its host's)
     for signum in (signal.SIGTERM, signal.SIGINT):
         if signum not in _previous:
             _previous[signum] = signal.signal(signum, _handle)

@@ -13,6 +13,11 @@ previous checkpoint is renamed aside, the new one renamed into place and the par
 A crash at any moment leaves either the old or the new checkpoint complete: a loader that
 finds only `<ckpt>.old` uses it. Loading hashes the bytes it then parses, so what is verified
 is what is used. No pickle on this path; legacy `.pt` files load with weights_only=True.
+
+A save is refused before anything is written when a floating tensor holds NaN or inf
+(NonFiniteTensorError: such a state would poison every restart) or when the disk cannot
+hold the new copy beside the old one (tatu.storage.StorageError, with the free space); a
+write that fails mid-way on the storage's side removes its temp dir and raises the same.
 """
 from __future__ import annotations
 

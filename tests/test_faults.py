@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -456,8 +457,6 @@ def test_mix_forget_limit_5_exits_78_before_anything_runs(tmp_path):
 
 def test_status_text_says_loading_then_each_baseline_set_then_step_0(world, tmp_path):
     """Every STATUS= datagram in order, read from a real NOTIFY_SOCKET."""
-    import threading
-
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     listener.bind(str(tmp_path / "notify.sock"))
     listener.settimeout(0.5)

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import stat
+import threading
 import time
 from pathlib import Path
 
@@ -168,10 +169,8 @@ def test_units_install_writes_units_and_env_where_the_manager_reads_them(setup, 
 
 # --- start, status, journal, doctor -----------------------------------------------------------
 
-def watch_status_texts(um, unit: str) -> tuple[list[str], "threading.Event"]:
+def watch_status_texts(um, unit: str) -> tuple[list[str], threading.Event]:
     """StatusText of `unit` polled in a thread: each distinct text once, in order."""
-    import threading
-
     seen: list[str] = []
     done = threading.Event()
 
