@@ -119,6 +119,7 @@ def test_enospc_in_the_middle_of_a_save_removes_the_temp_dir(world, small_tmpfs)
     assert load_checkpoint(disk / "state").meta == {"step": 1}
 
 
+@pytest.mark.slow
 def test_disk_full_during_a_run_exits_74_with_the_previous_state_intact(world, tmp_path, small_tmpfs):
     # The sizes of this run's saves, measured on a normal disk first.
     settings = dict(MIX_STEPS_LIMIT=9, EVAL_EVERY=3, TATU_CKPT_EVERY=3, TATU_GEN_PROMPTS=0)
@@ -143,6 +144,7 @@ def test_disk_full_during_a_run_exits_74_with_the_previous_state_intact(world, t
     assert "fewer than 3 more saves fit" in out
 
 
+@pytest.mark.slow
 def test_status_reply_carries_the_disk_numbers(world, tmp_path):
     """`disk_free_mb` / `last_save_mb` in the status reply, over the run's real socket."""
     from tatu.ops.client import request
@@ -225,6 +227,7 @@ def test_an_inf_gradient_is_never_stepped_on(world, grad_clip):
     assert not all(torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
 
 
+@pytest.mark.slow
 def test_a_huge_lr_without_clipping_exits_11_and_the_saved_state_is_finite(world, tmp_path):
     env = sft_env(world, tmp_path, TATU_LR="10", TATU_GRAD_CLIP=0, MIX_STEPS_LIMIT=60, EVAL_EVERY=2,
                   TATU_CKPT_EVERY=1, TATU_GEN_PROMPTS=0, MIX_FORGET_LIMIT=1)
@@ -279,6 +282,7 @@ def test_printed_sources_say_where_each_value_came_from(tmp_path):
         assert re.search(rf"{name}\s+= {value}\s+\[{source}\]", proc.stdout), (name, proc.stdout)
 
 
+@pytest.mark.slow
 def test_smoke_with_an_env_file_uses_what_the_unit_would_get(world, tmp_path, monkeypatch, capsys):
     from tatu.ops.cli import main as tatu
 
@@ -375,6 +379,7 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.05):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.mark.slow
 def test_ctrl_c_on_a_foreground_run_saves_and_exits_0(world, tmp_path):
     env = sft_env(world, tmp_path, MIX_STEPS_LIMIT=100_000, EVAL_EVERY=1000, TATU_CKPT_EVERY=1000)
     events_file = tmp_path / "run" / "events.jsonl"
@@ -455,6 +460,7 @@ def test_mix_forget_limit_5_exits_78_before_anything_runs(tmp_path):
 
 # --- 10. what systemd and the journal see (the real-systemd half is in test_systemd_integration) --
 
+@pytest.mark.slow
 def test_status_text_says_loading_then_each_baseline_set_then_step_0(world, tmp_path):
     """Every STATUS= datagram in order, read from a real NOTIFY_SOCKET."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -487,6 +493,7 @@ def test_status_text_says_loading_then_each_baseline_set_then_step_0(world, tmp_
     assert "step 2/2 eval 2/3 sets" in texts  # the eval at the last step says so too
 
 
+@pytest.mark.slow
 def test_an_uncaught_error_is_logged_with_its_traceback_at_error_priority(world, tmp_path):
     """A bug-class failure (here: `state.old` planted as a file, which no save expects) is a
     crash - exit 1, restarted by systemd - with every traceback line at <3> on journald's stream."""
