@@ -3,8 +3,9 @@ with journald (tests/systemd_harness.py starts and removes both).
 
 One tiny world and one installed run ("tiny") are shared by the tests below, which run in
 file order and walk the unit's life: start -> observe -> stop -> start again -> SIGKILL ->
-automatic restart. A second instance ("forget") is made to forget and must end failed with
-status 10, not restarted. CI sets CI_STRICT=1, so these fail there instead of
+automatic restart -> SIGABRT (the watchdog's signal: the stack dump lands at err priority).
+An instance whose env file names another run must fail with 78 without touching that run.
+A second instance ("forget") is made to forget and must end failed with status 10, not restarted. CI sets CI_STRICT=1, so these fail there instead of
 skipping when the harness cannot run.
 """
 from __future__ import annotations
