@@ -1,5 +1,10 @@
 import sys
 
-from tatu.daemon.main import main
+# The signal handlers before anything heavy loads: a SIGTERM during the imports is a stop, not a kill.
+from tatu.daemon import signals
 
-sys.exit(main())
+signals.install()
+
+from tatu.daemon.main import cli  # noqa: E402
+
+sys.exit(cli())

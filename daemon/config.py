@@ -2,9 +2,11 @@
 
 Typo-proof: any variable under the project's prefixes that is not a known field is an error
 naming the closest known one (REPLAY_M -> "did you mean REPLAY_N?"). Every value is range
-checked. `load_config` reads the process environment (or the mapping it is given) itself:
-pydantic-settings' own environment source is bypassed, so only the listed names count. This
-module must not import torch: a bad config exits 78 in well under 2 s.
+checked; a fraction above 1 is refused as a percent typed as a number. RunConfig is a plain
+pydantic model validated from the mapping `load_config` is given, layer by layer, and from
+nothing else: no settings source reads os.environ behind its back, so every printed source
+is true. An empty value means unset, in every layer. This module must not import torch: a bad
+config exits 78 in well under 2 s.
 """
 from __future__ import annotations
 
@@ -13,10 +15,9 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Literal, Mapping
+from typing import Literal, Mapping, Sequence
 
-from pydantic import Field, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 PREFIXES = ("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_")
 
@@ -25,17 +26,21 @@ class ConfigError(ValueError):
     pass
 
 
-class RunConfig(BaseSettings):
+# Fields that are fractions (0.05 = 5%); TATU_DROPOUT is a probability, below 1.
+FRACTIONS = ("mix_forget_limit", "trunk_limit", "verdict_min_gain", "dropout")
+
+
+class RunConfig(BaseModel):
     """Every knob of a run. The alias is the environment variable (the operator's names)."""
 
-    model_config = SettingsConfigDict(case_sensitive=True, extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
     # --- the mix (the operator's run 5: SFT_GE 8 + REPLAY_N 6 = 43% English tokens) ---
     sft_ge: int = Field(8, alias="SFT_GE", ge=0, le=1024,
                         description="SFT micro-batches per optimizer step (TATU_MODE=pretrain: pretraining micro-batches)")
     replay_n: int = Field(0, alias="REPLAY_N", ge=0, le=1024, description="English replay micro-batches per step")
     mix_steps_limit: int = Field(200, alias="MIX_STEPS_LIMIT", ge=1, le=10_000_000, description="optimizer steps")
-    mix_forget_limit: float = Field(0.10, alias="MIX_FORGET_LIMIT", gt=0, le=10, description="abort when drift exceeds this")
+    mix_forget_limit: float = Field(0.10, alias="MIX_FORGET_LIMIT", gt=0, description="abort when drift exceeds this")
     mix_forget_ci: bool = Field(False, alias="MIX_FORGET_CI", description="abort only when drift's CI lower bound exceeds the limit")
     # --- evaluation ---
     eval_every: int = Field(8, alias="EVAL_EVERY", ge=1, le=1_000_000)
@@ -73,13 +78,25 @@ class RunConfig(BaseSettings):
     block_size: int = Field(128, alias="TATU_BLOCK_SIZE", ge=2, le=65536)
     # --- checkpoints, decisions, memory ---
     ckpt_every: int = Field(50, alias="TATU_CKPT_EVERY", ge=1, le=10_000_000)
-    trunk_limit: float | None = Field(None, alias="TATU_TRUNK_LIMIT", gt=0, le=100, description="trunk_ok when drift_tronco <= this")
+    trunk_limit: float | None = Field(None, alias="TATU_TRUNK_LIMIT", gt=0, description="trunk_ok when drift_tronco <= this")
     verdict_min_gain: float = Field(0.0, alias="TATU_VERDICT_MIN_GAIN", ge=0, lt=1, description="sftHeld must fall by more than this and its CI")
     mem_floor_mb: int = Field(1024, alias="TATU_MEM_FLOOR_MB", ge=0, le=10_000_000, description="save early when available memory drops under this")
     eval_resamples: int = Field(2000, alias="TATU_EVAL_RESAMPLES", ge=100, le=1_000_000)
     gen_prompts: int = Field(8, alias="TATU_GEN_PROMPTS", ge=0, le=1024, description="sftHeld prompts generated at each eval")
     gen_tokens: int = Field(24, alias="TATU_GEN_TOKENS", ge=1, le=4096)
     fault_nan_step: int | None = Field(None, alias="TATU_FAULT_NAN_STEP", ge=1, description="testing: make the loss of this step NaN")
+
+    @field_validator(*FRACTIONS, mode="before")
+    @classmethod
+    def _a_fraction(cls, value):
+        # 5 for "5%" would make a limit of +500%: a limit that never trips, silently.
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return value  # pydantic's own message names the bad type
+        if number > 1:
+            raise ValueError(f"a fraction (0.05 = 5%) is at most 1: did you mean {number / 100:g}?")
+        return value
 
     @model_validator(mode="after")
     def _coherent(self) -> "RunConfig":
@@ -129,17 +146,30 @@ def check_unknown(environ: Mapping[str, str]) -> None:
 
 
 def load_config(environ: Mapping[str, str] | None = None, **overrides) -> tuple[RunConfig, dict[str, str]]:
-    """(config, origins: where each setting came from, 'env', 'default' or 'override'), or ConfigError in one line."""
-    environ = dict(os.environ if environ is None else environ)
-    check_unknown(environ)
-    check_unknown(overrides)
-    values = {alias: environ[alias] for alias in known_variables() if alias in environ and environ[alias] != ""}
-    origins = {alias: ("env" if alias in values else "default") for alias in known_variables()}
-    for alias, value in overrides.items():
-        values[alias] = value
-        origins[alias] = "override"
+    """The process environment (or `environ`), then `overrides`: see `load_layers`."""
+    return load_layers([("env", os.environ if environ is None else environ), ("override", overrides)])
+
+
+def load_layers(layers: Sequence[tuple[str, Mapping[str, str]]]) -> tuple[RunConfig, dict[str, str]]:
+    """(config, origins) from (label, variables) layers, later layers winning, or ConfigError in one line.
+
+    origins says where each setting came from: a layer's label ('env', 'env-file', 'unit',
+    'override', ...) or 'default'. An empty value unsets the variable (systemd's `VAR=`)."""
+    values: dict[str, str] = {}
+    origins = {alias: "default" for alias in known_variables()}
+    for label, layer in layers:
+        check_unknown(layer)
+        for alias in known_variables():
+            if alias not in layer:
+                continue
+            value = str(layer[alias])
+            if value.strip() == "":
+                values.pop(alias, None)
+                origins[alias] = "default"
+            else:
+                values[alias] = value
+                origins[alias] = label
     try:
-        # _env_prefix-free, case-sensitive: pass values explicitly so only the listed names count.
         config = RunConfig.model_validate(values)
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None

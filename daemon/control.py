@@ -21,7 +21,7 @@ from tatu.daemon.control_access import (  # noqa: F401  (socket_path, peer_allow
     bind_private, ensure_private_dir, peer_allowed, peer_credentials, refuse_if_live, socket_path,
 )
 from tatu.daemon.control_protocol import (  # noqa: F401  (PROTOCOL_VERSION: the module's API)
-    MAX_CONNECTIONS, MAX_REQUEST_BYTES, PROTOCOL_VERSION, Handler, dispatch, error_reply,
+    MAX_CONNECTIONS, MAX_REQUEST_BYTES, MAX_REQUEST_DEPTH, PROTOCOL_VERSION, Handler, dispatch, error_reply,
 )
 
 # A client that sends nothing for this long is dropped, freeing its slot.

@@ -3,6 +3,9 @@
 One request per line, one reply per line:
     {"v":1,"cmd":"status"}  ->  {"v":1,"ok":true, ...handler's fields}
     anything wrong          ->  {"v":1,"ok":false,"error":"..."}
+A request is at most MAX_REQUEST_BYTES long and MAX_REQUEST_DEPTH deep (checked before it is
+parsed: json.loads recurses once per level); whatever goes wrong while handling one, the
+client gets an error reply.
 """
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ from typing import Callable
 
 PROTOCOL_VERSION = 1
 MAX_REQUEST_BYTES = 64 * 1024
+# Every command is a flat object; a little nesting is allowed for arguments to come.
+MAX_REQUEST_DEPTH = 16
 # Beyond this many open connections new ones are closed at once: same-uid clients are
 # trusted, but a runaway script must not exhaust the daemon's file descriptors.
 MAX_CONNECTIONS = 64
@@ -22,8 +27,40 @@ def error_reply(message: str) -> dict:
     return {"v": PROTOCOL_VERSION, "ok": False, "error": message}
 
 
+def nesting_depth(line: bytes) -> int:
+    """The deepest nesting of [ and { in a JSON text, outside strings (no parsing, no recursion)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in line:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):  # ] }
+            depth -= 1
+    return deepest
+
+
 def dispatch(handlers: dict[str, "Handler"], line: bytes) -> dict:
     """One request line -> one reply object. Never raises."""
+    try:
+        return _dispatch(handlers, line)
+    except Exception as exc:  # whatever the request did, the protocol promises a reply
+        return error_reply(f"request could not be handled: {type(exc).__name__}: {exc}"[:500])
+
+
+def _dispatch(handlers: dict[str, "Handler"], line: bytes) -> dict:
+    depth = nesting_depth(line)
+    if depth > MAX_REQUEST_DEPTH:
+        return error_reply(f"request nested {depth} levels deep; at most {MAX_REQUEST_DEPTH} are accepted")
     try:
         request = json.loads(line.decode("utf-8"))
     except UnicodeDecodeError:

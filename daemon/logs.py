@@ -5,7 +5,10 @@
   contract lines (EVAL ...) exactly as written.
 - Elsewhere (a terminal, a pipe): info lines as they are, others prefixed with their level.
 - Always: run.log (plain lines) and events.jsonl (one JSON object per event, every number
-  of the run) in the run directory.
+  of the run) in the run directory. Until the run directory is attached (every input checked)
+  they are held in memory: a start refused for bad input leaves no run directory behind.
+- A write the disk refuses (full, read-only) is a StorageError naming the file and the free
+  space (exit 74), and that file is written no further.
 """
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+
+from tatu.storage import is_storage_error, storage_error
 
 _PRIORITY = {"error": 3, "critical": 2, "warning": 4, "info": 6, "debug": 7}
 
@@ -62,6 +67,8 @@ class RunLog:
         self.journal = connected_to_journal(self.stream)
         self.run_dir = run_dir
         self._log_file = self._events_file = None
+        self._pending_log: list[str] = []  # written to run.log / events.jsonl once attached
+        self._pending_events: list[str] = []
         if run_dir is not None:
             self.attach(run_dir)
         self._logger = structlog.wrap_logger(
@@ -75,6 +82,29 @@ class RunLog:
         self.run_dir = run_dir
         self._log_file = open(run_dir / "run.log", "a", encoding="utf-8", buffering=1)
         self._events_file = open(run_dir / "events.jsonl", "a", encoding="utf-8", buffering=1)
+        pending_log, pending_events = self._pending_log, self._pending_events
+        self._pending_log, self._pending_events = [], []
+        for line in pending_log:
+            self._append("_log_file", line)
+        for line in pending_events:
+            self._append("_events_file", line)
+
+    def _append(self, which: str, line: str) -> None:
+        handle = getattr(self, which)
+        if handle is None:
+            (self._pending_log if which == "_log_file" else self._pending_events).append(line)
+            return
+        try:
+            handle.write(line)
+        except OSError as exc:
+            if not is_storage_error(exc):
+                raise
+            setattr(self, which, None)  # what follows (the error line itself) goes to the console only
+            try:
+                handle.close()
+            except OSError:
+                pass
+            raise storage_error(handle.name, exc, "log") from None
 
     # structlog's PrintLogger writes the rendered string here.
     def write(self, rendered: str) -> None:
@@ -89,9 +119,9 @@ class RunLog:
             else:
                 console = f"{level.upper()}: {line}\n"
             self.stream.write(console)
-            if self._log_file is not None:
-                stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-                self._log_file.write(f"{stamp} {level:<7} {line}\n")
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+            if self.run_dir is None or self._log_file is not None:
+                self._append("_log_file", f"{stamp} {level:<7} {line}\n")
         self.stream.flush()
 
     def flush(self) -> None:
@@ -115,14 +145,17 @@ class RunLog:
     def event(self, kind: str, **data) -> dict:
         """Append one event to events.jsonl (the report's only source of numbers)."""
         record = {"event": kind, "time": round(time.time(), 3), **_jsonable(data)}
-        if self._events_file is not None:
-            self._events_file.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
+        if self.run_dir is None or self._events_file is not None:
+            self._append("_events_file", json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
         return record
 
     def close(self) -> None:
         for f in (self._log_file, self._events_file):
             if f is not None:
-                f.close()
+                try:
+                    f.close()
+                except OSError:  # the disk filled under the last buffered line: already reported
+                    pass
 
 
 def read_events(path: Path) -> list[dict]:

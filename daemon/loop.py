@@ -12,7 +12,9 @@ the operator see. Failures raise their layer's exception; daemon/main.py maps th
 """
 from __future__ import annotations
 
+import math
 import time
+from contextlib import contextmanager
 
 from tatu import exitcodes
 from tatu.daemon import judge
@@ -26,8 +28,24 @@ from tatu.daemon.supervisor import Supervisor
 from tatu.daemon.trainer import Trainer
 from tatu.data.manifest import check_tokenizer, load_manifest
 from tatu.data.stream import MixedStream
-from tatu.model.checkpoint import save_checkpoint
+from tatu.model.checkpoint import NonFiniteTensorError, save_checkpoint
 from tatu.model.device import DeviceError, resolve_device
+from tatu.storage import StorageError, is_storage_error, storage_error, tree_bytes
+
+
+class NonFiniteError(RuntimeError):
+    """NaN or inf in a loss, a gradient, the weights or an eval: exit 11; nothing non-finite was saved."""
+
+
+def non_finite_paths(value, path: str = "") -> list[str]:
+    """Where a JSON-like value holds a NaN or an inf ("sets.enRuler.ppl")."""
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [path or "value"]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in non_finite_paths(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(value, (list, tuple)):
+        return [p for i, v in enumerate(value) for p in non_finite_paths(v, f"{path}[{i}]")]
+    return []
 
 
 def run(config: RunConfig, origins: dict[str, str], log: RunLog) -> int:
@@ -45,7 +63,6 @@ def run(config: RunConfig, origins: dict[str, str], log: RunLog) -> int:
         raise ConfigError(f"TATU_DEVICE={exc}") from None
 
     with Supervisor(config, origins) as supervisor:
-        log.attach(config.run_dir)
         stream = MixedStream(config.data, mix=config.mix, micro_batch=config.micro_batch, seq_len=config.seq_len,
                              seed=config.seed, tokenizer_hash=start.tokenizer.hash)
         suite = load_suite(config, manifest, start.tokenizer)
@@ -62,10 +79,11 @@ def run(config: RunConfig, origins: dict[str, str], log: RunLog) -> int:
         else:
             state = RunState(trunk_reference=trunk_reference_for(config, start, suite, device, log),
                              eval_files=suite.file_hashes)
+        # Every input is checked (data, eval sets, weights, the trunk): only now does the run leave a trace.
+        log.attach(config.run_dir)
         if state.trunk_reference is None:
             log.info("drift_tronco: n/a (the seed carries no trunk reference and TATU_TRUNK_CKPT is not set)")
         supervisor.state = state
-        supervisor.handle_sigterm()
         meta_base = {"config": config.to_json(), "mode": config.mode, "run": config.run,
                      "seed_meta_step": start.seed_meta.get("step")}
         return Run(config, log, supervisor, trainer, stream, suite, start.tokenizer, state, meta_base).train()
@@ -95,6 +113,10 @@ class Run:
             supervisor.finished_already(state.step)
             log.info(f"run {config.run} already finished at step {state.step}; nothing to do")
             return exitcodes.OK
+        if supervisor.stop_requested and state.baseline is None:
+            log.info("stop requested before the baseline eval: nothing to save")
+            supervisor.phase("stopped")
+            return exitcodes.OK
         if state.baseline is None:  # step 0: the run's own baseline, never recomputed after a restart
             supervisor.phase("baseline")
             log.info("baseline eval at step 0")
@@ -114,9 +136,12 @@ class Run:
             supervisor.phase("training")
             stats = self.trainer.step(self.stream.next_step(), state.step + 1)
             if not stats.finite:
-                log.error(f"non-finite loss {stats.loss} at step {stats.step}: stopping; "
+                what = "loss" if not math.isfinite(stats.loss) else "gradient norm"
+                value = stats.loss if what == "loss" else stats.grad_norm
+                log.error(f"non-finite {what} {value} at step {stats.step} (not applied): stopping; "
                           f"the last saved state (step {self.last_saved_step}) is intact")
-                log.event("abort", step=stats.step, reason="non-finite loss", loss=str(stats.loss))
+                log.event("abort", step=stats.step, reason=f"non-finite {what}", loss=str(stats.loss),
+                          grad_norm=str(stats.grad_norm))
                 supervisor.phase("aborted")
                 return exitcodes.NONFINITE_LOSS
             if stats.skipped:
@@ -154,19 +179,31 @@ class Run:
         with self.supervisor.long_operation("eval"):
             started = time.perf_counter()
             model.eval()
-            results = score_suite(model, self.suite, self.trainer.device, config)
+            results = {}
+            for done, name in enumerate(self.suite.sets):
+                self.supervisor.eval_progress(state.step, done, len(self.suite.sets))
+                results.update(score_suite(model, self.suite, self.trainer.device, config, only=(name,)))
+            # A poisoned model (ppl inf, or so huge its CI overflows): no decision, best or save can come of it.
+            broken = {name: r.ppl for name, r in results.items()
+                      if not all(math.isfinite(x) for x in (r.ppl, r.ci.lo, r.ci.hi, r.ci.se))}
+            if broken:
+                self.non_finite_eval(broken)
             samples = generate_samples(model, self.suite, self.tokenizer, self.trainer.device, config)
             model.train()
             self.latest_results = results
             if state.baseline is None:
                 state.baseline = results
             decision = judge.decide(state.step, results, state, self.suite, config, time.perf_counter() - started, samples)
+        where = non_finite_paths(decision.record)
+        if where:  # a statistic of the eval overflowed: the record could not be saved, nor trusted
+            self.non_finite_eval({name: r.ppl for name, r in results.items()}, where)
         state.history.append(decision.record)
         if decision.best:
             key = best_set(config.mode)
             state.best = {"step": state.step, "set": key, "ppl": results[key].ppl}
-            save_checkpoint(config.run_dir / "best", model=model, model_config=self.trainer.gpt_config,
-                            tokenizer=self.tokenizer, meta=self.meta(best=state.best))
+            with self.saving("best"):
+                save_checkpoint(config.run_dir / "best", model=model, model_config=self.trainer.gpt_config,
+                                tokenizer=self.tokenizer, meta=self.meta(best=state.best))
         self.log.info(decision.line)
         for warning in decision.record["warnings"]:
             self.log.warning(warning)
@@ -174,8 +211,35 @@ class Run:
         self.supervisor.publish_eval(decision.record, state.best)
         return decision
 
+    def non_finite_eval(self, ppl: dict[str, float], where: list[str] | None = None) -> None:
+        step = self.state.step
+        self.log.event("abort", step=step, reason="non-finite eval", ppl={k: str(v) for k, v in ppl.items()})
+        self.supervisor.phase("aborted")
+        detail = f"; not finite: {', '.join(where[:3])}" if where else ""
+        raise NonFiniteError(f"eval at step {step}: ppl {ppl} (the model's outputs are not finite, or so far off "
+                             f"that its statistics overflow{detail}): stopping; the last saved state "
+                             f"(step {self.last_saved_step}) is intact")
+
+    @contextmanager
+    def saving(self, name: str):
+        """A save of run_dir/name: refused when a tensor is not finite (exit 11) or the disk is full
+        (exit 74), either way with the previous copy intact; its size feeds the free-space warning."""
+        try:
+            yield
+        except NonFiniteTensorError as exc:
+            self.supervisor.phase("aborted")
+            self.log.event("abort", step=self.state.step, reason="non-finite tensor", detail=str(exc))
+            raise NonFiniteError(f"step {self.state.step}: {exc}; the last saved state "
+                                 f"(step {self.last_saved_step}) is intact") from None
+        except StorageError:
+            self.supervisor.phase("disk full")
+            raise
+        warning = self.supervisor.saved(name, tree_bytes(self.config.run_dir / name))
+        if warning:
+            self.log.warning(warning)
+
     def save(self, reason: str) -> None:
-        with self.supervisor.long_operation("checkpoint"):
+        with self.supervisor.long_operation("checkpoint"), self.saving("state"):
             save_resume(self.config.run_dir, model=self.trainer.model, optimizer=self.trainer.optimizer,
                         gpt_config=self.trainer.gpt_config, tokenizer=self.tokenizer, run_state=self.state,
                         stream_state=self.stream.state_dict(), meta=self.meta())
@@ -191,13 +255,19 @@ class Run:
                 self.trainer.model.eval()
                 self.latest_results = score_suite(self.trainer.model, self.suite, self.trainer.device, self.config)
             meta["trunk_reference"] = results_to_json(judge.trunk_reference(self.latest_results))
-        save_checkpoint(self.config.run_dir / "final", model=self.trainer.model, model_config=self.trainer.gpt_config,
-                        tokenizer=self.tokenizer, meta=meta)
+        with self.saving("final"):
+            save_checkpoint(self.config.run_dir / "final", model=self.trainer.model,
+                            model_config=self.trainer.gpt_config, tokenizer=self.tokenizer, meta=meta)
         self.log.info(f"final checkpoint: {self.config.run_dir / 'final'}")
 
     def finish(self, code: int, abort_reason: str | None = None) -> int:
         verdict = judge.verdict(self.state.history, abort_reason, self.config)
-        write_json_atomic(self.config.run_dir / "verdict.json", verdict)  # never a half-written verdict
+        try:
+            write_json_atomic(self.config.run_dir / "verdict.json", verdict)  # never a half-written verdict
+        except OSError as exc:
+            if is_storage_error(exc):
+                raise storage_error(self.config.run_dir / "verdict.json", exc, "verdict") from None
+            raise
         self.log.info(verdict["line"])
         self.log.event("verdict", step=self.state.step, **verdict)
         self.supervisor.phase("aborted" if abort_reason else "done")

@@ -1,30 +1,49 @@
-"""Entry points of the daemon: `tatu run`, `tatu smoke`, `python -m tatu.daemon`.
+"""Entry points of the daemon: `tatu run`, `tatu smoke`, `python -m tatu.daemon [--instance NAME]`.
 
-The configuration is validated before torch is imported: a typo exits 78 in well under 2 s
-and leaves nothing on disk. Expected failures are each layer's own exception; EXIT_CODES maps
-them to the design's exit codes, here and nowhere else. Anything else is a bug: a traceback
-and exit 1, which systemd restarts.
+SIGTERM/SIGINT handlers come first (daemon/signals.py), then the configuration, validated
+before torch is imported: a typo exits 78 in well under 2 s and leaves nothing on disk.
+Expected failures are each layer's own exception; exit_codes() maps them to the design's exit
+codes, here and nowhere else. Anything else is a bug: its traceback is logged at error
+priority (journald's err, so `journalctl -p err` shows it) and the exit is 1, which systemd
+restarts.
+
+`--instance NAME` is what a template unit passes (`tatu-sft@NAME`): the instance names the
+run. An EnvironmentFile cannot override a command line, so a TATU_RUN there that names
+another run is a configuration error (78) instead of a silent run of that other run.
 """
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
-from typing import Mapping
+import traceback
+from typing import Mapping, Sequence
 
 from tatu import exitcodes
-from tatu.daemon.config import ConfigError, load_config
+from tatu.daemon import signals
+from tatu.daemon.config import ConfigError, RunConfig, load_layers
 from tatu.data.manifest import DataConfigError, DataError
+from tatu.storage import StorageError
+
+INTERRUPTED = 130  # a second Ctrl-C: the shell's code for "ended by SIGINT"
+
+Layers = Sequence[tuple[str, Mapping[str, str]]]
 
 
 def exit_codes() -> tuple[tuple[type[BaseException], int], ...]:
     """(exception, exit code), the first match wins. A new expected failure: one line here."""
-    from tatu.model.checkpoint import CheckpointError  # imports torch: only once the config is valid
+    # These import torch: only once the config is valid.
+    from tatu.daemon.loop import NonFiniteError
+    from tatu.model.checkpoint import CheckpointError, NonFiniteTensorError
 
     return (
         (ConfigError, exitcodes.BAD_CONFIG),
         (DataConfigError, exitcodes.BAD_CONFIG),  # data fine in itself that does not fit the run
         (DataError, exitcodes.BAD_DATA),  # eval sets (evals.sets.EvalSetError) included
+        (NonFiniteError, exitcodes.NONFINITE_LOSS),
+        (NonFiniteTensorError, exitcodes.NONFINITE_LOSS),
         (CheckpointError, exitcodes.BAD_DATA),
+        (StorageError, exitcodes.IO_ERROR),
     )
 
 
@@ -33,20 +52,55 @@ def exit_code_for(exc: BaseException) -> int | None:
     return next((code for kind, code in exit_codes() if isinstance(exc, kind)), None)
 
 
-def main(environ: Mapping[str, str] | None = None, overrides: dict[str, str] | None = None, smoke: bool = False) -> int:
-    try:
-        config, origins = load_config(environ, **(overrides or {}))
-        if smoke:
-            # The operator's "did the variable reach the process" check: same config,
-            # a few steps, an eval each step, a separate run dir that is always fresh.
-            smoke_overrides = {"TATU_RUN": f"{config.run}-smoke", "EVAL_EVERY": "1",
-                               "MIX_STEPS_LIMIT": (overrides or {}).get("MIX_STEPS_LIMIT", "2")}
-            config, origins = load_config(environ, **{**(overrides or {}), **smoke_overrides})
-    except ConfigError as exc:
-        from tatu.daemon.logs import priority_prefix
+def configure(layers: Layers, instance: str | None, smoke: bool) -> tuple[RunConfig, dict[str, str]]:
+    config, origins = load_layers(layers)
+    if instance is not None:
+        if origins["TATU_RUN"] != "default" and config.run != instance:
+            raise ConfigError(f"TATU_RUN={config.run} [{origins['TATU_RUN']}] contradicts the unit's instance "
+                              f"{instance} (tatu-sft@{instance}): the instance names the run; remove TATU_RUN "
+                              f"from the env file or set it to {instance}")
+        layers = [*layers, ("instance", {"TATU_RUN": instance})]
+        config, origins = load_layers(layers)
+    if smoke:
+        # The operator's "did the variable reach the process" check: same config, a few
+        # steps, an eval each step, a separate run dir that is always fresh.
+        steps = next((layer["MIX_STEPS_LIMIT"] for label, layer in reversed(layers)
+                      if label == "override" and layer.get("MIX_STEPS_LIMIT")), "2")
+        layers = [*layers, ("smoke", {"TATU_RUN": f"{config.run}-smoke", "EVAL_EVERY": "1", "MIX_STEPS_LIMIT": steps})]
+        config, origins = load_layers(layers)
+    return config, origins
 
+
+def main(environ: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None, smoke: bool = False,
+         *, layers: Layers | None = None, instance: str | None = None) -> int:
+    """The daemon. Its variables: `layers` ((label, mapping), later wins), else `environ`
+    (default: the process environment) then `overrides`."""
+    signals.install()
+    try:
+        return _main(environ, overrides, smoke, layers, instance)
+    except KeyboardInterrupt:
+        print("tatu: interrupted twice: exiting without saving (the last saved state stays)", file=sys.stderr)
+        return INTERRUPTED
+    finally:
+        signals.uninstall()
+
+
+def _main(environ, overrides, smoke, layers, instance) -> int:
+    import os
+
+    from tatu.daemon.logs import priority_prefix
+
+    if layers is None:
+        layers = [("env", os.environ if environ is None else environ), ("override", overrides or {})]
+    try:
+        config, origins = configure(layers, instance, smoke)
+    except ConfigError as exc:
         print(f"{priority_prefix('error', sys.stderr)}tatu: configuration error: {exc}", file=sys.stderr)
         return exitcodes.BAD_CONFIG
+
+    from tatu.daemon.notify import Notifier
+
+    Notifier().status("loading")  # before torch loads: `systemctl status` says what is taking time
     if smoke and config.run_dir.exists():
         shutil.rmtree(config.run_dir)
 
@@ -56,15 +110,26 @@ def main(environ: Mapping[str, str] | None = None, overrides: dict[str, str] | N
     log = RunLog(None)
     try:
         return run(config, origins, log)
+    except KeyboardInterrupt:
+        raise
     except Exception as exc:
         code = exit_code_for(exc)
-        if code is None:
-            raise
+        if code is None:  # a bug: the whole traceback, at error priority, then a crash exit
+            for line in traceback.format_exc().rstrip().splitlines():
+                log.error(line)
+            return exitcodes.CRASH
         log.error(str(exc))
         return code
     finally:
         log.close()
 
 
+def cli(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tatu.daemon", description="the tatu training daemon")
+    parser.add_argument("--instance", help="the unit instance (tatu-sft@NAME): names the run, wins over TATU_RUN")
+    args = parser.parse_args(argv)
+    return main(instance=args.instance)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

@@ -4,29 +4,34 @@
   around the long operations (load, eval, save) - daemon/notify.py speaks the protocol.
 - the control socket (daemon/control.py): status, config, evals, and three requests - stop,
   eval, checkpoint - that the loop acts on at the next step boundary.
-- SIGTERM: a graceful stop at the next step boundary (the resume state is saved first).
+- SIGTERM and SIGINT (daemon/signals.py, installed before torch loads): a graceful stop at the
+  next step boundary (the resume state is saved first).
 - memory: RSS every step, the host's available memory and swap at most once a second.
+- disk: the free space of the run directory against the last save's size, in the status
+  reply (`disk_free_mb`, `last_save_mb`) and as a warning while a save still fits.
 
 A new control command: a small method here, and one line in `handlers()`.
 """
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
 from contextlib import contextmanager
 
-from tatu.daemon import memory
+from tatu.daemon import memory, signals
 from tatu.daemon.config import ConfigError, RunConfig
 from tatu.daemon.control import ControlServer, socket_path
 from tatu.daemon.notify import Notifier
 from tatu.daemon.suite import best_set
 from tatu.formats import fmt_pct
+from tatu.storage import free_bytes
 
 EVAL_WATCHDOG_S = 3600  # an eval or a save may take long; the watchdog must not fire meanwhile
 LOAD_TIMEOUT_S = 900
 MEMORY_SAMPLE_S = 1.0  # the host's available memory and swap (~85 us) at most this often; RSS (~12 us) every step
+# Warn while there is still room: the next saves of state/, best/ and final/ each need their size again.
+DISK_WARN_SAVES = 3
 
 
 class Supervisor:
@@ -40,12 +45,14 @@ class Supervisor:
         self._eval = threading.Event()
         self._checkpoint = threading.Event()
         self._server = ControlServer(socket_path(config.run), self.handlers())
-        self._previous_sigterm = None
         self._step_seconds: float | None = None
         self.memory = memory.sample()
         self._memory_sampled_at = time.monotonic()
         self._last_eval: dict | None = None
+        self._save_bytes: dict[str, int] = {}  # checkpoint name -> bytes of its last save
+        self._disk_warned = False
         self.notifier.extend_timeout(LOAD_TIMEOUT_S)
+        signals.on_stop(self._on_stop_signal)
 
     # --- the control socket ------------------------------------------------------------
     def handlers(self) -> dict:
@@ -54,7 +61,7 @@ class Supervisor:
 
     def reply_status(self, _request: dict) -> dict:
         return {**self.status, "run": self.config.run, "pid": os.getpid(), "config_hash": self.config.hash,
-                "oom_score_adj": memory.oom_score_adj(), "memory": memory.sample()}
+                "oom_score_adj": memory.oom_score_adj(), "memory": memory.sample(), **self.disk()}
 
     def reply_config(self, _request: dict) -> dict:
         return {"config": self.config.to_json(), "origins": self.origins}  # where each setting came from
@@ -84,16 +91,10 @@ class Supervisor:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
         self._server.close()
 
     # --- signals and requests ------------------------------------------------------------
-    def handle_sigterm(self) -> None:
-        """From here on SIGTERM asks for a graceful stop (restored when the supervisor exits)."""
-        self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
-
-    def _on_sigterm(self, *_) -> None:
+    def _on_stop_signal(self) -> None:
         # Say so at once, and ask for the time the final save needs, even mid-eval.
         self._stop.set()
         self.notifier.stopping()
@@ -101,7 +102,7 @@ class Supervisor:
 
     @property
     def stop_requested(self) -> bool:
-        return self._stop.is_set()
+        return self._stop.is_set() or signals.stop_requested()
 
     @property
     def eval_requested(self) -> bool:
@@ -140,6 +141,34 @@ class Supervisor:
 
     def ready(self) -> None:
         self.notifier.ready()
+        # Until the first step ends (a step can take minutes on a big model) STATUS says so.
+        self.notifier.status(f"step {self.status['step']}/{self.config.mix_steps_limit} {self._eval_text()}first step running")
+
+    def eval_progress(self, step: int, done: int, total: int) -> None:
+        """STATUS during an eval: `baseline eval 2/3 sets`, `step 40/200 eval 1/3 sets`."""
+        where = "baseline" if step == 0 and self._last_eval is None else f"step {step}/{self.config.mix_steps_limit}"
+        self.notifier.status(f"{where} eval {done + 1}/{total} sets")
+
+    # --- disk ------------------------------------------------------------------------------
+    def disk(self) -> dict:
+        free = free_bytes(self.config.run_dir)
+        last = max(self._save_bytes.values(), default=None)
+        return {"disk_free_mb": round(free / 1e6, 1), "last_save_mb": None if last is None else round(last / 1e6, 3),
+                "disk_low": last is not None and free < DISK_WARN_SAVES * last}
+
+    def saved(self, name: str, n_bytes: int) -> str | None:
+        """A save of `name` took `n_bytes`: the warning to log, once, when the disk runs short."""
+        self._save_bytes = {**self._save_bytes, name: n_bytes}  # replaced whole: the socket thread reads it
+        disk = self.disk()
+        self.status["disk"] = disk
+        if not disk["disk_low"]:
+            self._disk_warned = False
+            return None
+        if self._disk_warned:
+            return None
+        self._disk_warned = True
+        return (f"disk: {disk['disk_free_mb']:.1f} MB free under {self.config.run_dir}, the last save took "
+                f"{disk['last_save_mb']:.1f} MB: fewer than {DISK_WARN_SAVES} more saves fit (a full disk stops the run, exit 74)")
 
     def finished_already(self, step: int) -> None:
         # Type=notify: exiting before READY would count as a failed start (and be restarted).
@@ -172,11 +201,14 @@ class Supervisor:
                            tokens_per_s=round(tokens_per_s, 1), eta_s=round(eta_s, 1),
                            replay_fraction=stats.replay_fraction, memory=self.memory)
         # `step 37/200 sftHeld 9.07 drift +1.2% 1830 tok/s ETA 12m`
-        key, last = best_set(self.config.mode), self._last_eval
-        last_eval = f"{key} {last['sets'][key]['ppl']:.2f} drift {fmt_pct(last['drift']['value'])} " if last else ""
-        self.notifier.status(f"step {stats.step}/{limit} {last_eval}{tokens_per_s:.0f} tok/s ETA {eta_s / 60:.0f}m")
+        disk = " DISK LOW" if self.status.get("disk", {}).get("disk_low") else ""
+        self.notifier.status(f"step {stats.step}/{limit} {self._eval_text()}{tokens_per_s:.0f} tok/s ETA {eta_s / 60:.0f}m{disk}")
         self.notifier.progress()
         return self.memory
+
+    def _eval_text(self) -> str:
+        key, last = best_set(self.config.mode), self._last_eval
+        return f"{key} {last['sets'][key]['ppl']:.2f} drift {fmt_pct(last['drift']['value'])} " if last else ""
 
     @property
     def memory_low(self) -> bool:

@@ -40,13 +40,14 @@ class StepStats:
     lr: float
     target_tokens: dict[str, int]  # channel -> target tokens in this step
     replay_fraction: float  # share of the step's target tokens from the replay channel
-    grad_norm: float | None  # before clipping; None when TATU_GRAD_CLIP=0 (not computed)
+    grad_norm: float | None  # before clipping; None when no update was computed
     input_tokens: int  # tokens fed to the model (padding included): what tok/s counts
     seconds: float
 
     @property
     def finite(self) -> bool:
-        return math.isfinite(self.loss)
+        """Loss and gradient norm finite: otherwise the update was not applied."""
+        return math.isfinite(self.loss) and (self.grad_norm is None or math.isfinite(self.grad_norm))
 
     @property
     def skipped(self) -> bool:
@@ -84,13 +85,22 @@ class Trainer:
         loss = self._accumulate(batch, total_targets, poison=self.config.fault_nan_step == step)
         grad_norm = None
         if math.isfinite(loss) and total_targets > 0:
-            if self.config.grad_clip > 0:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip))
-            self.optimizer.step()
+            grad_norm = self._grad_norm()
+            # A finite loss can still give an inf gradient (a huge TATU_LR, TATU_GRAD_CLIP=0):
+            # stepping on it would write NaN into every weight it touches.
+            if math.isfinite(grad_norm):
+                self.optimizer.step()
         return StepStats(step=step, loss=loss, lr=lr, target_tokens=dict(batch.target_tokens),
                          replay_fraction=batch.replay_fraction, grad_norm=grad_norm,
                          input_tokens=sum(m.x.size for m in batch.micro_batches),
                          seconds=time.perf_counter() - started)
+
+    def _grad_norm(self) -> float:
+        """The gradients' total L2 norm, clipped to TATU_GRAD_CLIP when that is set (not 0)."""
+        if self.config.grad_clip > 0:
+            return float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip))
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
 
     def _accumulate(self, batch: StepBatch, total_targets: int, poison: bool = False) -> float:
         """Backward over the micro-batches, each scaled by 1 / the step's target tokens.

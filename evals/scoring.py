@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -41,6 +42,7 @@ from tatu.evals.stats import (
 from tatu.model.gpt import IGNORE_INDEX
 
 LN2 = math.log(2.0)
+_LOG_MAX_FLOAT = math.log(sys.float_info.max)  # exp() of more overflows
 # Tokens per scoring batch. On CPU small batches stay in cache and win (measured on the demo
 # model: 512 tokens 0.44 s, 2048 0.48 s, 16384 0.88 s for 656 lines); a GPU wants big ones.
 CPU_TOKEN_BUDGET = 2048
@@ -278,14 +280,19 @@ def _result(name, kind, scores, line_index, n_lines_total, digest, tokenizer_has
     total_chars = int(scores.n_chars.sum())
     total_bytes = int(scores.n_bytes.sum())
     per_char = category is None and total_chars > 0
+    mean_nll = total_nll / total_tokens
+    if mean_nll < _LOG_MAX_FLOAT:
+        ppl, ci = math.exp(mean_nll), bootstrap_ppl(counted.nll_sum, counted.n_tokens, n_resamples=n_resamples, seed=seed)
+    else:  # NaN or past exp's range: a broken model, whose perplexity is inf (and so is its CI)
+        ppl, ci = math.inf, CorpusCI(math.inf, math.inf, math.inf, math.inf, len(counted), total_tokens)
     return SetResult(
         name=name,
         kind=kind,
-        ppl=math.exp(total_nll / total_tokens),
-        nats_per_token=total_nll / total_tokens,
+        ppl=ppl,
+        nats_per_token=mean_nll,
         bpc=total_nll / LN2 / total_chars if per_char else None,
         bpb=total_nll / LN2 / total_bytes if per_char else None,
-        ci=bootstrap_ppl(counted.nll_sum, counted.n_tokens, n_resamples=n_resamples, seed=seed),
+        ci=ci,
         n_lines=len(counted),
         n_lines_total=n_lines_total,
         n_tokens=total_tokens,

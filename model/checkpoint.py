@@ -13,6 +13,11 @@ previous checkpoint is renamed aside, the new one renamed into place and the par
 A crash at any moment leaves either the old or the new checkpoint complete: a loader that
 finds only `<ckpt>.old` uses it. Loading hashes the bytes it then parses, so what is verified
 is what is used. No pickle on this path; legacy `.pt` files load with weights_only=True.
+
+A save is refused before anything is written when a floating tensor holds NaN or inf
+(NonFiniteTensorError: such a state would poison every restart) or when the disk cannot
+hold the new copy beside the old one (tatu.storage.StorageError, with the free space); a
+write that fails mid-way on the storage's side removes its temp dir and raises the same.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ import torch
 from safetensors.torch import load as st_load, save as st_save
 
 from tatu.atomic import fsync_dir
+from tatu.storage import check_room, is_storage_error, needed_bytes, storage_error
 from tatu.model.gpt import GPT, GPTConfig
 from tatu.model.tokenizer import Tokenizer, tokenizer_from_dict
 
@@ -38,6 +44,16 @@ _RESERVED = {"model", "config", "tokenizer", "meta", "manifest"}
 
 class CheckpointError(ValueError):
     pass
+
+
+class NonFiniteTensorError(ValueError):
+    """A save refused because a tensor holds NaN or inf: such a state would poison every restart."""
+
+
+def non_finite_tensors(groups: dict[str, dict[str, torch.Tensor]]) -> list[str]:
+    """'group/name' of every floating tensor with a NaN or an inf."""
+    return [f"{group}/{name}" for group, tensors in groups.items() for name, t in tensors.items()
+            if t.is_floating_point() and not bool(torch.isfinite(t).all())]
 
 
 @dataclass
@@ -131,6 +147,9 @@ def save_checkpoint(
     if (model is None) == (model_state is None):
         raise ValueError("save_checkpoint: give exactly one of model= or model_state=")
     state = model_state_for_saving(model) if model is not None else model_state
+    bad = non_finite_tensors({"model": state, **(extra_tensors or {})})
+    if bad:
+        raise NonFiniteTensorError(f"refusing to save {path}: {len(bad)} tensors are not finite ({', '.join(bad[:3])}...)")
     documents: dict[str, bytes] = {
         "model.safetensors": st_save({k: v.contiguous() for k, v in state.items()}),
         "config.json": json.dumps(model_config.to_dict(), sort_keys=True).encode(),
@@ -150,12 +169,20 @@ def save_checkpoint(
     # Leftovers of saves killed mid-write (any pid): one writer per checkpoint path, so they are dead.
     for stale in path.parent.glob(f".{path.name}.tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
+    # The previous copy stays until the new one is complete: the disk must hold both at once.
+    check_room(path, needed_bytes([len(d) for d in documents.values()] + [4096]), "checkpoint")
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
-    tmp.mkdir()
-    hashes = {name: _write_file(tmp / name, data) for name, data in documents.items()}
-    manifest = {"format": FORMAT, "files": hashes}
-    _write_file(tmp / "manifest.json", json.dumps(manifest, sort_keys=True, indent=1).encode())
-    fsync_dir(tmp)
+    try:
+        tmp.mkdir()
+        hashes = {name: _write_file(tmp / name, data) for name, data in documents.items()}
+        manifest = {"format": FORMAT, "files": hashes}
+        _write_file(tmp / "manifest.json", json.dumps(manifest, sort_keys=True, indent=1).encode())
+        fsync_dir(tmp)
+    except OSError as exc:  # a full disk mid-write: no half-written copy stays on it
+        shutil.rmtree(tmp, ignore_errors=True)
+        if is_storage_error(exc):
+            raise storage_error(path, exc, "checkpoint") from None
+        raise
 
     old = path.parent / f"{path.name}.old"
     if old.exists():

@@ -78,7 +78,7 @@ def test_config_errors_are_decided_before_torch_is_imported(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 78
     imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
-    assert "pydantic_settings" in imported  # the log is real
+    assert "pydantic" in imported  # the log is real
     assert not [m for m in imported if m == "torch" or m.startswith("torch.")]
 
 
@@ -196,7 +196,7 @@ def test_injected_nan_exits_11_and_previous_state_loads(world, tmp_path):
 
 
 def test_best_follows_sftheld_not_the_ruler(world, tmp_path):
-    env = sft_env(world, tmp_path, REPLAY_N=0, TATU_LR="1e-2", MIX_STEPS_LIMIT=12, EVAL_EVERY=2, MIX_FORGET_LIMIT=10)
+    env = sft_env(world, tmp_path, REPLAY_N=0, TATU_LR="1e-2", MIX_STEPS_LIMIT=12, EVAL_EVERY=2, MIX_FORGET_LIMIT=1)
     assert daemon_main(env) == 0
     evals = {e["step"]: e for e in read_events(tmp_path / "run" / "events.jsonl") if e["event"] == "eval"}
     best_so_far = float("inf")

@@ -77,7 +77,7 @@ def test_ci_mode_aborts_only_when_the_lower_bound_exceeds_the_limit():
 
 
 def test_best_is_chosen_by_sftheld_even_while_the_ruler_worsens():
-    cfg = config(MIX_FORGET_LIMIT=10)
+    cfg = config(MIX_FORGET_LIMIT=1)  # a fraction: at most 1 (+100%)
     state = RunState(baseline=results(1.0, 1.0), best={"step": 0, "set": "sftHeld", "ppl": scores(1.0, 1).ppl})
     better_sft_worse_ruler = decide(8, results(0.9, 1.5), state, suite(), cfg, 1.0, None)
     worse_sft_better_ruler = decide(8, results(1.1, 0.8), state, suite(), cfg, 1.0, None)

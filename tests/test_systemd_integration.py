@@ -3,8 +3,9 @@ with journald (tests/systemd_harness.py starts and removes both).
 
 One tiny world and one installed run ("tiny") are shared by the tests below, which run in
 file order and walk the unit's life: start -> observe -> stop -> start again -> SIGKILL ->
-automatic restart. A second instance ("forget") is made to forget and must end failed with
-status 10, not restarted. CI sets CI_STRICT=1, so these fail there instead of
+automatic restart -> SIGABRT (the watchdog's signal: the stack dump lands at err priority).
+An instance whose env file names another run must fail with 78 without touching that run.
+A second instance ("forget") is made to forget and must end failed with status 10, not restarted. CI sets CI_STRICT=1, so these fail there instead of
 skipping when the harness cannot run.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import re
 import stat
+import threading
 import time
 from pathlib import Path
 
@@ -160,10 +162,38 @@ def test_units_install_writes_units_and_env_where_the_manager_reads_them(setup, 
 
 # --- start, status, journal, doctor -----------------------------------------------------------
 
+def watch_status_texts(um, unit: str) -> tuple[list[str], threading.Event]:
+    """StatusText of `unit` polled in a thread: each distinct text once, in order."""
+    seen: list[str] = []
+    done = threading.Event()
+
+    def poll():
+        while not done.is_set():
+            text = um.show(unit, "StatusText")["StatusText"]
+            if text and (not seen or seen[-1] != text):
+                seen.append(text)
+            time.sleep(0.02)
+
+    threading.Thread(target=poll, daemon=True).start()
+    return seen, done
+
+
+STARTING_TEXT = re.compile(r"loading|baseline eval [1-3]/3 sets|step 0/\d+ .*first step running|step \d+/\d+ .*tok/s ETA.*")
+
+
 def test_start_returns_once_ready_after_the_baseline_eval(setup, um):
     started = time.monotonic()
+    texts, done = watch_status_texts(um, UNIT)
     um.systemctl("start", UNIT)
     setup["start_seconds"] = time.monotonic() - started
+    time.sleep(0.5)
+    done.set()
+    # `systemctl --user status` says what the start is busy with (torch loads for seconds
+    # under "loading"; each text is polled, so a short one may pass unseen, never out of order).
+    assert texts and texts[0] == "loading", texts
+    assert all(STARTING_TEXT.fullmatch(t) for t in texts), texts
+    order = [0 if t == "loading" else 1 if t.startswith("baseline") else 2 for t in texts]
+    assert order == sorted(order), texts
     shown = um.show(UNIT, "ActiveState", "SubState", "MainPID", "NRestarts")
     assert shown["ActiveState"] == "active" and shown["SubState"] == "running", shown
     assert int(shown["MainPID"]) > 0 and shown["NRestarts"] == "0"
@@ -181,7 +211,7 @@ def test_status_text_moves_with_the_steps(setup, um):
     def two_steps():
         text = um.show(UNIT, "StatusText")["StatusText"]
         match = STATUS_STEP.match(text)
-        if match:
+        if match and "first step running" not in text:
             assert int(match.group(2)) == STEPS_LIMIT, text
             assert "tok/s ETA" in text, text
             if not steps_seen or int(match.group(1)) != steps_seen[-1]:
@@ -330,6 +360,59 @@ def test_sigkill_of_the_main_process_is_restarted_and_resumes(setup, um):
     assert f"resumed from step {at}" in (setup["runs"] / "tiny" / "run.log").read_text()
     um.systemctl("stop", UNIT)
     assert exits(setup, "tiny")[-1] == ("success", "exited", "0")
+
+
+# --- crash output at err priority ---------------------------------------------------------------
+
+def journal_entries(um, *extra: str) -> list[dict]:
+    return [json.loads(line) for line in journal(um, "-o", "json", *extra).splitlines() if line.strip()]
+
+
+def test_a_watchdog_abort_dumps_the_stack_at_err_priority(setup, um):
+    """The watchdog ends a hung daemon with SIGABRT (WatchdogSignal=): faulthandler's dump of
+    every thread must reach `journalctl -p err`, not sit at info with the step lines."""
+    um.systemctl("start", UNIT)
+    old_pid = int(um.show(UNIT, "MainPID")["MainPID"])
+    steps_before = len([e for e in events(setup) if e["event"] == "step"])
+    um.wait_for(lambda: len([e for e in events(setup) if e["event"] == "step"]) > steps_before + 2, timeout=60,
+                what="steps after the start")
+    um.systemctl("kill", "-s", "SIGABRT", "--kill-whom=main", UNIT)
+
+    def dump_in_journal():
+        return [e for e in journal_entries(um, "-p", "err")
+                if isinstance(e.get("MESSAGE"), str) and "Fatal Python error: Aborted" in e["MESSAGE"]]
+
+    dumped = um.wait_for(dump_in_journal, timeout=30, what="the faulthandler dump at err priority")
+    assert all(int(e["PRIORITY"]) <= 3 and e["_TRANSPORT"] == "stdout" for e in dumped)
+    stack = [e["MESSAGE"] for e in journal_entries(um, "-p", "err") if isinstance(e.get("MESSAGE"), str)]
+    assert any(re.search(r'File ".*\.py", line \d+', m) for m in stack)  # the frames themselves, also at err
+    # the step lines stay at info (their <6> prefix wins over SyslogLevel=err)
+    assert not any(STATUS_STEP.match(m) or EVAL_LINE.search(m) for m in stack)
+    shown = um.wait_for(lambda: (lambda sh: sh if sh["ActiveState"] == "active" and int(sh["MainPID"]) not in (0, old_pid)
+                                 else None)(um.show(UNIT, "MainPID", "ActiveState")), timeout=90, interval=0.2,
+                        what="the restart after the abort (a crash: restarted)")
+    assert exits(setup, "tiny")[-1][2] == "ABRT"
+    um.systemctl("stop", UNIT)
+    assert shown["ActiveState"] == "active"
+
+
+def test_the_instance_name_wins_over_an_env_file_tatu_run(setup, um):
+    """An operator copied run5's env file for run7 and it still says TATU_RUN=tiny: the unit
+    tatu-sft@other must not train the run `tiny`; it exits 78 naming both, and stays failed."""
+    unit = "tatu-sft@other.service"
+    tiny_env = (um.config_home / "tatu" / "tiny.env").read_text()
+    assert "TATU_RUN=tiny" in tiny_env
+    (um.config_home / "tatu" / "other.env").write_text(tiny_env)  # as copied by hand, not by units install
+    tiny_events = len(events(setup))
+    um.systemctl("start", unit, check=False)
+    shown = um.wait_for(lambda: (lambda sh: sh if sh["ActiveState"] in ("failed", "inactive") else None)(
+        um.show(unit, "ActiveState", "ExecMainStatus", "NRestarts")), timeout=60, interval=0.2, what=f"{unit} to end")
+    assert shown["ActiveState"] == "failed" and shown["ExecMainStatus"] == "78" and shown["NRestarts"] == "0", shown
+    refused = um.journalctl("-t", "tatu-sft-other", "-p", "err", "-o", "cat")
+    assert "TATU_RUN=tiny" in refused and "instance other" in refused, refused
+    assert len(events(setup)) == tiny_events  # tiny's run dir was not touched
+    assert not (setup["runs"] / "other").exists()
+    um.systemctl("reset-failed", unit, check=False)
 
 
 # --- forgetting: exit 10, failed, never restarted -----------------------------------------------

@@ -59,8 +59,10 @@ def test_install_renders_every_unit_and_copies_the_env_file(installed):
         text = unit.read_text()
         assert "@TATU_" not in text
         service = parse_unit(text)["Service"]
-        module = "tatu.ops.sweep_coordinator" if unit.name.startswith("tatu-sweep@") else "tatu.daemon"
-        assert service["ExecStart"] == [f"{sys.executable} -m {module}"]
+        if unit.name.startswith("tatu-sweep@"):
+            assert service["ExecStart"] == [f"{sys.executable} -m tatu.ops.sweep_coordinator"]
+        else:
+            assert service["ExecStart"][0].startswith(f"{sys.executable} -m tatu.daemon --instance ")
         assert service["WorkingDirectory"] == [str(workdir)]
 
 
@@ -68,7 +70,7 @@ REQUIRED_SERVICE = {
     "Type": "notify", "NotifyAccess": "main", "OOMScoreAdjust": "-600", "ManagedOOMPreference": "avoid",
     "MemorySwapMax": "0", "KillMode": "mixed", "Restart": "on-failure",
     "RestartPreventExitStatus": " ".join(str(code) for code in exitcodes.NOT_RESTARTED),
-    "RuntimeDirectoryMode": "0700", "LimitCORE": "0",
+    "SyslogLevel": "err", "RuntimeDirectoryMode": "0700", "LimitCORE": "0",
 }
 
 
@@ -93,7 +95,8 @@ def test_units_carry_the_required_keys(run):
     assert service["SyslogIdentifier"] == [f"tatu-sft-{run}"]
     environment = " ".join(service["Environment"]).split()
     assert "PYTHONUNBUFFERED=1" in environment and "PYTHONFAULTHANDLER=1" in environment
-    assert service["ExecStart"] == ["@TATU_PYTHON@ -m tatu.daemon"]
+    assert service["ExecStart"] == [f"@TATU_PYTHON@ -m tatu.daemon --instance {run}"]
+    assert not any(v.startswith("TATU_RUN=") for v in environment)  # the instance names the run
 
 
 @pytest.mark.parametrize("env_file", sorted((units_dir() / "runs").glob("*.env")), ids=lambda p: p.stem)
