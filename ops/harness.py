@@ -127,7 +127,7 @@ def harness_main(args: argparse.Namespace) -> int:
     from tatu.evals.sets import load_eval_set
     from tatu.model.checkpoint import CheckpointError, load_checkpoint
     from tatu.model.hf import export_hf, is_hf_dir
-    from tatu.ops.eval_cli import _check_device, _set_specs
+    from tatu.ops.eval_cli import _check_device, _set_specs, resolve_bootstrap
 
     try:
         import lm_eval  # noqa: F401
@@ -142,6 +142,7 @@ def harness_main(args: argparse.Namespace) -> int:
         ckpt = load_checkpoint(args.checkpoint)
     except CheckpointError as exc:
         raise TatuExit(BAD_DATA, str(exc))
+    resolve_bootstrap(args, (args.checkpoint, ckpt.meta))
     model = ckpt.build_model(args.device)
     block = ckpt.model_config.block_size
     rows: list[HarnessRow] = []

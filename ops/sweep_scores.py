@@ -49,7 +49,8 @@ def score_checkpoint(ckpt: Path, env: dict, cache_dir: Path) -> dict:
     for name in SETS:
         eval_set = load_eval_set(data / manifest["evals"][name]["file"], loaded.tokenizer, name=name)
         if name == "enRuler":
-            eval_set, _ = subsample(eval_set, config.eval_en_all, config.eval_en_batches, config.eval_batch)
+            eval_set, _ = subsample(eval_set, config.eval_en_all, config.eval_en_batches, config.eval_en_lines_per_batch,
+                                      seed=config.seed)
         lines = score_lines(model, eval_set.lines, "cpu")
         scores[name] = {"nll_sum": lines.nll_sum.tolist(), "line_tokens": lines.n_tokens.tolist(),
                         "line_index": list(eval_set.line_index)}

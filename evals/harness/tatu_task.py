@@ -19,7 +19,7 @@ def load_set(tatu_set: str | None = None, **_other_metadata):
     if path.suffix.lower() in (".jsonl", ".json"):
         raise ValueError(f"{path}: pairs are scored conditionally on their prompts; loglikelihood_rolling "
                          "scores whole documents, so only text eval sets fit this task")
-    numbered = _text_lines(path)
+    numbered, _n_blank = _text_lines(path)
     if not numbered:
         raise ValueError(f"{path}: no lines to score (the file is empty or blank)")
     rows = {"text": [line for _, line in numbered], "line": [number for number, _ in numbered]}
