@@ -143,7 +143,7 @@ def report_numbers(sweep_dir: Path) -> str:
 
     data = analyze(sweep_dir)
     for stage in (data["tune"], data["compare"]):
-        for config in stage["configs"]:
+        for config in (stage or {}).get("configs", []):  # no [tune] in this plan: its stage is None
             config.pop("effective")  # holds this sweep's own paths (TATU_OUT)
     return json.dumps(data, sort_keys=True)
 
