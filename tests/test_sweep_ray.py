@@ -199,3 +199,35 @@ def test_without_ray_the_backend_is_one_line_naming_the_extra(tmp_path):
     assert proc.stderr.strip().splitlines() == ["tatu sweep: --backend ray needs Ray, which is not installed here: "
                                                 "pip install 'tatu[ray]'"]
     assert not sweeps.exists()
+
+
+@pytest.mark.slow
+def test_sweep_stop_cancels_ray_tasks_whose_daemons_save_and_start_continues(world, ray_cluster, reference):
+    # One member of the same plan: `tatu sweep stop` mid-run -> the coordinator cancels the task,
+    # the daemon gets SIGTERM and saves ("stop"); `start` again resumes it to the reference's weights.
+    plan = world["root"] / "one" / "rayed.toml"
+    plan.parent.mkdir()
+    plan.write_text(world["plan"].read_text().replace("seeds = [1, 2]", "seeds = [1]").replace("REPLAY_N = [0, 2]", "REPLAY_N = [0]"))
+    sweeps = world["root"] / "stopped"
+    start = _cli("start", str(plan), "--backend", "ray", "--address", ray_cluster, "--poll", "0.3", "--sweeps", str(sweeps))
+    coordinator = subprocess.Popen(start, env=clean_environ(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sweep_dir = sweeps / "rayed"
+    deadline = time.monotonic() + 300
+    while coordinator.poll() is None and time.monotonic() < deadline:
+        if (sweep_dir / "plan.lock.json").exists() and _mid_run(sweep_dir, members(read_lock(sweep_dir))[0]):
+            break
+        time.sleep(0.05)
+    stop = subprocess.run(_cli("stop", "rayed", "--sweeps", str(sweeps)), env=clean_environ(), capture_output=True,
+                          text=True, timeout=120)
+    assert stop.returncode == 0, stop.stderr
+    out, _ = coordinator.communicate(timeout=300)
+    assert coordinator.returncode == 0, out
+    (member,) = members(read_lock(sweep_dir))
+    run = Path(member.env["TATU_OUT"]) / member.run
+    assert not (run / "verdict.json").exists(), out  # stopped before the end, not finished
+    assert '"reason": "stop"' in (run / "events.jsonl").read_text()
+    assert "coordinator stopping" in out
+    again = subprocess.run(start, env=clean_environ(), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "continuing a stopped sweep" in again.stdout and "sweep finished: 1/1 done" in again.stdout
+    assert (run / "final" / "model.safetensors").read_bytes() == final_weights(reference)[member.name]
