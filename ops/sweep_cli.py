@@ -36,8 +36,8 @@ def add_args(parser: argparse.ArgumentParser) -> None:
                    help="where members run (default systemd; ray: Ray tasks, the coordinator in this terminal)")
     p.add_argument("--address", help="--backend ray: the cluster to join (auto, HOST:PORT; default RAY_ADDRESS or a local one)")
     p.add_argument("--ray-cpus", type=int, default=1, help="--backend ray: CPUs per member on a cluster without GPUs")
-    p.add_argument("-K", type=int, default=None, help="members running at once (default: the GPUs the members use, else 1)")
-    p.add_argument("--poll", type=float, default=2.0, help="seconds between the coordinator's passes (--foreground)")
+    p.add_argument("-K", type=int, default=None, help="members running at once (default: the GPUs the members use, else 1; ray: what the cluster holds at once)")
+    p.add_argument("--poll", type=float, default=2.0, help="seconds between the coordinator's passes (--foreground, --backend ray)")
     p.add_argument("--sweeps", type=Path, default=Path("sweeps"))
     for action, text in (("status", "each member's state"), ("stop", "stop the coordinator and the members"),
                          ("report", "the closing table, plots and an HTML page")):
