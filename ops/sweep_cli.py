@@ -148,7 +148,7 @@ def start_main(args) -> int:
     if kind == "ray":  # Ray places members and gives each its GPU; K is what the cluster holds at once
         from tatu.ops.sweep_ray import slots
 
-        k = args.K or slots(args.ray_cpus)
+        k = args.K or slots(base_device, args.ray_cpus)
         devices = [None] * k
     else:
         k = args.K or max(1, _gpu_count() if base_device in ("auto", "cuda") else 0)

@@ -69,16 +69,17 @@ def connect(address: str | None) -> None:
         raise TatuExit(1, f"cannot reach the Ray cluster at {address or os.environ.get('RAY_ADDRESS') or 'auto'}: {exc}")
 
 
-def cluster_gpus() -> int:
-    return int(_ray().cluster_resources().get("GPU", 0))
+def cluster_resources() -> dict:
+    return _ray().cluster_resources()
 
 
-def slots(cpus_per_member: int) -> int:
-    """How many members the cluster runs at once: its GPUs, else its CPUs / --ray-cpus."""
-    gpus = cluster_gpus()
-    if gpus:
+def slots(base_device: str, cpus_per_member: int) -> int:
+    """How many members the cluster runs at once: its GPUs for GPU members, else its CPUs / --ray-cpus."""
+    resources = cluster_resources()
+    gpus = int(resources.get("GPU", 0))
+    if gpus and base_device not in ("cpu", "mps"):
         return gpus
-    return max(1, int(_ray().cluster_resources().get("CPU", 1)) // cpus_per_member)
+    return max(1, int(resources.get("CPU", 1)) // cpus_per_member)
 
 
 def task_options(member: Member, cpus_per_member: int) -> tuple[dict, str | None]:
@@ -86,7 +87,7 @@ def task_options(member: Member, cpus_per_member: int) -> tuple[dict, str | None
     device = member.env.get("TATU_DEVICE", "auto")
     if device in ("cpu", "mps"):
         return {"num_cpus": cpus_per_member, "num_gpus": 0}, None
-    if cluster_gpus():
+    if int(cluster_resources().get("GPU", 0)):
         # Ray sets CUDA_VISIBLE_DEVICES to the GPU it gave the task, so that GPU is cuda (cuda:0).
         return {"num_cpus": 1, "num_gpus": 1}, "cuda"
     if device != "auto":

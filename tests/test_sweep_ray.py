@@ -231,3 +231,33 @@ def test_sweep_stop_cancels_ray_tasks_whose_daemons_save_and_start_continues(wor
     assert again.returncode == 0, again.stdout + again.stderr
     assert "continuing a stopped sweep" in again.stdout and "sweep finished: 1/1 done" in again.stdout
     assert (run / "final" / "model.safetensors").read_bytes() == final_weights(reference)[member.name]
+
+
+@pytest.mark.parametrize("resources, device, options, given, k", [
+    ({"CPU": 32, "GPU": 4}, "auto", {"num_cpus": 1, "num_gpus": 1}, "cuda", 4),
+    ({"CPU": 32, "GPU": 4}, "cuda:3", {"num_cpus": 1, "num_gpus": 1}, "cuda", 4),  # Ray's GPU is cuda:0 in the task
+    ({"CPU": 32, "GPU": 4}, "cpu", {"num_cpus": 2, "num_gpus": 0}, None, 16),
+    ({"CPU": 2}, "auto", {"num_cpus": 2, "num_gpus": 0}, "cpu", 1),
+    ({"CPU": 2}, "cpu", {"num_cpus": 2, "num_gpus": 0}, None, 1),
+])
+def test_member_resources_follow_the_cluster(monkeypatch, resources, device, options, given, k):
+    # A GPU cluster cannot exist on this machine: only Ray's resource table is stood in for.
+    from tatu.ops import sweep_ray
+    from tatu.ops.sweep_plan import Member
+
+    monkeypatch.setattr(sweep_ray, "cluster_resources", lambda: resources)
+    member = Member("replay-n0-s1", "x.replay-n0-s1", "compare", "replay-n0", {}, 1, {"TATU_DEVICE": device})
+    assert sweep_ray.task_options(member, 2) == (options, given)
+    assert sweep_ray.slots(device, 2) == k
+
+
+def test_a_cuda_member_on_a_cluster_without_gpus_is_a_config_error(monkeypatch):
+    from tatu.exitcodes import BAD_CONFIG, TatuExit
+    from tatu.ops import sweep_ray
+    from tatu.ops.sweep_plan import Member
+
+    monkeypatch.setattr(sweep_ray, "cluster_resources", lambda: {"CPU": 8})
+    member = Member("replay-n0-s1", "x.replay-n0-s1", "compare", "replay-n0", {}, 1, {"TATU_DEVICE": "cuda:1"})
+    with pytest.raises(TatuExit) as error:
+        sweep_ray.task_options(member, 1)
+    assert error.value.code == BAD_CONFIG and "TATU_DEVICE=cuda:1, but the Ray cluster has no GPU" in error.value.message
