@@ -180,23 +180,30 @@ def _would_change(rule, ordered: list[dict], checks: list[dict], chosen: dict | 
             stats = config["stats"].get("drift" if base.startswith("drift") and not base.startswith("every") else "sftHeld")
             if not stats or metric == base or base.startswith("every") or base == "aborted":
                 continue
-            point, bound = stats["value"], fail["measured"]
-            margin, half_width = fail["threshold"] - point, abs(bound - point)
-            if margin > 0 and half_width > 0 and stats["n_seeds"] >= 2:
-                need = math.ceil(stats["n_seeds"] * (half_width / margin) ** 2)
+            point = stats["value"]
+            # On the log scale: the bound must move inside the threshold; a CI half-width over n
+            # seeds is about t_{n-1} * sd / sqrt(n) with sd the per-seed spread (line noise included).
+            margin = abs(math.log1p(fail["threshold"]) - stats["log_mean"]) if fail["threshold"] > -1 else 0.0
+            sd = max(stats["seed_sd"], stats["within_se"])
+            passes_point = (point < fail["threshold"]) if metric.endswith("_hi") else (point > fail["threshold"])
+            if passes_point and margin > 0 and sd > 0:
+                need = next((n for n in range(2, 1001) if st.t_ppf(0.975, n - 1) * sd / math.sqrt(n) < margin), None)
+                more = f"about {need - stats['n_seeds']} more seeds" if need else "more than 1000 seeds"
                 notes.append(f"{rule.axis}={check['value']}: its {base} point estimate {_fmt_metric(base, point)} passes; "
-                             f"about {need - stats['n_seeds']} more seeds would narrow {metric} enough to pass "
-                             f"(if the estimate holds)")
+                             f"{more} would narrow {metric} enough to pass (if the estimate and the spread hold)")
     if chosen is not None:
+        # The chosen value against the one just before it (the cheaper dose it beat): is the
+        # difference resolved across seeds, and if not, how many seeds would resolve it?
         position = [c["config"] for c in checks].index(chosen["config"])
         if position > 0:
-            before = by_key[checks[position - 1]["config"]]
-            paired = (before.get("paired") or {}).get("drift")
-            chosen_paired = (by_key[chosen["config"]].get("paired") or {}).get("drift")
-            for label, p in (("vs the baseline", chosen_paired),):
-                if p and p["p_value"] > 0.05 and p["seeds_needed"]:
-                    notes.append(f"{rule.axis}={chosen['value']} {label}: drift difference not resolved "
-                                 f"(p={p['p_value']:.2f}); {max(0, p['seeds_needed'] - p['n_seeds'])} more seeds would resolve it")
+            before, this = by_key[checks[position - 1]["config"]], by_key[chosen["config"]]
+            if "results" in before and "results" in this:
+                p = paired_stats(this["results"], before["results"], "enRuler", None, 99)
+                if p and p["p_value"] > 0.05:
+                    more = (f"{max(1, p['seeds_needed'] - p['n_seeds'])} more seeds would resolve it" if p["seeds_needed"]
+                            else "more than 1000 seeds would be needed")
+                    notes.append(f"{rule.axis}={checks[position - 1]['value']} vs {chosen['value']}: drift difference "
+                                 f"not resolved (paired p={p['p_value']:.2f}); {more}")
     return notes
 
 

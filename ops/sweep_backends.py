@@ -159,13 +159,21 @@ def _last_error_line(path: Path) -> str:
 
 
 def _socket_answers(run: str) -> bool:
-    from tatu.ops.client import ControlError, request, resolve_socket
+    """A daemon listens on the run's socket: a connect succeeds (no reply awaited, so a member
+    busy in an eval on a loaded machine still counts as alive)."""
+    import socket
 
+    from tatu.ops.client import resolve_socket
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(5.0)
     try:
-        request(resolve_socket(run), "status", timeout=2.0)
+        sock.connect(str(resolve_socket(run)))
         return True
-    except (ControlError, OSError):
+    except OSError:
         return False
+    finally:
+        sock.close()
 
 
 # --- systemd ---------------------------------------------------------------------------------------

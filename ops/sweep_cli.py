@@ -28,6 +28,7 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
     p = sub.add_parser("plan", help="print the members, their effective configs, the hash and a cost estimate")
     p.add_argument("plan", type=Path)
+    p.add_argument("--full", action="store_true", help="every variable of every member, defaults included")
     p.add_argument("--sweeps", type=Path, default=Path("sweeps"))
     p = sub.add_parser("start", help="lock the plan (sweeps/NAME/plan.lock.json) and run it unattended")
     p.add_argument("plan", type=Path)
@@ -84,8 +85,10 @@ def plan_main(args) -> int:
         tuned_note = f"  ({plan.tune_var} = the tuned value)" if plan.tune_var and member.stage == "compare" else ""
         print(f"\n[{label}] {member.name}  run {member.run}  config {config.hash}{tuned_note}")
         for line in describe(config, sources):
-            if sources.get(line.split()[0]) != "default":
+            if args.full or sources.get(line.split()[0]) != "default":
                 print(line)
+    if not args.full:
+        print("\n(every other variable at its default; --full lists them all; the lock holds each member's full config)")
     runs = [Path(plan.base_env["TATU_SEED_CKPT"]).parent] if plan.base_env.get("TATU_SEED_CKPT") else []
     if out.is_dir():
         runs = sorted(p for p in out.iterdir() if p.is_dir()) + runs
@@ -138,7 +141,12 @@ def start_main(args) -> int:
     lock, what = reconcile(plan, sweep_dir)
     print(f"sweep {plan.name}: plan {what} ({sweep_dir / 'plan.lock.json'}, hash {lock['plan_hash']})")
     backend = _backend(kind, sweep_dir, args.ray_cpus)
-    done, text = finished(sweep_dir, backend)
+    from tatu.ops.units import UnitsError
+
+    try:
+        done, text = finished(sweep_dir, backend)
+    except UnitsError as exc:
+        raise TatuExit(1, f"{exc} (no user manager: `tatu sweep start --foreground` runs it without systemd)")
     if done:
         print(f"sweep {plan.name} already finished ({text}); nothing to do. `tatu sweep report {plan.name}`")
         return 0

@@ -20,12 +20,13 @@ same loop in the terminal with child processes.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tatu import exitcodes
@@ -48,6 +49,7 @@ class MemberStatus:
     verdict: str | None = None
     code: int | None = None
     detail: str = ""
+    alive: bool = False  # its process still runs (a member that wrote its verdict may still be exiting)
 
 
 def run_dir(member: Member) -> Path:
@@ -69,6 +71,11 @@ def _diverged(directory: Path) -> bool:
 
 
 def member_status(member: Member, unit: UnitState) -> MemberStatus:
+    status = _member_status(member, unit)
+    return replace(status, alive=unit.kind == "running")
+
+
+def _member_status(member: Member, unit: UnitState) -> MemberStatus:
     directory = run_dir(member)
     verdict = _read_json(directory / "verdict.json")
     if verdict is not None:
@@ -164,7 +171,7 @@ class Coordinator:
             if stage == "tune":
                 return "tune-complete", statuses, stage
             return "finished", statuses, stage
-        running = [s for s in statuses if s.state == "running"]
+        running = [s for s in statuses if s.alive]  # a slot is free once the process has exited
         free = self.free_devices(running)
         for status in statuses:
             if status.state != "pending" or len(running) >= self.k or self.stopping:
@@ -174,7 +181,7 @@ class Coordinator:
             self.started_here[status.member.run] = device
             running.append(status)
             self.say(f"started {status.member.name}" + (f" on {device}" if device else "")
-                     + (f" ({status.detail})" if status.detail else ""))
+                     + (f" ({status.detail})" if status.detail and status.detail != "inactive" else ""))
         return "running", statuses, stage
 
     def free_devices(self, running: list[MemberStatus]) -> list[str | None]:
@@ -208,6 +215,14 @@ class Coordinator:
 
     # --- the loop ------------------------------------------------------------------------------
     def run(self) -> int:
+        # One coordinator per sweep: two would start the same member twice. The lock dies with
+        # its holder, so a killed coordinator never blocks the next.
+        self._lock = open(self.sweep_dir / "coordinator.lock", "a+")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.say("another coordinator is running this sweep; this one exits")
+            return 1
         stop = _read_json(self.sweep_dir / STOP_FILE)
         if stop is not None:
             self.say(f"sweep stopped: {stop.get('reason')}; `tatu sweep start` continues it")
@@ -215,6 +230,7 @@ class Coordinator:
             return int(stop.get("code", 0))
         previous = {}
         ready = False
+        self.say(f"coordinator up (pid {os.getpid()}, {self.backend.name} backend, K={self.k})")
 
         def on_term(*_):
             self.stopping = True

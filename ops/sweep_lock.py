@@ -58,6 +58,14 @@ def members(lock: dict, stage: str | None = None) -> list[Member]:
     return [m for m in found if stage is None or m.stage == stage]
 
 
+def _entry(member: Member) -> dict:
+    """The member as locked: its env file's variables and its full effective configuration."""
+    from tatu.daemon.config import load_config
+
+    config, _ = load_config(member.env)
+    return {**member.to_json(), "config": config.to_json(), "config_hash": config.hash}
+
+
 def new_lock(plan: Plan, sweep_dir: Path) -> dict:
     out = Path(sweep_dir).absolute() / "runs"
     listed = plan.tune_members(out) + plan.compare_members(out, None)
@@ -68,7 +76,7 @@ def new_lock(plan: Plan, sweep_dir: Path) -> dict:
         "tune": ({"var": plan.tune_var, "values": plan.tune_values, "seeds": plan.tune_seeds, "split": SPLIT}
                  if plan.tune_var else None),
         "tuned": None, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "history": [],
-        "members": [m.to_json() for m in listed],
+        "members": [_entry(m) for m in listed],
     }
 
 
@@ -108,7 +116,7 @@ def _locked_core(lock: dict) -> dict:
 def add_seeds(lock: dict, plan: Plan, added: list[int], sweep_dir: Path) -> dict:
     out = Path(sweep_dir).absolute() / "runs"
     new = plan.compare_members(out, _tuned_values(lock), seeds=added)
-    return {**lock, "seeds": lock["seeds"] + added, "members": lock["members"] + [m.to_json() for m in new],
+    return {**lock, "seeds": lock["seeds"] + added, "members": lock["members"] + [_entry(m) for m in new],
             "history": lock["history"] + [{"added_seeds": added, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]}
 
 
@@ -123,7 +131,7 @@ def record_tuned(sweep_dir: Path, lock: dict, plan: Plan, value: str, selection:
     tuned = {"var": lock["tune"]["var"], "value": value, **selection}
     lock = {**lock, "tuned": tuned}
     new = plan.compare_members(out, {tuned["var"]: value}, seeds=lock["seeds"])
-    lock["members"] = [m for m in lock["members"] if m["stage"] == "tune"] + [m.to_json() for m in new]
+    lock["members"] = [m for m in lock["members"] if m["stage"] == "tune"] + [_entry(m) for m in new]
     write_json_atomic(lock_path(sweep_dir), lock)
     return lock
 

@@ -151,6 +151,7 @@ def _plots(data: dict, out_dir: Path) -> list[str]:
     if limit is not None:
         ax.axhline(limit * 100, color="C3", linestyle="--", label=f"MIX_FORGET_LIMIT {limit * 100:.0f}%")
         ax.legend(loc="best")
+    ax.set_xticks(xs, [c["values"][axis] for c in configs])
     ax.set_xlabel(axis)
     ax.set_ylabel("enRuler drift at the end (%)")
     ax.set_title(f"{data['name']}: drift vs {axis} (grey: seeds; blue: mean, 95% CI)")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -139,6 +140,10 @@ def test_member_state_is_derived_from_the_run_dir_and_the_unit(tmp_path):
     assert (aborted.state, aborted.verdict, aborted.code) == ("aborted", "forgets", 10)
     (run_dir / "verdict.json").write_text(json.dumps({"verdict": "holds", "numbers": {"aborted": None}}))
     assert member_status(member, UnitState("absent")).state == "done"
+    # A member that wrote its verdict and is still exiting is done, and still holds its slot.
+    exiting = member_status(member, UnitState("running"))
+    assert exiting.state == "done" and exiting.alive
+    assert not member_status(member, UnitState("absent")).alive
 
 
 def test_summary_is_the_status_line():
@@ -155,7 +160,8 @@ def test_summary_is_the_status_line():
 def _config(key, value, drift, drift_hi, change_hi, limit=0.10):
     return {"key": key, "values": {"REPLAY_N": value}, "effective": {"MIX_FORGET_LIMIT": limit},
             "metrics": {"drift": drift, "drift_hi": drift_hi, "sftHeld_change_hi": change_hi},
-            "stats": {"drift": {"value": drift, "lo": drift - 0.02, "hi": drift_hi, "n_seeds": 3}, "sftHeld": None}}
+            "stats": {"drift": {"value": drift, "lo": drift - 0.02, "hi": drift_hi, "n_seeds": 3, "log_mean": math.log1p(drift),
+                                "seed_sd": 0.02, "within_se": 0.005}, "sftHeld": None}}
 
 
 def test_the_locked_rule_picks_the_smallest_passing_value(tmp_path):
@@ -168,7 +174,9 @@ def test_the_locked_rule_picks_the_smallest_passing_value(tmp_path):
     assert [c["value"] for c in verdict["checks"]] == ["0", "2", "6"]  # numeric order, not the given one
     assert verdict["checks"][1]["failed"][0]["condition"] == "drift_hi < MIX_FORGET_LIMIT"
     # REPLAY_N=2 fails only by its CI bound: more seeds could settle it, and the report says so.
-    assert any(note.startswith("REPLAY_N=2: its drift point estimate +7.0% passes") for note in verdict["would_change"])
+    # log1p(10%) - log1p(7%) = 0.0277; t_{n-1} * 0.02 / sqrt(n) drops under it at n = 5: 2 more than 3.
+    assert any(note.startswith("REPLAY_N=2: its drift point estimate +7.0% passes; about 2 more seeds")
+               for note in verdict["would_change"]), verdict["would_change"]
     # A tighter CI on 2 flips the verdict to 2; nothing passing -> said plainly.
     configs[2] = _config("replay-n2", "2", 0.07, 0.09, -0.55)
     assert decide(lock, configs)["chosen"] == "2"
@@ -215,3 +223,119 @@ def test_the_coordinator_unit_passes_systemd_analyze_verify(tmp_path):
                           env={**os.environ, "XDG_RUNTIME_DIR": str(runtime), "XDG_CONFIG_HOME": str(tmp_path / "cfg")},
                           timeout=60)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+def test_a_second_coordinator_of_the_same_sweep_exits_at_once(tmp_path):
+    import fcntl
+    import io
+
+    from tatu.ops.sweep_backends import ForegroundBackend
+    from tatu.ops.sweep_coordinator import Coordinator
+
+    sweep_dir = tmp_path / "sweeps" / "dose"
+    reconcile(load_plan(write_plan(tmp_path)), sweep_dir)
+    with open(sweep_dir / "coordinator.lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the first coordinator
+        out = io.StringIO()
+        assert Coordinator(sweep_dir, ForegroundBackend(sweep_dir), 1, out=out).run() == 1
+    assert "another coordinator is running this sweep" in out.getvalue()
+    assert not (Path(members(read_lock(sweep_dir))[0].env["TATU_OUT"])).exists()  # it started nothing
+
+
+class RecordingBackend:
+    """A stand-in for a GPU machine's backend (none here): it records starts and reports the
+    states the test sets. What it checks is the coordinator's slot and device bookkeeping."""
+
+    name = "recording"
+
+    def __init__(self, env_dir: Path):
+        self.states: dict[str, UnitState] = {}
+        self.started: list[tuple[str, str | None]] = []
+        self.env_dir = env_dir
+
+    def start(self, member, device):
+        self.started.append((member.name, device))
+        self.states[member.run] = UnitState("running")
+        self.env_path(member).write_text(f"TATU_DEVICE={device}\n")
+
+    def poll(self, member):
+        return self.states.get(member.run, UnitState("absent"))
+
+    def stop(self, member):
+        self.states[member.run] = UnitState("exited", 0)
+
+    def env_path(self, member):
+        return self.env_dir / f"{member.run}.env"
+
+    def last_error(self, member):
+        return ""
+
+
+def test_the_coordinator_keeps_k_members_on_k_devices(tmp_path):
+    import io
+
+    from tatu.ops.sweep_coordinator import Coordinator
+
+    sweep_dir = tmp_path / "sweeps" / "dose"
+    lock, _ = reconcile(load_plan(write_plan(tmp_path, seeds=(1, 2, 3))), sweep_dir)
+    backend = RecordingBackend(tmp_path)
+    coordinator = Coordinator(sweep_dir, backend, 2, ["cuda:0", "cuda:1"], out=io.StringIO())
+    outcome, statuses, _ = coordinator.pass_once()
+    assert outcome == "running" and backend.started == [("replay-n0-s1", "cuda:0"), ("replay-n0-s2", "cuda:1")]
+    assert coordinator.pass_once()[0] == "running" and len(backend.started) == 2  # both slots busy
+    # The member on cuda:1 finishes; its slot (that device) goes to the next member. A new
+    # coordinator (a restart) knows the busy device from the running member's env file.
+    first, second = members(lock)[:2]
+    run_dir = Path(second.env["TATU_OUT"]) / second.run
+    run_dir.mkdir(parents=True)
+    (run_dir / "verdict.json").write_text(json.dumps({"verdict": "holds", "numbers": {"aborted": None}}))
+    assert coordinator.pass_once()[0] == "running" and len(backend.started) == 2  # still exiting: slot held
+    backend.states[second.run] = UnitState("absent")
+    restarted = Coordinator(sweep_dir, backend, 2, ["cuda:0", "cuda:1"], out=io.StringIO())
+    restarted.pass_once()
+    assert backend.started[2] == ("replay-n0-s3", "cuda:1")
+
+
+def test_tatu_sweep_plan_prints_members_configs_hash_and_cost(tmp_path, capsys):
+    path = write_plan(tmp_path)
+    plan = load_plan(path)
+    assert tatu(["sweep", "plan", str(path), "--sweeps", str(tmp_path / "sweeps")]) == 0
+    out = capsys.readouterr().out
+    assert f"plan hash {plan.hash}" in out and "members: 0 tune + 4 comparison" in out
+    assert "[compare] replay-n2-s2  run dose.replay-n2-s2" in out and "REPLAY_N               = 2" in out
+    assert "cost: unknown" in out  # no measured run yet: said, not guessed
+    assert not (tmp_path / "sweeps").exists()  # planning locks nothing
+    assert tatu(["sweep", "plan", str(path), "--full"]) == 0
+    assert "TATU_WEIGHT_DECAY      = 0.1" in capsys.readouterr().out
+    lock, _ = reconcile(plan, tmp_path / "sweeps" / "dose")
+    assert lock["members"][0]["config"]["TATU_WEIGHT_DECAY"] == 0.1 and len(lock["members"][0]["config_hash"]) == 12
+
+
+def test_an_unresolved_neighbour_says_how_many_seeds_would_resolve_it(tmp_path):
+    import numpy as np
+
+    from tatu.evals import seeds as st
+
+    rng = np.random.default_rng(4)
+    base_lines = rng.gamma(3.0, 1.0, 60)
+
+    def results(shift):
+        out = []
+        for seed in (1, 2, 3):
+            end = base_lines * (1 + shift + rng.normal(0, 0.01)) + rng.normal(0, 0.01, 60)
+            scores = lambda nll: {"enRuler": {"nll_sum": list(nll), "line_tokens": [1] * 60, "line_index": list(range(60))}}
+            out.append({"seed": seed, "state": "done", "base": scores(base_lines), "end": scores(end)})
+        return out
+
+    lock = {"rule": "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT", "axes": {"REPLAY_N": ["2", "4"]},
+            "plan_file": str(tmp_path / "p.toml")}
+    two, four = _config("replay-n2", "2", 0.12, 0.15, -0.5), _config("replay-n4", "4", 0.05, 0.08, -0.5)
+    two["results"], four["results"] = results(0.012), results(0.010)
+    verdict = decide(lock, [two, four])
+    assert verdict["chosen"] == "4"
+    note = next(n for n in verdict["would_change"] if n.startswith("REPLAY_N=2 vs 4: drift difference not resolved"))
+    # Per seed: log ppl_end(4) - log ppl_end(2) (same baseline, one token a line: means of NLL).
+    diffs = [np.mean(r4["end"]["enRuler"]["nll_sum"]) - np.mean(r2["end"]["enRuler"]["nll_sum"])
+             for r2, r4 in zip(two["results"], four["results"])]
+    needed = st.seeds_needed(float(np.mean(diffs)), float(np.std(diffs, ddof=1)))
+    assert f"{needed - 3} more seeds would resolve it" in note, note

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -133,6 +134,10 @@ def test_a_finished_sweep_started_again_does_nothing_and_says_so(world, referenc
     assert proc.returncode == 0
     assert "plan unchanged" in proc.stdout and "already finished (compare: 4/4 done, 0 running); nothing to do" in proc.stdout
     assert {p: p.stat().st_size for p in reference.rglob("events.jsonl")} == sizes
+    # The cost estimate comes from measured step and eval times (the members', then the trunk's).
+    planned = subprocess.run([sys.executable, "-m", "tatu.ops.cli", "sweep", "plan", str(world["plan"]), "--sweeps",
+                              str(reference.parent)], env=clean_environ(), capture_output=True, text=True, timeout=120)
+    assert planned.returncode == 0 and re.search(r"cost: 6 members, \S+ of runs in all \(measured by tuned\.", planned.stdout), planned.stdout
 
 
 def _naive_dev_ppl(ckpt: Path, held: Path) -> float:
@@ -209,3 +214,37 @@ def test_exit_10_is_a_result_and_exit_78_stops_the_sweep(world):
     assert stop["code"] == 78 and stop["member"] == "replay-n0-seq-len256-s1"
     assert "TATU_SEQ_LEN=256 exceeds the model's block_size 192" in stop["reason"]
     assert "sweep stopped: member replay-n0-seq-len256-s1 exited 78" in proc.stdout
+
+
+def test_stop_saves_the_members_and_start_continues(world):
+    plan = world["root"] / "stopme.toml"
+    plan.write_text(plan_text("stopme", world["data"], world["trunk"], seeds=(1,), replay=(2,), steps=40))
+    sweeps = world["root"] / "stop-sweeps"
+    sweep_dir = sweeps / "stopme"
+    coordinator = start(plan, sweeps, wait=False)
+    member = None
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and coordinator.poll() is None:
+        if (sweep_dir / "plan.lock.json").exists():
+            member = members(read_lock(sweep_dir))[0]
+            events = Path(member.env["TATU_OUT"]) / member.run / "events.jsonl"
+            if events.exists() and '"event": "ready"' in events.read_text():
+                break
+        time.sleep(0.2)
+    assert member is not None and coordinator.poll() is None
+    env = clean_environ()
+    stop = subprocess.run([sys.executable, "-m", "tatu.ops.cli", "sweep", "stop", "stopme", "--sweeps", str(sweeps)],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert stop.returncode == 0 and "stop requested" in stop.stdout, stop.stdout + stop.stderr
+    assert coordinator.wait(timeout=300) == 0
+    run = Path(member.env["TATU_OUT"]) / member.run
+    saved = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines() if '"checkpoint"' in line]
+    assert saved[-1]["reason"] == "stop" and not (run / "verdict.json").exists()
+    status = subprocess.run([sys.executable, "-m", "tatu.ops.cli", "sweep", "status", "stopme", "--sweeps", str(sweeps)],
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert "0/1 done, 0 running" in status.stdout and "stopped: " in status.stdout, status.stdout
+    again = start(plan, sweeps)
+    assert again.returncode == 0 and "continuing a stopped sweep" in again.stdout, again.stdout + again.stderr
+    assert "sweep finished: 1/1 done" in again.stdout
+    resumed = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines() if '"resumed"' in line]
+    assert [e["step"] for e in resumed] == [saved[-1]["step"]]
