@@ -90,13 +90,13 @@ def _status(sweeps: Path) -> str:
     return out.getvalue()
 
 
-def _mid_run(sweep_dir: Path, member) -> dict | None:
-    """The holder of the member's lock once its daemon has saved a scheduled state, before its verdict."""
+def _mid_run(sweep_dir: Path, member, reason: str = "scheduled") -> dict | None:
+    """The holder of the member's lock once its daemon has saved a state (`reason`), before its verdict."""
     from tatu.ops.sweep_ray import lock_holder
 
     run = Path(member.env["TATU_OUT"]) / member.run
     events = run / "events.jsonl"
-    if (run / "verdict.json").exists() or not events.exists() or '"reason": "scheduled"' not in events.read_text():
+    if (run / "verdict.json").exists() or not events.exists() or f'"reason": "{reason}"' not in events.read_text():
         return None
     holder = lock_holder(sweep_dir / "ray" / f"{member.run}.lock")
     return holder if holder and "daemon_pid" in holder else None
@@ -201,10 +201,18 @@ def test_without_ray_the_backend_is_one_line_naming_the_extra(tmp_path):
     assert not sweeps.exists()
 
 
+def _sigterm_pending(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status").read_text()
+    pending = int(next(line.split()[1] for line in status.splitlines() if line.startswith("ShdPnd:")), 16)
+    return bool(pending & (1 << (signal.SIGTERM - 1)))
+
+
 @pytest.mark.slow
 def test_sweep_stop_cancels_ray_tasks_whose_daemons_save_and_start_continues(world, ray_cluster, reference):
     # One member of the same plan: `tatu sweep stop` mid-run -> the coordinator cancels the task,
     # the daemon gets SIGTERM and saves ("stop"); `start` again resumes it to the reference's weights.
+    # The daemon is held with SIGSTOP from its baseline until the SIGTERM is pending, so a tiny run
+    # cannot finish before the stop reaches it, however fast or loaded the machine.
     plan = world["root"] / "one" / "rayed.toml"
     plan.parent.mkdir()
     plan.write_text(world["plan"].read_text().replace("seeds = [1, 2]", "seeds = [1]").replace("REPLAY_N = [0, 2]", "REPLAY_N = [0]"))
@@ -212,14 +220,24 @@ def test_sweep_stop_cancels_ray_tasks_whose_daemons_save_and_start_continues(wor
     start = _cli("start", str(plan), "--backend", "ray", "--address", ray_cluster, "--poll", "0.3", "--sweeps", str(sweeps))
     coordinator = subprocess.Popen(start, env=clean_environ(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     sweep_dir = sweeps / "rayed"
+    held = None
     deadline = time.monotonic() + 300
-    while coordinator.poll() is None and time.monotonic() < deadline:
-        if (sweep_dir / "plan.lock.json").exists() and _mid_run(sweep_dir, members(read_lock(sweep_dir))[0]):
-            break
-        time.sleep(0.05)
-    stop = subprocess.run(_cli("stop", "rayed", "--sweeps", str(sweeps)), env=clean_environ(), capture_output=True,
-                          text=True, timeout=120)
-    assert stop.returncode == 0, stop.stderr
+    while held is None and coordinator.poll() is None and time.monotonic() < deadline:
+        if (sweep_dir / "plan.lock.json").exists():
+            held = _mid_run(sweep_dir, members(read_lock(sweep_dir))[0], reason="baseline")
+        time.sleep(0.02)
+    assert held is not None, "the member never reached its baseline state"
+    os.kill(held["daemon_pid"], signal.SIGSTOP)
+    try:
+        stop = subprocess.run(_cli("stop", "rayed", "--sweeps", str(sweeps)), env=clean_environ(),
+                              capture_output=True, text=True, timeout=120)
+        assert stop.returncode == 0, stop.stderr
+        deadline = time.monotonic() + 120
+        while not _sigterm_pending(held["daemon_pid"]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _sigterm_pending(held["daemon_pid"]), "the cancelled task never sent its daemon SIGTERM"
+    finally:
+        os.kill(held["daemon_pid"], signal.SIGCONT)
     out, _ = coordinator.communicate(timeout=300)
     assert coordinator.returncode == 0, out
     (member,) = members(read_lock(sweep_dir))
