@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml Makefile $(TORCH_PIN)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(PIP_ARGS) '$(TORCH)'
-	$(PY) -m pip install -q -e '.[dev,hf]'
+	$(PY) -m pip install -q -e '.[dev,hf,ray]'
 	touch $(STAMP)
 
 demo: $(STAMP)

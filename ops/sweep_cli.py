@@ -2,6 +2,7 @@
 
     tatu sweep plan FILE                      members, effective configs, plan hash, cost estimate
     tatu sweep start FILE [--foreground] [-K N]   lock the plan, then run it (tatu-sweep@NAME by default)
+    tatu sweep start FILE --backend ray [--address ADDR]   members as Ray tasks on a cluster
     tatu sweep status NAME                    each member's state, and the coordinator's summary
     tatu sweep stop NAME                      stop the coordinator and its members (they save; start continues)
     tatu sweep report NAME                    the closing table, report.json, PNG plots, an HTML page
@@ -32,8 +33,12 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("start", help="lock the plan (sweeps/NAME/plan.lock.json) and run it unattended")
     p.add_argument("plan", type=Path)
     p.add_argument("--foreground", action="store_true", help="members as child processes of this command, no systemd")
-    p.add_argument("-K", type=int, default=None, help="members running at once (default: the GPUs the members use, else 1)")
-    p.add_argument("--poll", type=float, default=2.0, help="seconds between the coordinator's passes (--foreground)")
+    p.add_argument("--backend", choices=("systemd", "foreground", "ray"),
+                   help="where members run (default systemd; ray: Ray tasks, the coordinator in this terminal)")
+    p.add_argument("--address", help="--backend ray: the cluster to join (auto, HOST:PORT; default RAY_ADDRESS or a local one)")
+    p.add_argument("--ray-cpus", type=int, default=1, help="--backend ray: CPUs per member on a cluster without GPUs")
+    p.add_argument("-K", type=int, default=None, help="members running at once (default: the GPUs the members use, else 1; ray: what the cluster holds at once)")
+    p.add_argument("--poll", type=float, default=2.0, help="seconds between the coordinator's passes (--foreground, --backend ray)")
     p.add_argument("--sweeps", type=Path, default=Path("sweeps"))
     for action, text in (("status", "each member's state"), ("stop", "stop the coordinator and the members"),
                          ("report", "the closing table, plots and an HTML page")):
@@ -101,9 +106,13 @@ def plan_main(args) -> int:
 
 # --- start -----------------------------------------------------------------------------------------
 
-def _backend(kind: str, sweep_dir: Path):
+def _backend(kind: str, sweep_dir: Path, ray_cpus: int = 1):
     from tatu.ops.sweep_backends import ForegroundBackend, SystemdBackend
 
+    if kind == "ray":
+        from tatu.ops.sweep_ray import RayBackend
+
+        return RayBackend(sweep_dir, ray_cpus)
     return ForegroundBackend(sweep_dir) if kind == "foreground" else SystemdBackend()
 
 
@@ -124,10 +133,14 @@ def start_main(args) -> int:
 
     plan = load_plan(args.plan)
     sweep_dir = _sweep_dir(args, plan.name)
+    kind = args.backend or ("foreground" if args.foreground else "systemd")
+    if kind == "ray":  # before anything is written: a missing extra or an unreachable cluster is one line
+        from tatu.ops.sweep_ray import connect
+
+        connect(args.address)
     lock, what = reconcile(plan, sweep_dir)
     print(f"sweep {plan.name}: plan {what} ({sweep_dir / 'plan.lock.json'}, hash {lock['plan_hash']})")
-    kind = "foreground" if args.foreground else "systemd"
-    backend = _backend(kind, sweep_dir)
+    backend = _backend(kind, sweep_dir, args.ray_cpus)
     from tatu.ops.units import UnitsError
 
     try:
@@ -140,14 +153,20 @@ def start_main(args) -> int:
     if args.K is not None and args.K < 1:
         raise TatuExit(exitcodes.USAGE, f"-K {args.K}: at least 1 member at a time")
     base_device = plan.base_env.get("TATU_DEVICE", "auto")
-    k = args.K or max(1, _gpu_count() if base_device in ("auto", "cuda") else 0)
-    devices = devices_for(k, base_device)
+    if kind == "ray":  # Ray places members and gives each its GPU; K is what the cluster holds at once
+        from tatu.ops.sweep_ray import slots
+
+        k = args.K or slots(base_device, args.ray_cpus)
+        devices = [None] * k
+    else:
+        k = args.K or max(1, _gpu_count() if base_device in ("auto", "cuda") else 0)
+        devices = devices_for(k, base_device)
     stop_path = sweep_dir / STOP_FILE
     if stop_path.exists():
         print(f"continuing a stopped sweep ({stop_path.read_text().strip()})")
         stop_path.unlink()
     write_json_atomic(sweep_dir / SETTINGS_FILE, {"k": k, "backend": kind, "devices": devices})
-    if args.foreground:
+    if kind != "systemd":
         coordinator = Coordinator(sweep_dir, backend, k, devices, poll_seconds=args.poll)
         previous = signal.signal(signal.SIGINT, lambda *_: setattr(coordinator, "stopping", True))
         try:

@@ -278,8 +278,9 @@ class Coordinator:
 
     def stop_members(self, statuses: list[MemberStatus]) -> int:
         # SIGTERM of a systemd coordinator leaves its members running (they are units of their
-        # own; a restarted coordinator finds them); a `tatu sweep stop` or a foreground ^C stops them.
-        if _read_json(self.sweep_dir / STOP_FILE) is not None or isinstance(self.backend, ForegroundBackend):
+        # own; a restarted coordinator finds them); a `tatu sweep stop` or a foreground/ray ^C stops
+        # them (child processes, or Ray tasks that Ray would end with their driver anyway).
+        if _read_json(self.sweep_dir / STOP_FILE) is not None or not isinstance(self.backend, SystemdBackend):
             for s in statuses:
                 if s.state == "running":
                     self.backend.stop(s.member)
@@ -288,8 +289,9 @@ class Coordinator:
         return 0
 
     def _wait_foreground(self) -> None:
-        if isinstance(self.backend, ForegroundBackend):
-            self.backend.wait_all()
+        wait_all = getattr(self.backend, "wait_all", None)  # foreground, ray: members the coordinator owns
+        if wait_all is not None:
+            wait_all()
 
 
 def _notifier():
