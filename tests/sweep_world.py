@@ -53,4 +53,4 @@ rule = "{rule}"
 
 def clean_environ() -> dict[str, str]:
     """This process's environment without run variables (a stray one would reach the members)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(RUN_PREFIXES) or k == "TATU_REQUIRE_SYSTEMD"}
+    return {k: v for k, v in os.environ.items() if not k.startswith(RUN_PREFIXES)}

@@ -39,9 +39,9 @@ def _ray_or_skip():
     try:
         import ray
     except ImportError:
-        if os.environ.get("TATU_REQUIRE_SYSTEMD") == "1":  # CI installs .[dev,ray]: the test must run there
-            pytest.fail("ray is not installed (make test installs tatu[ray]); TATU_REQUIRE_SYSTEMD=1 makes this a failure")
-        pytest.skip("ray is not installed: pip install 'tatu[ray]'")
+        from strict import cannot_run  # CI installs .[dev,hf,ray]: there the test must run
+
+        cannot_run("ray is not installed: pip install 'tatu[ray]' (make test installs it)")
     return ray
 
 

@@ -2,7 +2,7 @@
 K=2, through a tatu-sweep@ coordinator unit and tatu-sft@ member units. The coordinator is
 SIGKILLed mid-way; systemd restarts it, and it finishes without re-running finished members.
 Run under the flock (README): `flock /tmp/tatu-systemd.lock .venv/bin/pytest -q tests/test_sweep_systemd.py`.
-CI sets TATU_REQUIRE_SYSTEMD=1, so this fails there instead of skipping.
+CI sets CI_STRICT=1, so this fails there instead of skipping.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep-sysd")
     with pytest.MonkeyPatch.context() as mp:
         for name in list(os.environ):
-            if name.startswith(RUN_PREFIXES) and name != "TATU_REQUIRE_SYSTEMD":
+            if name.startswith(RUN_PREFIXES):
                 mp.delenv(name)
         for name in ("RUNTIME_DIRECTORY", "NOTIFY_SOCKET", "JOURNAL_STREAM", "WATCHDOG_USEC", "WATCHDOG_PID"):
             mp.delenv(name, raising=False)
