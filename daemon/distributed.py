@@ -84,6 +84,10 @@ class World:
         """Gradients are all-reduced once per step, on the rank's last micro-batch."""
         return forward_model.no_sync() if self.distributed and not last else nullcontext()
 
+    def barrier(self) -> None:
+        if self.distributed:
+            torch.distributed.barrier()
+
     def sum(self, value: torch.Tensor) -> torch.Tensor:
         if self.distributed:
             torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.SUM)

@@ -36,7 +36,9 @@ def run(config: RunConfig, origins: dict[str, str], log: RunLog) -> int:
         raise ConfigError(f"TATU_DEVICE={exc}") from None
     world, device = distributed.join(config, device)  # alone: SINGLE, the device unchanged
     try:
-        return _run(config, origins, distributed.log_for(world, log), world, device)
+        code = _run(config, origins, distributed.log_for(world, log), world, device)
+        world.barrier()  # no rank leaves (and gets its peers killed by torchrun) while rank 0 still writes
+        return code
     finally:
         distributed.leave(world)
 
