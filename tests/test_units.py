@@ -47,7 +47,7 @@ def installed(tmp_path):
 def test_install_renders_every_unit_and_copies_the_env_file(installed):
     result, dest, env_dest, workdir = installed
     names = sorted(p.name for p in dest.iterdir())
-    assert names == ["tatu-sft-run5.service", "tatu-sft@.service"]
+    assert names == ["tatu-sft-ddp@.service", "tatu-sft-run5.service", "tatu-sft@.service"]
     assert env_dest / "run5.env" in result.written
     assert (env_dest / "run5.env").read_text() == (units_dir() / "runs" / "run5.env").read_text()
     assert oct((env_dest / "run5.env").stat().st_mode & 0o777) == oct(0o600)
@@ -55,7 +55,8 @@ def test_install_renders_every_unit_and_copies_the_env_file(installed):
         text = unit.read_text()
         assert "@TATU_" not in text
         service = parse_unit(text)["Service"]
-        assert service["ExecStart"] == [f"{sys.executable} -m tatu.daemon"]
+        module = "tatu.daemon.launch" if unit.name == "tatu-sft-ddp@.service" else "tatu.daemon"  # torchrun for DDP
+        assert service["ExecStart"] == [f"{sys.executable} -m {module}"]
         assert service["WorkingDirectory"] == [str(workdir)]
 
 
