@@ -8,8 +8,9 @@ this adds what systemd needs and torchrun does not give (measured with torch 2.1
   configuration: every rank reached the same decision, or rank 0 alone could not start), else
   with the first failure's code (a signal N as 128 + N), so RestartPreventExitStatus works.
 - on SIGTERM torchrun signals the workers but then exits 1 even when they stopped cleanly: here
-  SIGTERM is relayed to the workers, whose ranks agree on a step boundary, save and exit 0,
-  and the agent sees a run that succeeded (exit 0) or failed (its code).
+  SIGTERM (and SIGINT, Ctrl-C: the workers are in their own sessions) is relayed to the workers
+  as SIGTERM; their ranks agree on a step boundary, save and exit 0, and the agent sees a run
+  that succeeded (exit 0) or failed (its code).
 """
 from __future__ import annotations
 
@@ -33,13 +34,13 @@ def run_exit_code(failures: dict) -> int:
     return code(first)
 
 
-def _relay_sigterm(*_) -> None:
+def _relay_sigterm(signum, _frame) -> None:
     import psutil
 
     workers = psutil.Process().children()
-    if not workers:  # still in rendezvous: nothing to save yet, stop as a plain SIGTERM would
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
+    if not workers:  # still in rendezvous: nothing to save yet, stop as the plain signal would
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
         return
     for worker in workers:
         try:
@@ -56,9 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     if "-m" in args or "--module" in args or any(a.endswith(".py") for a in args):
         print("tatu.daemon.launch: give torchrun's options only; it always runs -m tatu.daemon", file=sys.stderr)
         return exitcodes.USAGE
-    # SIGTERM is ours to relay (torchrun would turn a clean stop into exit 1); the others stay torchrun's.
-    parsed = parse_args([*args, "--signals-to-handle=SIGINT,SIGHUP,SIGQUIT", "-m", "tatu.daemon"])
+    # SIGTERM and SIGINT (Ctrl-C) are ours to relay as a stop (torchrun would turn a clean stop
+    # into exit 1); SIGHUP and SIGQUIT stay torchrun's.
+    parsed = parse_args([*args, "--signals-to-handle=SIGHUP,SIGQUIT", "-m", "tatu.daemon"])
     signal.signal(signal.SIGTERM, _relay_sigterm)
+    signal.signal(signal.SIGINT, _relay_sigterm)
     try:
         run(parsed)
     except ChildFailedError as exc:
