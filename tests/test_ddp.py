@@ -309,7 +309,14 @@ def test_rank0_alone_failing_ends_every_rank_with_its_code(world, tmp_path):
     assert "already listening" in proc.stdout + proc.stderr
 
 
-def test_more_ranks_than_micro_batches_is_refused(world):
-    proc = launch(sft_env(world, "crowded", SFT_GE=1, REPLAY_N=0), nproc=2)
-    assert proc.returncode == 78, proc.stdout + proc.stderr
-    assert "WORLD_SIZE=2 exceeds the 1 micro-batches" in proc.stdout + proc.stderr
+def test_more_ranks_than_micro_batches_is_refused(world, monkeypatch):
+    from tatu.daemon.config import ConfigError, load_config
+    from tatu.daemon.distributed import join
+
+    config, _ = load_config(sft_env(world, "crowded", SFT_GE=1, REPLAY_N=0))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(ConfigError, match="WORLD_SIZE=2 exceeds the 1 micro-batches"):
+        join(config, torch.device("cpu"))  # before any process group: nothing waits for the others
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert join(config, torch.device("cpu"))[0].distributed is False  # torchrun --nproc-per-node=1: a single process
