@@ -320,3 +320,19 @@ def test_more_ranks_than_micro_batches_is_refused(world, monkeypatch):
         join(config, torch.device("cpu"))  # before any process group: nothing waits for the others
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert join(config, torch.device("cpu"))[0].distributed is False  # torchrun --nproc-per-node=1: a single process
+
+
+@pytest.mark.slow
+def test_bad_data_ends_every_rank_with_65(world, twins):
+    """A corrupted resume state: every rank refuses it (65), and so does the launcher."""
+    import shutil
+
+    run = world["root"] / "runs" / "corrupt"
+    shutil.copytree(twins["two"], run)
+    weights = run / "state" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    proc = launch(sft_env(world, "corrupt", MIX_STEPS_LIMIT=LIMIT + 4))
+    assert proc.returncode == 65, proc.stdout + proc.stderr
+    assert "resume state" in proc.stdout + proc.stderr
