@@ -80,6 +80,12 @@ class World:
         ddp.register_comm_hook(state=None, hook=_sum_gradients)
         return ddp
 
+    def seed_rank(self, seed: int) -> None:
+        """Ranks after 0 draw their own dropout masks (rank 0 keeps the single-process stream);
+        without this every rank would repeat rank 0's masks on its micro-batches."""
+        if self.distributed and not self.is_main:
+            torch.manual_seed(seed + self.rank)
+
     def no_sync(self, forward_model, last: bool):
         """Gradients are all-reduced once per step, on the rank's last micro-batch."""
         return forward_model.no_sync() if self.distributed and not last else nullcontext()

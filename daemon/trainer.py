@@ -70,6 +70,7 @@ class Trainer:
             load_model_state(self.model, initial_state, state_source)
         self.model.to(device)
         self.forward_model = world.data_parallel(self.model, device)  # the model itself when alone
+        world.seed_rank(config.seed)
         decay = [p for p in self.model.parameters() if p.dim() >= 2]
         no_decay = [p for p in self.model.parameters() if p.dim() < 2]
         self.optimizer = torch.optim.AdamW(

@@ -336,3 +336,35 @@ def test_bad_data_ends_every_rank_with_65(world, twins):
     proc = launch(sft_env(world, "corrupt", MIX_STEPS_LIMIT=LIMIT + 4))
     assert proc.returncode == 65, proc.stdout + proc.stderr
     assert "resume state" in proc.stdout + proc.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_launchers_as_two_machines_make_one_run(world, twins, tmp_path):
+    """--nnodes=2 with a c10d rendezvous, both "machines" on this host, one rank each: the same
+    run as two ranks under one launcher."""
+    args = ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+            "--rdzv-id=nodes", "--monitor-interval=0.2"]
+    env = env_for(sft_env(world, "nodes"))
+    nodes = []
+    for i in range(2):
+        with open(tmp_path / f"node{i}.log", "wb") as out:
+            nodes.append(subprocess.Popen([sys.executable, "-m", "tatu.daemon.launch", *args], env=env, stdout=out,
+                                          stderr=subprocess.STDOUT))
+    try:
+        codes = [node.wait(timeout=300) for node in nodes]
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                node.kill()
+    logs = [(tmp_path / f"node{i}.log").read_text() for i in range(2)]
+    assert codes == [0, 0], logs
+    assert sum("2 ranks (torchrun)" in log for log in logs) == 1  # one of them holds rank 0 and logs
+    run = world["root"] / "runs" / "nodes"
+    assert max_weight_difference(run / "final", twins["two"] / "final") == 0.0
+    assert evals_without_clock(run) == evals_without_clock(twins["two"])
