@@ -132,6 +132,17 @@ def test_launcher_exit_code_prefers_rank0s_run_code_then_the_first_failure():
     assert run_exit_code({0: failure(0, 2), 1: failure(-15, 1)}) == 128 + 15  # never 0 when a rank failed
 
 
+def test_model_and_evals_never_import_torch_distributed():
+    """They stay usable from a notebook: the daemon hands the eval sharding in as a callable."""
+    root = Path(__file__).resolve().parent.parent
+    sources = [p for folder in ("model", "evals") for p in (root / folder).rglob("*.py")]
+    assert len(sources) >= 5
+    offending = [str(p.relative_to(root)) for p in sources if "torch.distributed" in p.read_text()
+                 or "from torch import distributed" in p.read_text()]
+    assert offending == []
+    assert "torch.distributed" in (root / "daemon" / "distributed.py").read_text()  # the scan can see it
+
+
 # --- two ranks against one -------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """The DDP unit for real: tatu-sft-ddp@ under a real `systemd --user` (tests/systemd_harness.py),
 two gloo ranks on this CPU. One life in file order: start (READY from rank 0, not the launcher)
--> status over the socket -> systemctl stop (every rank saves at one step and exits 0, the unit
-ends clean) -> start again (resumes from that step) -> stop. CI_STRICT=1 fails instead of skipping.
+-> status over the socket, an eval asked for over it -> systemctl stop (every rank saves at one
+step and exits 0, the unit ends clean) -> start again (resumes from that step) -> `stop` over the
+socket. CI_STRICT=1 fails instead of skipping.
 
 Run under the lock: flock /tmp/tatu-systemd.lock .venv/bin/pytest -q tests/test_ddp_systemd.py
 """
@@ -27,6 +28,7 @@ pytestmark = [pytest.mark.systemd, pytest.mark.slow]
 RUN_PREFIXES = ("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_")
 UNIT = "tatu-sft-ddp@ddp.service"
 STEPS_LIMIT = 100_000  # never reached: the test stops the run
+EVAL_EVERY = 100_000  # so every eval after the baseline is one asked for over the socket
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +49,7 @@ def setup(tmp_path_factory):
         assert daemon_main(trunk_env) == 0
         env = base_env(data.absolute(), (root / "runs").absolute(), TATU_RUN="ddp",
                        TATU_SEED_CKPT=(root / "runs" / "trunk" / "final").absolute(), SFT_GE=2, REPLAY_N=1,
-                       MIX_STEPS_LIMIT=STEPS_LIMIT, EVAL_EVERY=10, TATU_CKPT_EVERY=5, TATU_LR="1e-3")
+                       MIX_STEPS_LIMIT=STEPS_LIMIT, EVAL_EVERY=EVAL_EVERY, TATU_CKPT_EVERY=5, TATU_LR="1e-3")
         env["PET_NPROC_PER_NODE"] = "2"  # torchrun's own variable, read by the launcher in the unit
         env_file = root / "ddp.env"
         env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
@@ -103,6 +105,17 @@ def test_start_is_ready_from_rank0_and_status_answers_over_the_socket(setup):
     assert status_text.startswith("step ") and f"/{STEPS_LIMIT} " in status_text  # STATUS= from rank 0
     setup["ranks"] = ranks
 
+    # An eval asked for over rank 0's socket: every rank must join it at the same boundary
+    # (the scoring is shared), or the run would hang and the watchdog restart it.
+    assert request(resolve_socket("ddp"), "eval")["ok"]
+    evals = um.wait_for(lambda: [e for e in events(setup) if e["event"] == "eval" and e["step"] > 0], timeout=90,
+                        what="the requested eval")
+    assert len(evals) == 1
+    step = evals[0]["step"]
+    um.wait_for(lambda: any(e["event"] == "step" and e["step"] > step + 2 for e in events(setup)), timeout=90,
+                what="steps after the requested eval")
+    assert um.show(UNIT, "ActiveState")["ActiveState"] == "active"
+
 
 def test_stop_saves_every_rank_at_one_step_and_exits_0(setup):
     um = setup["um"]
@@ -128,6 +141,10 @@ def test_start_again_resumes_from_the_stop(setup):
     before = setup["stopped_at"]
     um.wait_for(lambda: any(e["event"] == "step" and e["step"] > before + 2 for e in events(setup)), timeout=90,
                 what="steps after the resume")
-    um.systemctl("stop", UNIT, timeout=180)
+    assert request(resolve_socket("ddp"), "stop")["ok"]  # rank 0's socket; agreed by every rank
+    um.wait_for(lambda: um.show(UNIT, "ActiveState")["ActiveState"] in ("inactive", "failed"), timeout=120,
+                what="the unit to stop")
     assert exits(setup)[-1] == ["success", "exited", "0"], exits(setup)
     assert um.show(UNIT, "NRestarts")["NRestarts"] == "0"
+    last = events(setup)[-1]
+    assert last["event"] == "checkpoint" and last["reason"] == "stop" and last["step"] > before
