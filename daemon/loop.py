@@ -17,14 +17,13 @@ import time
 from contextlib import contextmanager
 
 from tatu import exitcodes
-from tatu.daemon import judge
+from tatu.daemon import distributed, judge
 from tatu.daemon.config import ConfigError, RunConfig, describe
 from tatu.atomic import write_json_atomic
 from tatu.daemon.logs import RunLog
 from tatu.daemon.start import check_same_eval_files, starting_point, trunk_reference_for
 from tatu.daemon.state import RunState, restore_resume, results_to_json, save_resume
 from tatu.daemon.suite import best_set, generate_samples, load_suite, score_suite
-from tatu.daemon.supervisor import Supervisor
 from tatu.daemon.trainer import Trainer
 from tatu.data.manifest import check_tokenizer, load_manifest
 from tatu.data.stream import MixedStream
@@ -49,6 +48,20 @@ def non_finite_paths(value, path: str = "") -> list[str]:
 
 
 def run(config: RunConfig, origins: dict[str, str], log: RunLog) -> int:
+    try:
+        device = resolve_device(config.device)
+    except DeviceError as exc:
+        raise ConfigError(f"TATU_DEVICE={exc}") from None
+    world, device = distributed.join(config, device)  # alone: SINGLE, the device unchanged
+    try:
+        code = _run(config, origins, distributed.log_for(world, log), world, device)
+        world.barrier()  # no rank leaves (and gets its peers killed by torchrun) while rank 0 still writes
+        return code
+    finally:
+        distributed.leave(world)
+
+
+def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distributed.World, device) -> int:
     log.info(f"tatu run {config.run} ({config.mode}) -> {config.run_dir}  config {config.hash}")
     for line in describe(config, origins):
         log.info(line)
@@ -57,22 +70,21 @@ def run(config: RunConfig, origins: dict[str, str], log: RunLog) -> int:
     check_tokenizer(manifest, config.data, start.tokenizer.hash, model=f"checkpoint {config.seed_ckpt}")
     if config.seq_len > start.gpt_config.block_size:
         raise ConfigError(f"TATU_SEQ_LEN={config.seq_len} exceeds the model's block_size {start.gpt_config.block_size}")
-    try:
-        device = resolve_device(config.device)
-    except DeviceError as exc:
-        raise ConfigError(f"TATU_DEVICE={exc}") from None
 
-    with Supervisor(config, origins) as supervisor:
+    with distributed.supervisor_for(world, config, origins) as supervisor:
         stream = MixedStream(config.data, mix=config.mix, micro_batch=config.micro_batch, seq_len=config.seq_len,
                              seed=config.seed, tokenizer_hash=start.tokenizer.hash)
         suite = load_suite(config, manifest, start.tokenizer)
-        trainer = Trainer(config, start.gpt_config, device, start.weights, start.weights_source)
+        trainer = Trainer(config, start.gpt_config, device, start.weights, start.weights_source, world)
         log.info(f"model {trainer.model.num_params() / 1e6:.2f}M params on {device}; "
-                 f"mix {config.mix} x {config.micro_batch} x {config.seq_len}")
+                 f"mix {config.mix} x {config.micro_batch} x {config.seq_len}"
+                 + (f"; {world.size} ranks (torchrun)" if world.distributed else ""))
         if start.resume is not None:
             saved = start.resume.extra_json["resume"]
             check_same_eval_files(saved.get("eval_files"), suite)
+            distributed.check_resume_world(saved, world, config.run)
             restore_resume(start.resume, trainer.optimizer, stream)
+            distributed.restore_rank_state(saved, start.resume.extra_tensors, stream, world)
             state = RunState.from_json(saved, config.eval_resamples, config.seed)
             log.info(f"resumed from step {state.step}")
             log.event("resumed", step=state.step)
@@ -86,14 +98,16 @@ def run(config: RunConfig, origins: dict[str, str], log: RunLog) -> int:
         supervisor.state = state
         meta_base = {"config": config.to_json(), "mode": config.mode, "run": config.run,
                      "seed_meta_step": start.seed_meta.get("step")}
-        return Run(config, log, supervisor, trainer, stream, suite, start.tokenizer, state, meta_base).train()
+        return Run(config, log, supervisor, trainer, stream, suite, start.tokenizer, state, meta_base, world).train()
 
 
 class Run:
     """One run's pieces and what it does besides a step: evaluate, save, finish."""
 
-    def __init__(self, config, log, supervisor, trainer, stream, suite, tokenizer, state: RunState, meta_base: dict):
+    def __init__(self, config, log, supervisor, trainer, stream, suite, tokenizer, state: RunState, meta_base: dict,
+                 world: distributed.World = distributed.SINGLE):
         self.config, self.log, self.supervisor, self.trainer = config, log, supervisor, trainer
+        self.world = world  # under torchrun, rank 0 alone writes files
         self.stream, self.suite, self.tokenizer, self.state = stream, suite, tokenizer, state
         self.meta_base = meta_base
         self.last_saved_step = state.step
@@ -127,6 +141,7 @@ class Run:
 
         self.trainer.model.train()
         while state.step < limit:
+            self.world.at_step_boundary(supervisor)  # under torchrun: every rank acts on the same requests
             if supervisor.stop_requested:
                 supervisor.stopping()
                 log.info(f"stop requested at step {state.step}: saving the resume state")
@@ -182,13 +197,15 @@ class Run:
             results = {}
             for done, name in enumerate(self.suite.sets):
                 self.supervisor.eval_progress(state.step, done, len(self.suite.sets))
-                results.update(score_suite(model, self.suite, self.trainer.device, config, only=(name,)))
+                results.update(score_suite(model, self.suite, self.trainer.device, config, only=(name,),
+                                            map_batches=self.world.map_batches))
             # A poisoned model (ppl inf, or so huge its CI overflows): no decision, best or save can come of it.
             broken = {name: r.ppl for name, r in results.items()
                       if not all(math.isfinite(x) for x in (r.ppl, r.ci.lo, r.ci.hi, r.ci.se))}
             if broken:
                 self.non_finite_eval(broken)
-            samples = generate_samples(model, self.suite, self.tokenizer, self.trainer.device, config)
+            samples = (generate_samples(model, self.suite, self.tokenizer, self.trainer.device, config)
+                       if self.world.is_main else None)
             model.train()
             self.latest_results = results
             if state.baseline is None:
@@ -201,9 +218,10 @@ class Run:
         if decision.best:
             key = best_set(config.mode)
             state.best = {"step": state.step, "set": key, "ppl": results[key].ppl}
-            with self.saving("best"):
-                save_checkpoint(config.run_dir / "best", model=model, model_config=self.trainer.gpt_config,
-                                tokenizer=self.tokenizer, meta=self.meta(best=state.best))
+            if self.world.is_main:
+                with self.saving("best"):
+                    save_checkpoint(config.run_dir / "best", model=model, model_config=self.trainer.gpt_config,
+                                    tokenizer=self.tokenizer, meta=self.meta(best=state.best))
         self.log.info(decision.line)
         for warning in decision.record["warnings"]:
             self.log.warning(warning)
@@ -239,16 +257,22 @@ class Run:
             self.log.warning(warning)
 
     def save(self, reason: str) -> None:
+        ranks = distributed.rank_states_for_saving(self.world.gather_rank_states(self.stream))
+        if not self.world.is_main:
+            self.last_saved_step = self.state.step
+            return
         with self.supervisor.long_operation("checkpoint"), self.saving("state"):
             save_resume(self.config.run_dir, model=self.trainer.model, optimizer=self.trainer.optimizer,
                         gpt_config=self.trainer.gpt_config, tokenizer=self.tokenizer, run_state=self.state,
-                        stream_state=self.stream.state_dict(), meta=self.meta())
+                        stream_state=self.stream.state_dict(), meta=self.meta(), ranks=ranks)
         self.last_saved_step = self.state.step
         self.log.info(f"saved resume state at step {self.state.step} ({reason})")
         self.log.event("checkpoint", step=self.state.step, reason=reason)
 
     def final_checkpoint(self) -> None:
         """The final weights; a trunk stores its reference metrics with them."""
+        if not self.world.is_main:
+            return
         meta = self.meta()
         if self.config.mode == "pretrain":  # the step == limit eval ran just before: its scores are the trunk's
             if not self.latest_results:  # resumed after that eval: score the final weights again
@@ -262,6 +286,8 @@ class Run:
 
     def finish(self, code: int, abort_reason: str | None = None) -> int:
         verdict = judge.verdict(self.state.history, abort_reason, self.config)
+        if not self.world.is_main:
+            return code
         try:
             write_json_atomic(self.config.run_dir / "verdict.json", verdict)  # never a half-written verdict
         except OSError as exc:

@@ -108,17 +108,22 @@ def restore_optimizer(optimizer: torch.optim.Optimizer, flat: dict[str, torch.Te
 
 
 def save_resume(run_dir: Path, *, model, optimizer, gpt_config, tokenizer, run_state: RunState, stream_state: dict,
-                meta: dict) -> Path:
+                meta: dict, ranks: tuple[dict | None, dict] = (None, {})) -> Path:
+    """`ranks`: under torchrun, the other ranks' RNG and stream states (daemon/distributed.py)."""
     flat, groups = optimizer_tensors(optimizer)
     rng_doc, rng_tensors = rng_state()
+    ranks_json, ranks_tensors = ranks
+    resume = {**run_state.to_json(), "stream": stream_state, "optimizer_groups": groups, "rng": rng_doc}
+    if ranks_json is not None:
+        resume["ranks"] = ranks_json
     return save_checkpoint(
         run_dir / STATE_DIR,
         model=model,
         model_config=gpt_config,
         tokenizer=tokenizer,
         meta=meta,
-        extra_tensors={"optimizer": flat, "rng": rng_tensors},
-        extra_json={"resume": {**run_state.to_json(), "stream": stream_state, "optimizer_groups": groups, "rng": rng_doc}},
+        extra_tensors={"optimizer": flat, "rng": rng_tensors, **ranks_tensors},
+        extra_json={"resume": resume},
     )
 
 

@@ -71,16 +71,19 @@ def load_suite(config: RunConfig, manifest: dict, tokenizer) -> Suite:
     return Suite(sets, notes, hashes, gen_pairs, dictionary)
 
 
-def score_suite(model, suite: Suite, device, config: RunConfig, only: tuple[str, ...] | None = None) -> dict[str, SetResult]:
+def score_suite(model, suite: Suite, device, config: RunConfig, only: tuple[str, ...] | None = None,
+                map_batches=None) -> dict[str, SetResult]:
     """Every set (or those in `only`) scored whole or as its declared subsample.
 
     Each result carries the sha256 of its file in `extra`: a trunk's stored result is
-    comparable only with one scored on the same file."""
+    comparable only with one scored on the same file. `map_batches`: several ranks share the
+    scoring (daemon/distributed.py), each line's score unchanged."""
     results = {}
     for name, eval_set in suite.sets.items():
         if only is not None and name not in only:
             continue
-        result = evaluate(model, eval_set, device=device, n_resamples=config.eval_resamples, seed=config.seed)
+        result = evaluate(model, eval_set, device=device, n_resamples=config.eval_resamples, seed=config.seed,
+                          map_batches=map_batches)
         result.extra["file_sha256"] = suite.file_hashes.get(name)
         results[name] = result
     return results

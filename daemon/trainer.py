@@ -4,8 +4,10 @@ no systemd, no files.
 One step is SFT_GE + REPLAY_N micro-batches (the mix) and ONE optimizer update. The loss is
 token-weighted over the whole step: the sum of every target token's NLL divided by all the
 step's target tokens, so "43% of the tokens are English" also means 43% of the gradient.
-`_accumulate` holds that division: a data-parallel wrapper would give each rank its share of
-the micro-batches and all-reduce `total_targets` before dividing, and nothing else changes.
+`_accumulate` holds that division. Under torchrun (daemon/distributed.py) each rank
+backpropagates its share of the step's micro-batches, still divided by the WHOLE step's target
+tokens (every rank drew the whole step, so it knows them), and the gradients are summed across
+ranks: the same step as a single process's, up to float summation order.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from tatu.daemon.config import RunConfig
+from tatu.daemon.distributed import SINGLE, World
 from tatu.data.stream import StepBatch
 from tatu.model.checkpoint import load_model_state
 from tatu.model.gpt import GPT, GPTConfig
@@ -57,15 +60,18 @@ class StepStats:
 
 class Trainer:
     def __init__(self, config: RunConfig, gpt_config: GPTConfig, device: torch.device,
-                 initial_state: dict | None = None, state_source: str = ""):
+                 initial_state: dict | None = None, state_source: str = "", world: World = SINGLE):
         self.config = config
         self.device = device
+        self.world = world
         self.gpt_config = gpt_config
         torch.manual_seed(config.seed)
         self.model = GPT(gpt_config)
         if initial_state is not None:
             load_model_state(self.model, initial_state, state_source)
         self.model.to(device)
+        self.forward_model = world.data_parallel(self.model, device)  # the model itself when alone
+        world.seed_rank(config.seed)
         decay = [p for p in self.model.parameters() if p.dim() >= 2]
         no_decay = [p for p in self.model.parameters() if p.dim() < 2]
         self.optimizer = torch.optim.AdamW(
@@ -81,8 +87,9 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
-        total_targets = sum(batch.target_tokens.values())
-        loss = self._accumulate(batch, total_targets, poison=self.config.fault_nan_step == step)
+        total_targets = sum(batch.target_tokens.values())  # the whole step's, on every rank
+        loss = self._accumulate(self.world.mine(batch.micro_batches), total_targets,
+                                poison=self.config.fault_nan_step == step)
         grad_norm = None
         if math.isfinite(loss) and total_targets > 0:
             grad_norm = self._grad_norm()
@@ -102,21 +109,22 @@ class Trainer:
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
 
-    def _accumulate(self, batch: StepBatch, total_targets: int, poison: bool = False) -> float:
-        """Backward over the micro-batches, each scaled by 1 / the step's target tokens.
+    def _accumulate(self, micro_batches: list, total_targets: int, poison: bool = False) -> float:
+        """Backward over this rank's micro-batches, each scaled by 1 / the step's target tokens.
 
-        Returns the step's loss. `poison` (TATU_FAULT_NAN_STEP) makes it NaN, for tests."""
+        Returns the step's loss (all ranks'). `poison` (TATU_FAULT_NAN_STEP) makes it NaN, for tests."""
         divisor = max(total_targets, 1)
         # Accumulated on the device: one host sync per step, not one per micro-batch.
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        for micro in batch.micro_batches:
+        for i, micro in enumerate(micro_batches):
             x = torch.from_numpy(micro.x).to(self.device, non_blocking=True)
             y = torch.from_numpy(micro.y).to(self.device, non_blocking=True)
-            with self.autocast:
-                _, nll = self.model(x, y)
-            micro_loss = nll.sum()
-            if poison:
-                micro_loss = micro_loss * float("nan")
-            (micro_loss / divisor).backward()
+            with self.world.no_sync(self.forward_model, last=i == len(micro_batches) - 1):
+                with self.autocast:
+                    _, nll = self.forward_model(x, y)
+                micro_loss = nll.sum()
+                if poison:
+                    micro_loss = micro_loss * float("nan")
+                (micro_loss / divisor).backward()
             loss_sum += micro_loss.detach().double()
-        return loss_sum.item() / divisor
+        return self.world.sum(loss_sum).item() / divisor

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -95,11 +95,15 @@ def score_lines(
     device: str | torch.device = "cpu",
     token_budget: int | None = None,
     position_mask: Sequence[Sequence[bool]] | None = None,
+    map_batches: Callable[[Callable, list], list] | None = None,
 ) -> LineScores:
     """Score every line (see the module docstring). The model must already be on `device`.
 
     position_mask: per line, one bool per target token; only True targets are scored (and
     counted), for per-category perplexity. Characters and bytes stay those of the whole text.
+    map_batches(score, batches) -> [score(b) for b in batches], computed elsewhere if it likes
+    (the daemon deals the batches to its ranks): every batch is the one built here, so each
+    line's sum is the same whoever scores it.
     """
     if token_budget is None:
         token_budget = default_token_budget(device)
@@ -125,27 +129,34 @@ def score_lines(
                 rows.append((i, inputs[start : start + block], window_targets))
     rows.sort(key=lambda row: len(row[1]), reverse=True)
 
+    batches = []
+    start = 0
+    while start < len(rows):
+        width = len(rows[start][1])  # the longest row of the batch: rows are sorted
+        stop = min(len(rows), start + max(1, token_budget // width))
+        batches.append(rows[start:stop])
+        start = stop
+
+    def score_batch(batch) -> np.ndarray:
+        width = len(batch[0][1])
+        # filled in numpy: one tensor copy per batch instead of two per row
+        x = np.zeros((len(batch), width), dtype=np.int64)
+        y = np.full((len(batch), width), IGNORE_INDEX, dtype=np.int64)
+        for r, (_, inputs, targets) in enumerate(batch):
+            x[r, : len(inputs)] = inputs
+            y[r, : len(targets)] = targets
+        _, nll = model(torch.from_numpy(x).to(device), torch.from_numpy(y).to(device))
+        return nll.double().sum(dim=1).cpu().numpy()
+
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
-            start = 0
-            while start < len(rows):
-                width = len(rows[start][1])  # the longest row of the batch: rows are sorted
-                stop = min(len(rows), start + max(1, token_budget // width))
-                batch = rows[start:stop]
-                # filled in numpy: one tensor copy per batch instead of two per row
-                x = np.zeros((len(batch), width), dtype=np.int64)
-                y = np.full((len(batch), width), IGNORE_INDEX, dtype=np.int64)
-                for r, (_, inputs, targets) in enumerate(batch):
-                    x[r, : len(inputs)] = inputs
-                    y[r, : len(targets)] = targets
-                _, nll = model(torch.from_numpy(x).to(device), torch.from_numpy(y).to(device))
-                row_sums = nll.double().sum(dim=1).cpu().numpy()
-                np.add.at(nll_sum, [row[0] for row in batch], row_sums)
-                start = stop
+            all_row_sums = map_batches(score_batch, batches) if map_batches else [score_batch(b) for b in batches]
     finally:
         model.train(was_training)
+    for batch, row_sums in zip(batches, all_row_sums):  # in batch order, whoever scored them
+        np.add.at(nll_sum, [row[0] for row in batch], row_sums)
     return LineScores(nll_sum=nll_sum, n_tokens=n_tokens, n_chars=n_chars, n_bytes=n_bytes)
 
 
@@ -316,6 +327,7 @@ def evaluate(
     token_budget: int | None = None,
     position_mask: Sequence[Sequence[bool]] | None = None,
     category: str | None = None,
+    map_batches: Callable[[Callable, list], list] | None = None,
 ) -> SetResult:
     """Score a whole set and summarise it with a 95% bootstrap CI over lines.
 
@@ -324,7 +336,7 @@ def evaluate(
     """
     if (position_mask is None) != (category is None):
         raise ValueError("evaluate: give position_mask and category together (or neither)")
-    scores = score_lines(model, eval_set.lines, device, token_budget, position_mask)
+    scores = score_lines(model, eval_set.lines, device, token_budget, position_mask, map_batches)
     result = _result(
         eval_set.name, eval_set.kind, scores, np.asarray(eval_set.line_index, dtype=np.int64),
         eval_set.n_lines_total, lines_digest(eval_set.lines), eval_set.tokenizer_hash, category,

@@ -51,7 +51,7 @@ def installed(tmp_path):
 def test_install_renders_every_unit_and_copies_the_env_file(installed):
     result, dest, env_dest, workdir = installed
     names = sorted(p.name for p in dest.iterdir())
-    assert names == ["tatu-sft-run5.service", "tatu-sft@.service", "tatu-sweep@.service"]  # the run's own unit from the template
+    assert names == ["tatu-sft-ddp@.service", "tatu-sft-run5.service", "tatu-sft@.service", "tatu-sweep@.service"]
     assert env_dest / "run5.env" in result.written
     assert (env_dest / "run5.env").read_text() == (units_dir() / "runs" / "run5.env").read_text()
     assert oct((env_dest / "run5.env").stat().st_mode & 0o777) == oct(0o600)
@@ -61,8 +61,9 @@ def test_install_renders_every_unit_and_copies_the_env_file(installed):
         service = parse_unit(text)["Service"]
         if unit.name.startswith("tatu-sweep@"):
             assert service["ExecStart"] == [f"{sys.executable} -m tatu.ops.sweep_coordinator"]
-        else:
-            assert service["ExecStart"][0].startswith(f"{sys.executable} -m tatu.daemon --instance ")
+        else:  # the DDP unit: torchrun through tatu's launcher
+            module = "tatu.daemon.launch" if unit.name == "tatu-sft-ddp@.service" else "tatu.daemon"
+            assert service["ExecStart"][0].startswith(f"{sys.executable} -m {module} --instance ")
         assert service["WorkingDirectory"] == [str(workdir)]
 
 
