@@ -86,7 +86,7 @@ def test_accumulated_gradient_is_the_gradient_of_the_whole_step_loss():
     reference = copy.deepcopy(t.model)
     batch = step_batch()
     t.optimizer.zero_grad(set_to_none=True)
-    t._accumulate(batch, batch.total_targets)
+    t._accumulate(batch.micro_batches, batch.total_targets)
     nll_sum = sum(reference(torch.from_numpy(m.x), torch.from_numpy(m.y))[1].sum() for m in batch.micro_batches)
     (nll_sum / batch.total_targets).backward()
     for (name, ours), theirs in zip(t.model.named_parameters(), reference.parameters()):
@@ -168,7 +168,7 @@ def test_a_bug_in_the_loop_is_a_crash_not_bad_data(monkeypatch, tmp_path, capsys
     monkeypatch.setattr("tatu.daemon.loop.run", buggy_run)
     code = daemon_main({"TATU_DATA": str(tmp_path), "TATU_MODE": "pretrain", "TATU_OUT": str(tmp_path)})
     assert code == exitcodes.CRASH  # restartable, never 65
-    assert "KeyError: 'a bug'" in capsys.readouterr().err  # the traceback, logged at error priority
+    assert "ERROR: KeyError: 'a bug'" in capsys.readouterr().out  # the traceback, logged at error priority
 
 
 def test_a_tokenizer_mismatch_is_one_exit_code_wherever_it_is_found():

@@ -18,7 +18,7 @@ def test_ddp_unit_is_the_single_process_unit_but_for_torchrun():
     for key, value in REQUIRED_SERVICE.items():
         # rank 0 (a child of the launcher) sends READY, STATUS and the watchdog pings
         assert service.get(key) == (["all"] if key == "NotifyAccess" else [value]), key
-    assert service["ExecStart"] == ["@TATU_PYTHON@ -m tatu.daemon.launch"]
+    assert service["ExecStart"] == ["@TATU_PYTHON@ -m tatu.daemon.launch --instance %i"]  # the instance reaches every rank
     assert service["KillMode"] == ["mixed"]  # SIGTERM to the launcher alone; it relays to the ranks
     differing = {k for k in set(service) | set(single["Service"]) if service.get(k) != single["Service"].get(k)}
     assert differing == {"NotifyAccess", "ExecStart"}
