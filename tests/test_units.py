@@ -162,7 +162,7 @@ def test_given_env_file_and_missing_env_file(tmp_path):
     assert (tmp_path / "e" / "tiny.env").read_text() == custom.read_text()
     assert tmp_path / "e" / "tiny.env" in result.written
     # a run of one's own is the template's instance: no second unit that could start it twice
-    assert sorted(p.name for p in (tmp_path / "u").iterdir()) == ["tatu-sft@.service", "tatu-sweep@.service"]  # no run unit for an --env-file run
+    assert sorted(p.name for p in (tmp_path / "u").iterdir()) == ["tatu-sft-ddp@.service", "tatu-sft@.service", "tatu-sweep@.service"]  # no run unit for an --env-file run
     with pytest.raises(UnitsError, match="no env file for run 'nosuch'"):
         install_units(run="nosuch", dest=tmp_path / "u", env_dest=tmp_path / "e", reload=False)
 
