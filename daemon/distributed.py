@@ -23,12 +23,11 @@ below does nothing. Under torchrun:
 - rank 0 alone writes (run.log, events, checkpoints, verdict), serves the control socket and
   talks to systemd; the other ranks log warnings and errors only, prefixed with their rank.
   Their RNG and stream states go into rank 0's resume state, and a restart needs the same
-  world size (78 otherwise).
+  world size (78 otherwise). What each rank keeps and shows of itself: daemon/ranks.py.
 """
 from __future__ import annotations
 
 import os
-import sys
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
@@ -36,7 +35,6 @@ from datetime import timedelta
 import torch
 
 from tatu.daemon.config import ConfigError
-from tatu.daemon.supervisor import Supervisor
 
 # A collective that waits longer than this is a dead peer: fail (and let systemd restart the run)
 # rather than hang. An eval or a save on rank 0 is the longest wait the others see.
@@ -198,141 +196,3 @@ def _watchdog_belongs_to_rank0(world: World) -> None:
     if not world.is_main:
         for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
             os.environ.pop(name, None)
-
-
-# --- what each rank shows of itself -------------------------------------------------------
-
-def check_resume_world(saved: dict, world: World, run: str) -> None:
-    """A state saved by N ranks continues on N ranks: the RNG streams are per rank."""
-    saved_size = (saved.get("ranks") or {}).get("world_size", 1)
-    if saved_size != world.size:
-        raise ConfigError(f"run {run} was saved by {saved_size} rank(s) and is restarted on {world.size}: "
-                          f"restart it with --nproc-per-node/--nnodes giving WORLD_SIZE={saved_size}, or start a new TATU_RUN")
-
-
-def restore_rank_state(saved: dict, extra_tensors: dict, stream, world: World) -> None:
-    """A rank other than 0 takes back its own RNG and stream state (rank 0's are the usual ones)."""
-    if not world.distributed or world.is_main:
-        return
-    from tatu.daemon.state import restore_rng
-
-    entry = next(s for s in saved["ranks"]["states"] if s["rank"] == world.rank)
-    stream.load_state_dict(entry["stream"])
-    restore_rng(entry["rng"], extra_tensors[f"rng_rank{world.rank}"])
-
-
-def rank_states_for_saving(gathered: list[dict] | None) -> tuple[dict | None, dict]:
-    """(the resume JSON's "ranks" entry, extra tensors) from gather_rank_states' list."""
-    if gathered is None:
-        return None, {}
-    streams = [g["stream"] for g in gathered]
-    if any(s != streams[0] for s in streams):  # every rank draws the whole step: a difference is a bug
-        raise RuntimeError(f"stream states differ across ranks: {streams}")
-    states = [{"rank": g["rank"], "rng": g["rng"], "stream": g["stream"]} for g in gathered if g["rank"] != 0]
-    tensors = {f"rng_rank{g['rank']}": g["rng_tensors"] for g in gathered if g["rank"] != 0}
-    return {"world_size": len(gathered), "states": states}, tensors
-
-
-class FollowerLog:
-    """A rank other than 0: no files; warnings and errors on stderr, prefixed with the rank."""
-
-    def __init__(self, rank: int):
-        self.rank = rank
-
-    def info(self, message: str, **fields) -> None:
-        pass
-
-    def warning(self, message: str, **fields) -> None:
-        print(f"rank {self.rank}: WARNING: {message}", file=sys.stderr, flush=True)
-
-    def error(self, message: str, **fields) -> None:
-        print(f"rank {self.rank}: ERROR: {message}", file=sys.stderr, flush=True)
-
-    def event(self, kind: str, **data) -> dict:
-        return {"event": kind, **data}
-
-    def attach(self, run_dir) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def log_for(world: World, log):
-    return log if world.is_main else FollowerLog(world.rank)
-
-
-class _FollowerSupervisor(Supervisor):
-    """A rank other than 0: no control socket and no sd_notify (the environment holds no
-    NOTIFY_SOCKET), but SIGTERM still asks for a stop, which the boundary agreement spreads."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:  # no socket to close; signals are daemon/signals.py's
-        return None
-
-
-class AgreedSupervisor:
-    """The supervisor as every rank sees it: stop, eval and checkpoint requests and low memory
-    are read from the snapshot that `agree()` takes at each step boundary, the same on every rank."""
-
-    def __init__(self, inner: Supervisor, world: World):
-        self.inner, self.world = inner, world
-        self._stop = self._eval = self._checkpoint = self._memory_low = False
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def __setattr__(self, name, value):
-        if name in ("inner", "world") or name.startswith("_"):
-            object.__setattr__(self, name, value)
-        else:
-            setattr(self.inner, name, value)
-
-    def __enter__(self):
-        self.inner.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self.inner.__exit__(*exc)
-
-    def agree(self) -> None:
-        inner = self.inner
-        local = [inner.stop_requested, inner.eval_requested, inner.checkpoint_requested, inner.memory_low]
-        inner.clear_eval_request()  # taken into this boundary's snapshot; a later one waits for the next
-        inner.clear_checkpoint_request()
-        flags = torch.tensor([int(f) for f in local], dtype=torch.int64)
-        if torch.distributed.get_backend() == "nccl":
-            flags = flags.cuda()
-        torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX)
-        self._stop, self._eval, self._checkpoint, self._memory_low = (bool(v) for v in flags.tolist())
-
-    @property
-    def stop_requested(self) -> bool:
-        return self._stop
-
-    @property
-    def eval_requested(self) -> bool:
-        return self._eval
-
-    @property
-    def checkpoint_requested(self) -> bool:
-        return self._checkpoint
-
-    @property
-    def memory_low(self) -> bool:
-        return self._memory_low
-
-    def clear_eval_request(self) -> None:
-        self._eval = False
-
-    def clear_checkpoint_request(self) -> None:
-        self._checkpoint = False
-
-
-def supervisor_for(world: World, config, origins):
-    if not world.distributed:
-        return Supervisor(config, origins)
-    inner = Supervisor(config, origins) if world.is_main else _FollowerSupervisor(config, origins)
-    return AgreedSupervisor(inner, world)

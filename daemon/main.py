@@ -33,7 +33,7 @@ Layers = Sequence[tuple[str, Mapping[str, str]]]
 def exit_codes() -> tuple[tuple[type[BaseException], int], ...]:
     """(exception, exit code), the first match wins. A new expected failure: one line here."""
     # These import torch: only once the config is valid.
-    from tatu.daemon.loop import NonFiniteError
+    from tatu.daemon.actions import NonFiniteError
     from tatu.model.checkpoint import CheckpointError, NonFiniteTensorError
 
     return (

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from tatu.daemon.config import PREFIXES as RUN_PREFIXES
 from tatu.ops.sweep_plan import Member
 
-RUN_PREFIXES = ("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_")
 CRASH_RESTARTS = 4  # like the unit's StartLimitBurst=5: five starts, then it is the sweep's problem
 _NOT_INHERITED = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "RUNTIME_DIRECTORY", "JOURNAL_STREAM", "SWEEP_DIR")
 

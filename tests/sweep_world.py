@@ -7,7 +7,6 @@ from pathlib import Path
 
 from tiny_world import base_env, build_world
 
-RUN_PREFIXES = ("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_")
 
 
 def build_trunk(root: Path) -> tuple[Path, Path]:
@@ -51,6 +50,3 @@ rule = "{rule}"
 """
 
 
-def clean_environ() -> dict[str, str]:
-    """This process's environment without run variables (a stray one would reach the members)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(RUN_PREFIXES)}

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 from strict import cannot_run
+from tiny_world import RUN_PREFIXES
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # The v1 hierarchies a user manager touches, plus the v2 one.
@@ -215,6 +216,16 @@ class UserManager:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out after {timeout}s waiting for {what}")
             time.sleep(interval)
+
+
+def scrub_environment_for_units(mp: pytest.MonkeyPatch) -> None:
+    """A manager hands its environment to its units: no stray run variable of the caller may
+    reach a daemon's config check, nor this process's own systemd variables its notify code."""
+    for name in list(os.environ):
+        if name.startswith(RUN_PREFIXES):
+            mp.delenv(name)
+    for name in ("RUNTIME_DIRECTORY", "NOTIFY_SOCKET", "JOURNAL_STREAM", "WATCHDOG_USEC", "WATCHDOG_PID"):
+        mp.delenv(name, raising=False)
 
 
 def _journald_pid() -> int | None:

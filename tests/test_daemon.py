@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tiny_world import base_env
+from tiny_world import RUN_PREFIXES, base_env, clean_environ
 
 from tatu.daemon.logs import read_events
 from tatu.daemon.main import main as daemon_main
@@ -28,13 +28,8 @@ from tatu.model.checkpoint import load_checkpoint
 EVAL_RE = re.compile(r"EVAL [0-9]+: sftHeld")
 
 
-def clean_env() -> dict[str, str]:
-    """The parent's environment without any run variable (so only the test's config counts)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_"))}
-
-
 def daemon(env: dict[str, str], **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tatu.daemon"], env={**clean_env(), **env},
+    return subprocess.run([sys.executable, "-m", "tatu.daemon"], env={**clean_environ(), **env},
                           capture_output=True, text=True, timeout=300, **kwargs)
 
 
@@ -73,7 +68,7 @@ def test_typo_exits_78_suggesting_the_name_and_writes_nothing(tmp_path):
 
 def test_config_errors_are_decided_before_torch_is_imported(tmp_path):
     """The "< 2 s" of the issue, checked without timing: the process never imports torch."""
-    env = {**clean_env(), "REPLAY_M": "6", "TATU_DATA": str(tmp_path), "TATU_SEED_CKPT": str(tmp_path)}
+    env = {**clean_environ(), "REPLAY_M": "6", "TATU_DATA": str(tmp_path), "TATU_SEED_CKPT": str(tmp_path)}
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "tatu.daemon"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 78
@@ -224,7 +219,7 @@ def test_smoke_leaves_the_real_run_untouched(world, tmp_path):
     saved = dict(os.environ)
     try:
         for k in list(os.environ):
-            if k.startswith(("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_")):
+            if k.startswith(RUN_PREFIXES):
                 del os.environ[k]
         assert tatu(["smoke", "--env-file", str(env_file)]) == 0
     finally:
@@ -288,7 +283,7 @@ def test_sigkill_at_random_moments_then_resume_is_bit_identical(world, tmp_path)
 
     killed = tmp_path / "killed"
     run_dir = killed / "run"
-    env = {**clean_env(), **sft_env(world, killed, **settings)}
+    env = {**clean_environ(), **sft_env(world, killed, **settings)}
     rng = random.Random(1234)
 
     def writing(pid: int) -> bool:

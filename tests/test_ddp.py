@@ -21,7 +21,7 @@ import psutil
 import pytest
 import torch
 
-from tiny_world import base_env, build_world
+from tiny_world import base_env, build_world, clean_environ
 
 from tatu.daemon.control import socket_path
 from tatu.daemon.distributed import share
@@ -30,16 +30,11 @@ from tatu.daemon.logs import read_events
 from tatu.daemon.main import main as daemon_main
 from tatu.model.checkpoint import load_checkpoint
 
-RUN_PREFIXES = ("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_")
 LIMIT, EVAL_EVERY, CKPT_EVERY = 24, 8, 4
 
 
-def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(RUN_PREFIXES)}
-
-
 def env_for(extra: dict[str, str]) -> dict[str, str]:
-    return {**clean_env(), **extra, "OMP_NUM_THREADS": "1"}
+    return {**clean_environ(), **extra, "OMP_NUM_THREADS": "1"}
 
 
 def single(env: dict[str, str]) -> subprocess.CompletedProcess:

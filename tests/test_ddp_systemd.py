@@ -9,13 +9,11 @@ Run under the lock: flock /tmp/tatu-systemd.lock .venv/bin/pytest -q tests/test_
 from __future__ import annotations
 
 import json
-import os
-import time
 
 import psutil
 import pytest
 
-from systemd_harness import user_manager_session
+from systemd_harness import scrub_environment_for_units, user_manager_session
 from tiny_world import base_env, build_world
 
 from tatu.daemon.logs import read_events
@@ -25,7 +23,6 @@ from tatu.ops.units import install_units
 
 pytestmark = [pytest.mark.systemd, pytest.mark.slow]
 
-RUN_PREFIXES = ("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_")
 UNIT = "tatu-sft-ddp@ddp.service"
 STEPS_LIMIT = 100_000  # never reached: the test stops the run
 EVAL_EVERY = 100_000  # so every eval after the baseline is one asked for over the socket
@@ -35,11 +32,7 @@ EVAL_EVERY = 100_000  # so every eval after the baseline is one asked for over t
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("ddp-sysd")
     with pytest.MonkeyPatch.context() as mp:
-        for name in list(os.environ):
-            if name.startswith(RUN_PREFIXES):
-                mp.delenv(name)
-        for name in ("RUNTIME_DIRECTORY", "NOTIFY_SOCKET", "JOURNAL_STREAM", "WATCHDOG_USEC", "WATCHDOG_PID"):
-            mp.delenv(name, raising=False)
+        scrub_environment_for_units(mp)
         trunk_runtime = root / "trunk-rt"
         trunk_runtime.mkdir(mode=0o700)
         mp.setenv("XDG_RUNTIME_DIR", str(trunk_runtime))

@@ -7,7 +7,6 @@ cannot be installed this skips with the reason — except under CI (CI_STRICT=1,
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import sys
 import pytest
 
 from strict import cannot_run
+from tiny_world import RUN_PREFIXES, clean_environ
 
 from tatu.daemon.logs import read_events
 
@@ -35,7 +35,7 @@ def test_tiny_demo_end_to_end(tmp_path):
     problem = _packages_ready()
     if problem:
         cannot_run(f"demo packages unavailable: {problem}")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_"))}
+    env = clean_environ()
     out = tmp_path / "demo"
     proc = subprocess.run([sys.executable, "-m", "tatu.ops.demo", "--scale", "tiny", "--foreground", "--out", str(out)],
                           env=env, capture_output=True, text=True, timeout=600)
@@ -80,7 +80,7 @@ def test_tiny_demo_runs_through_systemd_when_a_user_manager_answers(tmp_path):
         cannot_run(f"demo packages unavailable: {problem}")
     out = tmp_path / "demo"
     with user_manager_session() as um:
-        env = {k: v for k, v in um.env.items() if not k.startswith(("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_"))}
+        env = {k: v for k, v in um.env.items() if not k.startswith(RUN_PREFIXES)}
         proc = subprocess.run([sys.executable, "-m", "tatu.ops.demo", "--scale", "tiny", "--out", str(out)],
                               env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from strict import cannot_run
-from tiny_world import base_env
+from tiny_world import base_env, clean_environ
 
 from tatu.daemon.config import ConfigError, load_config
 from tatu.daemon.control import MAX_REQUEST_DEPTH, ControlServer
@@ -33,15 +33,10 @@ from tatu.model.checkpoint import NonFiniteTensorError, load_checkpoint, save_ch
 from tatu.ops.run_cli import parse_env_file
 from tatu.storage import StorageError
 
-RUN_PREFIXES = ("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_")
-
-
-def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(RUN_PREFIXES)}
 
 
 def daemon(env: dict[str, str], *args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tatu.daemon", *args], env={**clean_env(), **env},
+    return subprocess.run([sys.executable, "-m", "tatu.daemon", *args], env={**clean_environ(), **env},
                           capture_output=True, text=True, timeout=300, **kwargs)
 
 
@@ -152,18 +147,19 @@ def test_status_reply_carries_the_disk_numbers(world, tmp_path):
     env = sft_env(world, tmp_path, TATU_RUN="disk", MIX_STEPS_LIMIT=100_000, EVAL_EVERY=1000, TATU_CKPT_EVERY=1000)
     runtime = tmp_path / "rt"
     runtime.mkdir(mode=0o700)
-    proc = subprocess.Popen([sys.executable, "-m", "tatu.daemon"], env={**clean_env(), **env, "XDG_RUNTIME_DIR": str(runtime)},
+    proc = subprocess.Popen([sys.executable, "-m", "tatu.daemon"], env={**clean_environ(), **env, "XDG_RUNTIME_DIR": str(runtime)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         sock = runtime / "tatu" / "disk.sock"
+        events_path = tmp_path / "disk" / "events.jsonl"
         deadline = time.monotonic() + 120
-        reply = {}
+        # best/ is saved before state/ at the baseline: ask once the state's own save is logged
+        # (its size is recorded before the checkpoint event is written).
         while time.monotonic() < deadline and proc.poll() is None:
-            if sock.exists():
-                reply = request(sock, "status")
-                if reply.get("last_save_mb"):
-                    break
+            if events_path.is_file() and any(e["event"] == "checkpoint" for e in read_events(events_path)):
+                break
             time.sleep(0.2)
+        reply = request(sock, "status") if sock.exists() else {}
         assert reply.get("ok"), (reply, proc.poll())
         expected_free = shutil.disk_usage(tmp_path).free / 1e6
         assert abs(reply["disk_free_mb"] - expected_free) < 50  # the same disk, a few writes apart
@@ -274,7 +270,7 @@ def test_printed_sources_say_where_each_value_came_from(tmp_path):
     env_file = tmp_path / "run.env"
     env_file.write_text(f"TATU_DATA={tmp_path / 'no-data'}\nTATU_SEED_CKPT={tmp_path / 'seed'}\nMIX_STEPS_LIMIT=7\n")
     proc = subprocess.run([sys.executable, "-m", "tatu.ops.cli", "run", "--env-file", str(env_file), "--set", "SFT_GE=3"],
-                          env={**clean_env(), "REPLAY_N": "2", "TATU_OUT": ""}, cwd=tmp_path,
+                          env={**clean_environ(), "REPLAY_N": "2", "TATU_OUT": ""}, cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 65, proc.stderr[-2000:]
     for name, value, source in (("REPLAY_N", "2", "env"), ("MIX_STEPS_LIMIT", "7", "env-file"),
@@ -383,7 +379,7 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.05):
 def test_ctrl_c_on_a_foreground_run_saves_and_exits_0(world, tmp_path):
     env = sft_env(world, tmp_path, MIX_STEPS_LIMIT=100_000, EVAL_EVERY=1000, TATU_CKPT_EVERY=1000)
     events_file = tmp_path / "run" / "events.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "tatu.ops.cli", "run"], env={**clean_env(), **env},
+    proc = subprocess.Popen([sys.executable, "-m", "tatu.ops.cli", "run"], env={**clean_environ(), **env},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def steps():
@@ -427,7 +423,7 @@ def sigterm_caught(pid: int) -> bool:
 
 
 def test_a_sigterm_while_loading_is_a_clean_stop(world, tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "tatu.daemon"], env={**clean_env(), **sft_env(world, tmp_path)},
+    proc = subprocess.Popen([sys.executable, "-m", "tatu.daemon"], env={**clean_environ(), **sft_env(world, tmp_path)},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for(lambda: proc.poll() is not None or sigterm_caught(proc.pid), 60, "the SIGTERM handler", interval=0.002)
     # caught before torch is even loaded: the window where the process used to die outright
@@ -505,7 +501,7 @@ def test_an_uncaught_error_is_logged_with_its_traceback_at_error_priority(world,
     info = os.fstat(write_end.fileno())
     with write_end:
         proc = subprocess.Popen([sys.executable, "-m", "tatu.daemon"], stdout=write_end, stderr=subprocess.PIPE,
-                                env={**clean_env(), **env, "JOURNAL_STREAM": f"{info.st_dev}:{info.st_ino}"})
+                                env={**clean_environ(), **env, "JOURNAL_STREAM": f"{info.st_dev}:{info.st_ino}"})
     with read_end:
         chunks = []
         while chunk := read_end.recv(65536):

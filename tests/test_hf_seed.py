@@ -5,7 +5,6 @@ trains from the directory (TATU_SEED_CKPT), and the result exports back to trans
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -13,7 +12,7 @@ import pytest
 import torch
 
 from hf_models import require_hf
-from tiny_world import base_env, write_sources
+from tiny_world import base_env, clean_environ, write_sources
 
 from tatu.daemon.main import main as daemon_main
 from tatu.model.checkpoint import load_checkpoint
@@ -93,7 +92,7 @@ def test_a_transformers_gpt2_dir_is_accepted_as_a_seed_and_trains(tmp_path):
     # a GPT-2 tatu would compute differently stops the daemon cleanly (65), naming the field
     config = json.loads((seed / "config.json").read_text())
     (seed / "config.json").write_text(json.dumps({**config, "activation_function": "relu"}))
-    env_refused = {**{k: v for k, v in os.environ.items() if not k.startswith(("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_"))},
+    env_refused = {**clean_environ(),
                    **env, "TATU_RUN": "refused"}
     proc = subprocess.run([sys.executable, "-m", "tatu.daemon"], env=env_refused, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 65

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from sweep_world import build_trunk, clean_environ, plan_text
+from sweep_world import build_trunk, plan_text
+from tiny_world import clean_environ
 
 from tatu.ops.sweep_lock import members, read_lock
 

@@ -21,7 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sweep_world import build_trunk, clean_environ, plan_text
+from sweep_world import build_trunk, plan_text
+from tiny_world import clean_environ
 
 from tatu.ops.sweep_lock import members, read_lock
 
@@ -56,8 +57,8 @@ def reference(world):
     return sweeps / "tuned"
 
 
-def _saved_mid_run(sweep_dir: Path, stage: str) -> bool:
-    """A member of `stage` has saved a scheduled resume state and has no verdict yet."""
+def _saved_mid_run(sweep_dir: Path, stage: str | None = None) -> bool:
+    """A member of `stage` (of any, if None) has saved a scheduled resume state and has no verdict yet."""
     lock_file = sweep_dir / "plan.lock.json"
     if not lock_file.exists():
         return False
@@ -83,6 +84,10 @@ def killed(world):
         while not _saved_mid_run(sweep_dir, stage) and coordinator.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
         time.sleep(rng.uniform(0.0, 3.0))
+        # Still mid-run at the kill (a member of any stage): on a fast machine the member seen
+        # above may have finished during the sleep, and a kill between members would prove nothing.
+        while not _saved_mid_run(sweep_dir) and coordinator.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
         if coordinator.poll() is not None:
             break
         children = psutil.Process(coordinator.pid).children(recursive=True)

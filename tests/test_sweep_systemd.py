@@ -9,14 +9,17 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import stat
+import time
 from pathlib import Path
 
 import pytest
 
-from sweep_world import RUN_PREFIXES, build_trunk, plan_text
-from systemd_harness import user_manager_session
+from sweep_world import build_trunk, plan_text
+from systemd_harness import scrub_environment_for_units, user_manager_session
 
+from tatu.daemon.logs import read_events
 from tatu.ops.cli import main as tatu
 from tatu.ops.sweep_lock import members, read_lock
 from tatu.ops.units import install_units
@@ -32,11 +35,7 @@ DROP_IN = "[Service]\nRestartSec=1s\n"
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep-sysd")
     with pytest.MonkeyPatch.context() as mp:
-        for name in list(os.environ):
-            if name.startswith(RUN_PREFIXES):
-                mp.delenv(name)
-        for name in ("RUNTIME_DIRECTORY", "NOTIFY_SOCKET", "JOURNAL_STREAM", "WATCHDOG_USEC", "WATCHDOG_PID"):
-            mp.delenv(name, raising=False)
+        scrub_environment_for_units(mp)
         data, trunk = build_trunk(root)
         plan = root / "sd.toml"
         plan.write_text(plan_text("sd", data.absolute(), trunk.absolute(), steps=6))
@@ -112,6 +111,46 @@ def test_sweep_runs_through_units_survives_a_coordinator_kill_and_finishes(setup
     again = um.wait_for(restarted, timeout=60, interval=0.2, what="systemd to restart the killed coordinator")
     assert int(again["NRestarts"]) == int(shown["NRestarts"]) + 1
 
+    # `tatu sweep stop`: the coordinator ends for good (exit 0: not restarted) and so does every
+    # member unit (a running one saves its state first); `tatu sweep start` continues from there.
+    # A member's steps last about two seconds here: one is frozen (SIGSTOP) mid-run so that the
+    # stop finds it running; systemd follows its SIGTERM with a SIGCONT, as for any stopped unit.
+    def member_mid_run():
+        for name, m in by_name.items():
+            events_path = Path(m.env["TATU_OUT"]) / m.run / "events.jsonl"
+            if name in _done(setup) or not events_path.is_file():
+                continue
+            steps = [e["step"] for e in read_events(events_path) if e["event"] == "checkpoint" and e["reason"] == "scheduled"]
+            if steps and max(steps) <= 4:  # of 6: the stop cannot come after its last step
+                pid = int(um.show(f"tatu-sft@sd.{name}.service", "MainPID")["MainPID"])
+                if pid:
+                    os.kill(pid, signal.SIGSTOP)
+                    return name, pid
+        return None
+
+    frozen_name, frozen_pid = um.wait_for(member_mid_run, timeout=120, interval=0.05, what="a member mid-run")
+    try:
+        assert tatu(["sweep", "stop", "sd", "--sweeps", str(setup["sweeps"])]) == 0
+    finally:
+        os.kill(frozen_pid, signal.SIGCONT)
+    assert "stop requested" in capsys.readouterr().out
+
+    def all_stopped():
+        states = [um.show(COORDINATOR, "ActiveState")["ActiveState"], *_member_units(um).values()]
+        assert "failed" not in states, states
+        return all(state == "inactive" for state in states)
+
+    um.wait_for(all_stopped, timeout=120, interval=0.5, what="the coordinator and every member to stop")
+    time.sleep(2)  # past the drop-in's RestartSec=1s: a stopped coordinator stays stopped
+    assert um.show(COORDINATOR, "ActiveState")["ActiveState"] == "inactive"
+    assert tatu(["sweep", "status", "sd", "--sweeps", str(setup["sweeps"])]) == 0
+    assert "stopped: " in capsys.readouterr().out
+    frozen_member = by_name[frozen_name]
+    frozen_events = read_events(Path(frozen_member.env["TATU_OUT"]) / frozen_member.run / "events.jsonl")
+    assert [(e["event"], e.get("reason")) for e in frozen_events][-1] == ("checkpoint", "stop"), frozen_events[-3:]
+    assert tatu(["sweep", "start", str(setup["plan"]), "-K", "2", "--sweeps", str(setup["sweeps"])]) == 0
+    assert "continuing a stopped sweep" in capsys.readouterr().out
+
     def finished():
         most = sum(state in ("active", "activating", "deactivating") for state in _member_units(um).values())
         assert most <= 2
@@ -131,7 +170,11 @@ def test_sweep_runs_through_units_survives_a_coordinator_kill_and_finishes(setup
         assert verdict["verdict"] in ("holds", "flat", "inconclusive", "forgets")
         # It ran as its tatu-sft@ unit: the unit's SyslogIdentifier carries its lines to the journal.
         assert "EVAL 6: sftHeld" in um.journalctl("-t", f"tatu-sft-sd.{name}", "-o", "cat"), name
-    assert log.count("coordinator up") == 2  # the first and the one systemd restarted
+    assert log.count("coordinator up") == 3  # the first, the one systemd restarted, the one after the stop
+    # The member stopped mid-run continued from the state it saved, not from step 0.
+    resumed = [e for e in read_events(Path(frozen_member.env["TATU_OUT"]) / frozen_member.run / "events.jsonl")
+               if e["event"] == "resumed"]
+    assert [e["step"] for e in resumed] == [frozen_events[-1]["step"]], resumed
 
     assert tatu(["sweep", "start", str(setup["plan"]), "-K", "2", "--sweeps", str(setup["sweeps"])]) == 0
     assert "already finished (4/4 done, 0 running); nothing to do" in capsys.readouterr().out

@@ -11,7 +11,6 @@ skipping when the harness cannot run.
 from __future__ import annotations
 
 import json
-import os
 import re
 import stat
 import threading
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from systemd_harness import user_manager_session
+from systemd_harness import scrub_environment_for_units, user_manager_session
 from tiny_world import base_env
 
 from tatu.daemon.control import socket_path
@@ -31,7 +30,6 @@ from tatu.ops.units import install_units
 
 pytestmark = pytest.mark.systemd
 
-RUN_PREFIXES = ("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_")
 UNIT = "tatu-sft@tiny.service"
 FORGET_UNIT = "tatu-sft@forget.service"
 IDENTIFIER = "tatu-sft-tiny"  # SyslogIdentifier=tatu-sft-%i
@@ -63,13 +61,7 @@ def setup(tmp_path_factory, tiny_trunk):
     started = time.monotonic()
     root = tmp_path_factory.mktemp("sysd-world")
     with pytest.MonkeyPatch.context() as mp:
-        # The manager hands its environment to its units: no stray run variable of the
-        # caller may reach the daemon's config check.
-        for name in list(os.environ):
-            if name.startswith(RUN_PREFIXES):
-                mp.delenv(name)
-        for name in ("RUNTIME_DIRECTORY", "NOTIFY_SOCKET", "JOURNAL_STREAM", "WATCHDOG_USEC", "WATCHDOG_PID"):
-            mp.delenv(name, raising=False)
+        scrub_environment_for_units(mp)
         # The session's tiny world and trunk (tests/conftest.py), trained before the manager exists.
         data, trunk = tiny_trunk["data"], tiny_trunk["trunk"]
 

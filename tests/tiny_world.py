@@ -6,8 +6,11 @@ Synthetic on purpose: these tests must not depend on the Debian packages the dem
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
+
+from tatu.daemon.config import PREFIXES as RUN_PREFIXES
 
 PT_WORDS = ("o a os as um uma de do da em no na que com para por não mais casa água ação coração "
             "cidade tempo vida mundo dia noite rio mar sol lua terra gente trabalho caminho livro "
@@ -17,6 +20,12 @@ EN_WORDS = ("the a an of to in on and with for is was are were be has have it th
             "house water river sea sun moon day night time world life book school friend music word "
             "bread coffee window door said looked opened closed ran walked sang small large old new "
             "beautiful quickly slowly because when where which while").split()
+
+
+def clean_environ() -> dict[str, str]:
+    """This process's environment without run variables: a stray one in the caller's shell
+    would reach the daemon's config check (and its typo check) in a child process."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(RUN_PREFIXES)}
 
 
 def sentences(words, n, seed, lo=5, hi=14):

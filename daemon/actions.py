@@ -1,0 +1,159 @@
+"""What a run does besides a step: evaluate, save, finish. daemon/loop.py calls these in order.
+
+Every write goes through `Run.saving`: a tensor that is not finite is never stored (exit 11) and a
+full disk is a clean stop (exit 74), each with the previous copy intact.
+"""
+from __future__ import annotations
+
+import math
+import time
+from contextlib import contextmanager
+
+from tatu.atomic import write_json_atomic
+from tatu.daemon import distributed, judge, ranks
+from tatu.daemon.state import RunState, results_to_json, save_resume
+from tatu.daemon.suite import best_set, generate_samples, score_suite
+from tatu.model.checkpoint import NonFiniteTensorError, save_checkpoint
+from tatu.storage import StorageError, is_storage_error, storage_error, tree_bytes
+
+
+class NonFiniteError(RuntimeError):
+    """NaN or inf in a loss, a gradient, the weights or an eval: exit 11; nothing non-finite was saved."""
+
+
+def non_finite_paths(value, path: str = "") -> list[str]:
+    """Where a JSON-like value holds a NaN or an inf ("sets.enRuler.ppl")."""
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [path or "value"]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in non_finite_paths(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(value, (list, tuple)):
+        return [p for i, v in enumerate(value) for p in non_finite_paths(v, f"{path}[{i}]")]
+    return []
+
+
+class Run:
+    """One run's pieces and what it does besides a step: evaluate, save, finish."""
+
+    def __init__(self, config, log, supervisor, trainer, stream, suite, tokenizer, state: RunState, meta_base: dict,
+                 world: distributed.World = distributed.SINGLE):
+        self.config, self.log, self.supervisor, self.trainer = config, log, supervisor, trainer
+        self.world = world  # under torchrun, rank 0 alone writes files
+        self.stream, self.suite, self.tokenizer, self.state = stream, suite, tokenizer, state
+        self.meta_base = meta_base
+        self.last_saved_step = state.step
+        self.latest_results: dict = {}  # the last eval's results (a trunk stores them)
+
+    def meta(self, **extra) -> dict:
+        return {**self.meta_base, "step": self.state.step, "trunk_reference": results_to_json(self.state.trunk_reference),
+                **extra}
+
+    def evaluate(self) -> judge.Decision:
+        state, model, config = self.state, self.trainer.model, self.config
+        with self.supervisor.long_operation("eval"):
+            started = time.perf_counter()
+            model.eval()
+            results = {}
+            for done, name in enumerate(self.suite.sets):
+                self.supervisor.eval_progress(state.step, done, len(self.suite.sets))
+                results.update(score_suite(model, self.suite, self.trainer.device, config, only=(name,),
+                                            map_batches=self.world.map_batches))
+            # A poisoned model (ppl inf, or so huge its CI overflows): no decision, best or save can come of it.
+            broken = {name: r.ppl for name, r in results.items()
+                      if not all(math.isfinite(x) for x in (r.ppl, r.ci.lo, r.ci.hi, r.ci.se))}
+            if broken:
+                self.non_finite_eval(broken)
+            samples = (generate_samples(model, self.suite, self.tokenizer, self.trainer.device, config)
+                       if self.world.is_main else None)
+            model.train()
+            self.latest_results = results
+            if state.baseline is None:
+                state.baseline = results
+            decision = judge.decide(state.step, results, state, self.suite, config, time.perf_counter() - started, samples)
+        where = non_finite_paths(decision.record)
+        if where:  # a statistic of the eval overflowed: the record could not be saved, nor trusted
+            self.non_finite_eval({name: r.ppl for name, r in results.items()}, where)
+        state.history.append(decision.record)
+        if decision.best:
+            key = best_set(config.mode)
+            state.best = {"step": state.step, "set": key, "ppl": results[key].ppl}
+            if self.world.is_main:
+                with self.saving("best"):
+                    save_checkpoint(config.run_dir / "best", model=model, model_config=self.trainer.gpt_config,
+                                    tokenizer=self.tokenizer, meta=self.meta(best=state.best))
+        self.log.info(decision.line)
+        for warning in decision.record["warnings"]:
+            self.log.warning(warning)
+        self.log.event("eval", **decision.record)
+        self.supervisor.publish_eval(decision.record, state.best)
+        return decision
+
+    def non_finite_eval(self, ppl: dict[str, float], where: list[str] | None = None) -> None:
+        step = self.state.step
+        self.log.event("abort", step=step, reason="non-finite eval", ppl={k: str(v) for k, v in ppl.items()})
+        self.supervisor.phase("aborted")
+        detail = f"; not finite: {', '.join(where[:3])}" if where else ""
+        raise NonFiniteError(f"eval at step {step}: ppl {ppl} (the model's outputs are not finite, or so far off "
+                             f"that its statistics overflow{detail}): stopping; the last saved state "
+                             f"(step {self.last_saved_step}) is intact")
+
+    @contextmanager
+    def saving(self, name: str):
+        """A save of run_dir/name: refused when a tensor is not finite (exit 11) or the disk is full
+        (exit 74), either way with the previous copy intact; its size feeds the free-space warning."""
+        try:
+            yield
+        except NonFiniteTensorError as exc:
+            self.supervisor.phase("aborted")
+            self.log.event("abort", step=self.state.step, reason="non-finite tensor", detail=str(exc))
+            raise NonFiniteError(f"step {self.state.step}: {exc}; the last saved state "
+                                 f"(step {self.last_saved_step}) is intact") from None
+        except StorageError:
+            self.supervisor.phase("disk full")
+            raise
+        warning = self.supervisor.saved(name, tree_bytes(self.config.run_dir / name))
+        if warning:
+            self.log.warning(warning)
+
+    def save(self, reason: str) -> None:
+        rank_states = ranks.rank_states_for_saving(self.world.gather_rank_states(self.stream))
+        if not self.world.is_main:
+            self.last_saved_step = self.state.step
+            return
+        with self.supervisor.long_operation("checkpoint"), self.saving("state"):
+            save_resume(self.config.run_dir, model=self.trainer.model, optimizer=self.trainer.optimizer,
+                        gpt_config=self.trainer.gpt_config, tokenizer=self.tokenizer, run_state=self.state,
+                        stream_state=self.stream.state_dict(), meta=self.meta(), ranks=rank_states)
+        self.last_saved_step = self.state.step
+        self.log.info(f"saved resume state at step {self.state.step} ({reason})")
+        self.log.event("checkpoint", step=self.state.step, reason=reason)
+
+    def final_checkpoint(self) -> None:
+        """The final weights; a trunk stores its reference metrics with them."""
+        if not self.world.is_main:
+            return
+        meta = self.meta()
+        if self.config.mode == "pretrain":  # the step == limit eval ran just before: its scores are the trunk's
+            if not self.latest_results:  # resumed after that eval: score the final weights again
+                self.trainer.model.eval()
+                self.latest_results = score_suite(self.trainer.model, self.suite, self.trainer.device, self.config)
+            meta["trunk_reference"] = results_to_json(judge.trunk_reference(self.latest_results))
+        with self.saving("final"):
+            save_checkpoint(self.config.run_dir / "final", model=self.trainer.model,
+                            model_config=self.trainer.gpt_config, tokenizer=self.tokenizer, meta=meta)
+        self.log.info(f"final checkpoint: {self.config.run_dir / 'final'}")
+
+    def finish(self, code: int, abort_reason: str | None = None) -> int:
+        verdict = judge.verdict(self.state.history, abort_reason, self.config)
+        if not self.world.is_main:
+            return code
+        try:
+            write_json_atomic(self.config.run_dir / "verdict.json", verdict)  # never a half-written verdict
+        except OSError as exc:
+            if is_storage_error(exc):
+                raise storage_error(self.config.run_dir / "verdict.json", exc, "verdict") from None
+            raise
+        self.log.info(verdict["line"])
+        self.log.event("verdict", step=self.state.step, **verdict)
+        self.supervisor.phase("aborted" if abort_reason else "done")
+        return code
