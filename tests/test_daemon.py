@@ -289,18 +289,30 @@ def test_sigkill_at_random_moments_then_resume_is_bit_identical(world, tmp_path)
     def writing(pid: int) -> bool:
         return (run_dir / f".state.tmp-{pid}").exists()
 
+    def steps_done() -> int:
+        events = run_dir / "events.jsonl"
+        return max((e["step"] for e in read_events(events) if e["event"] == "step"), default=0) if events.is_file() else 0
+
+    # The moments are drawn in steps, not seconds, so a fast machine strikes as often as a slow one:
+    # a kill lands a random few ms after a random step (up to 5 past the last one), or, every other
+    # kill, in the middle of a state write. 3 x 5 + 2 x 2 steps at most: the run never finishes first.
     kills, during_write = 0, 0
     for attempt in range(40):
         if kills == 5:
             break
+        aim_at_write = kills % 2 == 1
+        target = steps_done() + rng.randint(1, 5)
+        after = rng.uniform(0.0, 0.05)
         proc = subprocess.Popen([sys.executable, "-m", "tatu.daemon"], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        aim_at_write = kills % 2 == 1
-        deadline = time.monotonic() + (120 if aim_at_write else rng.uniform(1.5, 4.0))
+        deadline = time.monotonic() + 120
         hit = False
         while proc.poll() is None and time.monotonic() < deadline:
             if aim_at_write and writing(proc.pid):
                 hit = True
+                break
+            if not aim_at_write and steps_done() >= target:
+                time.sleep(after)
                 break
             time.sleep(0.001)  # a state write lasts milliseconds: this still sees it, and leaves the CPU to the run
         if proc.poll() is not None:  # finished before we struck: start the kill series over

@@ -270,6 +270,8 @@ def test_sigterm_stops_every_rank_at_one_boundary_exit_0_and_resumes(world, twin
     stopped_at = resume_json(run)["step"]
     assert events[-1]["event"] == "checkpoint" and events[-1]["reason"] == "stop"
     assert events[-1]["step"] == stopped_at == max(e["step"] for e in events if e["event"] == "step")
+    # Resumed with the twins' limit, a stop past it could not end as they did.
+    assert stopped_at < LIMIT, f"the stop landed at step {stopped_at}, past the twins' {LIMIT}: a slow signal relay?"
     saved = resume_json(run)
     assert saved["ranks"]["states"][0]["stream"] == saved["stream"]  # rank 1 stopped at the same step
     again = launch({**env, "MIX_STEPS_LIMIT": str(LIMIT)})

@@ -85,6 +85,8 @@ def test_start_is_ready_from_rank0_and_status_answers_over_the_socket(setup):
     assert "tatu.daemon.launch" in " ".join(launcher.cmdline())
     ranks = {int(p.environ()["RANK"]): p.pid for p in launcher.children()}
     assert sorted(ranks) == [0, 1]
+    # READY=1 goes to systemd just before the `ready` event is appended: wait for the event.
+    um.wait_for(lambda: "ready" in [e["event"] for e in events(setup)], timeout=10, what="the ready event")
     assert [e["event"] for e in events(setup)].count("ready") == 1
 
     def status_after_steps():

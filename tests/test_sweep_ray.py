@@ -123,6 +123,8 @@ def rayed(world, ray_cluster, reference):
                     continue
                 if not killed:
                     running_status = _status(sweeps)
+                    if _mid_run(sweep_dir, member) is None:  # it finished while the status ran
+                        continue
                     os.kill(holder["worker_pid"], signal.SIGKILL)
                     killed[member.name] = "worker"
                 else:

@@ -69,8 +69,14 @@ def _member_units(um) -> dict[str, str]:
 
 
 def _done(setup) -> set[str]:
-    lock = read_lock(_sweep_dir(setup))
-    return {m.name for m in members(lock) if (Path(m.env["TATU_OUT"]) / m.run / "verdict.json").exists()}
+    """Members whose run has ended: verdict.json is written, and then the verdict event."""
+    done = set()
+    for m in members(read_lock(_sweep_dir(setup))):
+        run = Path(m.env["TATU_OUT"]) / m.run
+        last = read_events(run / "events.jsonl")[-1:] if (run / "verdict.json").exists() else []
+        if last and last[0]["event"] == "verdict":
+            done.add(m.name)
+    return done
 
 
 def test_sweep_runs_through_units_survives_a_coordinator_kill_and_finishes(setup, capsys):
@@ -115,17 +121,24 @@ def test_sweep_runs_through_units_survives_a_coordinator_kill_and_finishes(setup
     # member unit (a running one saves its state first); `tatu sweep start` continues from there.
     # A member's steps last about two seconds here: one is frozen (SIGSTOP) mid-run so that the
     # stop finds it running; systemd follows its SIGTERM with a SIGCONT, as for any stopped unit.
+    def saved_steps(events_path: Path) -> list[int]:
+        return [e["step"] for e in read_events(events_path) if e["event"] == "checkpoint" and e["reason"] == "scheduled"]
+
     def member_mid_run():
         for name, m in by_name.items():
             events_path = Path(m.env["TATU_OUT"]) / m.run / "events.jsonl"
             if name in _done(setup) or not events_path.is_file():
                 continue
-            steps = [e["step"] for e in read_events(events_path) if e["event"] == "checkpoint" and e["reason"] == "scheduled"]
-            if steps and max(steps) <= 4:  # of 6: the stop cannot come after its last step
-                pid = int(um.show(f"tatu-sft@sd.{name}.service", "MainPID")["MainPID"])
-                if pid:
-                    os.kill(pid, signal.SIGSTOP)
-                    return name, pid
+            if not saved_steps(events_path):
+                continue
+            pid = int(um.show(f"tatu-sft@sd.{name}.service", "MainPID")["MainPID"])
+            if not pid:
+                continue
+            os.kill(pid, signal.SIGSTOP)  # frozen, its files cannot change: look again
+            steps = saved_steps(events_path)
+            if steps and max(steps) <= 4 and not (events_path.parent / "verdict.json").exists():
+                return name, pid  # of 6 steps: the stop comes before its last one
+            os.kill(pid, signal.SIGCONT)
         return None
 
     frozen_name, frozen_pid = um.wait_for(member_mid_run, timeout=120, interval=0.05, what="a member mid-run")

@@ -407,7 +407,9 @@ def test_the_instance_name_wins_over_an_env_file_tatu_run(setup, um):
     shown = um.wait_for(lambda: (lambda sh: sh if sh["ActiveState"] in ("failed", "inactive") else None)(
         um.show(unit, "ActiveState", "ExecMainStatus", "NRestarts")), timeout=60, interval=0.2, what=f"{unit} to end")
     assert shown["ActiveState"] == "failed" and shown["ExecMainStatus"] == "78" and shown["NRestarts"] == "0", shown
-    refused = um.journalctl("-t", "tatu-sft-other", "-p", "err", "-o", "cat")
+    # journald reads the unit's output on its own time: the failed state can come first.
+    refused = um.wait_for(lambda: (lambda text: text if "instance other" in text else None)(
+        um.journalctl("-t", "tatu-sft-other", "-p", "err", "-o", "cat")), timeout=30, what="the refusal in the journal")
     assert "TATU_RUN=tiny" in refused and "instance other" in refused, refused
     assert len(events(setup)) == tiny_events  # tiny's run dir was not touched
     assert not (setup["runs"] / "other").exists()
