@@ -44,6 +44,7 @@ from tatu.ops.sweep_plan import Member
 
 EXTRA_MISSING = "--backend ray needs Ray, which is not installed here: pip install 'tatu[ray]'"
 RESULT_CODES = (exitcodes.OK, exitcodes.FORGET_ABORT, exitcodes.NONFINITE_LOSS, exitcodes.BAD_DATA, exitcodes.BAD_CONFIG)
+PROBE_SECONDS = 5.0  # a head that does not accept a TCP connection in this long is not there
 LOCK_WAIT_SECONDS = 600  # a predecessor saving a big model on a slow disk; then the attempt fails and Ray retries
 # Loaded once in the worker: the child between fork and exec must not dlopen (another thread may hold its lock).
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -63,10 +64,31 @@ def connect(address: str | None) -> None:
     ray = _ray()
     if ray.is_initialized():
         return
+    if address:
+        probe(address, "--address")
+    elif os.environ.get("RAY_ADDRESS"):
+        probe(os.environ["RAY_ADDRESS"], "RAY_ADDRESS=")
     try:
         ray.init(address=address, logging_level="WARNING", log_to_driver=False)
     except ConnectionError as exc:
         raise TatuExit(1, f"cannot reach the Ray cluster at {address or os.environ.get('RAY_ADDRESS') or 'auto'}: {exc}")
+
+
+def probe(address: str, given_as: str) -> None:
+    """ray.init retries a wrong HOST:PORT for minutes: a TCP connect tells at once whether anything
+    listens there. "auto" and "local" are Ray's own to resolve."""
+    if address in ("auto", "local"):
+        return
+    shown = f"{given_as}{address}" if given_as.endswith("=") else f"{given_as} {address}"
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise TatuExit(exitcodes.BAD_CONFIG, f"{shown}: not HOST:PORT (the head's address, e.g. HEAD:6379), "
+                                             f"ray://HOST:PORT or auto")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_SECONDS).close()
+    except OSError as exc:
+        raise TatuExit(exitcodes.BAD_CONFIG, f"{shown}: no Ray cluster answers there ({exc.strerror or exc}); "
+                                             f"start one with `ray start --head` on that machine, or fix the address") from None
 
 
 def cluster_resources() -> dict:

@@ -15,6 +15,7 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -252,6 +253,28 @@ def test_sweep_stop_cancels_ray_tasks_whose_daemons_save_and_start_continues(wor
     assert again.returncode == 0, again.stdout + again.stderr
     assert "continuing a stopped sweep" in again.stdout and "sweep finished: 1/1 done" in again.stdout
     assert (run / "final" / "model.safetensors").read_bytes() == final_weights(reference)[member.name]
+
+
+def test_a_wrong_address_is_one_line_and_78_at_once(world, tmp_path):
+    """ray.init alone would retry a dead address for minutes; nothing is written either."""
+    _ray_or_skip()
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    sweeps = tmp_path / "sweeps"
+    for argv, shown in ((["--address", f"127.0.0.1:{port}"], f"--address 127.0.0.1:{port}"),
+                        (["--address", "ray://127.0.0.1"], "--address ray://127.0.0.1: not HOST:PORT")):
+        started = time.monotonic()
+        proc = subprocess.run(_cli("start", str(world["plan"]), "--backend", "ray", *argv, "--sweeps", str(sweeps)),
+                              env=clean_environ(), capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 78, proc.stdout + proc.stderr
+        assert shown in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert time.monotonic() - started < 60  # seconds, not ray.init's minutes of retries
+    env = {**clean_environ(), "RAY_ADDRESS": f"127.0.0.1:{port}"}
+    proc = subprocess.run(_cli("start", str(world["plan"]), "--backend", "ray", "--sweeps", str(sweeps)),
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 78 and f"RAY_ADDRESS=127.0.0.1:{port}: no Ray cluster answers" in proc.stderr, proc.stderr
+    assert not sweeps.exists()
 
 
 @pytest.mark.parametrize("resources, device, options, given, k", [
