@@ -228,6 +228,14 @@ def scrub_environment_for_units(mp: pytest.MonkeyPatch) -> None:
         mp.delenv(name, raising=False)
 
 
+def address_the_manager(mp: pytest.MonkeyPatch, um: UserManager) -> None:
+    """`systemctl --user` and `tatu units install` in this process talk to `um`, as a user's
+    shell talks to its own manager (through the runtime dir's bus socket, not D-Bus's)."""
+    mp.setenv("XDG_RUNTIME_DIR", str(um.runtime_dir))
+    mp.setenv("XDG_CONFIG_HOME", str(um.config_home))
+    mp.delenv("DBUS_SESSION_BUS_ADDRESS", raising=False)
+
+
 def _journald_pid() -> int | None:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

@@ -13,7 +13,7 @@ import json
 import psutil
 import pytest
 
-from systemd_harness import scrub_environment_for_units, user_manager_session
+from systemd_harness import address_the_manager, scrub_environment_for_units, user_manager_session
 from tiny_world import base_env, build_world
 
 from tatu.daemon.logs import read_events
@@ -47,9 +47,7 @@ def setup(tmp_path_factory):
         env_file = root / "ddp.env"
         env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
         with user_manager_session() as um:
-            mp.setenv("XDG_RUNTIME_DIR", str(um.runtime_dir))
-            mp.setenv("XDG_CONFIG_HOME", str(um.config_home))
-            mp.delenv("DBUS_SESSION_BUS_ADDRESS", raising=False)
+            address_the_manager(mp, um)
             workdir = root / "work"
             workdir.mkdir()
             drop_in = um.unit_dir / "tatu-sft-ddp@.service.d"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sweep_world import build_trunk, plan_text
-from systemd_harness import scrub_environment_for_units, user_manager_session
+from systemd_harness import address_the_manager, scrub_environment_for_units, user_manager_session
 
 from tatu.daemon.logs import read_events
 from tatu.ops.cli import main as tatu
@@ -40,9 +40,7 @@ def setup(tmp_path_factory):
         plan = root / "sd.toml"
         plan.write_text(plan_text("sd", data.absolute(), trunk.absolute(), steps=6))
         with user_manager_session() as um:
-            mp.setenv("XDG_RUNTIME_DIR", str(um.runtime_dir))
-            mp.setenv("XDG_CONFIG_HOME", str(um.config_home))
-            mp.delenv("DBUS_SESSION_BUS_ADDRESS", raising=False)
+            address_the_manager(mp, um)
             workdir = root / "work"
             workdir.mkdir()
             for unit in ("tatu-sft@.service", "tatu-sweep@.service"):
@@ -150,10 +148,13 @@ def test_sweep_runs_through_units_survives_a_coordinator_kill_and_finishes(setup
 
     def all_stopped():
         states = [um.show(COORDINATOR, "ActiveState")["ActiveState"], *_member_units(um).values()]
-        assert "failed" not in states, states
+        assert "failed" not in states, (states, um.journalctl("-u", COORDINATOR, "-n", "40", "-o", "cat"))
         return all(state == "inactive" for state in states)
 
     um.wait_for(all_stopped, timeout=120, interval=0.5, what="the coordinator and every member to stop")
+    # It ended through its own stop path (KillMode=mixed: the SIGTERM was its alone, not its
+    # `systemctl` children's), not by a failed call.
+    assert "coordinator stopping" in (_sweep_dir(setup) / "coordinator.log").read_text()
     time.sleep(2)  # past the drop-in's RestartSec=1s: a stopped coordinator stays stopped
     assert um.show(COORDINATOR, "ActiveState")["ActiveState"] == "inactive"
     assert tatu(["sweep", "status", "sd", "--sweeps", str(setup["sweeps"])]) == 0

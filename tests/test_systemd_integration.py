@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from systemd_harness import scrub_environment_for_units, user_manager_session
+from systemd_harness import address_the_manager, scrub_environment_for_units, user_manager_session
 from tiny_world import base_env
 
 from tatu.daemon.control import socket_path
@@ -79,10 +79,7 @@ def setup(tmp_path_factory, tiny_trunk):
         (env_files / "forget.env").write_text(env_file_text(forget_env))
 
         with user_manager_session() as um:
-            # `tatu units install` talks to "the" user manager through the environment.
-            mp.setenv("XDG_RUNTIME_DIR", str(um.runtime_dir))
-            mp.setenv("XDG_CONFIG_HOME", str(um.config_home))
-            mp.delenv("DBUS_SESSION_BUS_ADDRESS", raising=False)
+            address_the_manager(mp, um)
             workdir = root / "work"
             workdir.mkdir()
             (um.unit_dir / "tatu-sft@.service.d").mkdir(parents=True)
