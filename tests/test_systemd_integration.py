@@ -259,8 +259,9 @@ def test_journal_shows_the_eval_lines_at_info_priority(setup, um):
     eval_lines = [line for line in text.splitlines() if EVAL_LINE.search(line)]
     journal_steps = [int(EVAL_LINE.search(line).group(1)) for line in eval_lines]
     assert journal_steps[0] == 0 and journal_steps == sorted(journal_steps)
-    recorded = {e["step"] for e in events(setup) if e["event"] == "eval"}
-    assert set(journal_steps) <= recorded
+    # An EVAL line is logged just before its event is appended: wait for the events to catch up.
+    um.wait_for(lambda: set(journal_steps) <= {e["step"] for e in events(setup) if e["event"] == "eval"},
+                timeout=10, what="the eval events of the journal's EVAL lines")
     # The contract line as written: journald took the <6> prefix as the priority.
     assert all(line.startswith("EVAL ") for line in eval_lines), eval_lines[:3]
     entries = [json.loads(line) for line in journal(um, "-o", "json").splitlines() if line.strip()]
