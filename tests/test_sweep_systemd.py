@@ -21,7 +21,7 @@ from systemd_harness import address_the_manager, scrub_environment_for_units, us
 
 from tatu.daemon.logs import read_events
 from tatu.ops.cli import main as tatu
-from tatu.ops.sweep_lock import members, read_lock
+from tatu.sweep.lock import members, read_lock
 from tatu.ops.units import install_units
 
 pytestmark = [pytest.mark.systemd, pytest.mark.slow]
