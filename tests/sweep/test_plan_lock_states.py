@@ -186,7 +186,7 @@ def test_the_locked_rule_picks_the_smallest_passing_value(tmp_path):
 
 
 def test_the_example_plans_parse(tmp_path):
-    examples = Path(__file__).resolve().parent.parent / "examples"
+    examples = Path(__file__).resolve().parents[2] / "examples"
     plain = load_plan(examples / "sweep-replay.toml")
     assert [m.name for m in plain.compare_members(tmp_path, None)][:3] == ["replay-n0-s1", "replay-n0-s2", "replay-n0-s3"]
     assert plain.axes == {"REPLAY_N": ["0", "2", "6"]} and plain.base_env["TATU_DATA"].endswith("/demo/data")
