@@ -122,9 +122,9 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.ckpt is not None:
-        from tatu.model.checkpoint import load_checkpoint
+        from tatu.model.hf import load_checkpoint_or_gpt2
 
-        ckpt = load_checkpoint(args.ckpt)
+        ckpt = load_checkpoint_or_gpt2(args.ckpt)
         model, tokenizer = ckpt.build_model("cpu"), ckpt.tokenizer
     else:
         torch.manual_seed(args.seed)

@@ -49,9 +49,10 @@ from tatu.daemon.config import load_config  # noqa: E402
 from tatu.daemon.logs import RunLog, read_events  # noqa: E402
 from tatu.daemon.main import main as daemon_main  # noqa: E402
 from tatu.data.stream import MixedStream  # noqa: E402
-from tatu.model.checkpoint import load_checkpoint, load_model_state, save_checkpoint  # noqa: E402
+from tatu.model.checkpoint import load_model_state, save_checkpoint  # noqa: E402
+from tatu.model.hf import load_checkpoint_or_gpt2  # noqa: E402
 from tatu.model.gpt import GPT, GPTConfig  # noqa: E402
-from tatu.model.tokenizer import load_tokenizer  # noqa: E402
+from tatu.model.tokenizer_json import load_tokenizer  # noqa: E402
 from tatu.ops.demo import prepare_data  # noqa: E402
 
 SEQ_LEN = 128
@@ -84,7 +85,7 @@ def bare_loop(env: dict[str, str], steps: int) -> tuple[list[float], list[float]
     The arithmetic is the daemon's, operation for operation, so the losses match its own.
     """
     config, _ = load_config(env)
-    seed = load_checkpoint(config.seed_ckpt)
+    seed = load_checkpoint_or_gpt2(config.seed_ckpt)
     model_config = GPTConfig(**{**seed.model_config.to_dict(), "dropout": config.dropout, "attn": "sdpa"})
     torch.manual_seed(config.seed)
     model = GPT(model_config)

@@ -13,9 +13,11 @@ from tatu.daemon.state import has_resume, is_results_json, load_resume, results_
 from tatu.daemon.suite import REFERENCE_SETS, Suite, score_suite
 from tatu.data.manifest import DataConfigError, DataError
 from tatu.evals.scoring import SetResult
-from tatu.model.checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from tatu.model.checkpoint import Checkpoint, CheckpointError
 from tatu.model.gpt import GPTConfig
-from tatu.model.tokenizer import Tokenizer, load_tokenizer
+from tatu.model.hf import load_checkpoint_or_gpt2
+from tatu.model.tokenizer import Tokenizer
+from tatu.model.tokenizer_json import load_tokenizer
 
 # What may change when a run is restarted: when and how often things happen, not what is
 # measured or how it is trained (a changed limit or LR would make the verdict meaningless).
@@ -43,7 +45,7 @@ def starting_point(config: RunConfig, manifest: dict) -> Start:
         return Start(resume.model_config, resume.model_state, str(resume.path), resume.tokenizer,
                      {"step": resume.meta.get("seed_meta_step")}, resume)
     if config.seed_ckpt is not None:
-        seed = load_checkpoint(config.seed_ckpt)
+        seed = load_checkpoint_or_gpt2(config.seed_ckpt)
         gpt_config = GPTConfig(**{**seed.model_config.to_dict(), "dropout": config.dropout, "attn": "sdpa"})
         return Start(gpt_config, seed.model_state, str(config.seed_ckpt), seed.tokenizer, seed.meta, None)
     tokenizer = load_tokenizer(config.data / manifest.get("tokenizer", "tokenizer.json"))
@@ -81,7 +83,7 @@ def trunk_reference_for(config: RunConfig, start: Start, suite: Suite, device, l
             return None
         return results_from_json(stored, config.eval_resamples, config.seed)
     try:
-        trunk = load_checkpoint(config.trunk_ckpt)
+        trunk = load_checkpoint_or_gpt2(config.trunk_ckpt)
     except CheckpointError as exc:
         raise CheckpointError(f"TATU_TRUNK_CKPT: {exc}") from None
     if trunk.tokenizer.hash != start.tokenizer.hash:

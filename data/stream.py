@@ -185,7 +185,7 @@ class MixedStream:
         self.channels = {name: self._open(name, channels[name]) for name in self.mix}
 
     def _special_ids(self) -> tuple[int, int]:
-        from tatu.model.tokenizer import load_tokenizer
+        from tatu.model.tokenizer_json import load_tokenizer
 
         tok = load_tokenizer(self.data_dir / self.manifest.get("tokenizer", "tokenizer.json"))
         return tok.bos_id, tok.pad_id

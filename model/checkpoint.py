@@ -27,7 +27,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 from safetensors.torch import load as st_load, save as st_save
@@ -35,7 +35,8 @@ from safetensors.torch import load as st_load, save as st_save
 from tatu.atomic import fsync_dir
 from tatu.storage import check_room, is_storage_error, needed_bytes, storage_error
 from tatu.model.gpt import GPT, GPTConfig
-from tatu.model.tokenizer import Tokenizer, tokenizer_from_dict
+from tatu.model.tokenizer import Tokenizer
+from tatu.model.tokenizer_json import tokenizer_from_dict
 
 FORMAT = "tatu-ckpt-1"
 TIED_KEYS = ("lm_head.weight",)
@@ -54,6 +55,13 @@ def non_finite_tensors(groups: dict[str, dict[str, torch.Tensor]]) -> list[str]:
     """'group/name' of every floating tensor with a NaN or an inf."""
     return [f"{group}/{name}" for group, tensors in groups.items() for name, t in tensors.items()
             if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+
+
+class DirectoryFormat(NamedTuple):
+    """Another directory format a loader is handed (tatu.model.hf.GPT2_DIRECTORY): checked
+    before tatu's own, so this module never imports the formats it can be handed."""
+    recognises: Callable[[Path], bool]
+    load: Callable[[Path], "Checkpoint"]
 
 
 @dataclass
@@ -224,15 +232,15 @@ def _read_verified(ckpt: Path, name: str, expected: dict[str, str]) -> bytes:
     return data
 
 
-def load_checkpoint(path: str | Path, map_location: str = "cpu") -> Checkpoint:
-    """Load and verify a checkpoint directory, or a legacy single-file .pt checkpoint."""
+def load_checkpoint(path: str | Path, map_location: str = "cpu", formats: Sequence[DirectoryFormat] = ()) -> Checkpoint:
+    """Load and verify a checkpoint directory, a legacy single-file .pt checkpoint, or a
+    directory one of `formats` recognises."""
     path = Path(path)
     if path.is_file():
         return load_legacy_pt(path)
-    from tatu.model.hf import is_hf_dir, load_hf_dir
-
-    if is_hf_dir(path):  # a transformers GPT-2 directory: no manifest, config.json says gpt2
-        return load_hf_dir(path)
+    for directory_format in formats:
+        if directory_format.recognises(path):
+            return directory_format.load(path)
     ckpt = resolve_checkpoint(path)
     try:
         manifest = json.loads((ckpt / "manifest.json").read_text())

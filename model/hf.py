@@ -11,17 +11,14 @@
 The weights are a renaming plus one transposition: transformers stores c_attn, c_proj and c_fc
 as Conv1D, whose weight is (in, out), the transpose of nn.Linear's (out, in). Only what GPT-2's
 layout expresses exactly is exported; anything else (a model without biases) is refused, never
-approximated. The same rules read a GPT-2 directory made elsewhere as a tatu checkpoint, so
-TATU_SEED_CKPT and `tatu eval` accept it (load_checkpoint calls `load_hf_dir`).
-
-Tokenizers: tatu's byte-level BPE is already a `tokenizers` model; the export appends the five
-specials as added tokens at the ids tatu gives them. The char tokenizer becomes a merge-free BPE
-with byte fallback: ids 0..255 are the byte tokens "<0xNN>", then one token per known character,
-then the specials, which is exactly tatu's layout, so every id is the same.
+approximated. The same rules read a GPT-2 directory made elsewhere as a tatu checkpoint:
+GPT2_DIRECTORY is the reader `load_checkpoint` is handed (this module imports the checkpoint
+format, never the other way round), and `load_checkpoint_or_gpt2` is what TATU_SEED_CKPT,
+`tatu eval` and the sweep's scores read with. The tokenizer.json conversion is
+tatu.model.tokenizer_json's.
 """
 from __future__ import annotations
 
-import copy
 import json
 import os
 import shutil
@@ -30,9 +27,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load as st_load, save as st_save
 
-from tatu.model.checkpoint import TIED_KEYS, Checkpoint, CheckpointError
+from tatu.model.checkpoint import TIED_KEYS, Checkpoint, CheckpointError, DirectoryFormat, load_checkpoint
 from tatu.model.gpt import GPTConfig
-from tatu.model.tokenizer import SPECIALS, BPETokenizer, CharTokenizer, Tokenizer, TokenizerError
+from tatu.model.tokenizer import Tokenizer, TokenizerError
+from tatu.model.tokenizer_json import HFTokenizerError, tokenizer_from_hf, tokenizer_to_hf
 
 # Conv1D weights in transformers' GPT-2: stored transposed relative to nn.Linear
 _CONV1D_SUFFIXES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
@@ -46,7 +44,7 @@ HF_FILES = ("config.json", "generation_config.json", "model.safetensors", "token
             "tokenizer_config.json", "special_tokens_map.json", "tatu_meta.json")
 
 
-class HFFormatError(CheckpointError, TokenizerError):
+class HFFormatError(CheckpointError, HFTokenizerError):
     """A model or tokenizer that one side's format cannot express exactly."""
 
 
@@ -157,101 +155,7 @@ def config_from_hf(payload: dict, source: str) -> GPTConfig:
         raise HFFormatError(f"{source}: not a usable GPT-2 config ({exc})") from None
 
 
-# ---- tokenizer -------------------------------------------------------------------------------
-
-def _added(token_id: int, content: str) -> dict:
-    return {"id": token_id, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
-            "normalized": False, "special": True}
-
-
-def _byte_token(b: int) -> str:
-    return f"<0x{b:02X}>"
-
-
-def tokenizer_to_hf(tokenizer: Tokenizer) -> dict:
-    """tokenizer.json (a `tokenizers` model) that gives every text tatu's ids."""
-    specials = [_added(tokenizer.bos_id + i, s) for i, s in enumerate(SPECIALS)]
-    if isinstance(tokenizer, BPETokenizer):
-        payload = copy.deepcopy(tokenizer.to_dict()["hf"])
-        payload["added_tokens"] = list(payload.get("added_tokens") or []) + specials
-        return payload
-    if isinstance(tokenizer, CharTokenizer):
-        vocab = {_byte_token(b): b for b in range(256)}
-        vocab.update({ch: 256 + i for i, ch in enumerate(tokenizer.chars)})
-        return {
-            "version": "1.0", "truncation": None, "padding": None, "added_tokens": specials,
-            "normalizer": None, "pre_tokenizer": None, "post_processor": None,
-            "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"}]},
-            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                      "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": True,
-                      "ignore_merges": False, "vocab": vocab, "merges": []},
-        }
-    raise HFFormatError(f"tokenizer kind {tokenizer.kind!r} has no export")
-
-
-def _is_tatu_char_model(payload: dict) -> bool:
-    model = payload.get("model") or {}
-    return (model.get("type") == "BPE" and model.get("byte_fallback") is True and not model.get("merges")
-            and payload.get("pre_tokenizer") is None and payload.get("normalizer") is None)
-
-
-def _adds_nothing(post_processor) -> bool:
-    """A TemplateProcessing that inserts no token: the same encoding as no post-processor."""
-    return (isinstance(post_processor, dict) and post_processor.get("type") == "TemplateProcessing"
-            and post_processor.get("single") == [{"Sequence": {"id": "A", "type_id": 0}}]
-            and post_processor.get("pair") == [{"Sequence": {"id": "A", "type_id": 0}},
-                                               {"Sequence": {"id": "B", "type_id": 1}}]
-            and not post_processor.get("special_tokens"))
-
-
-def tokenizer_from_hf(payload: dict, source: str = "<tokenizer.json>") -> Tokenizer:
-    """A tokenizer.json -> tatu's Tokenizer with the same ids, or HFFormatError saying why not.
-
-    tatu needs its five specials (<|bos|> <|eos|> <|pad|> <|user|> <|assistant|>) as the last
-    five ids, in that order: SFT pairs and eval lines are built from them.
-    """
-    if not isinstance(payload, dict) or not isinstance(payload.get("model"), dict):
-        raise HFFormatError(f"{source}: not a `tokenizers` JSON (no 'model' object)")
-    model = payload["model"]
-    if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
-        raise HFFormatError(f"{source}: model type {model.get('type')!r}; tatu reads byte-level BPE or its own char model")
-    added = list(payload.get("added_tokens") or [])
-    tail = added[-len(SPECIALS):]
-    # GPT-2's own tokenizer.json lists <|endoftext|> both in the vocab and as an added token
-    ids = [i for i in model["vocab"].values() if isinstance(i, int)] + [t.get("id", -1) for t in added]
-    base = max(ids, default=-1) + 1 - len(SPECIALS)
-    expected = [(base + i, s) for i, s in enumerate(SPECIALS)]
-    if [(t.get("id"), t.get("content")) for t in tail] != expected:
-        found = [(t.get("id"), t.get("content")) for t in tail]
-        raise HFFormatError(
-            f"{source}: tatu needs its special tokens {list(SPECIALS)} as the last ids {base}..{base + len(SPECIALS) - 1}, "
-            f"found {found}; add them (tokenizer.add_special_tokens) and resize the model's embeddings to match")
-    rest = copy.deepcopy(payload)
-    rest["added_tokens"] = added[: -len(SPECIALS)]
-    if _adds_nothing(rest.get("post_processor")):  # transformers' save_pretrained writes one
-        rest["post_processor"] = None
-    if _is_tatu_char_model(payload):
-        if rest["added_tokens"]:
-            raise HFFormatError(f"{source}: a char model with extra added tokens {rest['added_tokens'][:3]}")
-        vocab = model["vocab"]
-        if any(vocab.get(_byte_token(b)) != b for b in range(256)):
-            raise HFFormatError(f"{source}: a byte-fallback model whose ids 0..255 are not the bytes <0x00>..<0xFF>")
-        chars = sorted((i, t) for t, i in vocab.items() if i >= 256)
-        try:
-            tok = CharTokenizer([t for _, t in chars])
-        except TokenizerError as exc:
-            raise HFFormatError(f"{source}: a byte-fallback model that is not tatu's char tokenizer ({exc})") from None
-        if any(tok.encode(t) != [i] for i, t in chars):
-            raise HFFormatError(f"{source}: a char model whose characters are not single characters in sorted order")
-        return tok
-    pre = payload.get("pre_tokenizer") or {}
-    if pre.get("type") != "ByteLevel":
-        raise HFFormatError(f"{source}: pre_tokenizer {pre.get('type')!r}; tatu's BPE is byte-level (ByteLevel)")
-    try:
-        return BPETokenizer(json.dumps(rest, ensure_ascii=False))
-    except Exception as exc:  # tokenizers reports a malformed model as a bare Exception
-        raise HFFormatError(f"{source}: unusable byte-level BPE ({exc})") from None
-
+# ---- tokenizer_config.json ---------------------------------------------------------------
 
 def tokenizer_config(tokenizer: Tokenizer, block_size: int) -> dict:
     return {
@@ -332,7 +236,10 @@ def load_hf_dir(path: str | Path) -> Checkpoint:
     """A transformers GPT-2 directory as a tatu Checkpoint (weights, config, tokenizer, meta)."""
     path = Path(path)
     config = config_from_hf(_read_json(path / "config.json"), str(path / "config.json"))
-    tokenizer = tokenizer_from_hf(_read_json(path / "tokenizer.json"), str(path / "tokenizer.json"))
+    try:
+        tokenizer = tokenizer_from_hf(_read_json(path / "tokenizer.json"), str(path / "tokenizer.json"))
+    except TokenizerError as exc:  # a checkpoint that cannot be read: the loader's error (exit 65)
+        raise HFFormatError(str(exc)) from None
     if tokenizer.vocab_size != config.vocab_size:
         raise HFFormatError(f"{path}: tokenizer has {tokenizer.vocab_size} tokens but config.json has vocab_size "
                             f"{config.vocab_size}; tatu needs them equal")
@@ -348,3 +255,11 @@ def load_hf_dir(path: str | Path) -> Checkpoint:
     meta = _read_json(meta_file) if meta_file.exists() else {"source": "transformers", "path": str(path)}
     return Checkpoint(path=path, model_config=config, model_state=state_from_hf(hf_state, str(weights)),
                       tokenizer=tokenizer, meta=meta)
+
+
+GPT2_DIRECTORY = DirectoryFormat(recognises=is_hf_dir, load=load_hf_dir)
+
+
+def load_checkpoint_or_gpt2(path: str | Path, map_location: str = "cpu") -> Checkpoint:
+    """A tatu checkpoint (directory or legacy .pt) or a transformers GPT-2 directory."""
+    return load_checkpoint(path, map_location, formats=(GPT2_DIRECTORY,))

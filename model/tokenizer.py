@@ -216,44 +216,6 @@ class BPETokenizer(Tokenizer):
         }
 
 
-def tokenizer_from_dict(payload: dict, source: str = "<tokenizer>") -> Tokenizer:
-    if not isinstance(payload, dict):
-        raise TokenizerError(f"{source}: expected a JSON object, got {type(payload).__name__}")
-    if "kind" not in payload and "model" in payload:  # a transformers/`tokenizers` tokenizer.json
-        from tatu.model.hf import tokenizer_from_hf
-
-        return tokenizer_from_hf(payload, source)
-    kind = payload.get("kind")
-    if payload.get("specials") != list(SPECIALS):
-        raise TokenizerError(f"{source}: unexpected special tokens {payload.get('specials')!r}")
-    if kind not in ("char", "bpe"):
-        raise TokenizerError(f"{source}: unknown tokenizer kind {kind!r} (expected 'char' or 'bpe')")
-    field = "chars" if kind == "char" else "hf"
-    if field not in payload:
-        raise TokenizerError(f"{source}: {kind} tokenizer lacks the field {field!r}")
-    if kind == "char":
-        chars = payload["chars"]
-        if not isinstance(chars, list) or not all(isinstance(ch, str) for ch in chars):
-            raise TokenizerError(f"{source}: field 'chars' is not a list of strings")
-        try:
-            return CharTokenizer(chars)
-        except TokenizerError as exc:
-            raise TokenizerError(f"{source}: {exc}") from None
-    try:
-        return BPETokenizer(json.dumps(payload["hf"]))
-    except Exception as exc:  # HF `tokenizers` reports a malformed model as a bare Exception
-        raise TokenizerError(f"{source}: field 'hf' is not a valid byte-level BPE model: {exc}") from None
-
-
-def load_tokenizer(path: str | Path) -> Tokenizer:
-    path = Path(path)
-    try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TokenizerError(f"{path}: cannot read tokenizer: {exc}") from exc
-    return tokenizer_from_dict(payload, str(path))
-
-
 # a char tokenizer always holds the 256 byte-fallback ids and the specials
 MIN_CHAR_VOCAB = 256 + len(SPECIALS)
 

@@ -106,7 +106,8 @@ def add_data_args(parser: argparse.ArgumentParser) -> None:
 
 def _data_build(args: argparse.Namespace) -> int:
     from tatu.data.build import BuildSpec, build_data
-    from tatu.model.tokenizer import TokenizerError, load_tokenizer
+    from tatu.model.tokenizer import TokenizerError
+    from tatu.model.tokenizer_json import load_tokenizer
 
     evals = _named_files(args.eval, "--eval")
     for name, files in evals.items():

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tatu.formats import fmt_p, fmt_pct
 from tatu.ops.cli import main as tatu
+from tatu.systemctl import SystemctlError, systemctl_user
 
 
 @dataclass(frozen=True)
@@ -87,10 +88,10 @@ def prepare_data(sources: Path, work: Path, kind: str, vocab: int, seq_len: int)
 
 def user_manager_running() -> bool:
     try:
-        state = subprocess.run(["systemctl", "--user", "is-system-running"], capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.TimeoutExpired):
+        state = systemctl_user("is-system-running", timeout=5, check=False)  # "degraded" exits 1
+    except (SystemctlError, OSError, subprocess.TimeoutExpired):
         return False
-    return state.stdout.strip() in ("running", "degraded")
+    return state.strip() in ("running", "degraded")
 
 
 def run_daemon(env: dict[str, str], use_systemd: bool) -> int:
@@ -102,11 +103,10 @@ def run_daemon(env: dict[str, str], use_systemd: bool) -> int:
     if use_systemd:
         check(tatu(["units", "install", "--run", env["TATU_RUN"], "--env-file", str(env_file), "--force-env"]), "units install")
         unit = f"tatu-sft@{env['TATU_RUN']}.service"
-        subprocess.run(["systemctl", "--user", "start", "--wait", unit], check=False)
-        shown = subprocess.run(["systemctl", "--user", "show", "-p", "ExecMainStatus", "--value", unit],
-                               capture_output=True, text=True)
-        subprocess.run(["systemctl", "--user", "reset-failed", unit], capture_output=True)  # an abort leaves it failed
-        return int(shown.stdout.strip() or 1)
+        systemctl_user("start", "--wait", unit, timeout=None, check=False, capture=False)
+        shown = systemctl_user("show", "-p", "ExecMainStatus", "--value", unit, timeout=None, check=False)
+        systemctl_user("reset-failed", unit, timeout=None, check=False)  # an abort leaves it failed
+        return int(shown.strip() or 1)
     return subprocess.run([sys.executable, "-m", "tatu.daemon"], env={**os.environ, **env}).returncode
 
 

@@ -25,7 +25,9 @@ from pathlib import Path
 
 import psutil
 
+from tatu.envfile import parse_env_file
 from tatu.exitcodes import USAGE, TatuExit
+from tatu import systemctl
 
 LEVELS = ("OK", "WARN", "FAIL")
 CAP_SYS_RESOURCE = 24  # linux/capability.h: the capability that lowers oom_score_adj
@@ -39,19 +41,6 @@ class Finding:
     check: str
     why: str
     fix: str = ""
-
-
-def parse_show(text: str) -> dict[str, str]:
-    """`systemctl --user show UNIT` output -> {property: value} (values may contain '=')."""
-    show = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            raise ValueError(f"systemctl show output line {number} has no '=': {line!r}")
-        show[key] = value
-    return show
 
 
 def _int_or_none(value) -> int | None:
@@ -229,16 +218,9 @@ def _check_gpu(proc) -> Finding:
 
 # -- live facts ----------------------------------------------------------------------
 
-def _systemctl_show(unit: str) -> dict[str, str]:
-    proc = subprocess.run(["systemctl", "--user", "show", unit], capture_output=True, text=True, timeout=30)
-    if proc.returncode != 0:
-        raise RuntimeError(f"tatu: systemctl --user show {unit} failed: {proc.stderr.strip()}")
-    return parse_show(proc.stdout)
-
-
 def unit_for_run(run: str) -> str:
     """The dedicated unit if installed (tatu-sft-run5), else the template instance."""
-    dedicated = _systemctl_show(f"tatu-sft-{run}.service")
+    dedicated = systemctl.show(f"tatu-sft-{run}.service", timeout=30)
     return dedicated["Id"] if dedicated.get("LoadState") == "loaded" else f"tatu-sft@{run}.service"
 
 
@@ -310,7 +292,6 @@ def disk_facts(run_dir: Path) -> dict:
 def run_dir_of(run: str, show: dict) -> Path:
     """Where the unit's daemon writes: WorkingDirectory / TATU_OUT / the run (the instance name)."""
     from tatu.daemon.config import RunConfig
-    from tatu.ops.run_cli import parse_env_file
 
     environment = dict(item.partition("=")[::2] for item in show.get("Environment", "").split() if "=" in item)
     for entry in [show.get("EnvironmentFiles", "")]:
@@ -327,7 +308,7 @@ def run_dir_of(run: str, show: dict) -> Path:
 
 def gather(run: str, check_gpu: bool = True) -> tuple[dict, dict]:
     """(systemctl show of the run's unit, live facts) for diagnose()."""
-    show = _systemctl_show(unit_for_run(run))
+    show = systemctl.show(unit_for_run(run), timeout=30)
     proc = host_facts(check_gpu)
     proc["self"] = proc_status("self")
     pid = _int_or_none(show.get("MainPID")) or 0
@@ -379,8 +360,7 @@ def add_doctor_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def _only_installed_run() -> str:
-    from tatu.ops.units import default_env_dest
-    runs = sorted(p.stem for p in default_env_dest().glob("*.env"))
+    runs = sorted(p.stem for p in systemctl.unit_env_dir().glob("*.env"))
     if len(runs) != 1:
         raise RuntimeError(f"tatu: name the run (installed: {', '.join(runs) or 'none'})")
     return runs[0]

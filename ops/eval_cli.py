@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from tatu.exitcodes import BAD_DATA, USAGE, TatuExit
+from tatu.ops.eval_inputs import check_device, load_model, peek_meta, resolve_bootstrap, set_specs
 
 
 def _common_args(parser: argparse.ArgumentParser) -> None:
@@ -53,79 +54,6 @@ def add_compare_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint_a", type=Path, help="checkpoint A (the reference)")
     parser.add_argument("checkpoint_b", type=Path, help="checkpoint B (the candidate): ratios are B/A")
     _common_args(parser)
-
-
-def _set_specs(args: argparse.Namespace) -> list[tuple[str, Path, str]]:
-    """(name, file, kind) of every set asked for, --data's manifest first."""
-    specs: list[tuple[str, Path, str]] = []
-    if args.data is not None:
-        manifest_path = args.data / "manifest.json"
-        try:
-            evals = json.loads(manifest_path.read_text(encoding="utf-8"))["evals"]
-            specs += [(name, args.data / entry["file"], entry.get("kind", "auto")) for name, entry in evals.items()]
-        except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise TatuExit(BAD_DATA, f"{manifest_path}: cannot read its eval sets ({exc})")
-    for spec in args.sets:
-        name, sep, file = spec.partition("=")
-        if not sep or not name or not file:
-            raise TatuExit(BAD_DATA, f"--set {spec!r}: expected NAME=FILE")
-        specs.append((name, Path(file), "auto"))
-    if not specs:
-        raise TatuExit(BAD_DATA, "no eval set: give --set NAME=FILE (repeatable) or --data DIR")
-    names = [name for name, _, _ in specs]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise TatuExit(BAD_DATA, f"eval set name given twice: {', '.join(duplicates)}")
-    return specs
-
-
-def _load_model(path: Path, device: str):
-    """(model, tokenizer, meta) of a checkpoint; any load error is one line, exit 65."""
-    from tatu.model.checkpoint import load_checkpoint
-
-    try:
-        ckpt = load_checkpoint(path)
-        return ckpt.build_model(device), ckpt.tokenizer, ckpt.meta
-    except ValueError as exc:  # CheckpointError, TokenizerError, a bad config
-        raise TatuExit(BAD_DATA, str(exc).splitlines()[0] if str(exc) else f"{path}: cannot load checkpoint")
-
-
-def _peek_meta(path: Path) -> dict:
-    """A checkpoint's meta without loading its weights (they are verified when it is loaded)."""
-    from tatu.model.checkpoint import load_checkpoint
-
-    if path.is_dir():
-        try:
-            meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            return {}
-        return meta if isinstance(meta, dict) else {}
-    try:  # a legacy single file keeps its meta inside
-        return load_checkpoint(path).meta
-    except ValueError:
-        return {}
-
-
-def resolve_bootstrap(args: argparse.Namespace, *checkpoints: tuple[Path, dict]) -> None:
-    """args.seed and args.resamples: the flag, else what the first checkpoint that records a run
-    config was trained with (TATU_SEED, TATU_EVAL_RESAMPLES), else those variables' defaults:
-    one default for the daemon and the CLI, so both give one CI. Says which seed on stdout."""
-    from tatu.daemon.config import RunConfig
-
-    recorded = next(((path, meta["config"]) for path, meta in checkpoints
-                     if isinstance(meta, dict) and isinstance(meta.get("config"), dict)), None)
-    source = "--seed" if args.seed is not None else "TATU_SEED's default: no checkpoint records it"
-    for attr, variable, field in (("seed", "TATU_SEED", "seed"), ("resamples", "TATU_EVAL_RESAMPLES", "eval_resamples")):
-        if getattr(args, attr) is not None:
-            continue
-        value = recorded[1].get(variable) if recorded else None
-        if isinstance(value, int) and not isinstance(value, bool):
-            setattr(args, attr, value)
-            if attr == "seed":
-                source = f"TATU_SEED of {recorded[0]}"
-        else:
-            setattr(args, attr, RunConfig.model_fields[field].default)
-    print(f"seed {args.seed} ({source}), {args.resamples} resamples")
 
 
 def _score_all(model, tokenizer, specs, args) -> dict[str, list]:
@@ -186,24 +114,15 @@ def _check_subsample(args: argparse.Namespace, specs) -> None:
                               f"daemon); no set is named {SUBSAMPLED_SET}: give --set {SUBSAMPLED_SET}=FILE")
 
 
-def _check_device(args: argparse.Namespace) -> None:
-    from tatu.model.device import DeviceError, resolve_device
-
-    try:
-        args.device = str(resolve_device(args.device))
-    except DeviceError as exc:
-        raise TatuExit(USAGE, f"--device {exc}")
-
-
 def eval_main(args: argparse.Namespace) -> int:
     if args.harness:
         from tatu.ops.harness import harness_main
 
         return harness_main(args)
-    _check_device(args)
-    specs = _set_specs(args)
+    check_device(args)
+    specs = set_specs(args)
     _check_subsample(args, specs)
-    model, tokenizer, meta = _load_model(args.checkpoint, args.device)
+    model, tokenizer, meta = load_model(args.checkpoint, args.device)
     resolve_bootstrap(args, (args.checkpoint, meta))
     results = _score_all(model, tokenizer, specs, args)
 
@@ -251,15 +170,15 @@ def compare_main(args: argparse.Namespace) -> int:
     from tatu.evals.scoring import compare_results
     from tatu.formats import fmt_p
 
-    _check_device(args)
-    specs = _set_specs(args)
+    check_device(args)
+    specs = set_specs(args)
     _check_subsample(args, specs)
-    model_a, tok_a, meta_a = _load_model(args.checkpoint_a, args.device)
+    model_a, tok_a, meta_a = load_model(args.checkpoint_a, args.device)
     # B, the candidate, is usually the run being judged (A its seed): its seed first
-    resolve_bootstrap(args, (args.checkpoint_b, _peek_meta(args.checkpoint_b)), (args.checkpoint_a, meta_a))
+    resolve_bootstrap(args, (args.checkpoint_b, peek_meta(args.checkpoint_b)), (args.checkpoint_a, meta_a))
     results_a = _score_all(model_a, tok_a, specs, args)
     del model_a  # one model in memory at a time
-    model_b, tok_b, _ = _load_model(args.checkpoint_b, args.device)
+    model_b, tok_b, _ = load_model(args.checkpoint_b, args.device)
     results_b = _score_all(model_b, tok_b, specs, args)
     per = "token" if tok_a.hash == tok_b.hash else "char"
     if per == "char" and args.category:

@@ -24,13 +24,13 @@ def add_args(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from tatu.model.checkpoint import CheckpointError, load_checkpoint
-    from tatu.model.hf import export_hf
+    from tatu.model.checkpoint import CheckpointError
+    from tatu.model.hf import export_hf, load_checkpoint_or_gpt2
 
     if args.out.exists():
         raise TatuExit(BAD_CONFIG, f"{args.out}: already exists; give a new directory to export into")
     try:
-        ckpt = load_checkpoint(args.checkpoint)
+        ckpt = load_checkpoint_or_gpt2(args.checkpoint)
     except CheckpointError as exc:
         raise TatuExit(BAD_DATA, str(exc))
     try:

@@ -60,13 +60,14 @@ def main(args: argparse.Namespace) -> int:
     import torch
 
     from tatu.model.chat import encode_prompt
-    from tatu.model.checkpoint import CheckpointError, load_checkpoint
+    from tatu.model.checkpoint import CheckpointError
+    from tatu.model.hf import load_checkpoint_or_gpt2
 
     check_numbers(args)
     device = usable_device(args.device)
     prompts = read_prompts(args)
     try:
-        ckpt = load_checkpoint(args.checkpoint)
+        ckpt = load_checkpoint_or_gpt2(args.checkpoint)
         model = ckpt.build_model(device).eval()
     except CheckpointError as exc:
         raise TatuExit(BAD_DATA, str(exc))

@@ -125,9 +125,9 @@ def harness_main(args: argparse.Namespace) -> int:
     """The --harness path of `tatu eval` (see the module docstring)."""
     from tatu.evals.scoring import evaluate
     from tatu.evals.sets import load_eval_set
-    from tatu.model.checkpoint import CheckpointError, load_checkpoint
-    from tatu.model.hf import export_hf, is_hf_dir
-    from tatu.ops.eval_cli import _check_device, _set_specs, resolve_bootstrap
+    from tatu.model.checkpoint import CheckpointError
+    from tatu.model.hf import export_hf, is_hf_dir, load_checkpoint_or_gpt2
+    from tatu.ops.eval_inputs import check_device, resolve_bootstrap, set_specs
 
     try:
         import lm_eval  # noqa: F401
@@ -136,10 +136,10 @@ def harness_main(args: argparse.Namespace) -> int:
         raise TatuExit(BAD_CONFIG, f"--harness needs transformers and lm-eval: pip install 'tatu[hf]' ({exc})")
     if args.en_batches is not None or args.category:
         raise TatuExit(USAGE, "--harness scores every line of each set, whole: drop --en-batches/--category")
-    _check_device(args)
-    specs = _set_specs(args)
+    check_device(args)
+    specs = set_specs(args)
     try:
-        ckpt = load_checkpoint(args.checkpoint)
+        ckpt = load_checkpoint_or_gpt2(args.checkpoint)
     except CheckpointError as exc:
         raise TatuExit(BAD_DATA, str(exc))
     resolve_bootstrap(args, (args.checkpoint, ckpt.meta))

@@ -16,6 +16,7 @@ import os
 import shlex
 from pathlib import Path
 
+from tatu.envfile import parse_env_file
 from tatu.exitcodes import BAD_CONFIG, TatuExit
 
 
@@ -29,27 +30,6 @@ def add_smoke_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--instance", help="with --env-file: the unit instance it is installed for (default: its name without .env)")
     parser.add_argument("--steps", type=int, default=None,
                         help="MIX_STEPS_LIMIT of the smoke run (default: --set MIX_STEPS_LIMIT=..., else 2)")
-
-
-def parse_env_file(path: Path) -> dict[str, str]:
-    """KEY=VALUE lines as systemd's EnvironmentFile reads them (comments, quotes)."""
-    values = {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TatuExit(BAD_CONFIG, f"{path}: cannot read ({exc})")
-    for number, raw in enumerate(lines, 1):
-        line = raw.strip()
-        if not line or line.startswith(("#", ";")):
-            continue
-        key, sep, value = line.partition("=")
-        if not sep or not key.strip().replace("_", "").isalnum():
-            raise TatuExit(BAD_CONFIG, f"{path}:{number}: expected KEY=VALUE")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        values[key.strip()] = value
-    return values
 
 
 def _overrides(args) -> dict[str, str]:

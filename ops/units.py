@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tatu.atomic import write_atomic
+from tatu.systemctl import SystemctlError, config_home, systemctl_user, unit_env_dir
 
 PLACEHOLDERS = ("@TATU_PYTHON@", "@TATU_WORKDIR@")
 TEMPLATE = "tatu-sft@.service"
@@ -48,17 +49,7 @@ def units_dir() -> Path:
 
 
 def default_unit_dest(environ=None) -> Path:
-    return _config_home(environ) / "systemd" / "user"
-
-
-def default_env_dest(environ=None) -> Path:
-    # The units read %E/tatu/<run>.env, and %E is $XDG_CONFIG_HOME for a user manager.
-    return _config_home(environ) / "tatu"
-
-
-def _config_home(environ=None) -> Path:
-    env = os.environ if environ is None else environ
-    return Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else Path.home() / ".config"
+    return config_home(environ) / "systemd" / "user"
 
 
 def _unit_path_value(path: Path, what: str) -> str:
@@ -124,7 +115,7 @@ def install_units(run: str | None = None, dest: Path | None = None, env_dest: Pa
     """Render every units/*.service into `dest`; with `run`, install its env file too; reload."""
     source = units_dir()
     dest = Path(dest) if dest else default_unit_dest()
-    env_dest = Path(env_dest) if env_dest else default_env_dest()
+    env_dest = Path(env_dest) if env_dest else unit_env_dir()
     python = Path(python) if python else Path(sys.executable)
     workdir = (Path(workdir) if workdir else Path.cwd()).absolute()
     result = InstallResult()
@@ -177,17 +168,6 @@ def dedicated_unit(template: str, run: str) -> str:
     return header + body.replace("%i", run)
 
 
-def systemctl_user(*args: str, timeout: float = 60.0) -> str:
-    binary = shutil.which("systemctl")
-    if binary is None:
-        raise UnitsError("tatu: systemctl not found; install the units on a machine with systemd")
-    proc = subprocess.run([binary, "--user", *args], capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise UnitsError(f"tatu: systemctl --user {' '.join(args)} failed ({proc.returncode}): "
-                         f"{proc.stderr.strip() or proc.stdout.strip()}")
-    return proc.stdout
-
-
 def add_units_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("action", choices=["install"], help="install: render the units and reload the user manager")
     parser.add_argument("--run", help="also install units/runs/RUN.env as $XDG_CONFIG_HOME/tatu/RUN.env")
@@ -204,7 +184,7 @@ def units_main(args: argparse.Namespace) -> int:
     try:
         result = install_units(run=args.run, dest=args.dest, env_dest=args.env_dest, reload=not args.no_reload,
                                env_file=args.env_file, workdir=args.workdir, overwrite_env=args.force_env)
-    except (UnitsError, OSError, subprocess.TimeoutExpired) as exc:
+    except (UnitsError, SystemctlError, OSError, subprocess.TimeoutExpired) as exc:
         print(exc, file=sys.stderr)
         return 1
     for note in result.notes:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from tatu.evals import seeds as st
-from tatu.sweep.coordinator import TERMINAL, member_status, run_dir
+from tatu.sweep.members import TERMINAL, member_status, run_dir
 from tatu.sweep.backends import UnitState
 from tatu.sweep.plan import Member, parse_rule
 from tatu.sweep.scores import end_checkpoint, score_checkpoint

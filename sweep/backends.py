@@ -9,7 +9,7 @@
 
 What a member *achieved* is never asked of a backend: it is read from the run dir
 (verdict.json, events.jsonl), so a coordinator restarted on another backend state, or after a
-reboot, derives the same thing. A Ray backend (issue 13) implements the same three methods.
+reboot, derives the same thing. The Ray backend (tatu.sweep.ray) implements the same five methods.
 
 - systemd (the default): each member is a `tatu-sft@<run>.service` instance with its env file
   at $XDG_CONFIG_HOME/tatu/<run>.env; a crash is the unit's own restart (Restart=on-failure).
@@ -30,7 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from tatu import systemctl
 from tatu.daemon.config import PREFIXES as RUN_PREFIXES
+from tatu.daemon.control_client import ControlError, answers, request, resolve_socket
+from tatu.envfile import env_file_text
+from tatu.systemctl import SystemctlError, systemctl_user
 from tatu.sweep.plan import Member
 
 CRASH_RESTARTS = 4  # like the unit's StartLimitBurst=5: five starts, then it is the sweep's problem
@@ -59,10 +63,6 @@ def member_env(member: Member, device: str | None) -> dict[str, str]:
     if device:
         env["TATU_DEVICE"] = device
     return env
-
-
-def env_file_text(env: dict[str, str]) -> str:
-    return "".join(f"{key}={value}\n" for key, value in env.items())
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -127,8 +127,6 @@ class ForegroundBackend:
         if child is not None and child.poll() is None:
             child.send_signal(signal.SIGTERM)
         elif _socket_answers(member.run):
-            from tatu.ops.client import ControlError, request, resolve_socket
-
             try:
                 request(resolve_socket(member.run), "stop")
             except ControlError:
@@ -159,21 +157,7 @@ def _last_error_line(path: Path) -> str:
 
 
 def _socket_answers(run: str) -> bool:
-    """A daemon listens on the run's socket: a connect succeeds (no reply awaited, so a member
-    busy in an eval on a loaded machine still counts as alive)."""
-    import socket
-
-    from tatu.ops.client import resolve_socket
-
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(5.0)
-    try:
-        sock.connect(str(resolve_socket(run)))
-        return True
-    except OSError:
-        return False
-    finally:
-        sock.close()
+    return answers(resolve_socket(run))
 
 
 # --- systemd ---------------------------------------------------------------------------------------
@@ -182,21 +166,13 @@ def member_unit(member: Member) -> str:
     return f"tatu-sft@{member.run}.service"
 
 
-def env_dir(environ=None) -> Path:
-    from tatu.ops.units import default_env_dest
-
-    return default_env_dest(environ)
-
-
 class SystemdBackend:
     name = "systemd"
 
     def env_path(self, member: Member) -> Path:
-        return env_dir() / f"{member.run}.env"  # what tatu-sft@ reads: %E/tatu/%i.env
+        return systemctl.unit_env_dir() / f"{member.run}.env"  # what tatu-sft@ reads: %E/tatu/%i.env
 
     def start(self, member: Member, device: str | None) -> None:
-        from tatu.ops.units import systemctl_user
-
         _write_private(self.env_path(member), env_file_text(member_env(member, device)))
         unit = member_unit(member)
         _quiet("reset-failed", unit)  # a member failed before (e.g. its start limit): start afresh
@@ -204,7 +180,7 @@ class SystemdBackend:
         systemctl_user("start", "--no-block", unit)
 
     def poll(self, member: Member) -> UnitState:
-        shown = show(member_unit(member), "LoadState", "ActiveState", "SubState", "Result", "ExecMainStatus",
+        shown = systemctl.show(member_unit(member), "LoadState", "ActiveState", "SubState", "Result", "ExecMainStatus",
                      "ExecMainCode", "NRestarts")
         active = shown.get("ActiveState", "")
         if active in ("active", "activating", "deactivating", "reloading"):
@@ -217,8 +193,6 @@ class SystemdBackend:
         return UnitState("absent", detail=active)
 
     def stop(self, member: Member) -> None:
-        from tatu.ops.units import systemctl_user
-
         systemctl_user("stop", "--no-block", member_unit(member))
 
     def last_error(self, member: Member) -> str:
@@ -232,16 +206,7 @@ class SystemdBackend:
 
 
 def _quiet(*args: str) -> None:
-    binary = shutil.which("systemctl")
-    if binary:
-        subprocess.run([binary, "--user", *args], capture_output=True, text=True, timeout=60)
-
-
-def show(unit: str, *properties: str) -> dict[str, str]:
-    from tatu.ops.units import systemctl_user
-
-    values = {}
-    for line in systemctl_user("show", unit, *[f"-p{p}" for p in properties]).splitlines():
-        key, _, value = line.partition("=")
-        values[key] = value
-    return values
+    try:
+        systemctl_user(*args, check=False)
+    except SystemctlError:  # no systemctl: nothing to reset
+        pass

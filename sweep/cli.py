@@ -117,7 +117,8 @@ def _backend(kind: str, sweep_dir: Path, ray_cpus: int = 1):
 
 
 def finished(sweep_dir: Path, backend) -> tuple[bool, str]:
-    from tatu.sweep.coordinator import TERMINAL, Coordinator, summary
+    from tatu.sweep.coordinator import Coordinator
+    from tatu.sweep.members import TERMINAL, summary
 
     coordinator = Coordinator(sweep_dir, backend, 1, out=open(os.devnull, "w"))
     _, stage, members = coordinator.stage_members()
@@ -141,11 +142,11 @@ def start_main(args) -> int:
     lock, what = reconcile(plan, sweep_dir)
     print(f"sweep {plan.name}: plan {what} ({sweep_dir / 'plan.lock.json'}, hash {lock['plan_hash']})")
     backend = _backend(kind, sweep_dir, args.ray_cpus)
-    from tatu.ops.units import UnitsError
+    from tatu.systemctl import SystemctlError
 
     try:
         done, text = finished(sweep_dir, backend)
-    except UnitsError as exc:
+    except SystemctlError as exc:
         raise TatuExit(1, f"{exc} (no user manager: `tatu sweep start --foreground` runs it without systemd)")
     if done:
         print(f"sweep {plan.name} already finished ({text}); nothing to do. `tatu sweep report {plan.name}`")
@@ -186,14 +187,14 @@ def _gpu_count() -> int:
 
 
 def sweep_env_path(name: str) -> Path:
-    from tatu.sweep.backends import env_dir
+    from tatu.systemctl import unit_env_dir
 
-    return env_dir() / "sweeps" / f"{name}.env"
+    return unit_env_dir() / "sweeps" / f"{name}.env"
 
 
 def _start_unit(name: str, sweep_dir: Path, k: int) -> int:
     from tatu.sweep.backends import _write_private
-    from tatu.ops.units import UnitsError, systemctl_user
+    from tatu.systemctl import SystemctlError, systemctl_user
 
     unit = COORDINATOR_UNIT.format(name)
     try:
@@ -203,10 +204,10 @@ def _start_unit(name: str, sweep_dir: Path, k: int) -> int:
         _write_private(sweep_env_path(name), f"SWEEP_DIR={sweep_dir}\n")
         try:
             systemctl_user("enable", unit)  # a reboot starts it again (with lingering enabled)
-        except UnitsError as exc:
+        except SystemctlError as exc:
             print(f"note: {exc} (the sweep runs, but will not restart after a reboot)", file=sys.stderr)
         systemctl_user("start", unit)
-    except UnitsError as exc:
+    except SystemctlError as exc:
         raise TatuExit(1, str(exc))
     print(f"started {unit} (K={k}): `tatu sweep status {name}`, `journalctl --user -u {unit} -f`")
     return 0
@@ -216,7 +217,8 @@ def _start_unit(name: str, sweep_dir: Path, k: int) -> int:
 
 def status_main(args) -> int:
     from tatu.daemon.logs import read_events
-    from tatu.sweep.coordinator import STOP_FILE, Coordinator, run_dir, settings, summary
+    from tatu.sweep.coordinator import STOP_FILE, Coordinator, settings
+    from tatu.sweep.members import run_dir, summary
 
     sweep_dir = _sweep_dir(args, args.name)
     conf = settings(sweep_dir)
@@ -241,7 +243,7 @@ def status_main(args) -> int:
 def stop_main(args) -> int:
     from tatu.sweep.coordinator import STOP_FILE, Coordinator, settings
     from tatu.sweep.lock import write_json_atomic
-    from tatu.ops.units import UnitsError, systemctl_user
+    from tatu.systemctl import SystemctlError, systemctl_user
 
     sweep_dir = _sweep_dir(args, args.name)
     conf = settings(sweep_dir)
@@ -252,7 +254,7 @@ def stop_main(args) -> int:
         try:
             systemctl_user("stop", unit)
             systemctl_user("disable", unit)
-        except UnitsError as exc:
+        except SystemctlError as exc:
             print(f"note: {exc}", file=sys.stderr)
     backend = _backend(kind, sweep_dir)
     coordinator = Coordinator(sweep_dir, backend, 1, out=open(os.devnull, "w"))

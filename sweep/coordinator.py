@@ -1,16 +1,8 @@
 """The sweep coordinator: keeps at most K members running until every one has a result.
 
-It holds no state of its own. Each pass derives every member's status from its run dir and
-its backend's unit state (member_status), so a coordinator killed at any moment and started
-again -- by hand, by systemd, after a reboot -- continues where the files say:
-
-    verdict.json                        done (its verdict), or aborted when the verdict says so
-    events: abort "non-finite loss"     diverged (exit 11: a result, there is no verdict)
-    the unit/child is running           running
-    exited 65 or 78                     fatal: the sweep stops with the member's reason
-    exited after its crash restarts     fatal (the member cannot run)
-    anything else                       pending: started (again) when a slot is free; a
-                                        stopped or killed member resumes from its state/
+It holds no state of its own: each pass derives every member's status from its run dir and
+its backend's unit state (tatu.sweep.members), so a coordinator killed at any moment and
+started again -- by hand, by systemd, after a reboot -- continues where the files say.
 
 Exit 10 is a result like any other. With a [tune] stage the tune members run first; when all
 have results the value is chosen on the dev half of sftHeld and written into the lock, which
@@ -21,110 +13,24 @@ same loop in the terminal with child processes.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tatu import exitcodes
+from tatu.envfile import parse_env_file
 from tatu.exitcodes import TatuExit
 from tatu.sweep.backends import Backend, ForegroundBackend, SystemdBackend, UnitState
 from tatu.sweep.lock import members as locked_members
 from tatu.sweep.lock import plan_from_lock, read_lock, record_tuned, write_json_atomic
-from tatu.sweep.plan import Member, fmt_duration
+from tatu.sweep.members import TERMINAL, MemberStatus, member_status, member_wall_seconds, read_json, summary
+from tatu.sweep.plan import Member
 
-TERMINAL = ("done", "aborted", "diverged")
 POLL_SECONDS = 2.0
 STOP_FILE = "stop.json"
 SETTINGS_FILE = "coordinator.json"
-
-
-@dataclass(frozen=True)
-class MemberStatus:
-    member: Member
-    state: str  # pending | running | done | aborted | diverged | fatal
-    verdict: str | None = None
-    code: int | None = None
-    detail: str = ""
-    alive: bool = False  # its process still runs (a member that wrote its verdict may still be exiting)
-
-
-def run_dir(member: Member) -> Path:
-    return Path(member.env["TATU_OUT"]) / member.run
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-def _diverged(directory: Path) -> bool:
-    from tatu.daemon.logs import read_events
-
-    path = directory / "events.jsonl"
-    return path.is_file() and any(e.get("event") == "abort" and e.get("reason") == "non-finite loss" for e in read_events(path))
-
-
-def member_status(member: Member, unit: UnitState) -> MemberStatus:
-    status = _member_status(member, unit)
-    return replace(status, alive=unit.kind == "running")
-
-
-def _member_status(member: Member, unit: UnitState) -> MemberStatus:
-    directory = run_dir(member)
-    verdict = _read_json(directory / "verdict.json")
-    if verdict is not None:
-        aborted = (verdict.get("numbers") or {}).get("aborted")
-        return MemberStatus(member, "aborted" if aborted else "done", verdict.get("verdict"),
-                            exitcodes.FORGET_ABORT if aborted else exitcodes.OK, aborted or "")
-    if unit.kind == "running":
-        return MemberStatus(member, "running", detail=unit.detail)
-    if unit.kind == "exited" and unit.code == exitcodes.NONFINITE_LOSS or _diverged(directory):
-        return MemberStatus(member, "diverged", "diverged", exitcodes.NONFINITE_LOSS, "non-finite loss")
-    if unit.kind == "exited" and unit.code in (exitcodes.BAD_DATA, exitcodes.BAD_CONFIG):
-        return MemberStatus(member, "fatal", code=unit.code, detail=_last_error(directory))
-    if unit.kind == "exited" and unit.code not in (0, None):
-        return MemberStatus(member, "fatal", code=unit.code, detail=f"crashed with exit {unit.code} and was not restarted ({unit.detail})")
-    return MemberStatus(member, "pending", detail=unit.detail)
-
-
-def _last_error(directory: Path) -> str:
-    log = directory / "run.log"
-    if not log.is_file():
-        return ""
-    errors = [line for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if " error " in line]
-    return errors[-1].split(" error ", 1)[1].strip() if errors else ""
-
-
-def summary(statuses: list[MemberStatus], eta_s: float | None, stage: str | None = None) -> str:
-    """`7/20 done, 2 running, 1 aborted (forgets), ETA 3h10m` (ASCII: it is the unit's STATUS)."""
-    finished = sum(s.state in TERMINAL for s in statuses)
-    running = sum(s.state == "running" for s in statuses)
-    aborted = sum(s.state == "aborted" for s in statuses)
-    diverged = sum(s.state == "diverged" for s in statuses)
-    text = f"{finished}/{len(statuses)} done, {running} running"
-    if aborted:
-        text += f", {aborted} aborted (forgets)"
-    if diverged:
-        text += f", {diverged} diverged"
-    if eta_s is not None and finished < len(statuses):
-        text += f", ETA {fmt_duration(eta_s)}"
-    return (f"{stage}: " if stage else "") + text
-
-
-def member_wall_seconds(member: Member) -> float | None:
-    from tatu.daemon.logs import read_events
-
-    path = run_dir(member) / "events.jsonl"
-    if not path.is_file():
-        return None
-    times = [e["time"] for e in read_events(path) if "time" in e]
-    return times[-1] - times[0] if len(times) >= 2 else None
 
 
 class Coordinator:
@@ -191,8 +97,6 @@ class Coordinator:
         for status in running:
             device = self.started_here.get(status.member.run)
             if device is None:
-                from tatu.ops.run_cli import parse_env_file
-
                 path = self.backend.env_path(status.member)
                 device = parse_env_file(path).get("TATU_DEVICE") if path.is_file() else None
             used.add(device)
@@ -223,7 +127,7 @@ class Coordinator:
         except BlockingIOError:
             self.say("another coordinator is running this sweep; this one exits")
             return 1
-        stop = _read_json(self.sweep_dir / STOP_FILE)
+        stop = read_json(self.sweep_dir / STOP_FILE)
         if stop is not None:
             self.say(f"sweep stopped: {stop.get('reason')}; `tatu sweep start` continues it")
             self.notify("READY=1", f"STATUS=stopped: {stop.get('reason')}")
@@ -256,7 +160,7 @@ class Coordinator:
                     return 0
                 if outcome == "fatal":
                     return self.fail([s for s in statuses if s.state == "fatal"], statuses)
-                if self.stopping or _read_json(self.sweep_dir / STOP_FILE) is not None:
+                if self.stopping or read_json(self.sweep_dir / STOP_FILE) is not None:
                     return self.stop_members(statuses)
                 time.sleep(self.poll_seconds)
         finally:
@@ -280,7 +184,7 @@ class Coordinator:
         # SIGTERM of a systemd coordinator leaves its members running (they are units of their
         # own; a restarted coordinator finds them); a `tatu sweep stop` or a foreground/ray ^C stops
         # them (child processes, or Ray tasks that Ray would end with their driver anyway).
-        if _read_json(self.sweep_dir / STOP_FILE) is not None or not isinstance(self.backend, SystemdBackend):
+        if read_json(self.sweep_dir / STOP_FILE) is not None or not isinstance(self.backend, SystemdBackend):
             for s in statuses:
                 if s.state == "running":
                     self.backend.stop(s.member)
@@ -303,7 +207,7 @@ def _notifier():
 
 
 def settings(sweep_dir: Path) -> dict:
-    return _read_json(Path(sweep_dir) / SETTINGS_FILE) or {}
+    return read_json(Path(sweep_dir) / SETTINGS_FILE) or {}
 
 
 def devices_for(k: int, base_device: str) -> list[str | None]:

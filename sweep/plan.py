@@ -224,7 +224,7 @@ def _resolve_paths(env: dict[str, str], base_dir: Path) -> dict[str, str]:
 
 def load_plan(path: str | Path) -> Plan:
     from tatu.daemon.config import known_variables
-    from tatu.ops.run_cli import parse_env_file
+    from tatu.envfile import parse_env_file
 
     path = Path(path)
     try:

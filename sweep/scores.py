@@ -38,10 +38,10 @@ def score_checkpoint(ckpt: Path, env: dict, cache_dir: Path) -> dict:
     from tatu.daemon.config import load_config
     from tatu.evals.scoring import score_lines
     from tatu.evals.sets import load_eval_set, subsample
-    from tatu.model.checkpoint import load_checkpoint
+    from tatu.model.hf import load_checkpoint_or_gpt2
 
     config, _ = load_config(env)
-    loaded = load_checkpoint(ckpt)
+    loaded = load_checkpoint_or_gpt2(ckpt)
     model = loaded.build_model("cpu").eval()
     data = Path(env["TATU_DATA"])
     manifest = json.loads((data / "manifest.json").read_text())

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from tatu.daemon.control import ControlServer, error_reply, peer_allowed, socket_path
-from tatu.ops.client import ControlError, add_status_args, format_status, request, status_main
+from tatu.daemon.control_client import ControlError, request
+from tatu.ops.client import add_status_args, format_status, status_main
 
 NOBODY_UID = 65534
 

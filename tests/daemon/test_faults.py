@@ -30,7 +30,7 @@ from tatu.daemon.config import ConfigError, load_config
 from tatu.daemon.control import MAX_REQUEST_DEPTH, ControlServer
 from tatu.daemon.logs import read_events
 from tatu.model.checkpoint import NonFiniteTensorError, load_checkpoint, save_checkpoint
-from tatu.ops.run_cli import parse_env_file
+from tatu.envfile import parse_env_file
 from tatu.storage import StorageError
 
 
@@ -142,7 +142,7 @@ def test_disk_full_during_a_run_exits_74_with_the_previous_state_intact(world, t
 @pytest.mark.slow
 def test_status_reply_carries_the_disk_numbers(world, tmp_path):
     """`disk_free_mb` / `last_save_mb` in the status reply, over the run's real socket."""
-    from tatu.ops.client import request
+    from tatu.daemon.control_client import request
 
     env = sft_env(world, tmp_path, TATU_RUN="disk", MIX_STEPS_LIMIT=100_000, EVAL_EVERY=1000, TATU_CKPT_EVERY=1000)
     runtime = tmp_path / "rt"

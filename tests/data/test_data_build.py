@@ -8,7 +8,8 @@ import pytest
 
 from tatu.data.build import token_dtype
 from tatu.model.chat import encode_pair
-from tatu.model.tokenizer import CharTokenizer, load_tokenizer
+from tatu.model.tokenizer import CharTokenizer
+from tatu.model.tokenizer_json import load_tokenizer
 from tatu.ops.cli import main
 
 PT_DOCS = ["Era uma vez um tatu-bola.\nEle cavava túneis à noite.", "Não há ação sem reação —\n« disse ela ».",

@@ -18,8 +18,9 @@ from tatu.evals.scoring import evaluate
 from tatu.evals.sets import load_eval_set
 from tatu.model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tatu.model.gpt import GPT, GPTConfig
-from tatu.model.hf import HFFormatError, export_hf, load_hf_dir, tokenizer_from_hf, tokenizer_to_hf
-from tatu.model.tokenizer import SPECIALS, TokenizerError, load_tokenizer
+from tatu.model.hf import HFFormatError, export_hf, load_checkpoint_or_gpt2, load_hf_dir
+from tatu.model.tokenizer import SPECIALS, TokenizerError
+from tatu.model.tokenizer_json import HFTokenizerError, load_tokenizer, tokenizer_from_hf, tokenizer_to_hf
 
 KINDS = ("char", "bpe")
 
@@ -161,7 +162,7 @@ CKPT_FILES = ("model.safetensors", "config.json", "tokenizer.json", "meta.json")
 @pytest.mark.parametrize("kind", KINDS)
 def test_round_trip_tatu_hf_tatu_is_bit_identical(world, kind, tmp_path):
     original = load_checkpoint(world["ckpt"][kind])
-    back = load_checkpoint(world["hf"][kind])  # load_checkpoint recognises the GPT-2 directory
+    back = load_checkpoint_or_gpt2(world["hf"][kind])
     assert back.tokenizer.hash == original.tokenizer.hash
     assert back.model_config == original.model_config
     assert back.meta == original.meta
@@ -182,7 +183,7 @@ def test_a_dir_written_by_transformers_save_pretrained_reads_back_identically(wo
     model, tok = hf_pair(world, kind)
     model.save_pretrained(tmp_path / "saved")
     tok.save_pretrained(tmp_path / "saved")
-    back = load_checkpoint(tmp_path / "saved")
+    back = load_checkpoint_or_gpt2(tmp_path / "saved")
     original = load_checkpoint(world["ckpt"][kind])
     assert back.tokenizer.hash == original.tokenizer.hash
     assert back.model_config == original.model_config
@@ -193,7 +194,7 @@ def test_a_dir_written_by_transformers_save_pretrained_reads_back_identically(wo
 def test_data_build_accepts_the_exported_tokenizer_json(world, kind, tmp_path):
     """TATU_SEED_CKPT=OUT needs data built with OUT's tokenizer: the manifest hash must be the seed's."""
     exported = world["hf"][kind] / "tokenizer.json"
-    assert load_tokenizer(exported).hash == load_checkpoint(world["hf"][kind]).tokenizer.hash
+    assert load_tokenizer(exported).hash == load_checkpoint_or_gpt2(world["hf"][kind]).tokenizer.hash
     out = tmp_path / "data"
     proc = subprocess.run(
         [sys.executable, "-m", "tatu.ops.cli", "data", "build", "--tokenizer", str(exported), "--out", str(out),
@@ -255,7 +256,7 @@ def _edited_copy(world, tmp_path, **config_changes) -> Path:
 def test_gpt2_settings_tatu_would_compute_differently_are_refused(world, tmp_path, change, needle):
     target = _edited_copy(world, tmp_path, **change)
     with pytest.raises(CheckpointError, match=needle) as info:
-        load_checkpoint(target)
+        load_checkpoint_or_gpt2(target)
     assert str(target / "config.json") in str(info.value) or str(target) in str(info.value)
 
 
@@ -271,7 +272,7 @@ def test_a_tokenizer_without_tatus_specials_is_refused_with_the_fix(world):
         tokenizer_from_hf(payload, "gpt2/tokenizer.json")
     char = tokenizer_to_hf(load_checkpoint(world["ckpt"]["char"]).tokenizer)
     char["model"]["vocab"]["ab"] = char["model"]["vocab"].pop(next(t for t, i in char["model"]["vocab"].items() if i == 256))
-    with pytest.raises(HFFormatError, match="not tatu's char tokenizer"):
+    with pytest.raises(HFTokenizerError, match="not tatu's char tokenizer"):
         tokenizer_from_hf(char, "odd/tokenizer.json")
     wordpiece = {"model": {"type": "WordPiece", "vocab": {}}, "added_tokens": []}
     with pytest.raises(TokenizerError, match="WordPiece"):
@@ -286,12 +287,12 @@ def test_an_untied_lm_head_is_refused(world, tmp_path):
     state["lm_head.weight"] = state["transformer.wte.weight"] + 1.0
     save_file(state, target / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(HFFormatError, match="lm_head"):
-        load_checkpoint(target)
+        load_checkpoint_or_gpt2(target)
 
 
 def test_the_daemon_and_the_loaders_never_import_transformers(world):
-    code = ("import sys; import tatu.daemon.loop, tatu.daemon.main; from tatu.model.checkpoint import load_checkpoint; "
-            f"load_checkpoint({str(world['hf']['char'])!r}); "
+    code = ("import sys; import tatu.daemon.loop, tatu.daemon.main; from tatu.model.hf import load_checkpoint_or_gpt2; "
+            f"load_checkpoint_or_gpt2({str(world['hf']['char'])!r}); "
             "bad = [m for m in ('transformers', 'lm_eval', 'datasets') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr

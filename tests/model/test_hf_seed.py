@@ -16,8 +16,9 @@ from tiny_world import base_env, clean_environ, write_sources
 
 from tatu.daemon.main import main as daemon_main
 from tatu.model.checkpoint import load_checkpoint
-from tatu.model.hf import export_hf
-from tatu.model.tokenizer import SPECIALS, load_tokenizer
+from tatu.model.hf import export_hf, load_checkpoint_or_gpt2
+from tatu.model.tokenizer import SPECIALS
+from tatu.model.tokenizer_json import load_tokenizer
 
 
 def outside_gpt2(sources, out):
@@ -65,7 +66,7 @@ def test_a_transformers_gpt2_dir_is_accepted_as_a_seed_and_trains(tmp_path):
     assert build.returncode == 0, build.stderr
     Dictionary.build([(sources / "pt_corpus.txt").read_text(encoding="utf-8")], min_count=3).save(data / "dictionary.json")
 
-    start = load_checkpoint(seed)
+    start = load_checkpoint_or_gpt2(seed)
     assert json.loads((data / "manifest.json").read_text())["tokenizer_hash"] == start.tokenizer.hash
     assert start.tokenizer.kind == "bpe" and start.tokenizer.vocab_size == start.model_config.vocab_size
 

@@ -11,10 +11,9 @@ from tatu.model.tokenizer import (
     BPETokenizer,
     CharTokenizer,
     TokenizerError,
-    load_tokenizer,
-    tokenizer_from_dict,
     train_tokenizer,
 )
+from tatu.model.tokenizer_json import load_tokenizer, tokenizer_from_dict
 
 CORPUS = [
     "O tatu-bola é um mamífero que se enrola numa bola quando ameaçado.",

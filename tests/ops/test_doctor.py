@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from tatu.ops import doctor
-from tatu.ops.doctor import Finding, add_doctor_args, diagnose, doctor_main, format_findings, parse_show
+from tatu.ops.doctor import Finding, add_doctor_args, diagnose, doctor_main, format_findings
+from tatu.systemctl import parse_show
 
 DATA = Path(__file__).resolve().parents[1] / "fixtures" / "doctor"
 

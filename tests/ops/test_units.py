@@ -12,7 +12,8 @@ from strict import cannot_run
 
 from tatu import exitcodes
 from tatu.daemon.config import load_config
-from tatu.ops.run_cli import parse_env_file
+from tatu.envfile import parse_env_file
+from tatu.systemctl import SystemctlError
 from tatu.ops.units import TEMPLATE, UnitsError, dedicated_unit, install_units, render_unit, units_dir, units_main
 
 
@@ -177,7 +178,7 @@ def test_reload_calls_systemctl_user_daemon_reload(tmp_path, monkeypatch):
     result = install_units(dest=tmp_path / "u", env_dest=tmp_path / "e", workdir=tmp_path)
     assert result.reloaded and log.read_text() == "--user daemon-reload\n"
     (fake_bin / "systemctl").write_text("#!/bin/sh\necho 'Failed to connect to bus' >&2\nexit 1\n")
-    with pytest.raises(UnitsError, match="daemon-reload failed \\(1\\): Failed to connect to bus"):
+    with pytest.raises(SystemctlError, match="daemon-reload failed \\(1\\): Failed to connect to bus"):
         install_units(dest=tmp_path / "u", env_dest=tmp_path / "e", workdir=tmp_path)
 
 

@@ -13,7 +13,7 @@ from tatu.exitcodes import BAD_CONFIG, TatuExit
 from tatu.ops.cli import main as tatu
 from tatu.sweep.analysis import decide
 from tatu.sweep.backends import UnitState
-from tatu.sweep.coordinator import member_status, summary
+from tatu.sweep.members import member_status, summary
 from tatu.sweep.lock import lock_path, members, read_lock, reconcile
 from tatu.sweep.plan import config_label, load_plan
 

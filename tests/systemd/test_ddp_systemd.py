@@ -18,7 +18,7 @@ from tiny_world import base_env, build_world
 
 from tatu.daemon.logs import read_events
 from tatu.daemon.main import main as daemon_main
-from tatu.ops.client import request, resolve_socket
+from tatu.daemon.control_client import request, resolve_socket
 from tatu.ops.units import install_units
 
 pytestmark = [pytest.mark.systemd, pytest.mark.slow]

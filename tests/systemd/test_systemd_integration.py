@@ -25,7 +25,7 @@ from tiny_world import base_env
 from tatu.daemon.control import socket_path
 from tatu.daemon.logs import read_events
 from tatu.ops import doctor
-from tatu.ops.client import request, resolve_socket
+from tatu.daemon.control_client import request, resolve_socket
 from tatu.ops.units import install_units
 
 pytestmark = pytest.mark.systemd

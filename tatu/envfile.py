@@ -1,0 +1,33 @@
+"""Env files as systemd's EnvironmentFile= reads them: what a unit, `tatu smoke --env-file`, a
+sweep plan's base env and the sweep's members share."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tatu.exitcodes import BAD_CONFIG, TatuExit
+
+
+def parse_env_file(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines as systemd's EnvironmentFile reads them (comments, quotes)."""
+    values = {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TatuExit(BAD_CONFIG, f"{path}: cannot read ({exc})")
+    for number, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip().replace("_", "").isalnum():
+            raise TatuExit(BAD_CONFIG, f"{path}:{number}: expected KEY=VALUE")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        values[key.strip()] = value
+    return values
+
+
+def env_file_text(env: dict[str, str]) -> str:
+    """The env file that parse_env_file reads back as `env` (values hold no newline)."""
+    return "".join(f"{key}={value}\n" for key, value in env.items())

@@ -1,0 +1,150 @@
+"""The dependency rule and the size rule, checked on the source itself (ast, no imports run).
+
+Every `import` counts, at module level and inside functions alike: a lazy import that only
+breaks a cycle is still a cycle. The layers (docs/architecture.md, "Dependencies"):
+sweep -> daemon, evals (and model, data, tatu core), never ops; ops -> sweep, daemon; nothing
+imports daemon except sweep and ops; model/ and evals/ never import torch.distributed, systemd
+or socket code."""
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# package -> folder (pyproject's package-dir mapping)
+PACKAGES = {"tatu": "tatu", "tatu.model": "model", "tatu.data": "data", "tatu.evals": "evals",
+            "tatu.daemon": "daemon", "tatu.ops": "ops", "tatu.sweep": "sweep"}
+MAX_MODULE_LINES = 300
+MAX_FUNCTION_LINES = 60
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package, folder in PACKAGES.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT / folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            name = ".".join([package, *parts])
+            if package == "tatu" and parts and f"tatu.{parts[0]}" in PACKAGES:
+                continue
+            found[name] = path
+    return found
+
+
+def imported_names(path: Path, name: str) -> set[str]:
+    """Every module name `path` imports anywhere in its body (absolute, relative resolved)."""
+    is_package = path.name == "__init__.py"
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                stem = ".".join(base + ([node.module] if node.module else []))
+            else:
+                stem = node.module
+            out.add(stem)
+            out.update(f"{stem}.{alias.name}" for alias in node.names)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    edges = {}
+    for name, path in mods.items():
+        targets = set()
+        for imported in imported_names(path, name):
+            # `from tatu.model import gpt` names the module tatu.model.gpt; `from tatu.x import f`
+            # names the module tatu.x
+            while imported and imported not in mods:
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name and not (name.startswith(imported + ".") and mods[imported].name == "__init__.py"):
+                targets.add(imported)
+        edges[name] = targets
+    return edges
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and f"tatu.{parts[1]}" in PACKAGES else "core"
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    colour, stack = {}, []
+
+    def visit(node):
+        colour[node] = "grey"
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if colour.get(nxt) == "grey":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in colour and (found := visit(nxt)):
+                return found
+        stack.pop()
+        colour[node] = "black"
+        return None
+
+    for node in sorted(edges):
+        if node not in colour and (found := visit(node)):
+            return found
+    return None
+
+
+# which layers each layer may import (besides itself)
+ALLOWED = {
+    "core": set(),
+    "model": {"core"},
+    "data": {"core", "model"},
+    "evals": {"core", "model", "data"},
+    "daemon": {"core", "model", "data", "evals"},
+    "sweep": {"core", "model", "data", "evals", "daemon"},
+    "ops": {"core", "model", "data", "evals", "daemon", "sweep"},
+}
+# what model/ and evals/ never import, so they stay usable from a notebook
+FORBIDDEN_IN_LIBRARIES = ("torch.distributed", "sdnotify", "socket", "systemd", "selectors")
+
+
+def test_no_import_cycle_counting_imports_inside_functions():
+    assert find_cycle(graph()) is None, f"import cycle: {' -> '.join(find_cycle(graph()))}"
+
+
+def test_cycle_finder_finds_a_lazy_cycle(tmp_path):
+    """The checker itself: a cycle through an import inside a function is found."""
+    (tmp_path / "a.py").write_text("import tatu.b\n")
+    (tmp_path / "b.py").write_text("def f():\n    from tatu import a\n")
+    edges = {n: {m for m in imported_names(tmp_path / f"{n[-1]}.py", n) if m in ("tatu.a", "tatu.b") and m != n}
+             for n in ("tatu.a", "tatu.b")}
+    assert find_cycle(edges) == ["tatu.a", "tatu.b", "tatu.a"]
+
+
+def test_layers_point_one_way():
+    bad = [f"{src} imports {dst}" for src, dsts in graph().items() for dst in sorted(dsts)
+           if layer(dst) != layer(src) and layer(dst) not in ALLOWED[layer(src)]]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("package", ["tatu.model", "tatu.evals"])
+def test_libraries_import_no_process_or_service_code(package):
+    bad = [f"{name} imports {imported}" for name, path in modules().items() if name.startswith(package)
+           for imported in sorted(imported_names(path, name))
+           if any(imported == f or imported.startswith(f + ".") for f in FORBIDDEN_IN_LIBRARIES)]
+    assert not bad, "\n".join(bad)
+
+
+def test_modules_are_small():
+    long = [f"{path.relative_to(ROOT)}: {n} lines" for path in modules().values()
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES]
+    assert not long, "\n".join(long)
+
+
+def test_functions_are_short():
+    long = []
+    for path in modules().values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {n} lines")
+    assert not long, "\n".join(long)
