@@ -37,14 +37,17 @@ class Suite:
     dictionary: Dictionary | None
 
 
-def load_suite(config: RunConfig, manifest: dict, tokenizer) -> Suite:
-    data_dir = config.data
+def load_eval_sets(config: RunConfig, manifest: dict, tokenizer, names: tuple[str, ...] = SET_NAMES,
+                   ) -> tuple[dict[str, EvalSet], dict[str, str], dict[str, str]]:
+    """(sets, notes, file sha256s) of the manifest's eval sets among `names`, each as the run
+    scores it: the ruler whole, or its seeded subsample (EVAL_EN_ALL=0). The one rule, for the
+    daemon and for whatever re-scores a run's checkpoints (the sweep's scores)."""
     sets, notes, hashes = {}, {}, {}
-    for name in SET_NAMES:
+    for name in names:
         entry = manifest.get("evals", {}).get(name)
         if entry is None:
             continue
-        path = data_dir / entry["file"]
+        path = config.data / entry["file"]
         eval_set = load_eval_set(path, tokenizer, name=name)
         hashes[name] = hashlib.sha256(path.read_bytes()).hexdigest()
         if name == RULER:
@@ -52,6 +55,12 @@ def load_suite(config: RunConfig, manifest: dict, tokenizer) -> Suite:
                                          seed=config.seed)
             notes[name] = note
         sets[name] = eval_set
+    return sets, notes, hashes
+
+
+def load_suite(config: RunConfig, manifest: dict, tokenizer) -> Suite:
+    data_dir = config.data
+    sets, notes, hashes = load_eval_sets(config, manifest, tokenizer)
     missing = [n for n in (best_set(config.mode), RULER) if n not in sets]
     if missing:
         raise DataError(f"{data_dir / 'manifest.json'}: eval sets {missing} are required and missing")

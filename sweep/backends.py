@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tatu import systemctl
+from tatu.atomic import write_atomic
 from tatu.daemon.config import PREFIXES as RUN_PREFIXES
 from tatu.daemon.control_client import ControlError, answers, request, resolve_socket
 from tatu.envfile import env_file_text
@@ -65,14 +66,11 @@ def member_env(member: Member, device: str | None) -> dict[str, str]:
     return env
 
 
-def _write_private(path: Path, text: str) -> None:
+def write_private(path: Path, text: str) -> None:
+    """An env file: it may hold paths and tokens, so 0600 in a 0700 directory, written atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
     os.chmod(path.parent, 0o700)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_atomic(path, text, mode=0o600)
 
 
 # --- foreground ----------------------------------------------------------------------------------
@@ -97,7 +95,7 @@ class ForegroundBackend:
     def start(self, member: Member, device: str | None) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith(RUN_PREFIXES) and k not in _NOT_INHERITED}
         env.update(member_env(member, device), PYTHONUNBUFFERED="1")
-        _write_private(self.env_path(member), env_file_text(member_env(member, device)))
+        write_private(self.env_path(member), env_file_text(member_env(member, device)))
         log_path = self.sweep_dir / "logs" / f"{member.name}.out"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
@@ -173,7 +171,7 @@ class SystemdBackend:
         return systemctl.unit_env_dir() / f"{member.run}.env"  # what tatu-sft@ reads: %E/tatu/%i.env
 
     def start(self, member: Member, device: str | None) -> None:
-        _write_private(self.env_path(member), env_file_text(member_env(member, device)))
+        write_private(self.env_path(member), env_file_text(member_env(member, device)))
         unit = member_unit(member)
         _quiet("reset-failed", unit)  # a member failed before (e.g. its start limit): start afresh
         # --no-block: a Type=notify start waits for the baseline eval; the coordinator must not.

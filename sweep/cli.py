@@ -106,16 +106,6 @@ def plan_main(args) -> int:
 
 # --- start -----------------------------------------------------------------------------------------
 
-def _backend(kind: str, sweep_dir: Path, ray_cpus: int = 1):
-    from tatu.sweep.backends import ForegroundBackend, SystemdBackend
-
-    if kind == "ray":
-        from tatu.sweep.ray import RayBackend
-
-        return RayBackend(sweep_dir, ray_cpus)
-    return ForegroundBackend(sweep_dir) if kind == "foreground" else SystemdBackend()
-
-
 def finished(sweep_dir: Path, backend) -> tuple[bool, str]:
     from tatu.sweep.coordinator import Coordinator
     from tatu.sweep.members import TERMINAL, summary
@@ -128,8 +118,9 @@ def finished(sweep_dir: Path, backend) -> tuple[bool, str]:
 
 
 def start_main(args) -> int:
-    from tatu.sweep.coordinator import SETTINGS_FILE, STOP_FILE, Coordinator, devices_for
-    from tatu.sweep.lock import reconcile, write_json_atomic
+    from tatu.sweep.coordinator import SETTINGS_FILE, STOP_FILE, Coordinator, backend_for, devices_for
+    from tatu.atomic import write_json_atomic
+    from tatu.sweep.lock import reconcile
     from tatu.sweep.plan import load_plan
 
     plan = load_plan(args.plan)
@@ -141,7 +132,7 @@ def start_main(args) -> int:
         connect(args.address)
     lock, what = reconcile(plan, sweep_dir)
     print(f"sweep {plan.name}: plan {what} ({sweep_dir / 'plan.lock.json'}, hash {lock['plan_hash']})")
-    backend = _backend(kind, sweep_dir, args.ray_cpus)
+    backend = backend_for(kind, sweep_dir, args.ray_cpus)
     from tatu.systemctl import SystemctlError
 
     try:
@@ -166,7 +157,7 @@ def start_main(args) -> int:
     if stop_path.exists():
         print(f"continuing a stopped sweep ({stop_path.read_text().strip()})")
         stop_path.unlink()
-    write_json_atomic(sweep_dir / SETTINGS_FILE, {"k": k, "backend": kind, "devices": devices})
+    write_json_atomic(sweep_dir / SETTINGS_FILE, {"k": k, "backend": kind, "devices": devices}, sort_keys=True)
     if kind != "systemd":
         coordinator = Coordinator(sweep_dir, backend, k, devices, poll_seconds=args.poll)
         previous = signal.signal(signal.SIGINT, lambda *_: setattr(coordinator, "stopping", True))
@@ -193,7 +184,7 @@ def sweep_env_path(name: str) -> Path:
 
 
 def _start_unit(name: str, sweep_dir: Path, k: int) -> int:
-    from tatu.sweep.backends import _write_private
+    from tatu.sweep.backends import write_private
     from tatu.systemctl import SystemctlError, systemctl_user
 
     unit = COORDINATOR_UNIT.format(name)
@@ -201,7 +192,7 @@ def _start_unit(name: str, sweep_dir: Path, k: int) -> int:
         loaded = systemctl_user("show", unit, "-pLoadState", "--value").strip()
         if loaded != "loaded":
             raise TatuExit(exitcodes.BAD_CONFIG, f"{unit} is not installed ({loaded}): run `tatu units install` first")
-        _write_private(sweep_env_path(name), f"SWEEP_DIR={sweep_dir}\n")
+        write_private(sweep_env_path(name), f"SWEEP_DIR={sweep_dir}\n")
         try:
             systemctl_user("enable", unit)  # a reboot starts it again (with lingering enabled)
         except SystemctlError as exc:
@@ -217,12 +208,12 @@ def _start_unit(name: str, sweep_dir: Path, k: int) -> int:
 
 def status_main(args) -> int:
     from tatu.daemon.logs import read_events
-    from tatu.sweep.coordinator import STOP_FILE, Coordinator, settings
+    from tatu.sweep.coordinator import STOP_FILE, Coordinator, backend_for, settings
     from tatu.sweep.members import run_dir, summary
 
     sweep_dir = _sweep_dir(args, args.name)
     conf = settings(sweep_dir)
-    backend = _backend(conf.get("backend", "systemd"), sweep_dir)
+    backend = backend_for(conf.get("backend", "systemd"), sweep_dir)
     coordinator = Coordinator(sweep_dir, backend, int(conf.get("k", 1)), out=open(os.devnull, "w"))
     _, stage, members = coordinator.stage_members()
     statuses = coordinator.statuses(members)
@@ -241,13 +232,13 @@ def status_main(args) -> int:
 
 
 def stop_main(args) -> int:
-    from tatu.sweep.coordinator import STOP_FILE, Coordinator, settings
-    from tatu.sweep.lock import write_json_atomic
+    from tatu.sweep.coordinator import STOP_FILE, Coordinator, backend_for, settings
+    from tatu.atomic import write_json_atomic
     from tatu.systemctl import SystemctlError, systemctl_user
 
     sweep_dir = _sweep_dir(args, args.name)
     conf = settings(sweep_dir)
-    write_json_atomic(sweep_dir / STOP_FILE, {"reason": "stopped by the operator (tatu sweep stop)", "code": 0})
+    write_json_atomic(sweep_dir / STOP_FILE, {"reason": "stopped by the operator (tatu sweep stop)", "code": 0}, sort_keys=True)
     kind = conf.get("backend", "systemd")
     if kind == "systemd" and shutil.which("systemctl"):
         unit = COORDINATOR_UNIT.format(args.name)
@@ -256,7 +247,7 @@ def stop_main(args) -> int:
             systemctl_user("disable", unit)
         except SystemctlError as exc:
             print(f"note: {exc}", file=sys.stderr)
-    backend = _backend(kind, sweep_dir)
+    backend = backend_for(kind, sweep_dir)
     coordinator = Coordinator(sweep_dir, backend, 1, out=open(os.devnull, "w"))
     _, _, members = coordinator.stage_members()
     stopped = 0

@@ -20,11 +20,12 @@ import time
 from pathlib import Path
 
 from tatu import exitcodes
+from tatu.atomic import write_json_atomic
 from tatu.envfile import parse_env_file
 from tatu.exitcodes import TatuExit
 from tatu.sweep.backends import Backend, ForegroundBackend, SystemdBackend, UnitState
 from tatu.sweep.lock import members as locked_members
-from tatu.sweep.lock import plan_from_lock, read_lock, record_tuned, write_json_atomic
+from tatu.sweep.lock import plan_from_lock, read_lock, record_tuned
 from tatu.sweep.members import TERMINAL, MemberStatus, member_status, member_wall_seconds, read_json, summary
 from tatu.sweep.plan import Member
 
@@ -171,7 +172,8 @@ class Coordinator:
         code = first.code if first.code in (exitcodes.BAD_DATA, exitcodes.BAD_CONFIG) else exitcodes.BAD_CONFIG
         detail = first.detail or self.backend.last_error(first.member) or "see its log"
         reason = f"member {first.member.name} exited {first.code}: {detail}"
-        write_json_atomic(self.sweep_dir / STOP_FILE, {"reason": reason, "code": code, "member": first.member.name})
+        write_json_atomic(self.sweep_dir / STOP_FILE, {"reason": reason, "code": code, "member": first.member.name},
+                          sort_keys=True)
         for s in statuses:
             if s.state == "running":
                 self.backend.stop(s.member)
@@ -206,6 +208,15 @@ def _notifier():
     return sdnotify.SystemdNotifier()
 
 
+def backend_for(kind: str, sweep_dir: Path, ray_cpus: int = 1) -> Backend:
+    """The backend a sweep's coordinator.json names: systemd (the default), foreground or ray."""
+    if kind == "ray":
+        from tatu.sweep.ray import RayBackend  # the tatu[ray] extra: imported only when asked for
+
+        return RayBackend(sweep_dir, ray_cpus)
+    return ForegroundBackend(sweep_dir) if kind == "foreground" else SystemdBackend()
+
+
 def settings(sweep_dir: Path) -> dict:
     return read_json(Path(sweep_dir) / SETTINGS_FILE) or {}
 
@@ -230,7 +241,7 @@ def main() -> int:
         return exitcodes.BAD_CONFIG
     conf = settings(Path(sweep_dir))
     k = int(conf.get("k", 1))
-    backend = SystemdBackend() if conf.get("backend", "systemd") == "systemd" else ForegroundBackend(Path(sweep_dir))
+    backend = backend_for(conf.get("backend", "systemd"), Path(sweep_dir))
     try:
         return Coordinator(Path(sweep_dir), backend, k, conf.get("devices")).run()
     except TatuExit as exc:

@@ -8,10 +8,10 @@ same plan; the one change allowed is more comparison seeds (new members, nothing
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
+from tatu.atomic import write_json_atomic
 from tatu.exitcodes import BAD_CONFIG, TatuExit
 from tatu.sweep.plan import Member, Plan
 
@@ -23,21 +23,6 @@ SPLIT = {"set": "sftHeld", "dev": "even line indices (0, 2, 4, ...)", "judge": "
 
 def lock_path(sweep_dir: Path) -> Path:
     return Path(sweep_dir) / LOCK_NAME
-
-
-def write_json_atomic(path: Path, doc: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def read_lock(sweep_dir: Path) -> dict:
@@ -87,7 +72,8 @@ def reconcile(plan: Plan, sweep_dir: Path) -> tuple[dict, str]:
     path = lock_path(sweep_dir)
     if not path.exists():
         lock = new_lock(plan, sweep_dir)
-        write_json_atomic(path, lock)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, lock, sort_keys=True)
         return lock, "locked"
     lock = read_lock(sweep_dir)
     if lock["plan_hash"] != plan.hash:
@@ -102,7 +88,7 @@ def reconcile(plan: Plan, sweep_dir: Path) -> tuple[dict, str]:
     if not added:
         return lock, "unchanged"
     lock = add_seeds(lock, plan, added, sweep_dir)
-    write_json_atomic(path, lock)
+    write_json_atomic(path, lock, sort_keys=True)
     return lock, f"added seeds {added}"
 
 
@@ -132,7 +118,7 @@ def record_tuned(sweep_dir: Path, lock: dict, plan: Plan, value: str, selection:
     lock = {**lock, "tuned": tuned}
     new = plan.compare_members(out, {tuned["var"]: value}, seeds=lock["seeds"])
     lock["members"] = [m for m in lock["members"] if m["stage"] == "tune"] + [_entry(m) for m in new]
-    write_json_atomic(lock_path(sweep_dir), lock)
+    write_json_atomic(lock_path(sweep_dir), lock, sort_keys=True)
     return lock
 
 

@@ -39,8 +39,9 @@ from pathlib import Path
 from tatu import exitcodes
 from tatu.exitcodes import TatuExit
 from tatu.sweep.backends import (_NOT_INHERITED, CRASH_RESTARTS, RUN_PREFIXES, UnitState, _last_error_line,
-                                     _write_private, env_file_text, member_env)
+                                     member_env, write_private)
 from tatu.sweep.plan import Member
+from tatu.envfile import env_file_text
 
 EXTRA_MISSING = "--backend ray needs Ray, which is not installed here: pip install 'tatu[ray]'"
 RESULT_CODES = (exitcodes.OK, exitcodes.FORGET_ABORT, exitcodes.NONFINITE_LOSS, exitcodes.BAD_DATA, exitcodes.BAD_CONFIG)
@@ -239,7 +240,7 @@ class RayBackend:
         ray = _ray()
         options, task_device = task_options(member, self.cpus_per_member)
         env = member_env(member, device or task_device)
-        _write_private(self.env_path(member), env_file_text(env))
+        write_private(self.env_path(member), env_file_text(env))
         self.log_path(member).parent.mkdir(parents=True, exist_ok=True)
         task = ray.remote(run_member).options(name=f"tatu-{member.run}", max_retries=CRASH_RESTARTS,
                                               retry_exceptions=[MemberCrashed], **options)

@@ -10,17 +10,11 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from pathlib import Path
 
-from tatu.sweep.lock import write_json_atomic
-
-
-def _pct(x) -> str:
-    return "n/a" if x is None else f"{x * 100:+.1f}%"
-
-
-def _sd(x) -> str:
-    return "n/a" if x is None else f"{x * 100:.1f}%"
+from tatu.atomic import write_json_atomic
+from tatu.formats import fmt_p_formula as _p, fmt_pct as _pct, fmt_share as _sd
 
 
 def _ci(stats) -> str:
@@ -28,13 +22,7 @@ def _ci(stats) -> str:
 
 
 def _log_pct(x) -> str:
-    import math
-
-    return "n/a" if x is None else f"{math.expm1(x) * 100:+.1f}%"
-
-
-def _p(x) -> str:
-    return "n/a" if x is None else ("<0.001" if x < 0.001 else f"{x:.3f}")
+    return _pct(None if x is None else math.expm1(x))
 
 
 def config_rows(configs: list[dict]) -> list[list[str]]:
@@ -191,7 +179,7 @@ def write_report(sweep_dir: Path, out_dir: Path | None = None) -> tuple[dict, st
     data = analyze(sweep_dir)
     out_dir = Path(out_dir or Path(sweep_dir) / "report")
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out_dir / "report.json", data)
+    write_json_atomic(out_dir / "report.json", data, sort_keys=True)
     text = closing_text(data)
     plots = _plots(data, out_dir)
     parts = [f"<h1>sweep {html.escape(data['name'])}</h1><p>{html.escape(data['question'])}</p>",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tatu.sweep.lock import write_json_atomic
+from tatu.atomic import write_json_atomic
 
 SETS = ("sftHeld", "enRuler")
 
@@ -36,23 +36,23 @@ def score_checkpoint(ckpt: Path, env: dict, cache_dir: Path) -> dict:
     if cache.is_file():
         return json.loads(cache.read_text())
     from tatu.daemon.config import load_config
+    from tatu.daemon.suite import load_eval_sets
+    from tatu.data.manifest import DataError, load_manifest
     from tatu.evals.scoring import score_lines
-    from tatu.evals.sets import load_eval_set, subsample
     from tatu.model.hf import load_checkpoint_or_gpt2
 
     config, _ = load_config(env)
     loaded = load_checkpoint_or_gpt2(ckpt)
     model = loaded.build_model("cpu").eval()
-    data = Path(env["TATU_DATA"])
-    manifest = json.loads((data / "manifest.json").read_text())
+    sets, _, _ = load_eval_sets(config, load_manifest(config.data), loaded.tokenizer, names=SETS)
+    missing = [name for name in SETS if name not in sets]
+    if missing:
+        raise DataError(f"{config.data / 'manifest.json'}: eval sets {missing} are required and missing")
     scores = {}
-    for name in SETS:
-        eval_set = load_eval_set(data / manifest["evals"][name]["file"], loaded.tokenizer, name=name)
-        if name == "enRuler":
-            eval_set, _ = subsample(eval_set, config.eval_en_all, config.eval_en_batches, config.eval_en_lines_per_batch,
-                                      seed=config.seed)
+    for name, eval_set in sets.items():
         lines = score_lines(model, eval_set.lines, "cpu")
         scores[name] = {"nll_sum": lines.nll_sum.tolist(), "line_tokens": lines.n_tokens.tolist(),
                         "line_index": list(eval_set.line_index)}
-    write_json_atomic(cache, scores)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(cache, scores, sort_keys=True)
     return scores

@@ -16,17 +16,18 @@ def fsync_dir(path: str | Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: str | Path, data: str | bytes) -> None:
-    """Write `data` to a temporary sibling, fsync it, rename it over `path`, sync the directory.
+def write_atomic(path: str | Path, data: str | bytes, mode: int | None = None) -> None:
+    """Write `data` to a temporary sibling, fsync it, rename it over `path`, sync the directory;
+    a failure removes the temporary file.
 
-    The file gets the usual mode (0666 less the umask), not mkstemp's private 0600."""
+    The file gets `mode`, by default the usual one (0666 less the umask), not mkstemp's private 0600."""
     path = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         umask = os.umask(0)
         os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
+        os.fchmod(fd, 0o666 & ~umask if mode is None else mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
             handle.flush()
@@ -41,5 +42,5 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
     fsync_dir(path.parent)
 
 
-def write_json_atomic(path: str | Path, payload) -> None:
-    write_atomic(path, json.dumps(payload, indent=1, allow_nan=False) + "\n")
+def write_json_atomic(path: str | Path, payload, sort_keys: bool = False) -> None:
+    write_atomic(path, json.dumps(payload, indent=1, sort_keys=sort_keys, allow_nan=False) + "\n")

@@ -12,6 +12,13 @@ def fmt_pct(fraction) -> str:
     return f"{fraction * 100:+.1f}%"
 
 
+def fmt_share(fraction) -> str:
+    """A spread or a share given as a fraction, unsigned, one decimal (0.012 -> "1.2%"); "n/a" when unknown."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not math.isfinite(fraction):
+        return "n/a"
+    return f"{fraction * 100:.1f}%"
+
+
 # The eval sets a run reports, in the order every line and table shows them.
 SET_NAMES = ("sftHeld", "ptVal", "enRuler")
 PPL_DIGITS = {"sftHeld": 4, "ptVal": 2, "enRuler": 2}  # as in the EVAL contract line
@@ -42,3 +49,10 @@ def fmt_p(p, n_resamples: int = 2000) -> str:
     if p <= floor * (1 + 1e-9):
         return f"<{_round_up_one_digit(floor)}"
     return f"{p:.3f}" if p >= 0.001 else f"{p:.1g}"
+
+
+def fmt_p_formula(p) -> str:
+    """A p-value from a formula (a t test: no resampling floor): three decimals, "<0.001" below."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p):
+        return "n/a"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"

@@ -1,0 +1,54 @@
+"""tatu/ core: the one atomic write (its private mode, its cleanup), env files both ways, and
+the sweep's number formats, each against a naive rendering."""
+import json
+import os
+import stat
+
+import pytest
+
+from tatu.atomic import write_atomic, write_json_atomic
+from tatu.envfile import env_file_text, parse_env_file
+from tatu.exitcodes import BAD_CONFIG, TatuExit
+from tatu.formats import fmt_p_formula, fmt_pct, fmt_share
+
+
+def test_write_atomic_private_mode_and_sorted_json(tmp_path):
+    target = tmp_path / "member.env"
+    write_atomic(target, "A=1\n", mode=0o600)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600 and target.read_text() == "A=1\n"
+    doc = {"b": [1, 2], "a": {"z": 1, "y": None}}
+    write_json_atomic(tmp_path / "lock.json", doc, sort_keys=True)
+    assert (tmp_path / "lock.json").read_text() == json.dumps(doc, indent=1, sort_keys=True) + "\n"
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temp_file(tmp_path, monkeypatch):
+    target = tmp_path / "lock.json"
+    target.write_text("old\n")
+
+    def refuse(*_):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(OSError):
+        write_json_atomic(target, {"new": True})
+    assert target.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["lock.json"]
+
+
+def test_env_file_round_trip_and_a_bad_line_names_file_and_line(tmp_path):
+    env = {"TATU_RUN": "run5", "TATU_OUT": "/srv/runs", "SFT_GE": "4"}
+    path = tmp_path / "run5.env"
+    path.write_text("# a comment\n" + env_file_text(env) + "QUOTED='a b'\n")
+    assert parse_env_file(path) == {**env, "QUOTED": "a b"}
+    path.write_text("TATU_RUN=x\nnot a line\n")
+    with pytest.raises(TatuExit) as info:
+        parse_env_file(path)
+    assert info.value.code == BAD_CONFIG and info.value.message == f"{path}:2: expected KEY=VALUE"
+
+
+@pytest.mark.parametrize("x", [0.0, 0.0123, -0.456, 1.5, 1e-9])
+def test_sweep_number_formats_match_a_naive_rendering(x):
+    assert fmt_pct(x) == ("+" if x >= 0 else "-") + f"{abs(x) * 100:.1f}%"
+    assert fmt_share(abs(x)) == f"{abs(x) * 100:.1f}%"
+    p = abs(x) % 1
+    assert fmt_p_formula(p) == ("<0.001" if p < 0.001 else "%.3f" % p)
+    assert fmt_pct(None) == fmt_share(None) == fmt_p_formula(None) == "n/a"
