@@ -101,6 +101,12 @@ def test_units_carry_the_required_keys(run):
     assert not any(v.startswith("TATU_RUN=") for v in environment)  # the instance names the run
 
 
+@pytest.mark.parametrize("unit", sorted(p.name for p in units_dir().glob("*.service")))
+def test_every_shipped_unit_asks_the_oom_killers_to_spare_it(unit):
+    service = parse_unit((units_dir() / unit).read_text())["Service"]
+    assert service.get("OOMScoreAdjust") == ["-600"] and service.get("ManagedOOMPreference") == ["avoid"]
+
+
 @pytest.mark.parametrize("env_file", sorted((units_dir() / "runs").glob("*.env")), ids=lambda p: p.stem)
 def test_shipped_env_files_are_valid_run_configs_named_after_their_run(env_file):
     """Read as `tatu smoke --env-file` and the daemon read them: every name known, every value in
