@@ -62,7 +62,9 @@ def _sweep_dir(args, name: str) -> Path:
 
 def plan_main(args) -> int:
     from tatu.daemon.config import describe, load_config
-    from tatu.sweep.plan import fmt_duration, load_plan, measured_cost, member_seconds
+    from tatu.formats import fmt_duration
+    from tatu.sweep.cost import measured_cost, member_seconds
+    from tatu.sweep.plan import load_plan
 
     plan = load_plan(args.plan)
     out = _sweep_dir(args, plan.name) / "runs"

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from tatu import exitcodes
 from tatu.sweep.backends import UnitState
-from tatu.sweep.plan import Member, fmt_duration
+from tatu.formats import fmt_duration
+from tatu.sweep.plan import Member
 
 TERMINAL = ("done", "aborted", "diverged")
 

@@ -19,7 +19,8 @@ Relative paths (env_file, TATU_DATA, TATU_SEED_CKPT, TATU_TRUNK_CKPT) are relati
 plan file's directory, so a plan means the same wherever `tatu sweep` runs; the lock holds
 them absolute. TATU_RUN and TATU_OUT belong to the sweep: members are named from their axis
 values (`replay-n6-s3`), run as `<sweep>.<member>`, in sweeps/<name>/runs/.
-Every problem is a TatuExit(78) naming the file and the key.
+Every problem is a TatuExit(78) naming the file and the key; the TOML's shape is the pydantic
+model PlanFile, as the run config's is RunConfig.
 """
 from __future__ import annotations
 
@@ -28,75 +29,15 @@ import itertools
 import json
 import math
 import re
-import statistics
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from tatu.exitcodes import BAD_CONFIG, TatuExit
+from tatu.sweep.plan_file import PlanFile, read_plan_file, seed_list
+from tatu.sweep.rule import Rule, parse_rule, plan_error  # noqa: F401  (parse_rule: the lock and the analysis read rules)
 
 PATH_VARIABLES = ("TATU_DATA", "TATU_SEED_CKPT", "TATU_TRUNK_CKPT")
 SWEEP_OWNED = ("TATU_RUN", "TATU_OUT")
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,23}$")
-PLAN_KEYS = {"name", "question", "seeds", "base", "axes", "decision", "tune"}
-METRICS = ("drift", "drift_lo", "drift_hi", "sftHeld_change", "sftHeld_change_lo", "sftHeld_change_hi",
-           "every_eval_drift", "every_eval_drift_hi", "aborted")
-RULE = re.compile(r"^\s*(smallest|largest)\s+([A-Z][A-Z0-9_]*)\s+such\s+that\s+(.+?)\s*$")
-CONDITION = re.compile(r"^\s*([A-Za-z_]+)\s*(<=|<)\s*([A-Z][A-Z0-9_]*|[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?%?)\s*$")
-
-
-def _fail(path: Path, where: str, message: str) -> TatuExit:
-    return TatuExit(BAD_CONFIG, f"{path}: {where}: {message}")
-
-
-@dataclass(frozen=True)
-class Condition:
-    metric: str
-    op: str
-    value: str  # a number ("0", "5%") or a run variable (MIX_FORGET_LIMIT), resolved per configuration
-
-    def threshold(self, config: dict) -> float:
-        if self.value[0].isalpha():
-            return float(config[self.value])
-        return float(self.value[:-1]) / 100 if self.value.endswith("%") else float(self.value)
-
-    def holds(self, measured: float, config: dict) -> bool:
-        limit = self.threshold(config)
-        return measured < limit if self.op == "<" else measured <= limit
-
-    def text(self) -> str:
-        return f"{self.metric} {self.op} {self.value}"
-
-
-@dataclass(frozen=True)
-class Rule:
-    text: str
-    choose: str  # smallest | largest
-    axis: str
-    conditions: tuple[Condition, ...]
-
-
-def parse_rule(text: str, axes: dict, path: Path) -> Rule:
-    from tatu.daemon.config import known_variables
-
-    match = RULE.match(text)
-    if not match:
-        raise _fail(path, "[decision] rule", f"{text!r} is not 'smallest|largest AXIS such that METRIC < VALUE and ...'")
-    choose, axis, rest = match.groups()
-    if axis not in axes:
-        raise _fail(path, "[decision] rule", f"{axis} is not an axis of the plan (axes: {', '.join(axes)})")
-    conditions = []
-    for part in re.split(r"\s+and\s+", rest):
-        cond = CONDITION.match(part)
-        if not cond:
-            raise _fail(path, "[decision] rule", f"condition {part.strip()!r} is not 'METRIC < VALUE'")
-        metric, op, value = cond.groups()
-        if metric not in METRICS:
-            raise _fail(path, "[decision] rule", f"unknown metric {metric!r} (known: {', '.join(METRICS)})")
-        if value[0].isalpha() and value not in known_variables():
-            raise _fail(path, "[decision] rule", f"{value} is neither a number nor a run variable")
-        conditions.append(Condition(metric, op, value))
-    return Rule(text.strip(), choose, axis, tuple(conditions))
 
 
 @dataclass(frozen=True)
@@ -179,7 +120,7 @@ class Plan:
         try:
             load_config(env)
         except ConfigError as exc:
-            raise _fail(self.path, f"member {name}", str(exc))
+            raise plan_error(self.path, f"member {name}", str(exc))
         shown = {k: v for k, v in values.items() if k in self.axes or k == self.tune_var}
         return Member(name, run, stage, key, shown, seed, env)
 
@@ -200,17 +141,9 @@ def _env_value(value, path: Path, where: str) -> str:
         return str(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise _fail(path, where, f"{value} is not a finite number")
+            raise plan_error(path, where, f"{value} is not a finite number")
         return repr(value)
-    raise _fail(path, where, f"expected a number or a string, got {type(value).__name__}")
-
-
-def _seed_list(value, path: Path, where: str) -> list[int]:
-    if not isinstance(value, list) or not value or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value):
-        raise _fail(path, where, "expected a non-empty list of non-negative integers")
-    if len(set(value)) != len(value):
-        raise _fail(path, where, f"repeated seeds in {value}")
-    return list(value)
+    raise plan_error(path, where, f"expected a number or a string, got {type(value).__name__}")
 
 
 def _resolve_paths(env: dict[str, str], base_dir: Path) -> dict[str, str]:
@@ -222,141 +155,84 @@ def _resolve_paths(env: dict[str, str], base_dir: Path) -> dict[str, str]:
     return out
 
 
-def load_plan(path: str | Path) -> Plan:
-    from tatu.daemon.config import known_variables
+def _base_env(doc: PlanFile, path: Path, known: set[str]) -> dict[str, str]:
     from tatu.envfile import parse_env_file
 
-    path = Path(path)
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise TatuExit(BAD_CONFIG, f"{path}: cannot read the plan ({exc.strerror})")
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise TatuExit(BAD_CONFIG, f"{path}: not a TOML plan ({exc})")
-    unknown = sorted(set(doc) - PLAN_KEYS)
-    if unknown:
-        raise _fail(path, unknown[0], f"unknown key (known: {', '.join(sorted(PLAN_KEYS))})")
-    name = doc.get("name")
-    if not isinstance(name, str) or not NAME_PATTERN.match(name):
-        raise _fail(path, "name", f"{name!r}: a plain name of letters, digits, '-' or '_' (at most 24)")
-    question = doc.get("question", "")
-    seeds = _seed_list(doc.get("seeds"), path, "seeds")
-    known = set(known_variables())
-
-    base = doc.get("base", {})
-    if not isinstance(base, dict) or set(base) - {"env_file", "vars"}:
-        raise _fail(path, "[base]", "expected env_file and/or vars")
     env: dict[str, str] = {}
-    if "env_file" in base:
-        env_file = Path(base["env_file"])
-        env_file = env_file if env_file.is_absolute() else path.parent / env_file
-        env.update(parse_env_file(env_file))
-    for key, value in (base.get("vars") or {}).items():
+    if doc.base.env_file is not None:
+        env_file = Path(doc.base.env_file)
+        env.update(parse_env_file(env_file if env_file.is_absolute() else path.parent / env_file))
+    for key, value in doc.base.vars.items():
         env[key] = _env_value(value, path, f"[base] vars.{key}")
     for key in env:
         if key in SWEEP_OWNED:
-            raise _fail(path, f"[base] {key}", "is set by the sweep (members run as <sweep>.<member> in sweeps/<name>/runs)")
+            raise plan_error(path, f"[base] {key}", "is set by the sweep (members run as <sweep>.<member> in sweeps/<name>/runs)")
         if key not in known:
-            raise _fail(path, f"[base] {key}", "is not a run variable")
+            raise plan_error(path, f"[base] {key}", "is not a run variable")
     env.pop("TATU_SEED", None)  # the seeds list says which
-    env = _resolve_paths(env, path.parent)
+    return _resolve_paths(env, path.parent)
 
-    axes_doc = doc.get("axes")
-    if not isinstance(axes_doc, dict) or not axes_doc:
-        raise _fail(path, "[axes]", "at least one axis, e.g. REPLAY_N = [0, 2, 6]")
+
+def _axes(doc: PlanFile, path: Path, known: set[str]) -> dict[str, list[str]]:
+    if not doc.axes:
+        raise plan_error(path, "[axes]", "at least one axis, e.g. REPLAY_N = [0, 2, 6]")
     axes: dict[str, list[str]] = {}
-    for var, values in axes_doc.items():
+    for var, values in doc.axes.items():
         if var not in known or var in SWEEP_OWNED or var == "TATU_SEED":
-            raise _fail(path, f"[axes] {var}", "is not a run variable a sweep may vary (seeds go in `seeds`)")
-        if not isinstance(values, list) or not values:
-            raise _fail(path, f"[axes] {var}", "expected a non-empty list of values")
+            raise plan_error(path, f"[axes] {var}", "is not a run variable a sweep may vary (seeds go in `seeds`)")
+        if not values:
+            raise plan_error(path, f"[axes] {var}", "expected a non-empty list of values")
         shown = [_env_value(v, path, f"[axes] {var}") for v in values]
         if len(set(shown)) != len(shown):
-            raise _fail(path, f"[axes] {var}", f"repeated values in {values}")
+            raise plan_error(path, f"[axes] {var}", f"repeated values in {values}")
         axes[var] = [_resolve_paths({var: s}, path.parent)[var] for s in shown] if var in PATH_VARIABLES else shown
+    return axes
 
-    decision = doc.get("decision") or {}
-    if not isinstance(decision, dict) or set(decision) - {"baseline", "rule"}:
-        raise _fail(path, "[decision]", "expected baseline and rule")
+
+def _baseline(doc: PlanFile, path: Path, axes: dict[str, list[str]]) -> dict[str, str]:
     baseline = {var: values[0] for var, values in axes.items()}
-    for var, value in (decision.get("baseline") or {}).items():
+    for var, value in doc.decision.baseline.items():
         shown = _env_value(value, path, f"[decision] baseline.{var}")
         if var not in axes or shown not in axes[var]:
-            raise _fail(path, f"[decision] baseline.{var}", f"{shown} is not a value of an axis")
+            raise plan_error(path, f"[decision] baseline.{var}", f"{shown} is not a value of an axis")
         baseline[var] = shown
-    if "rule" not in decision:
-        raise _fail(path, "[decision] rule", "missing: write the decision rule before the results")
-    rule = parse_rule(str(decision["rule"]), axes, path)
+    return baseline
 
-    plan = Plan(path, name, str(question), seeds, env, axes, baseline, rule)
-    tune = doc.get("tune")
-    if tune is not None:
-        tune = dict(tune)
-        tune_seeds = _seed_list(tune.pop("seeds", seeds), path, "[tune] seeds")
-        if len(tune) != 1:
-            raise _fail(path, "[tune]", "exactly one variable to tune, e.g. TATU_LR = [1e-3, 3e-3]")
-        (var, values), = tune.items()
-        if var not in known or var in SWEEP_OWNED or var == "TATU_SEED" or var in axes:
-            raise _fail(path, f"[tune] {var}", "must be a run variable that is not an axis")
-        if not isinstance(values, list) or len(values) < 2:
-            raise _fail(path, f"[tune] {var}", "expected at least two values to choose from")
-        plan.tune_var, plan.tune_values, plan.tune_seeds = var, [_env_value(v, path, f"[tune] {var}") for v in values], tune_seeds
+
+def _add_tune(plan: Plan, tune: dict, path: Path, known: set[str]) -> None:
+    tune = dict(tune)
+    try:
+        tune_seeds = seed_list(tune.pop("seeds", plan.seeds))
+    except ValueError as exc:
+        raise plan_error(path, "[tune] seeds", str(exc)) from None
+    if len(tune) != 1:
+        raise plan_error(path, "[tune]", "exactly one variable to tune, e.g. TATU_LR = [1e-3, 3e-3]")
+    (var, values), = tune.items()
+    if var not in known or var in SWEEP_OWNED or var == "TATU_SEED" or var in plan.axes:
+        raise plan_error(path, f"[tune] {var}", "must be a run variable that is not an axis")
+    if not isinstance(values, list) or len(values) < 2:
+        raise plan_error(path, f"[tune] {var}", "expected at least two values to choose from")
+    plan.tune_var, plan.tune_values, plan.tune_seeds = var, [_env_value(v, path, f"[tune] {var}") for v in values], tune_seeds
+
+
+def load_plan(path: str | Path) -> Plan:
+    """The plan file as members, checked whole: every problem is one line and exit 78."""
+    from tatu.daemon.config import known_variables
+
+    path = Path(path)
+    doc = read_plan_file(path)
+    known = set(known_variables())
+    env = _base_env(doc, path, known)
+    axes = _axes(doc, path, known)
+    baseline = _baseline(doc, path, axes)
+    if doc.decision.rule is None:
+        raise plan_error(path, "[decision] rule", "missing: write the decision rule before the results")
+    rule = parse_rule(doc.decision.rule, axes, path)
+    plan = Plan(path, doc.name, doc.question, doc.seeds, env, axes, baseline, rule)
+    if doc.tune is not None:
+        _add_tune(plan, doc.tune, path, known)
     # Every member's config is checked now: a bad one is refused before anything runs.
     out = Path("/nonexistent-sweep-out")
     plan.tune_members(out)
     plan.compare_members(out, {plan.tune_var: plan.tune_values[0]} if plan.tune_var else None)
     return plan
-
-
-# --- cost ------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class StepCost:
-    seconds_per_slot: float  # seconds per micro-batch x micro_batch x seq_len of a training step
-    eval_seconds: float
-    source: str
-
-
-def measured_cost(runs: list[Path]) -> StepCost | None:
-    """Step and eval times measured by earlier runs of this machine (their events.jsonl and the
-    config in their checkpoints' meta.json)."""
-    from tatu.daemon.logs import read_events
-
-    slots, evals, used = [], [], []
-    for run_dir in runs:
-        events_path = run_dir / "events.jsonl"
-        config = None
-        for ckpt in ("final", "state", "best"):
-            meta = run_dir / ckpt / "meta.json"
-            if meta.is_file():
-                config = json.loads(meta.read_text()).get("config")
-                break
-        if not events_path.is_file() or not config:
-            continue
-        events = read_events(events_path)
-        steps = [e["seconds"] for e in events if e.get("event") == "step" and e.get("seconds")]
-        if not steps:
-            continue
-        n_micro = int(config.get("SFT_GE", 0)) + (int(config.get("REPLAY_N", 0)) if config.get("TATU_MODE") == "sft" else 0)
-        slot = max(1, n_micro) * int(config.get("TATU_MICRO_BATCH", 8)) * int(config.get("TATU_SEQ_LEN", 128))
-        slots.append(statistics.median(steps) / slot)
-        evals += [e["seconds"] for e in events if e.get("event") == "eval" and e.get("step", 0) > 0]
-        used.append(run_dir.name)
-    if not slots:
-        return None
-    return StepCost(statistics.median(slots), statistics.median(evals) if evals else 0.0, ", ".join(used[:3]))
-
-
-def member_seconds(member: Member, cost: StepCost) -> float:
-    env = member.env
-    steps = int(env.get("MIX_STEPS_LIMIT", 200))
-    n_micro = int(env.get("SFT_GE", 8)) + int(env.get("REPLAY_N", 0))
-    slot = n_micro * int(env.get("TATU_MICRO_BATCH", 8)) * int(env.get("TATU_SEQ_LEN", 128))
-    evals = steps // int(env.get("EVAL_EVERY", 8)) + 2  # the baseline and the last step
-    return steps * slot * cost.seconds_per_slot + evals * cost.eval_seconds
-
-
-def fmt_duration(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}h{rest // 60:02d}m" if hours else (f"{rest // 60}m{rest % 60:02d}s" if rest >= 60 else f"{rest}s")

@@ -56,3 +56,10 @@ def fmt_p_formula(p) -> str:
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p):
         return "n/a"
     return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def fmt_duration(seconds: float) -> str:
+    """Whole seconds as 3h05m, 4m07s or 12s (a sweep's cost and ETA)."""
+    seconds = max(0, int(round(seconds)))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else (f"{rest // 60}m{rest % 60:02d}s" if rest >= 60 else f"{rest}s")

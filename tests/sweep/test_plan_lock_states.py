@@ -58,6 +58,10 @@ def test_plan_hash_ignores_seeds_but_not_knobs(tmp_path):
     (lambda t: t + "\n[extra]\n", "unknown key"),
     (lambda t: t.replace('name = "dose"', 'name = "a b"'), "name: 'a b'"),
     (lambda t: t + "[tune]\nREPLAY_N = [1, 2]\n", "[tune] REPLAY_N: must be a run variable that is not an axis"),
+    # the TOML's shape (pydantic, as the run config): a type, an unknown key inside a section
+    (lambda t: t.replace("seeds = [1, 2]", 'seeds = "1, 2"'), "seeds: Input should be a valid list"),
+    (lambda t: t.replace("[base]\n", "[base]\nenv = 'run5.env'\n"), "[base] env: unknown key (known: env_file, vars)"),
+    (lambda t: t.replace('rule = "', 'rules = "'), "[decision] rules: unknown key (known: baseline, rule)"),
 ])
 def test_bad_plans_are_refused_with_78_naming_file_and_key(tmp_path, edit, message):
     path = write_plan(tmp_path)

@@ -1,0 +1,55 @@
+"""What a sweep will cost, from what earlier runs of this machine measured (`tatu sweep plan`)."""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from tatu.sweep.plan import Member
+
+
+@dataclass(frozen=True)
+class StepCost:
+    seconds_per_slot: float  # seconds per micro-batch x micro_batch x seq_len of a training step
+    eval_seconds: float
+    source: str
+
+
+def measured_cost(runs: list[Path]) -> StepCost | None:
+    """Step and eval times measured by earlier runs of this machine (their events.jsonl and the
+    config in their checkpoints' meta.json)."""
+    from tatu.daemon.logs import read_events
+
+    slots, evals, used = [], [], []
+    for run_dir in runs:
+        events_path = run_dir / "events.jsonl"
+        config = None
+        for ckpt in ("final", "state", "best"):
+            meta = run_dir / ckpt / "meta.json"
+            if meta.is_file():
+                config = json.loads(meta.read_text()).get("config")
+                break
+        if not events_path.is_file() or not config:
+            continue
+        events = read_events(events_path)
+        steps = [e["seconds"] for e in events if e.get("event") == "step" and e.get("seconds")]
+        if not steps:
+            continue
+        n_micro = int(config.get("SFT_GE", 0)) + (int(config.get("REPLAY_N", 0)) if config.get("TATU_MODE") == "sft" else 0)
+        slot = max(1, n_micro) * int(config.get("TATU_MICRO_BATCH", 8)) * int(config.get("TATU_SEQ_LEN", 128))
+        slots.append(statistics.median(steps) / slot)
+        evals += [e["seconds"] for e in events if e.get("event") == "eval" and e.get("step", 0) > 0]
+        used.append(run_dir.name)
+    if not slots:
+        return None
+    return StepCost(statistics.median(slots), statistics.median(evals) if evals else 0.0, ", ".join(used[:3]))
+
+
+def member_seconds(member: Member, cost: StepCost) -> float:
+    env = member.env
+    steps = int(env.get("MIX_STEPS_LIMIT", 200))
+    n_micro = int(env.get("SFT_GE", 8)) + int(env.get("REPLAY_N", 0))
+    slot = n_micro * int(env.get("TATU_MICRO_BATCH", 8)) * int(env.get("TATU_SEQ_LEN", 128))
+    evals = steps // int(env.get("EVAL_EVERY", 8)) + 2  # the baseline and the last step
+    return steps * slot * cost.seconds_per_slot + evals * cost.eval_seconds

@@ -1,0 +1,69 @@
+"""A sweep's decision rule, written before the results: `smallest|largest AXIS such that
+METRIC < VALUE and ...`, parsed once, judged by the analysis on every configuration."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from tatu.exitcodes import BAD_CONFIG, TatuExit
+
+METRICS = ("drift", "drift_lo", "drift_hi", "sftHeld_change", "sftHeld_change_lo", "sftHeld_change_hi",
+           "every_eval_drift", "every_eval_drift_hi", "aborted")
+RULE = re.compile(r"^\s*(smallest|largest)\s+([A-Z][A-Z0-9_]*)\s+such\s+that\s+(.+?)\s*$")
+CONDITION = re.compile(r"^\s*([A-Za-z_]+)\s*(<=|<)\s*([A-Z][A-Z0-9_]*|[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?%?)\s*$")
+
+
+def plan_error(path: Path, where: str, message: str) -> TatuExit:
+    """Every problem with a plan: exit 78, naming the file and the key."""
+    return TatuExit(BAD_CONFIG, f"{path}: {where}: {message}")
+
+
+@dataclass(frozen=True)
+class Condition:
+    metric: str
+    op: str
+    value: str  # a number ("0", "5%") or a run variable (MIX_FORGET_LIMIT), resolved per configuration
+
+    def threshold(self, config: dict) -> float:
+        if self.value[0].isalpha():
+            return float(config[self.value])
+        return float(self.value[:-1]) / 100 if self.value.endswith("%") else float(self.value)
+
+    def holds(self, measured: float, config: dict) -> bool:
+        limit = self.threshold(config)
+        return measured < limit if self.op == "<" else measured <= limit
+
+    def text(self) -> str:
+        return f"{self.metric} {self.op} {self.value}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    text: str
+    choose: str  # smallest | largest
+    axis: str
+    conditions: tuple[Condition, ...]
+
+
+def parse_rule(text: str, axes: dict, path: Path) -> Rule:
+    from tatu.daemon.config import known_variables
+
+    match = RULE.match(text)
+    if not match:
+        raise plan_error(path, "[decision] rule", f"{text!r} is not 'smallest|largest AXIS such that METRIC < VALUE and ...'")
+    choose, axis, rest = match.groups()
+    if axis not in axes:
+        raise plan_error(path, "[decision] rule", f"{axis} is not an axis of the plan (axes: {', '.join(axes)})")
+    conditions = []
+    for part in re.split(r"\s+and\s+", rest):
+        cond = CONDITION.match(part)
+        if not cond:
+            raise plan_error(path, "[decision] rule", f"condition {part.strip()!r} is not 'METRIC < VALUE'")
+        metric, op, value = cond.groups()
+        if metric not in METRICS:
+            raise plan_error(path, "[decision] rule", f"unknown metric {metric!r} (known: {', '.join(METRICS)})")
+        if value[0].isalpha() and value not in known_variables():
+            raise plan_error(path, "[decision] rule", f"{value} is neither a number nor a run variable")
+        conditions.append(Condition(metric, op, value))
+    return Rule(text.strip(), choose, axis, tuple(conditions))
