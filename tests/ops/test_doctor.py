@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from tatu.ops import doctor
-from tatu.ops.doctor import Finding, add_doctor_args, diagnose, doctor_main, format_findings
+from tatu.ops.doctor import add_doctor_args, doctor_main
+from tatu.ops.doctor_checks import Finding, check_disk, diagnose, format_findings
 from tatu.systemctl import parse_show
 
 DATA = Path(__file__).resolve().parents[1] / "fixtures" / "doctor"
@@ -119,7 +120,7 @@ def test_doctor_main_exit_code_follows_fail(monkeypatch, capsys):
 
 def test_unreachable_manager_still_reports_the_host(monkeypatch):
     """No user manager to ask (no login session): one FAIL saying so, then the host's own checks."""
-    from tatu.ops.doctor import unreachable_manager
+    from tatu.ops.doctor_checks import unreachable_manager
 
     facts = {"user": "op", "swap_total_mb": 8192.0, "swap_used_mb": 6000.0, "linger": False, "cuda": None}
     findings = unreachable_manager("Failed to connect to bus: No medium found", facts)
@@ -183,12 +184,12 @@ def test_disk_facts_measure_free_space_and_the_last_state(tmp_path):
     expected = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(run_dir / "state") for f in files)
     assert facts["state_mb"] == pytest.approx(expected / 2**20)
     assert facts["free_mb"] == pytest.approx(shutil.disk_usage(run_dir).free / 2**20, rel=0.05)
-    ok = doctor._check_disk(facts)
+    ok = check_disk(facts)
     assert ok.level == "OK" and str(run_dir) in ok.why and "last saved state is 0.3 MB" in ok.why
     # a run not started yet: the free space of the nearest existing parent, no state
     fresh = doctor.disk_facts(tmp_path / "runs" / "new")
-    assert fresh["state_mb"] is None and "no saved state yet" in doctor._check_disk(fresh).why
-    low = doctor._check_disk({"run_dir": str(run_dir), "free_mb": 40.0, "state_mb": 55.0})
+    assert fresh["state_mb"] is None and "no saved state yet" in check_disk(fresh).why
+    low = check_disk({"run_dir": str(run_dir), "free_mb": 40.0, "state_mb": 55.0})
     assert low.level == "WARN" and "may not fit" in low.why and "TATU_OUT" in low.fix
 
 
