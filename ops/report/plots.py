@@ -59,68 +59,79 @@ def _limit_groups(runs: list[RunRecord]) -> list[tuple[float, list[int]]]:
     return list(groups.items())
 
 
+def _draw_run(ax, index: int, run: RunRecord, getter, scale: float) -> float | None:
+    """One run's line, CI band, best star and abort mark; the top of its band (None: no data)."""
+    steps, values, lows, highs = _series(run, getter)
+    if not steps:
+        return None
+    colour = _colour(index)
+    ax.fill_between(steps, [v * scale for v in lows], [v * scale for v in highs], color=colour, alpha=0.2, linewidth=0)
+    ax.plot(steps, [v * scale for v in values], marker="o", markersize=3, color=colour, label=run.name)
+    best = run.best_eval
+    if best is not None and best["step"] in steps:
+        at = steps.index(best["step"])
+        # best/ is chosen on one set only (best_set); on any other plot the star is not that metric's best
+        by = best.get("best_set") or "the run's best set"
+        ax.plot([best["step"]], [values[at] * scale], marker="*", markersize=14, color=colour,
+                markeredgecolor="black", linestyle="none", zorder=4,
+                label=f"{run.name} best (by {by}, step {best['step']})")
+    abort = run.abort
+    if abort is not None:
+        # a run that stopped early must not look like one that simply ended: mark where it stopped
+        step, reason = abort
+        before = [i for i, s in enumerate(steps) if step is None or s <= step]
+        at = before[-1] if before else len(steps) - 1
+        x = steps[at] if step is None else step
+        ax.axvline(x, color="red", linestyle=":", linewidth=1.0)
+        # drawn under the best star (an abort often happens at the best step) and larger, so both show
+        ax.plot([x], [values[at] * scale], marker="X", markersize=18, color="red", markeredgecolor="black",
+                linestyle="none", zorder=3,
+                label=f"{run.name} aborted at step {fmt_int(step)}: {reason}")
+    return max([-math.inf, *(h * scale for h in highs if math.isfinite(h))])
+
+
+def _draw_limits(ax, runs: list[RunRecord], top: float, scale: float) -> list[str]:
+    """MIX_FORGET_LIMIT lines (runs that share a limit share one); notes for those above the plot."""
+    notes = []
+    for order, (limit, members) in enumerate(_limit_groups(runs)):
+        colour = _colour(members[0]) if len(members) == 1 else "black"
+        label = f"MIX_FORGET_LIMIT {fmt_pct(limit)} ({', '.join(runs[i].name for i in members)})"
+        if limit * scale <= max(top, 1.0) * LIMIT_OFF_SCALE:
+            ax.axhline(limit * scale, color=colour, linestyle="--", linewidth=1.2, label=label)
+        else:
+            note = f"{label} (above the plot)"
+            ax.text(0.01, 0.97 - 0.07 * order, note, transform=ax.transAxes, color=colour, fontsize=8, va="top")
+            notes.append(note)
+    return notes
+
+
+def _log_axis(ax) -> None:
+    """ppl falls by orders of magnitude in SFT (thousands at step 0, single digits later)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+
+    ax.set_yscale("log")
+    low, high = ax.get_ylim()
+    # within a decade 1-2-5 ticks leave one label or none: plain evenly spaced ticks then
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)) if high / low >= 10 else MaxNLocator(nbins=6))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 def _plot(runs: list[RunRecord], getter, title: str, ylabel: str, path: Path, caption: str, scale: float = 1.0,
           draw_limits: bool = False, log_y: bool = False) -> PlotFile | None:
     """One PNG of a metric per eval step, every run overlaid; None when no run has the metric."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
     fig = Figure(figsize=FIGSIZE, dpi=DPI)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
-    plotted, top, notes = False, -math.inf, []
-    for index, run in enumerate(runs):
-        steps, values, lows, highs = _series(run, getter)
-        if not steps:
-            continue
-        plotted = True
-        colour = _colour(index)
-        ax.fill_between(steps, [v * scale for v in lows], [v * scale for v in highs], color=colour, alpha=0.2, linewidth=0)
-        ax.plot(steps, [v * scale for v in values], marker="o", markersize=3, color=colour, label=run.name)
-        top = max([top, *(h * scale for h in highs if math.isfinite(h))])
-        best = run.best_eval
-        if best is not None and best["step"] in steps:
-            at = steps.index(best["step"])
-            # best/ is chosen on one set only (best_set); on any other plot the star is not that metric's best
-            by = best.get("best_set") or "the run's best set"
-            ax.plot([best["step"]], [values[at] * scale], marker="*", markersize=14, color=colour,
-                    markeredgecolor="black", linestyle="none", zorder=4,
-                    label=f"{run.name} best (by {by}, step {best['step']})")
-        abort = run.abort
-        if abort is not None:
-            # a run that stopped early must not look like one that simply ended: mark where it stopped
-            step, reason = abort
-            before = [i for i, s in enumerate(steps) if step is None or s <= step]
-            at = before[-1] if before else len(steps) - 1
-            x = steps[at] if step is None else step
-            ax.axvline(x, color="red", linestyle=":", linewidth=1.0)
-            # drawn under the best star (an abort often happens at the best step) and larger, so both show
-            ax.plot([x], [values[at] * scale], marker="X", markersize=18, color="red", markeredgecolor="black",
-                    linestyle="none", zorder=3,
-                    label=f"{run.name} aborted at step {fmt_int(step)}: {reason}")
-    if not plotted:
+    tops = [t for index, run in enumerate(runs) if (t := _draw_run(ax, index, run, getter, scale)) is not None]
+    if not tops:
         return None
-    if draw_limits:
-        # runs that share a limit share one line: one legend entry per distinct value
-        groups = _limit_groups(runs)
-        for order, (limit, members) in enumerate(groups):
-            colour = _colour(members[0]) if len(members) == 1 else "black"
-            label = f"MIX_FORGET_LIMIT {fmt_pct(limit)} ({', '.join(runs[i].name for i in members)})"
-            if limit * scale <= max(top, 1.0) * LIMIT_OFF_SCALE:
-                ax.axhline(limit * scale, color=colour, linestyle="--", linewidth=1.2, label=label)
-            else:
-                note = f"{label} (above the plot)"
-                ax.text(0.01, 0.97 - 0.07 * order, note, transform=ax.transAxes, color=colour, fontsize=8, va="top")
-                notes.append(note)
+    notes = _draw_limits(ax, runs, max(tops), scale) if draw_limits else []
     if log_y:
-        # ppl falls by orders of magnitude in SFT (thousands at step 0, single digits later)
-        ax.set_yscale("log")
-        low, high = ax.get_ylim()
-        # within a decade 1-2-5 ticks leave one label or none: plain evenly spaced ticks then
-        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)) if high / low >= 10 else MaxNLocator(nbins=6))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
-        ax.yaxis.set_minor_formatter(NullFormatter())
+        _log_axis(ax)
     ax.set_title(title)
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel + (" (log scale)" if log_y else ""))
