@@ -121,28 +121,13 @@ def reconcile(name: str, eval_set, tatu_result, harness: dict, block_size: int) 
     )
 
 
-def harness_main(args: argparse.Namespace) -> int:
-    """The --harness path of `tatu eval` (see the module docstring)."""
+def _score_rows(args: argparse.Namespace, ckpt, specs) -> list[HarnessRow]:
+    """Each text set scored by tatu and by lm-eval (through a GPT-2 export of the checkpoint)."""
     from tatu.evals.scoring import evaluate
     from tatu.evals.sets import load_eval_set
     from tatu.model.checkpoint import CheckpointError
-    from tatu.model.hf import export_hf, is_hf_dir, load_checkpoint_or_gpt2
-    from tatu.ops.eval_inputs import check_device, resolve_bootstrap, set_specs
+    from tatu.model.hf import export_hf, is_hf_dir
 
-    try:
-        import lm_eval  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError as exc:
-        raise TatuExit(BAD_CONFIG, f"--harness needs transformers and lm-eval: pip install 'tatu[hf]' ({exc})")
-    if args.en_batches is not None or args.category:
-        raise TatuExit(USAGE, "--harness scores every line of each set, whole: drop --en-batches/--category")
-    check_device(args)
-    specs = set_specs(args)
-    try:
-        ckpt = load_checkpoint_or_gpt2(args.checkpoint)
-    except CheckpointError as exc:
-        raise TatuExit(BAD_DATA, str(exc))
-    resolve_bootstrap(args, (args.checkpoint, ckpt.meta))
     model = ckpt.build_model(args.device)
     block = ckpt.model_config.block_size
     rows: list[HarnessRow] = []
@@ -167,9 +152,10 @@ def harness_main(args: argparse.Namespace) -> int:
             result = evaluate(model, eval_set, device=args.device, n_resamples=args.resamples, seed=args.seed,
                               token_budget=args.token_budget)
             rows.append(reconcile(name, eval_set, result, score_with_lm_eval(lm, file), block))
-    if not rows:
-        raise TatuExit(BAD_DATA, "--harness: no text eval set to score (pairs sets are skipped)")
+    return rows
 
+
+def _print_rows(rows: list[HarnessRow]) -> None:
     print(f"{'set':<12} {'lines':>6} {'long':>5} {'bpb tatu':>12} {'bpb lm-eval':>12} {'|diff|':>9} "
           f"{'byte_ppl tatu':>14} {'lm-eval':>10} {'word_ppl tatu':>14} {'lm-eval':>10}  rule")
     for r in rows:
@@ -180,6 +166,32 @@ def harness_main(args: argparse.Namespace) -> int:
               f"{r.tatu_word_ppl:>14.4f} {r.lm_eval_word_ppl:>10.4f}  {rule}")
     print("lm-eval reports no confidence interval for bits_per_byte and no paired comparison; "
           "`tatu eval` and `tatu compare` give both.")
+
+
+def harness_main(args: argparse.Namespace) -> int:
+    """The --harness path of `tatu eval` (see the module docstring)."""
+    from tatu.model.checkpoint import CheckpointError
+    from tatu.model.hf import load_checkpoint_or_gpt2
+    from tatu.ops.eval_inputs import check_device, resolve_bootstrap, set_specs
+
+    try:
+        import lm_eval  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        raise TatuExit(BAD_CONFIG, f"--harness needs transformers and lm-eval: pip install 'tatu[hf]' ({exc})")
+    if args.en_batches is not None or args.category:
+        raise TatuExit(USAGE, "--harness scores every line of each set, whole: drop --en-batches/--category")
+    check_device(args)
+    specs = set_specs(args)
+    try:
+        ckpt = load_checkpoint_or_gpt2(args.checkpoint)
+    except CheckpointError as exc:
+        raise TatuExit(BAD_DATA, str(exc))
+    resolve_bootstrap(args, (args.checkpoint, ckpt.meta))
+    rows = _score_rows(args, ckpt, specs)
+    if not rows:
+        raise TatuExit(BAD_DATA, "--harness: no text eval set to score (pairs sets are skipped)")
+    _print_rows(rows)
     if args.json_out is not None:
         payload = {"format": "tatu-harness-1", "checkpoint": str(args.checkpoint), "match_tol": MATCH_TOL,
                    "transformers": _version("transformers"), "lm_eval": _version("lm_eval"),
