@@ -105,7 +105,15 @@ class World:
     # --- step boundaries ----------------------------------------------------------------
     def at_step_boundary(self, supervisor) -> None:
         if self.distributed:
-            supervisor.agree()
+            supervisor.agree(self.any_rank)
+
+    def any_rank(self, flags: list[bool]) -> list[bool]:
+        """Each flag true on any rank (a MAX all-reduce), the same list on every rank."""
+        tensor = torch.tensor([int(f) for f in flags], dtype=torch.int64)
+        if torch.distributed.get_backend() == "nccl":
+            tensor = tensor.cuda()
+        torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
+        return [bool(v) for v in tensor.tolist()]
 
     def gather_rank_states(self, stream) -> list[dict] | None:
         """Every rank's RNG and stream state, on rank 0, for the resume state (None alone)."""

@@ -98,7 +98,7 @@ def train(run: Run) -> int:
         supervisor.finished_already(state.step)
         log.info(f"run {config.run} already finished at step {state.step}; nothing to do")
         return exitcodes.OK
-    if supervisor.stop_requested and state.baseline is None:
+    if supervisor.requests.stop and state.baseline is None:
         log.info("stop requested before the baseline eval: nothing to save")
         supervisor.phase("stopped")
         return exitcodes.OK
@@ -113,7 +113,7 @@ def train(run: Run) -> int:
     run.trainer.model.train()
     while state.step < limit:
         run.world.at_step_boundary(supervisor)  # under torchrun: every rank acts on the same requests
-        if supervisor.stop_requested:
+        if supervisor.requests.stop:
             supervisor.stopping()
             log.info(f"stop requested at step {state.step}: saving the resume state")
             run.save("stop")
@@ -137,8 +137,8 @@ def train(run: Run) -> int:
         log.event("step", step=step, loss=stats.loss, lr=stats.lr, tokens=stats.target_tokens,
                   replay_fraction=stats.replay_fraction, seconds=round(stats.seconds, 4), memory=mem)
 
-        if step % config.eval_every == 0 or step == limit or supervisor.eval_requested:
-            supervisor.clear_eval_request()
+        if step % config.eval_every == 0 or step == limit or supervisor.requests.eval:
+            supervisor.served("eval")
             decision = run.evaluate()
             if decision.abort_reason:
                 log.error(f"ABORT at step {step}: {decision.abort_reason}")
@@ -146,11 +146,11 @@ def train(run: Run) -> int:
                 state.aborted = {"step": step, "reason": decision.abort_reason, "code": exitcodes.FORGET_ABORT}
                 run.save("forget abort")
                 return run.finish(exitcodes.FORGET_ABORT, decision.abort_reason)
-        low_memory = supervisor.memory_low and step - run.last_saved_step >= config.eval_every
+        low_memory = supervisor.requests.memory_low and step - run.last_saved_step >= config.eval_every
         if low_memory:
             log.warning(f"available memory {mem['available_mb']:.0f} MB < TATU_MEM_FLOOR_MB {config.mem_floor_mb}: saving early")
-        if step % config.ckpt_every == 0 or supervisor.checkpoint_requested or low_memory or step == limit:
-            supervisor.clear_checkpoint_request()
+        if step % config.ckpt_every == 0 or supervisor.requests.checkpoint or low_memory or step == limit:
+            supervisor.served("checkpoint")
             run.save("low memory" if low_memory else "scheduled")
 
     run.final_checkpoint()

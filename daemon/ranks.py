@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import sys
 
-import torch
-
 from tatu.daemon.config import ConfigError
 from tatu.daemon.distributed import World
 from tatu.daemon.supervisor import Supervisor
-
 
 
 def check_resume_world(saved: dict, world: World, run: str) -> None:
@@ -89,66 +86,9 @@ class _FollowerSupervisor(Supervisor):
         return None
 
 
-class AgreedSupervisor:
-    """The supervisor as every rank sees it: stop, eval and checkpoint requests and low memory
-    are read from the snapshot that `agree()` takes at each step boundary, the same on every rank."""
-
-    def __init__(self, inner: Supervisor, world: World):
-        self.inner, self.world = inner, world
-        self._stop = self._eval = self._checkpoint = self._memory_low = False
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def __setattr__(self, name, value):
-        if name in ("inner", "world") or name.startswith("_"):
-            object.__setattr__(self, name, value)
-        else:
-            setattr(self.inner, name, value)
-
-    def __enter__(self):
-        self.inner.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self.inner.__exit__(*exc)
-
-    def agree(self) -> None:
-        inner = self.inner
-        local = [inner.stop_requested, inner.eval_requested, inner.checkpoint_requested, inner.memory_low]
-        inner.clear_eval_request()  # taken into this boundary's snapshot; a later one waits for the next
-        inner.clear_checkpoint_request()
-        flags = torch.tensor([int(f) for f in local], dtype=torch.int64)
-        if torch.distributed.get_backend() == "nccl":
-            flags = flags.cuda()
-        torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX)
-        self._stop, self._eval, self._checkpoint, self._memory_low = (bool(v) for v in flags.tolist())
-
-    @property
-    def stop_requested(self) -> bool:
-        return self._stop
-
-    @property
-    def eval_requested(self) -> bool:
-        return self._eval
-
-    @property
-    def checkpoint_requested(self) -> bool:
-        return self._checkpoint
-
-    @property
-    def memory_low(self) -> bool:
-        return self._memory_low
-
-    def clear_eval_request(self) -> None:
-        self._eval = False
-
-    def clear_checkpoint_request(self) -> None:
-        self._checkpoint = False
-
-
-def supervisor_for(world: World, config, origins):
+def supervisor_for(world: World, config, origins) -> Supervisor:
     if not world.distributed:
         return Supervisor(config, origins)
-    inner = Supervisor(config, origins) if world.is_main else _FollowerSupervisor(config, origins)
-    return AgreedSupervisor(inner, world)
+    supervisor = Supervisor(config, origins) if world.is_main else _FollowerSupervisor(config, origins)
+    supervisor.act_on_agreed_requests()
+    return supervisor

@@ -10,7 +10,9 @@
 - disk: the free space of the run directory against the last save's size, in the status
   reply (`disk_free_mb`, `last_save_mb`) and as a warning while a save still fits.
 
-A new control command: a small method here, and one line in `handlers()`.
+A new control command: a small method here and one line in `handlers()`; a request the loop
+acts on is also a field of `Requests` and its source in `local_requests()` (ranks agree on every
+field without further code).
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ import os
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass, fields, replace
+from typing import Callable
 
 from tatu.daemon import memory, signals
 from tatu.daemon.config import ConfigError, RunConfig
@@ -34,6 +38,20 @@ MEMORY_SAMPLE_S = 1.0  # the host's available memory and swap (~85 us) at most t
 DISK_WARN_SAVES = 3
 
 
+@dataclass(frozen=True)
+class Requests:
+    """What the loop acts on at a step boundary: the one list of them. Every field is a flag;
+    under torchrun `Supervisor.agree` reduces them all at once (any rank's request counts), so
+    every rank stops, evaluates and saves at the same step."""
+    stop: bool = False
+    eval: bool = False
+    checkpoint: bool = False
+    memory_low: bool = False
+
+
+ONE_SHOT = ("eval", "checkpoint")  # served once; stop and low memory hold until the run ends
+
+
 class Supervisor:
     def __init__(self, config: RunConfig, origins: dict[str, str]):
         self.config = config
@@ -41,9 +59,8 @@ class Supervisor:
         self.notifier = Notifier()
         self.state = None  # the RunState, once there is one (the evals command reads its history)
         self.status: dict = {"phase": "loading"}
-        self._stop = threading.Event()
-        self._eval = threading.Event()
-        self._checkpoint = threading.Event()
+        self._asked = {name: threading.Event() for name in ("stop", *ONE_SHOT)}  # set by the socket thread
+        self._agreed: Requests | None = None  # under torchrun: the boundary's snapshot, the only one read
         self._server = ControlServer(socket_path(config.run), self.handlers())
         self._step_seconds: float | None = None
         self.memory = memory.sample()
@@ -71,15 +88,15 @@ class Supervisor:
         return {"evals": [{k: v for k, v in h.items() if k != "generations"} for h in history]}
 
     def request_checkpoint(self, _request: dict) -> dict:
-        self._checkpoint.set()
+        self._asked["checkpoint"].set()
         return {"queued": "checkpoint at the next step boundary"}
 
     def request_eval(self, _request: dict) -> dict:
-        self._eval.set()
+        self._asked["eval"].set()
         return {"queued": "eval at the next step boundary"}
 
     def request_stop(self, _request: dict) -> dict:
-        self._stop.set()
+        self._asked["stop"].set()
         return {"queued": "graceful stop at the next step boundary"}
 
     def __enter__(self) -> "Supervisor":
@@ -96,27 +113,48 @@ class Supervisor:
     # --- signals and requests ------------------------------------------------------------
     def _on_stop_signal(self) -> None:
         # Say so at once, and ask for the time the final save needs, even mid-eval.
-        self._stop.set()
+        self._asked["stop"].set()
         self.notifier.stopping()
         self.notifier.extend_timeout(EVAL_WATCHDOG_S)
 
-    @property
-    def stop_requested(self) -> bool:
-        return self._stop.is_set() or signals.stop_requested()
+    def _stop_asked(self) -> bool:
+        return self._asked["stop"].is_set() or signals.stop_requested()
+
+    def local_requests(self) -> Requests:
+        """This process's own requests, as they stand now."""
+        return Requests(stop=self._stop_asked(), eval=self._asked["eval"].is_set(),
+                        checkpoint=self._asked["checkpoint"].is_set(), memory_low=self.memory_low)
 
     @property
-    def eval_requested(self) -> bool:
-        return self._eval.is_set()
+    def requests(self) -> Requests:
+        """What the loop acts on: this process's requests, or under torchrun the snapshot every
+        rank agreed on at the last step boundary."""
+        return self._agreed if self._agreed is not None else self.local_requests()
 
-    @property
-    def checkpoint_requested(self) -> bool:
-        return self._checkpoint.is_set()
+    def served(self, name: str) -> None:
+        """The loop acted on the one-shot request `name` (eval, checkpoint)."""
+        if name not in ONE_SHOT:
+            raise ValueError(f"{name!r} is not a one-shot request ({', '.join(ONE_SHOT)})")
+        if self._agreed is not None:  # a request that came after the snapshot waits for the next boundary
+            self._agreed = replace(self._agreed, **{name: False})
+        else:
+            self._asked[name].clear()
 
-    def clear_eval_request(self) -> None:
-        self._eval.clear()
+    def act_on_agreed_requests(self) -> None:
+        """Under torchrun: from now on the loop reads only what `agree` settles at each step
+        boundary (nothing before the first one, so every rank runs the baseline eval)."""
+        self._agreed = Requests()
 
-    def clear_checkpoint_request(self) -> None:
-        self._checkpoint.clear()
+    def agree(self, any_rank: Callable[[list[bool]], list[bool]]) -> None:
+        """A step boundary under torchrun: take this rank's requests (a one-shot one belongs to
+        this boundary now; a later one waits for the next) and keep what `any_rank` (a MAX
+        all-reduce, daemon/distributed.py) makes of every field, the same on every rank."""
+        local = self.local_requests()
+        for name in ONE_SHOT:
+            self._asked[name].clear()
+        names = [f.name for f in fields(Requests)]
+        agreed = any_rank([getattr(local, name) for name in names])
+        self._agreed = Requests(**{name: bool(flag) for name, flag in zip(names, agreed)})
 
     # --- phases ----------------------------------------------------------------------------
     def phase(self, name: str) -> None:
@@ -127,7 +165,7 @@ class Supervisor:
         """An eval or a save: the watchdog (and, while stopping, the stop timeout) gets room."""
         self.phase(phase)
         self.notifier.set_watchdog_timeout(EVAL_WATCHDOG_S)
-        if phase == "eval" or self.stop_requested:
+        if phase == "eval" or self._stop_asked():
             self.notifier.extend_timeout(EVAL_WATCHDOG_S)
         yield
         self.notifier.restore_watchdog_timeout()

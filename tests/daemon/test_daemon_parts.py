@@ -15,7 +15,7 @@ from tatu.daemon.config import ConfigError, load_config
 from tatu.daemon.main import exit_code_for
 from tatu.daemon.main import main as daemon_main
 from tatu.daemon.state import RunState
-from tatu.daemon.supervisor import Supervisor
+from tatu.daemon.supervisor import Requests, Supervisor
 from tatu.daemon.trainer import Trainer
 from tatu.data.manifest import DataConfigError, DataError, check_tokenizer
 from tatu.data.stream import IGNORE_INDEX, MicroBatch, StepBatch
@@ -132,13 +132,13 @@ def test_a_resume_state_of_the_older_format_is_refused_with_65_not_a_crash():
 def test_supervisor_requests_replies_and_one_daemon_per_run():
     cfg = config(TATU_RUN="parts")
     with Supervisor(cfg, {"TATU_RUN": "env"}) as supervisor:
-        assert not (supervisor.stop_requested or supervisor.eval_requested or supervisor.checkpoint_requested)
-        assert "queued" in supervisor.request_eval({}) and supervisor.eval_requested
-        supervisor.clear_eval_request()
-        assert not supervisor.eval_requested
+        assert supervisor.requests == Requests()
+        assert "queued" in supervisor.request_eval({}) and supervisor.requests.eval
+        supervisor.served("eval")
+        assert not supervisor.requests.eval
         supervisor.request_checkpoint({})
         supervisor.request_stop({})
-        assert supervisor.checkpoint_requested and supervisor.stop_requested
+        assert supervisor.requests == Requests(stop=True, checkpoint=True)
         supervisor.state = RunState(history=[{"step": 3, "generations": {"samples": []}, "drift": {}}])
         assert supervisor.reply_evals({}) == {"evals": [{"step": 3, "drift": {}}]}
         assert supervisor.reply_config({})["origins"] == {"TATU_RUN": "env"}
@@ -150,6 +150,27 @@ def test_supervisor_requests_replies_and_one_daemon_per_run():
         assert reply["ok"] and reply["run"] == "parts" and reply["config_hash"] == cfg.hash
         with pytest.raises(ConfigError, match="TATU_RUN=parts: another daemon is already listening"):
             Supervisor(cfg, {}).__enter__()
+
+
+def test_ranks_act_on_the_boundary_snapshot_of_every_request():
+    """Under torchrun the loop reads only what the ranks agreed at the last step boundary. The
+    all-reduce is stood in for by a function that ORs this rank's flags with another rank's
+    (the real collective runs in tests/daemon/test_ddp.py)."""
+    with Supervisor(config(TATU_RUN="agreed"), {}) as supervisor:
+        supervisor.act_on_agreed_requests()
+        supervisor.request_stop({})
+        assert supervisor.requests == Requests()  # before the first boundary: every rank runs the baseline
+        other_rank = Requests(checkpoint=True)
+        supervisor.request_eval({})
+        supervisor.agree(lambda flags: [a or b for a, b in zip(flags, vars(other_rank).values())])
+        assert supervisor.requests == Requests(stop=True, eval=True, checkpoint=True)
+        supervisor.request_eval({})  # arrives mid-step: it belongs to the next boundary
+        supervisor.served("eval")
+        assert supervisor.requests == Requests(stop=True, checkpoint=True)
+        supervisor.agree(lambda flags: flags)
+        assert supervisor.requests.eval and not supervisor.requests.checkpoint
+        with pytest.raises(ValueError, match="one-shot"):
+            supervisor.served("stop")
 
 
 @pytest.mark.parametrize("error, code", [
