@@ -1,6 +1,6 @@
 """What a run does besides a step: evaluate, save, finish. daemon/loop.py calls these in order.
 
-Every write goes through `Run.saving`: a tensor that is not finite is never stored (exit 11) and a
+Every write goes through `RunActions.saving`: a tensor that is not finite is never stored (exit 11) and a
 full disk is a clean stop (exit 74), each with the previous copy intact.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ def non_finite_paths(value, path: str = "") -> list[str]:
     return []
 
 
-class Run:
+class RunActions:
     """One run's pieces and what it does besides a step: evaluate, save, finish."""
 
     def __init__(self, config, log, supervisor, trainer, stream, suite, tokenizer, state: RunState, meta_base: dict,

@@ -8,7 +8,7 @@
 
 Who does what: the Trainer (trainer.py) takes steps; the Judge (judge.py) turns an eval
 into drift, best, abort and the verdict; the Supervisor (supervisor.py) is what systemd and
-the operator see; a Run (actions.py) evaluates, saves and finishes. Failures raise their
+the operator see; RunActions (actions.py) evaluates, saves and finishes. Failures raise their
 layer's exception; daemon/main.py maps them to exit codes.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import math
 
 from tatu import exitcodes
 from tatu.daemon import distributed, ranks
-from tatu.daemon.actions import Run
+from tatu.daemon.actions import RunActions
 from tatu.daemon.config import ConfigError, RunConfig, describe
 from tatu.daemon.logs import RunLog
 from tatu.daemon.start import check_same_eval_files, starting_point, trunk_reference_for
@@ -80,10 +80,10 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
         supervisor.state = state
         meta_base = {"config": config.to_json(), "mode": config.mode, "run": config.run,
                      "seed_meta_step": start.seed_meta.get("step")}
-        return train(Run(config, log, supervisor, trainer, stream, suite, start.tokenizer, state, meta_base, world))
+        return train(RunActions(config, log, supervisor, trainer, stream, suite, start.tokenizer, state, meta_base, world))
 
 
-def train(run: Run) -> int:
+def train(run: RunActions) -> int:
     """The steps, top to bottom: baseline, READY, then step, eval, save until the limit or a stop."""
     config, log, supervisor, state = run.config, run.log, run.supervisor, run.state
     limit = config.mix_steps_limit
