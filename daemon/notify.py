@@ -32,7 +32,7 @@ def to_ascii(text: str) -> str:
 class Notifier:
     """Talks to the service manager through NOTIFY_SOCKET; silent when there is none.
 
-    `progress()` / `watchdog()` send WATCHDOG=1: call them only after a step finished, so
+    `feed_watchdog()` sends WATCHDOG=1: call it only after a step finished, so
     a hung loop stops feeding the watchdog and systemd restarts it.
     """
 
@@ -70,12 +70,9 @@ class Notifier:
     def status(self, text: str) -> bool:
         return self._send("STATUS=" + to_ascii(text))
 
-    def watchdog(self) -> bool:
+    def feed_watchdog(self) -> bool:
+        """WATCHDOG=1: the loop made progress (a step finished)."""
         return self._send("WATCHDOG=1")
-
-    def progress(self) -> bool:
-        """A step finished: feed the watchdog."""
-        return self.watchdog()
 
     def extend_timeout(self, seconds: float) -> bool:
         """Push the start/stop timeout out by `seconds` from now (model load, baseline eval, final save)."""

@@ -241,7 +241,7 @@ class Supervisor:
         # `step 37/200 sftHeld 9.07 drift +1.2% 1830 tok/s ETA 12m`
         disk = " DISK LOW" if self.status.get("disk", {}).get("disk_low") else ""
         self.notifier.status(f"step {stats.step}/{limit} {self._eval_text()}{tokens_per_s:.0f} tok/s ETA {eta_s / 60:.0f}m{disk}")
-        self.notifier.progress()
+        self.notifier.feed_watchdog()
         return self.memory
 
     def _eval_text(self) -> str:

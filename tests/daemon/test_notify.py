@@ -34,9 +34,7 @@ def test_each_message_arrives_as_its_own_datagram(notify_socket):
     assert notifier.enabled
     assert notifier.ready()
     assert received(notify_socket) == "READY=1"
-    assert notifier.watchdog()
-    assert received(notify_socket) == "WATCHDOG=1"
-    assert notifier.progress()
+    assert notifier.feed_watchdog()
     assert received(notify_socket) == "WATCHDOG=1"
     assert notifier.extend_timeout(90)
     assert received(notify_socket) == "EXTEND_TIMEOUT_USEC=90000000"
@@ -56,7 +54,7 @@ def test_status_with_accents_and_unicode_minus_arrives_as_ascii(notify_socket):
     assert notifier.status(text)
     assert received(notify_socket) == "STATUS=step 37/200 regua 52,1 avaliacao drift -1.2% 1830 tok/s ETA 12m"
     # A watchdog ping after such a status still arrives (nothing was combined with it).
-    notifier.watchdog()
+    notifier.feed_watchdog()
     assert received(notify_socket) == "WATCHDOG=1"
 
 
@@ -76,7 +74,7 @@ def test_without_notify_socket_everything_is_a_silent_no_op(monkeypatch):
     monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
     notifier = Notifier()
     assert not notifier.enabled
-    results = [notifier.ready(), notifier.status("ç"), notifier.watchdog(), notifier.progress(),
+    results = [notifier.ready(), notifier.status("ç"), notifier.feed_watchdog(),
                notifier.extend_timeout(5), notifier.stopping(), notifier.set_watchdog_timeout(5)]
     assert results == [False] * len(results)
 
@@ -85,7 +83,7 @@ def test_socket_gone_counts_a_failed_send_instead_of_raising(notify_socket, monk
     notifier = Notifier()
     os.unlink(os.environ["NOTIFY_SOCKET"])
     notify_socket.close()
-    assert notifier.watchdog() is False
+    assert notifier.feed_watchdog() is False
     assert notifier.failed_sends == 1
     # Recreate so the fixture's cleanup can unlink it.
     socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).bind(os.environ["NOTIFY_SOCKET"])
