@@ -31,7 +31,9 @@ from tatu.daemon.suite import best_set
 from tatu.formats import fmt_pct
 from tatu.storage import free_bytes
 
-EVAL_WATCHDOG_S = 3600  # an eval or a save may take long; the watchdog must not fire meanwhile
+# An eval, a save, or the final save after a stop may take long: the watchdog and the start/stop
+# timeout get this much room meanwhile.
+LONG_OPERATION_S = 3600
 LOAD_TIMEOUT_S = 900
 MEMORY_SAMPLE_S = 1.0  # the host's available memory and swap (~85 us) at most this often; RSS (~12 us) every step
 # Warn while there is still room: the next saves of state/, best/ and final/ each need their size again.
@@ -115,7 +117,7 @@ class Supervisor:
         # Say so at once, and ask for the time the final save needs, even mid-eval.
         self._asked["stop"].set()
         self.notifier.stopping()
-        self.notifier.extend_timeout(EVAL_WATCHDOG_S)
+        self.notifier.extend_timeout(LONG_OPERATION_S)
 
     def _stop_asked(self) -> bool:
         return self._asked["stop"].is_set() or signals.stop_requested()
@@ -164,15 +166,15 @@ class Supervisor:
     def long_operation(self, phase: str):
         """An eval or a save: the watchdog (and, while stopping, the stop timeout) gets room."""
         self.phase(phase)
-        self.notifier.set_watchdog_timeout(EVAL_WATCHDOG_S)
+        self.notifier.set_watchdog_timeout(LONG_OPERATION_S)
         if phase == "eval" or self._stop_asked():
-            self.notifier.extend_timeout(EVAL_WATCHDOG_S)
+            self.notifier.extend_timeout(LONG_OPERATION_S)
         yield
         self.notifier.restore_watchdog_timeout()
 
     def stopping(self) -> None:
         self.notifier.stopping()
-        self.notifier.extend_timeout(EVAL_WATCHDOG_S)
+        self.notifier.extend_timeout(LONG_OPERATION_S)
 
     def begin(self, step: int) -> None:
         self.status.update(step=step, limit=self.config.mix_steps_limit)
