@@ -16,14 +16,14 @@ from tatu.exitcodes import USAGE, TatuExit
 
 # name -> (module, add-arguments function, main function, one-line help)
 COMMANDS: dict[str, tuple[str, str, str, str]] = {
-    "tokenizer": ("tatu.ops.data_cli", "add_tokenizer_args", "tokenizer_main", "train a char or BPE tokenizer (tatu tokenizer train)"),
+    "tokenizer": ("tatu.ops.tokenizer_cli", "add_tokenizer_args", "tokenizer_main", "train a char or BPE tokenizer (tatu tokenizer train)"),
     "data": ("tatu.ops.data_cli", "add_data_args", "data_main", "build a data dir: token shards, SFT pairs, eval sets (build, demo)"),
     "eval": ("tatu.ops.eval_cli", "add_eval_args", "eval_main", "score a checkpoint on eval sets: ppl, bpc, bpb, 95% CI"),
     "compare": ("tatu.ops.eval_cli", "add_compare_args", "compare_main", "two checkpoints on the same lines: paired ratio, CI, p"),
     "generate": ("tatu.ops.generate", "add_args", "main", "continue prompts with a checkpoint (batched, KV cache)"),
     "run": ("tatu.ops.run_cli", "add_args", "main", "run the daemon in the foreground (config from the environment)"),
     "smoke": ("tatu.ops.run_cli", "add_smoke_args", "smoke_main", "the same config for 2 steps, eval every step, separate run dir"),
-    "status": ("tatu.ops.client", "add_status_args", "status_main", "ask a running daemon over its control socket"),
+    "status": ("tatu.ops.status", "add_status_args", "status_main", "ask a running daemon over its control socket"),
     "doctor": ("tatu.ops.doctor", "add_doctor_args", "doctor_main", "check the unit and the host against what kills runs"),
     "units": ("tatu.ops.units", "add_units_args", "units_main", "install the systemd user units (tatu units install --run NAME)"),
     "report": ("tatu.ops.report.page", "add_args", "main", "plots and an HTML page from runs' events.jsonl"),

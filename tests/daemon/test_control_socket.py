@@ -18,7 +18,7 @@ import pytest
 
 from tatu.daemon.control import ControlServer, error_reply, peer_allowed, socket_path
 from tatu.daemon.control_client import ControlError, request
-from tatu.ops.client import add_status_args, format_status, status_main
+from tatu.ops.status import add_status_args, format_status, status_main
 
 NOBODY_UID = 65534
 
@@ -407,7 +407,7 @@ def test_status_watch_keeps_going_when_the_daemon_is_gone(short_dir, monkeypatch
         if len(ticks) == 3:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr("tatu.ops.client.time.sleep", fake_sleep)
+    monkeypatch.setattr("tatu.ops.status.time.sleep", fake_sleep)
     out = io.StringIO()
     assert status_main(args, out=out) == 0
     assert out.getvalue().count("no daemon listening") == 3
