@@ -1,68 +1,15 @@
-"""`tatu tokenizer train` and `tatu data build|demo`: the operator's side of data/."""
+"""`tatu data build|demo`: the operator's side of data/ (`tatu tokenizer`: ops/tokenizer_cli.py)."""
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
-from typing import Iterator
 
-from tatu.exitcodes import BAD_CONFIG, BAD_DATA, USAGE, TatuExit
+from tatu.exitcodes import BAD_CONFIG, USAGE, TatuExit
 
 
 def _err(line: str) -> None:
     print(line, file=sys.stderr)
-
-
-# ---- tatu tokenizer ------------------------------------------------------------------------
-
-def add_tokenizer_args(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="action", metavar="ACTION")
-    train = sub.add_parser("train", help="train a char or BPE tokenizer on text/JSONL sources")
-    train.add_argument("--kind", choices=("bpe", "char"), required=True)
-    train.add_argument("--vocab", type=int, default=None,
-                       help="vocabulary size including bytes and specials (required for bpe; caps char)")
-    train.add_argument("--out", required=True, help="tokenizer JSON to write")
-    train.add_argument("--one-per-line", action="store_true",
-                       help="text sources hold one document per line (default: blank-line separated)")
-    train.add_argument("sources", nargs="+", help="text files, or JSONL (pairs: prompt + response text)")
-
-
-def _counted(texts: Iterator[str], seen: list[int]) -> Iterator[str]:
-    """Pass `texts` through, counting them in seen[0] (training consumes the iterator)."""
-    for text in texts:
-        seen[0] += 1
-        yield text
-
-
-def tokenizer_main(args: argparse.Namespace) -> int:
-    if args.action != "train":
-        _err("usage: tatu tokenizer train --kind bpe|char [--vocab N] --out FILE SOURCES...")
-        return USAGE
-    from tatu.data.build import training_texts
-    from tatu.model.tokenizer import TokenizerError, train_tokenizer
-
-    for path in args.sources:
-        if not Path(path).is_file():
-            raise TatuExit(BAD_DATA, f"{path}: no such file")
-    out = Path(args.out)
-    # refused before training, which can take a while
-    if out.is_dir():
-        raise TatuExit(BAD_CONFIG, f"--out {out}: is a directory; give the tokenizer JSON file to write")
-    n_documents = [0]
-    try:
-        tok = train_tokenizer(args.kind, _counted(training_texts(args.sources, args.one_per_line), n_documents),
-                              args.vocab)
-    except TokenizerError as exc:
-        raise TatuExit(BAD_CONFIG, str(exc)) from None
-    if n_documents[0] == 0:
-        raise TatuExit(BAD_DATA, f"{', '.join(args.sources)}: no documents to train a tokenizer on")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tok.save(out)
-    except OSError as exc:
-        raise TatuExit(BAD_CONFIG, f"--out {out}: cannot write the tokenizer: {exc.strerror or exc}") from None
-    print(f"tokenizer {tok.kind}: vocab {tok.vocab_size}, hash {tok.hash[:12]} -> {out}")
-    return 0
 
 
 # ---- tatu data -----------------------------------------------------------------------------
