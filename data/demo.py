@@ -17,15 +17,14 @@ import hashlib
 import json
 import os
 import random
-import re
 import shutil
 import subprocess
 import sys
-import textwrap
-import unicodedata
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tatu.data.demo_split import Split, split_documents
+from tatu.data.demo_text import SourceText, decode_lines, focalinux_documents, fortune_documents, pydoc_documents
 from tatu.data.sft_gen import generate_pairs
 
 # The one list of Debian packages the demo reads (the Makefile and README name these).
@@ -115,120 +114,6 @@ def _fortune_files(package: str) -> list[str]:
                   and os.path.basename(path) not in FORTUNES_SKIP)
 
 
-# --- decoding and extraction -------------------------------------------------------------
-
-def decode_lines(raw: bytes, fallback: str) -> tuple[list[str], int]:
-    """Lines decoded as UTF-8, else as `fallback`; lines with control characters are dropped.
-
-    Returns (lines, number dropped). Backspace overstriking (fortune's bold/underline) is
-    removed first, since it is formatting, not text.
-    """
-    lines, dropped = [], 0
-    for raw_line in raw.split(b"\n"):
-        raw_line = _strip_overstrike(raw_line.rstrip(b"\r"))
-        try:
-            line = raw_line.decode("utf-8")
-        except UnicodeDecodeError:
-            try:
-                line = raw_line.decode(fallback)
-            except UnicodeDecodeError:
-                dropped += 1
-                continue
-        line = line.expandtabs(8).rstrip()
-        if any(unicodedata.category(ch) == "Cc" for ch in line):
-            dropped += 1
-            continue
-        lines.append(line)
-    return lines, dropped
-
-
-def _strip_overstrike(raw_line: bytes) -> bytes:
-    # "___\b\b\bonly" underlines "only": each backspace cancels the character before it
-    while b"\x08" in raw_line:
-        shorter = re.sub(rb"[^\x08]\x08", b"", raw_line)
-        if shorter == raw_line:
-            break  # a backspace at the start of a line: left for the control check
-        raw_line = shorter
-    return raw_line
-
-
-def _blocks(lines: list[str]) -> list[list[str]]:
-    """Runs of non-blank lines."""
-    blocks, current = [], []
-    for line in lines:
-        if line.strip():
-            current.append(line)
-        elif current:
-            blocks.append(current)
-            current = []
-    if current:
-        blocks.append(current)
-    return blocks
-
-
-def _letters_share(text: str) -> float:
-    visible = [ch for ch in text if not ch.isspace()]
-    return sum(ch.isalpha() for ch in visible) / max(1, len(visible))
-
-
-def focalinux_documents(lines: list[str]) -> list[str]:
-    """Prose paragraphs of the Foca GNU/Linux guide, each joined into one line.
-
-    Prose is indented exactly five columns; code, configuration files and shell sessions
-    sit at column 0 or deeper, and headings are underlined: both are left out.
-    """
-    documents = []
-    for block in _blocks(lines):
-        if not re.match(r" {5}\S", block[0]) or not all(re.match(r" {5,}\S", ln) for ln in block):
-            continue
-        text = " ".join(" ".join(block).split())
-        text = re.sub(r"`([^`']*)'", r"\1", text)  # `comando' quoting
-        text = re.sub(r"(?<!\w)_(\S(?:[^_]*\S)?)_(?!\w)", r"\1", text)  # _ênfase_
-        # the tables of contents are lists of section numbers ("20.1.2. Instalar pacotes")
-        if len(re.findall(r"\d+\.\d+\.", text)) >= 3:
-            continue
-        if len(text) >= 20 and _letters_share(text) >= 0.7:
-            documents.append(text)
-    return documents
-
-
-def fortune_documents(lines: list[str]) -> list[str]:
-    """Fortunes ('%'-separated), keeping their line breaks but no blank lines inside."""
-    documents, current = [], []
-    for line in [*lines, "%"]:
-        if line.strip() == "%":
-            text = textwrap.dedent("\n".join(ln for ln in current if ln.strip()))
-            if len(text) >= 20 and _letters_share(text) >= 0.6:
-                documents.append(text)
-            current = []
-        else:
-            current.append(line)
-    return documents
-
-
-def pydoc_documents(topics: dict[str, str]) -> list[str]:
-    """Prose paragraphs of Python's own reference text (pydoc_data.topics)."""
-    documents = []
-    for name in sorted(topics):
-        for block in _blocks(topics[name].splitlines()):
-            # indented blocks are code or grammar; underlines mark headings
-            if any(ln[0].isspace() or re.fullmatch(r"[*=\-~^]+", ln) for ln in block):
-                continue
-            text = " ".join(" ".join(block).split())
-            if len(text) >= 20 and _letters_share(text) >= 0.7 and text[-1] in ".:?!)":
-                documents.append(text)
-    return documents
-
-
-@dataclass
-class SourceText:
-    package: str
-    version: str
-    path: str
-    documents: list[str]
-    dropped_lines: int
-
-
 @functools.lru_cache(maxsize=None)
 def _read_source(path: str, fallback: str) -> tuple[tuple[str, ...], int]:
     if not os.path.isfile(path):
@@ -264,80 +149,6 @@ def english_sources(versions: dict[str, str]) -> list[SourceText]:
     sources.append(SourceText("python", sys.version.split()[0], pydoc_data.topics.__file__,
                               pydoc_documents(pydoc_data.topics.topics), 0))
     return sources
-
-
-# --- split --------------------------------------------------------------------------------
-
-def _normalize(text: str) -> str:
-    return " ".join(text.split())
-
-
-def eval_candidates(document: str, min_chars: int, max_chars: int) -> list[str]:
-    """One-line eval texts from a document: the whole of it if short enough, else sentences."""
-    flat = _normalize(document)
-    if min_chars <= len(flat) <= max_chars:
-        return [flat]
-    sentences = re.split(r"(?<=[.!?])\s+(?=[\"'(¿¡]?[A-ZÀ-Ý0-9])", flat)
-    return [s for s in sentences if min_chars <= len(s) <= max_chars]
-
-
-@dataclass
-class Split:
-    train: list[str]  # documents, in seeded shuffled order
-    eval_lines: list[str]
-    train_documents_by_path: dict[str, int]
-    eval_requested: int
-    eval_dropped_as_in_train: int
-    documents_available: int
-    duplicate_documents: int
-
-
-def split_documents(sources: list[SourceText], n_eval: int, max_train_chars: int,
-                    rng: random.Random, min_chars: int, max_chars: int) -> Split:
-    """Dedupe documents, hold some out for `n_eval` eval lines, fill training up to a size."""
-    seen: set[str] = set()
-    documents: list[tuple[str, str]] = []  # (path, text)
-    duplicates = 0
-    for source in sources:
-        for text in source.documents:
-            key = _normalize(text).lower()
-            if key in seen:
-                duplicates += 1
-                continue
-            seen.add(key)
-            documents.append((source.path, text))
-    order = list(range(len(documents)))
-    rng.shuffle(order)
-
-    # Held-out documents give more candidates than needed: some are dropped below.
-    wanted = n_eval + n_eval // 2 + 10
-    candidates: list[str] = []
-    candidate_set: set[str] = set()
-    position = 0
-    while position < len(order) and len(candidates) < wanted:
-        for line in eval_candidates(documents[order[position]][1], min_chars, max_chars):
-            if line not in candidate_set:
-                candidate_set.add(line)
-                candidates.append(line)
-        position += 1
-
-    train: list[str] = []
-    by_path: dict[str, int] = {}
-    chars = 0
-    for index in order[position:]:
-        path, text = documents[index]
-        # the file is the documents joined by blank lines plus a final newline
-        if chars + len(text) + 1 > max_train_chars:
-            continue  # a shorter document further on may still fit
-        train.append(text)
-        by_path[path] = by_path.get(path, 0) + 1
-        chars += len(text) + 2
-
-    train_text = "\n".join(_normalize(text) for text in train)
-    kept = [line for line in candidates if line not in train_text]
-    return Split(train=train, eval_lines=kept[:n_eval], train_documents_by_path=by_path,
-                 eval_requested=n_eval, eval_dropped_as_in_train=len(candidates) - len(kept),
-                 documents_available=len(documents), duplicate_documents=duplicates)
 
 
 # --- output -------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 
 from strict import cannot_run
 
-from tatu.data import demo
+from tatu.data import demo, demo_text
 from tatu.ops import packages
 from tatu.data.sft_gen import generate_pairs, number_to_words
 
@@ -169,7 +169,7 @@ def test_generate_pairs_deterministic_distinct_and_varied():
 def test_decode_lines_falls_back_and_counts_dropped():
     raw = ("ação\n".encode() + "informação\n".encode("latin-1")
            + b"bell\x07\n" + b"_\x08_\x08ok\n")
-    lines, dropped = demo.decode_lines(raw, "latin-1")
+    lines, dropped = demo_text.decode_lines(raw, "latin-1")
     assert lines == ["ação", "informação", "ok", ""]
     assert dropped == 1
 
@@ -178,13 +178,13 @@ def test_focalinux_documents_keep_prose_only():
     lines = ["1.1. Título", "-----------", "", "     Use o comando `ls' para listar",
              "     os arquivos do _diretório_ atual.", "", "ls -la /etc", "",
              "     20.1. dpkg 20.1.1. Pacotes 20.1.2. Instalar pacotes"]
-    assert demo.focalinux_documents(lines) == [
+    assert demo_text.focalinux_documents(lines) == [
         "Use o comando ls para listar os arquivos do diretório atual."]
 
 
 def test_fortune_documents_split_on_percent():
     lines = ["Primeira linha", "segunda linha.", "", "%", "  x", "%", "Outra frase qualquer aqui."]
-    assert demo.fortune_documents(lines) == ["Primeira linha\nsegunda linha.",
+    assert demo_text.fortune_documents(lines) == ["Primeira linha\nsegunda linha.",
                                              "Outra frase qualquer aqui."]
 
 
