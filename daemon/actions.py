@@ -11,7 +11,8 @@ from contextlib import contextmanager
 
 from tatu.atomic import write_json_atomic
 from tatu.daemon import distributed, judge, ranks
-from tatu.daemon.state import RunState, results_to_json, save_resume
+from tatu.daemon.resume import save_resume
+from tatu.daemon.run_state import RunState, results_to_json
 from tatu.daemon.suite import best_set, generate_samples, score_suite
 from tatu.model.checkpoint import NonFiniteTensorError, save_checkpoint
 from tatu.storage import StorageError, is_storage_error, storage_error, tree_bytes

@@ -119,7 +119,7 @@ class World:
         """Every rank's RNG and stream state, on rank 0, for the resume state (None alone)."""
         if not self.distributed:
             return None
-        from tatu.daemon.state import rng_state
+        from tatu.daemon.resume import rng_state
 
         doc, tensors = rng_state()
         mine = {"rank": self.rank, "rng": doc, "rng_tensors": tensors, "stream": stream.state_dict()}

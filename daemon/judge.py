@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tatu.daemon.config import RunConfig
-from tatu.daemon.state import RunState
+from tatu.daemon.run_state import RunState
 from tatu.daemon.suite import REFERENCE_SETS, RULER, Suite, best_set
 from tatu.evals.scoring import SetResult, compare_results
 from tatu.formats import fmt_pct, fmt_ppl

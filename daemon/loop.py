@@ -21,7 +21,8 @@ from tatu.daemon.actions import RunActions
 from tatu.daemon.config import ConfigError, RunConfig, describe
 from tatu.daemon.logs import RunLog
 from tatu.daemon.start import check_same_eval_files, starting_point, trunk_reference_for
-from tatu.daemon.state import RunState, restore_resume
+from tatu.daemon.resume import restore_resume
+from tatu.daemon.run_state import RunState
 from tatu.daemon.suite import load_suite
 from tatu.daemon.trainer import Trainer
 from tatu.data.manifest import check_tokenizer, load_manifest

@@ -27,7 +27,7 @@ def restore_rank_state(saved: dict, extra_tensors: dict, stream, world: World) -
     """A rank other than 0 takes back its own RNG and stream state (rank 0's are the usual ones)."""
     if not world.distributed or world.is_main:
         return
-    from tatu.daemon.state import restore_rng
+    from tatu.daemon.resume import restore_rng
 
     entry = next(s for s in saved["ranks"]["states"] if s["rank"] == world.rank)
     stream.load_state_dict(entry["stream"])

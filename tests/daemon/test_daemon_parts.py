@@ -14,7 +14,7 @@ from tatu import exitcodes
 from tatu.daemon.config import ConfigError, load_config
 from tatu.daemon.main import exit_code_for
 from tatu.daemon.main import main as daemon_main
-from tatu.daemon.state import RunState
+from tatu.daemon.run_state import RunState
 from tatu.daemon.supervisor import Requests, Supervisor
 from tatu.daemon.trainer import Trainer
 from tatu.data.manifest import DataConfigError, DataError, check_tokenizer

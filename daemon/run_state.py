@@ -1,0 +1,51 @@
+"""RunState: what a run has measured and decided (step, baseline, best, history, trunk reference,
+abort, eval files), with its JSON round trip. The resume state around it: daemon/resume.py."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tatu.evals.scoring import SetResult
+from tatu.model.checkpoint import CheckpointError
+
+
+def results_to_json(results: dict[str, SetResult] | None) -> dict | None:
+    return None if results is None else {name: r.to_json() for name, r in results.items()}
+
+
+def results_from_json(payload: dict | None, n_resamples: int, seed: int) -> dict[str, SetResult] | None:
+    if payload is None:
+        return None
+    return {name: SetResult.from_json(r, n_resamples, seed) for name, r in payload.items()}
+
+
+def is_results_json(payload) -> bool:
+    """A trunk reference in the current shape (SetResult JSON per set); older seeds stored another."""
+    return isinstance(payload, dict) and all(isinstance(r, dict) and "lines" in r for r in payload.values())
+
+
+@dataclass
+class RunState:
+    step: int = 0
+    baseline: dict[str, SetResult] | None = None  # the step-0 eval: never recomputed after a restart
+    best: dict | None = None  # {"step", "set", "ppl"}
+    history: list[dict] = field(default_factory=list)  # every eval record, as logged
+    trunk_reference: dict[str, SetResult] | None = None  # the trunk's scores, for drift_tronco
+    aborted: dict | None = None  # {"step", "reason", "code"}: final, never trained past
+    eval_files: dict[str, str] | None = None  # sha256 of each eval file the baseline was measured on
+
+    def to_json(self) -> dict:
+        return {"step": self.step, "baseline": results_to_json(self.baseline), "best": self.best,
+                "history": self.history, "trunk_reference": results_to_json(self.trunk_reference),
+                "aborted": self.aborted, "eval_files": self.eval_files}
+
+    @classmethod
+    def from_json(cls, payload: dict, n_resamples: int, seed: int) -> "RunState":
+        for key in ("baseline", "trunk_reference"):
+            if payload.get(key) is not None and not is_results_json(payload[key]):
+                # A state written before eval results had one shape: not worth converting, and a
+                # crash would be restarted in a loop. Exit 65, said plainly.
+                raise CheckpointError(f"resume state: its {key} is in an older format; start a new TATU_RUN")
+        return cls(step=payload["step"], baseline=results_from_json(payload["baseline"], n_resamples, seed),
+                   best=payload["best"], history=payload["history"],
+                   trunk_reference=results_from_json(payload["trunk_reference"], n_resamples, seed),
+                   aborted=payload["aborted"], eval_files=payload["eval_files"])
