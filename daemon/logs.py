@@ -61,7 +61,23 @@ def priority_prefix(level: str, stream) -> str:
     return f"<{_PRIORITY.get(level, 6)}>" if connected_to_journal(stream) else ""
 
 
+class _Sink:
+    """The end of a structlog pipeline: hands what the processors rendered to `write`, whatever
+    the level (the processors already put it into the text)."""
+
+    def __init__(self, write):
+        self.write = write
+
+    def info(self, **rendered):
+        return self.write(**rendered)
+
+    debug = warning = error = critical = msg = info
+
+
 class RunLog:
+    """Two structlog pipelines: lines (level, timestamp -> the console line with its journald
+    priority prefix, and the run.log line) and events (time, JSON -> events.jsonl)."""
+
     def __init__(self, run_dir: Path | None, stream=None):
         self.stream = stream or sys.stdout
         self.journal = connected_to_journal(self.stream)
@@ -71,10 +87,12 @@ class RunLog:
         self._pending_events: list[str] = []
         if run_dir is not None:
             self.attach(run_dir)
-        self._logger = structlog.wrap_logger(
-            structlog.PrintLogger(file=self),  # self.write fans out to console + run.log
-            processors=[self._render],
-        )
+        self._lines = structlog.wrap_logger(_Sink(self._write_line), processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="%Y-%m-%dT%H:%M:%S", utc=False, key="stamp"),
+            self._render_line,
+        ])
+        self._events = structlog.wrap_logger(_Sink(self._write_event), processors=[_event_record, _event_json])
 
     def attach(self, run_dir: Path) -> None:
         """Start writing run.log and events.jsonl (called once the run dir may exist)."""
@@ -106,48 +124,42 @@ class RunLog:
                 pass
             raise storage_error(handle.name, exc, "log") from None
 
-    # structlog's PrintLogger writes the rendered string here.
-    def write(self, rendered: str) -> None:
-        if "\x00" not in rendered:  # print()'s separate end="\n"
-            return
-        level, _, text = rendered.partition("\x00")
-        for line in text.splitlines() or [""]:
-            if self.journal:
-                console = f"<{_PRIORITY.get(level, 6)}>{line}\n"
-            elif level == "info":
-                console = f"{line}\n"
-            else:
-                console = f"{level.upper()}: {line}\n"
-            self.stream.write(console)
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-            if self.run_dir is None or self._log_file is not None:
-                self._append("_log_file", f"{stamp} {level:<7} {line}\n")
-        self.stream.flush()
-
-    def flush(self) -> None:
-        self.stream.flush()
-
-    @staticmethod
-    def _render(logger, method_name: str, event_dict: dict) -> str:
+    def _render_line(self, _logger, _method_name: str, event_dict: dict) -> dict:
+        """The last line processor: per line of the message, the console's and run.log's text."""
+        level, stamp = event_dict.pop("level"), event_dict.pop("stamp")
         message = event_dict.pop("event", "")
         extras = " ".join(f"{k}={v}" for k, v in event_dict.items())
-        return f"{method_name}\x00{message}{' ' + extras if extras else ''}"
+        lines = f"{message}{' ' + extras if extras else ''}".splitlines() or [""]
+        if self.journal:
+            console = [f"<{_PRIORITY.get(level, 6)}>{line}\n" for line in lines]
+        else:
+            console = [f"{line}\n" if level == "info" else f"{level.upper()}: {line}\n" for line in lines]
+        return {"console": console, "file": [f"{stamp} {level:<7} {line}\n" for line in lines]}
+
+    def _write_line(self, console: list[str], file: list[str]) -> None:
+        for shown, kept in zip(console, file):
+            self.stream.write(shown)
+            if self.run_dir is None or self._log_file is not None:
+                self._append("_log_file", kept)
+        self.stream.flush()
+
+    def _write_event(self, line: str, record: dict) -> dict:
+        if self.run_dir is None or self._events_file is not None:
+            self._append("_events_file", line)
+        return record
 
     def info(self, message: str, **fields) -> None:
-        self._logger.info(message, **fields)
+        self._lines.info(message, **fields)
 
     def warning(self, message: str, **fields) -> None:
-        self._logger.warning(message, **fields)
+        self._lines.warning(message, **fields)
 
     def error(self, message: str, **fields) -> None:
-        self._logger.error(message, **fields)
+        self._lines.error(message, **fields)
 
     def event(self, kind: str, **data) -> dict:
         """Append one event to events.jsonl (the report's only source of numbers)."""
-        record = {"event": kind, "time": round(time.time(), 3), **_jsonable(data)}
-        if self.run_dir is None or self._events_file is not None:
-            self._append("_events_file", json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
-        return record
+        return self._events.info(kind, **data)
 
     def close(self) -> None:
         for f in (self._log_file, self._events_file):
@@ -156,6 +168,16 @@ class RunLog:
                     f.close()
                 except OSError:  # the disk filled under the last buffered line: already reported
                     pass
+
+
+def _event_record(_logger, _method_name: str, event_dict: dict) -> dict:
+    """{"event": kind, "time": unix seconds (ms), then the data, JSON-safe}."""
+    kind = event_dict.pop("event")
+    return {"event": kind, "time": round(time.time(), 3), **_jsonable(event_dict)}
+
+
+def _event_json(_logger, _method_name: str, record: dict) -> dict:
+    return {"line": json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n", "record": record}
 
 
 def read_events(path: Path) -> list[dict]:
