@@ -4,7 +4,7 @@
 
 Naive: batches of 2 lines in file order, right-padded to the longer line (padding targets
 ignored), lines cut at block_size, ppl = exp(mean of the per-batch mean losses).
-Rig: tatu.evals.scoring.score_lines (length-bucketed batches by a token budget,
+Rig: tatu.evals.line_scores.score_lines (length-bucketed batches by a token budget,
 inference_mode, exact windows, per-line sums), ppl = exp(sum NLL / sum tokens).
 Both are timed on the same lines and model, and both PPLs are compared with a float64,
 one-line-at-a-time reference (log_softmax + gather on a float64 copy of the model).
@@ -32,7 +32,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from tatu.evals.scoring import score_lines
+from tatu.evals.line_scores import score_lines
 from tatu.evals.sets import EvalLine, load_eval_set
 from tatu.model.gpt import GPT, GPTConfig, IGNORE_INDEX
 

@@ -10,18 +10,10 @@ ratio of sums over ALL scored lines, never a mean of per-batch or per-line means
 bpc and bpb divide by the scored text only (the line; for pairs the response — the EOS target
 adds NLL and a token but no characters), so char-level and BPE models compare in one unit.
 
-How a line is scored: position i predicts ids[i + 1] where is_target[i + 1]. A line longer than
-the model's context is cut into non-overlapping windows of block_size inputs: window k feeds
-ids[k*B : k*B+B] and predicts ids[k*B+1 : k*B+B+1], so every target is scored exactly once
-(a window after the first starts without the earlier context: that is the price of exact
-counts without overlap). Windows are sorted by length and packed into batches of at most
-`token_budget` padded tokens; padding sits on the right, where causal attention keeps it from
-influencing real positions, and its targets are IGNORE_INDEX, so it is never counted.
-The NLL comes from the model's own forward (one code path from logits to a number).
+How a line is scored (windows, batches, padding): tatu.evals.line_scores.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -30,7 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from tatu.evals.sets import EvalLine, EvalSet
+from tatu.evals.line_scores import LineScores, lines_digest, score_lines
+from tatu.evals.sets import EvalSet
 from tatu.evals.stats import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
@@ -39,136 +32,11 @@ from tatu.evals.stats import (
     bootstrap_ppl,
     paired_ratio,
 )
-from tatu.model.gpt import IGNORE_INDEX
 
 LN2 = math.log(2.0)
 _LOG_MAX_FLOAT = math.log(sys.float_info.max)  # exp() of more overflows
 # Tokens per scoring batch. On CPU small batches stay in cache and win (measured on the demo
 # model: 512 tokens 0.44 s, 2048 0.48 s, 16384 0.88 s for 656 lines); a GPU wants big ones.
-CPU_TOKEN_BUDGET = 2048
-CUDA_TOKEN_BUDGET = 16384
-
-
-def default_token_budget(device) -> int:
-    return CUDA_TOKEN_BUDGET if torch.device(device).type == "cuda" else CPU_TOKEN_BUDGET
-
-
-@dataclass
-class LineScores:
-    """Per-line sums, in the order of the lines given."""
-
-    nll_sum: np.ndarray  # float64, nats
-    n_tokens: np.ndarray  # int64, scored target tokens
-    n_chars: np.ndarray  # int64, characters of the scored text
-    n_bytes: np.ndarray  # int64, UTF-8 bytes of the scored text
-
-    def __len__(self) -> int:
-        return int(self.nll_sum.size)
-
-    def select(self, keep: np.ndarray) -> "LineScores":
-        return LineScores(self.nll_sum[keep], self.n_tokens[keep], self.n_chars[keep], self.n_bytes[keep])
-
-
-def _line_targets(line: EvalLine, where: str, mask: Sequence[bool] | None) -> tuple[list[int], list[int]]:
-    """(inputs, targets) of one line, IGNORE_INDEX where nothing is scored."""
-    ids, is_target = line.ids, line.is_target
-    if len(ids) != len(is_target):
-        raise ValueError(f"{where}: {len(ids)} ids but {len(is_target)} is_target flags")
-    if len(ids) < 2:
-        raise ValueError(f"{where}: needs at least 2 tokens (BOS and one to predict)")
-    if is_target[0]:
-        raise ValueError(f"{where}: the first token cannot be a target (nothing precedes it)")
-    targets = [t if flag else IGNORE_INDEX for t, flag in zip(ids[1:], is_target[1:])]
-    if mask is not None:
-        positions = [i for i, t in enumerate(targets) if t != IGNORE_INDEX]
-        if len(mask) != len(positions):
-            raise ValueError(f"{where}: position_mask has {len(mask)} entries for {len(positions)} target tokens")
-        for pos, keep in zip(positions, mask):
-            if not keep:
-                targets[pos] = IGNORE_INDEX
-    return ids[:-1], targets
-
-
-def score_lines(
-    model: torch.nn.Module,
-    lines: Sequence[EvalLine],
-    device: str | torch.device = "cpu",
-    token_budget: int | None = None,
-    position_mask: Sequence[Sequence[bool]] | None = None,
-    map_batches: Callable[[Callable, list], list] | None = None,
-) -> LineScores:
-    """Score every line (see the module docstring). The model must already be on `device`.
-
-    position_mask: per line, one bool per target token; only True targets are scored (and
-    counted), for per-category perplexity. Characters and bytes stay those of the whole text.
-    map_batches(score, batches) -> [score(b) for b in batches], computed elsewhere if it likes
-    (the daemon deals the batches to its ranks): every batch is the one built here, so each
-    line's sum is the same whoever scores it.
-    """
-    if token_budget is None:
-        token_budget = default_token_budget(device)
-    if token_budget < 1:
-        raise ValueError(f"token_budget must be >= 1, got {token_budget}")
-    if position_mask is not None and len(position_mask) != len(lines):
-        raise ValueError(f"position_mask has {len(position_mask)} entries for {len(lines)} lines")
-    block = model.config.block_size
-    n = len(lines)
-    nll_sum = np.zeros(n, dtype=np.float64)
-    n_tokens = np.zeros(n, dtype=np.int64)
-    n_chars = np.array([len(line.text) for line in lines], dtype=np.int64)
-    n_bytes = np.array([len(line.text.encode("utf-8")) for line in lines], dtype=np.int64)
-
-    # rows: (line index, inputs, targets), one per window
-    rows: list[tuple[int, list[int], list[int]]] = []
-    for i, line in enumerate(lines):
-        inputs, targets = _line_targets(line, f"line {i}", None if position_mask is None else position_mask[i])
-        n_tokens[i] = sum(t != IGNORE_INDEX for t in targets)
-        for start in range(0, len(inputs), block):
-            window_targets = targets[start : start + block]
-            if any(t != IGNORE_INDEX for t in window_targets):  # a window with no target costs nothing
-                rows.append((i, inputs[start : start + block], window_targets))
-    rows.sort(key=lambda row: len(row[1]), reverse=True)
-
-    batches = []
-    start = 0
-    while start < len(rows):
-        width = len(rows[start][1])  # the longest row of the batch: rows are sorted
-        stop = min(len(rows), start + max(1, token_budget // width))
-        batches.append(rows[start:stop])
-        start = stop
-
-    def score_batch(batch) -> np.ndarray:
-        width = len(batch[0][1])
-        # filled in numpy: one tensor copy per batch instead of two per row
-        x = np.zeros((len(batch), width), dtype=np.int64)
-        y = np.full((len(batch), width), IGNORE_INDEX, dtype=np.int64)
-        for r, (_, inputs, targets) in enumerate(batch):
-            x[r, : len(inputs)] = inputs
-            y[r, : len(targets)] = targets
-        _, nll = model(torch.from_numpy(x).to(device), torch.from_numpy(y).to(device))
-        return nll.double().sum(dim=1).cpu().numpy()
-
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            all_row_sums = map_batches(score_batch, batches) if map_batches else [score_batch(b) for b in batches]
-    finally:
-        model.train(was_training)
-    for batch, row_sums in zip(batches, all_row_sums):  # in batch order, whoever scored them
-        np.add.at(nll_sum, [row[0] for row in batch], row_sums)
-    return LineScores(nll_sum=nll_sum, n_tokens=n_tokens, n_chars=n_chars, n_bytes=n_bytes)
-
-
-def lines_digest(lines: Sequence[EvalLine]) -> str:
-    """sha256 over the scored texts: two results with equal digests scored the same lines."""
-    h = hashlib.sha256()
-    for line in lines:
-        h.update(line.text.encode("utf-8"))
-        h.update(b"\x00")
-    return h.hexdigest()
-
-
 @dataclass
 class SetResult:
     """One eval set scored by one model. `n_lines` counts the lines with at least one scored

@@ -38,7 +38,7 @@ def score_checkpoint(ckpt: Path, env: dict, cache_dir: Path) -> dict:
     from tatu.daemon.config import load_config
     from tatu.daemon.suite import load_eval_sets
     from tatu.data.manifest import DataError, load_manifest
-    from tatu.evals.scoring import score_lines
+    from tatu.evals.line_scores import score_lines
     from tatu.model.hf import load_checkpoint_or_gpt2
 
     config, _ = load_config(env)

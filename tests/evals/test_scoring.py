@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tatu.evals.masks import CATEGORIES
-from tatu.evals.scoring import compare_results, evaluate, score_lines
+from tatu.evals.line_scores import score_lines
+from tatu.evals.scoring import compare_results, evaluate
 from tatu.evals.sets import EvalLine, EvalSet, load_eval_set, sample_lines, subsample, target_word_masks
 from tatu.model.gpt import GPT, GPTConfig
 from tatu.model.tokenizer import CharTokenizer
