@@ -128,6 +128,31 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
+def _check_prompts(prompts: list[list[int]], max_new_tokens: int, block_size: int) -> None:
+    if max_new_tokens < 1:
+        raise ValueError(f"generate: max_new_tokens must be >= 1, not {max_new_tokens}")
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("generate: every prompt needs at least one token")
+    for row, p in enumerate(prompts):
+        if len(p) >= block_size:
+            raise ValueError(
+                f"generate: prompt {row} has {len(p)} tokens, block_size {block_size} leaves no room for new tokens"
+            )
+
+
+def _take(token: torch.Tensor, out: list[list[int]], done: list[bool], budgets: list[int], eos_id: int | None) -> None:
+    """One sampled token per row: kept, or the row ends (EOS, or its budget is full)."""
+    for row in range(len(out)):
+        if done[row]:
+            continue
+        t = int(token[row])
+        if eos_id is not None and t == eos_id:
+            done[row] = True
+        else:
+            out[row].append(t)
+            done[row] = len(out[row]) == budgets[row]
+
+
 class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -205,16 +230,8 @@ class GPT(nn.Module):
         out, so a row's output equals generating it alone. Raises ValueError for an empty
         prompt, a prompt that leaves no room in block_size, or max_new_tokens < 1.
         """
-        if max_new_tokens < 1:
-            raise ValueError(f"generate: max_new_tokens must be >= 1, not {max_new_tokens}")
-        if not prompts or any(len(p) == 0 for p in prompts):
-            raise ValueError("generate: every prompt needs at least one token")
         block_size = self.config.block_size
-        for row, p in enumerate(prompts):
-            if len(p) >= block_size:
-                raise ValueError(
-                    f"generate: prompt {row} has {len(p)} tokens, block_size {block_size} leaves no room for new tokens"
-                )
+        _check_prompts(prompts, max_new_tokens, block_size)
         device = self.transformer.wte.weight.device
         B = len(prompts)
         prompt_lens = torch.tensor([len(p) for p in prompts], device=device)
@@ -246,15 +263,7 @@ class GPT(nn.Module):
         done = [False] * B
         while True:
             token = self._sample(next_logits, temperature, top_k, generator)
-            for row in range(B):
-                if done[row]:
-                    continue
-                t = int(token[row])
-                if eos_id is not None and t == eos_id:
-                    done[row] = True
-                else:
-                    out[row].append(t)
-                    done[row] = len(out[row]) == budgets[row]
+            _take(token, out, done, budgets, eos_id)
             if all(done):
                 break
             cur = cache.length
