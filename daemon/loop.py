@@ -84,8 +84,32 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
         return train(RunActions(config, log, supervisor, trainer, stream, suite, start.tokenizer, state, meta_base, world))
 
 
-def train(run: RunActions) -> int:
-    """The steps, top to bottom: baseline, READY, then step, eval, save until the limit or a stop."""
+def _evaluate(run: RunActions, step: int) -> int | None:
+    """An eval at `step`; the exit code when it aborts the run (drift over MIX_FORGET_LIMIT)."""
+    decision = run.evaluate()
+    if not decision.abort_reason:
+        return None
+    run.log.error(f"ABORT at step {step}: {decision.abort_reason}")
+    run.log.event("abort", step=step, reason=decision.abort_reason)
+    run.state.aborted = {"step": step, "reason": decision.abort_reason, "code": exitcodes.FORGET_ABORT}
+    run.save("forget abort")
+    return run.finish(exitcodes.FORGET_ABORT, decision.abort_reason)
+
+
+def _save_if_due(run: RunActions, step: int, mem: dict) -> None:
+    """The resume state on schedule, on request, at the last step, or early when memory runs low."""
+    config, supervisor = run.config, run.supervisor
+    low_memory = supervisor.requests.memory_low and step - run.last_saved_step >= config.eval_every
+    if low_memory:
+        run.log.warning(f"available memory {mem['available_mb']:.0f} MB < TATU_MEM_FLOOR_MB {config.mem_floor_mb}: saving early")
+    if step % config.ckpt_every == 0 or supervisor.requests.checkpoint or low_memory or step == config.mix_steps_limit:
+        supervisor.served("checkpoint")
+        run.save("low memory" if low_memory else "scheduled")
+
+
+def _before_training(run: RunActions) -> int | None:
+    """A restart's checks (aborted, finished, stopped before its baseline), the step-0 baseline,
+    READY; the exit code when there is nothing to train."""
     config, log, supervisor, state = run.config, run.log, run.supervisor, run.state
     limit = config.mix_steps_limit
     if state.history:
@@ -110,6 +134,16 @@ def train(run: RunActions) -> int:
         run.save("baseline")
     supervisor.ready()
     log.event("ready", step=state.step, limit=limit)
+    return None
+
+
+def train(run: RunActions) -> int:
+    """The steps, top to bottom: baseline, READY, then step, eval, save until the limit or a stop."""
+    config, log, supervisor, state = run.config, run.log, run.supervisor, run.state
+    limit = config.mix_steps_limit
+    code = _before_training(run)
+    if code is not None:
+        return code
 
     run.trainer.model.train()
     while state.step < limit:
@@ -140,19 +174,10 @@ def train(run: RunActions) -> int:
 
         if step % config.eval_every == 0 or step == limit or supervisor.requests.eval:
             supervisor.served("eval")
-            decision = run.evaluate()
-            if decision.abort_reason:
-                log.error(f"ABORT at step {step}: {decision.abort_reason}")
-                log.event("abort", step=step, reason=decision.abort_reason)
-                state.aborted = {"step": step, "reason": decision.abort_reason, "code": exitcodes.FORGET_ABORT}
-                run.save("forget abort")
-                return run.finish(exitcodes.FORGET_ABORT, decision.abort_reason)
-        low_memory = supervisor.requests.memory_low and step - run.last_saved_step >= config.eval_every
-        if low_memory:
-            log.warning(f"available memory {mem['available_mb']:.0f} MB < TATU_MEM_FLOOR_MB {config.mem_floor_mb}: saving early")
-        if step % config.ckpt_every == 0 or supervisor.requests.checkpoint or low_memory or step == limit:
-            supervisor.served("checkpoint")
-            run.save("low memory" if low_memory else "scheduled")
+            code = _evaluate(run, step)
+            if code is not None:
+                return code
+        _save_if_due(run, step, mem)
 
     run.final_checkpoint()
     return run.finish(exitcodes.OK)

@@ -140,6 +140,13 @@ def _check_prompts(prompts: list[list[int]], max_new_tokens: int, block_size: in
             )
 
 
+def _left_padded(prompts: list[list[int]], width: int, device) -> torch.Tensor:
+    idx = torch.zeros(len(prompts), width, dtype=torch.long, device=device)
+    for row, p in enumerate(prompts):
+        idx[row, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+    return idx
+
+
 def _take(token: torch.Tensor, out: list[list[int]], done: list[bool], budgets: list[int], eos_id: int | None) -> None:
     """One sampled token per row: kept, or the row ends (EOS, or its budget is full)."""
     for row in range(len(out)):
@@ -238,9 +245,7 @@ class GPT(nn.Module):
         budgets = [min(max_new_tokens, block_size - len(p)) for p in prompts]
         max_prompt = int(prompt_lens.max())
         pad = max_prompt - prompt_lens
-        idx = torch.zeros(B, max_prompt, dtype=torch.long, device=device)
-        for row, p in enumerate(prompts):
-            idx[row, max_prompt - len(p) :] = torch.tensor(p, dtype=torch.long)
+        idx = _left_padded(prompts, max_prompt, device)
         # The cache is indexed by batch step, not by position: rows that start later (short
         # prompts) may run past block_size columns while their own positions stay below it.
         total = max_prompt + max(budgets)

@@ -138,6 +138,48 @@ def closing_table(run_dirs: list[Path]) -> str:
     return "\n".join(rows)
 
 
+def _train_trunk(scale: Scale, common: dict[str, str], use_systemd: bool, runs: Path) -> Path:
+    say(f"trunk: pretraining from scratch, {scale.pretrain_steps} steps ({'systemd --user' if use_systemd else 'foreground'})")
+    trunk_env = {**common, "TATU_RUN": "trunk", "TATU_MODE": "pretrain", "SFT_GE": str(scale.pretrain_micro),
+                 "MIX_STEPS_LIMIT": str(scale.pretrain_steps), "TATU_LR": str(scale.pretrain_lr),
+                 "TATU_WARMUP_STEPS": str(max(1, scale.pretrain_steps // 20)), "TATU_SCHEDULE": "cosine",
+                 "TATU_MIN_LR": str(scale.pretrain_lr / 10), "EVAL_EVERY": str(max(scale.eval_every, scale.pretrain_steps // 4)),
+                 "TATU_GEN_PROMPTS": "0", **{k: str(v) for k, v in scale.model.items()}}
+    check(run_daemon(trunk_env, use_systemd), "trunk pretraining")
+    return runs / "trunk" / "final"
+
+
+def _sft_runs(scale: Scale, common: dict[str, str], trunk: Path, use_systemd: bool) -> dict[str, int]:
+    """The two SFT runs, without and with replay: each one's exit status."""
+    # The same seed checkpoint, the same steps and LR: only the mix differs.
+    sft_common = {**common, "TATU_SEED_CKPT": str(trunk), "SFT_GE": str(scale.sft_ge), "MIX_STEPS_LIMIT": str(scale.sft_steps),
+                  "TATU_LR": str(scale.sft_lr), "TATU_CKPT_EVERY": str(scale.sft_steps)}
+    # MIX_FORGET_LIMIT stays at its default (10%): a run that forgets more aborts (exit 10) and
+    # its verdict says so; that is the daemon doing its job, and the table shows it.
+    statuses = {}
+    for name, replay in (("sft-noreplay", 0), ("sft-replay", scale.replay_n)):
+        say(f"SFT run {name}: SFT_GE={scale.sft_ge} REPLAY_N={replay}, {scale.sft_steps} steps")
+        statuses[name] = run_daemon({**sft_common, "TATU_RUN": name, "REPLAY_N": str(replay)}, use_systemd)
+        if statuses[name] not in (0, 10):
+            check(statuses[name], f"SFT run {name}")
+    return statuses
+
+
+def _compare_and_report(runs: Path, statuses: dict[str, int], sources: Path, out: Path) -> tuple[dict[str, Path], list[Path]]:
+    # A run aborted by MIX_FORGET_LIMIT has no final/: its resume state holds its last weights.
+    last = {name: runs / name / ("final" if (runs / name / "final").exists() else "state") for name in statuses}
+    steps = {name: json.loads((last[name] / "meta.json").read_text())["step"] for name in statuses}
+    say(f"paired comparison of the last weights of each run on the same lines: "
+        f"A = sft-noreplay (step {steps['sft-noreplay']}), B = sft-replay (step {steps['sft-replay']})")
+    check(tatu(["compare", str(last["sft-noreplay"]), str(last["sft-replay"]),
+                "--set", f"enRuler={sources / 'en_ruler.txt'}", "--set", f"sftHeld={sources / 'sft_held.jsonl'}",
+                "--json", str(out / "compare.json")]), "compare")
+    say("report")
+    run_dirs = [runs / "sft-noreplay", runs / "sft-replay"]
+    check(tatu(["report", *map(str, run_dirs), "--out", str(out / "report")]), "report")
+    return last, run_dirs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tatu.ops.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="demo")
@@ -160,38 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     common = {"TATU_DATA": str(data), "TATU_OUT": str(runs), "TATU_DEVICE": os.environ.get("TATU_DEVICE", "auto"),
               "TATU_SEED": str(args.seed), "TATU_MICRO_BATCH": str(scale.micro_batch), "TATU_SEQ_LEN": str(scale.seq_len),
               "EVAL_EVERY": str(scale.eval_every), "TATU_EVAL_RESAMPLES": str(scale.resamples), "TATU_MEM_FLOOR_MB": "0"}
-    say(f"trunk: pretraining from scratch, {scale.pretrain_steps} steps ({'systemd --user' if use_systemd else 'foreground'})")
-    trunk_env = {**common, "TATU_RUN": "trunk", "TATU_MODE": "pretrain", "SFT_GE": str(scale.pretrain_micro),
-                 "MIX_STEPS_LIMIT": str(scale.pretrain_steps), "TATU_LR": str(scale.pretrain_lr),
-                 "TATU_WARMUP_STEPS": str(max(1, scale.pretrain_steps // 20)), "TATU_SCHEDULE": "cosine",
-                 "TATU_MIN_LR": str(scale.pretrain_lr / 10), "EVAL_EVERY": str(max(scale.eval_every, scale.pretrain_steps // 4)),
-                 "TATU_GEN_PROMPTS": "0", **{k: str(v) for k, v in scale.model.items()}}
-    check(run_daemon(trunk_env, use_systemd), "trunk pretraining")
-    trunk = runs / "trunk" / "final"
-
-    # The same seed checkpoint, the same steps and LR: only the mix differs.
-    sft_common = {**common, "TATU_SEED_CKPT": str(trunk), "SFT_GE": str(scale.sft_ge), "MIX_STEPS_LIMIT": str(scale.sft_steps),
-                  "TATU_LR": str(scale.sft_lr), "TATU_CKPT_EVERY": str(scale.sft_steps)}
-    # MIX_FORGET_LIMIT stays at its default (10%): a run that forgets more aborts (exit 10) and
-    # its verdict says so; that is the daemon doing its job, and the table shows it.
-    statuses = {}
-    for name, replay in (("sft-noreplay", 0), ("sft-replay", scale.replay_n)):
-        say(f"SFT run {name}: SFT_GE={scale.sft_ge} REPLAY_N={replay}, {scale.sft_steps} steps")
-        statuses[name] = run_daemon({**sft_common, "TATU_RUN": name, "REPLAY_N": str(replay)}, use_systemd)
-        if statuses[name] not in (0, 10):
-            check(statuses[name], f"SFT run {name}")
-
-    # A run aborted by MIX_FORGET_LIMIT has no final/: its resume state holds its last weights.
-    last = {name: runs / name / ("final" if (runs / name / "final").exists() else "state") for name in statuses}
-    steps = {name: json.loads((last[name] / "meta.json").read_text())["step"] for name in statuses}
-    say(f"paired comparison of the last weights of each run on the same lines: "
-        f"A = sft-noreplay (step {steps['sft-noreplay']}), B = sft-replay (step {steps['sft-replay']})")
-    check(tatu(["compare", str(last["sft-noreplay"]), str(last["sft-replay"]),
-                "--set", f"enRuler={sources / 'en_ruler.txt'}", "--set", f"sftHeld={sources / 'sft_held.jsonl'}",
-                "--json", str(out / "compare.json")]), "compare")
-    say("report")
-    run_dirs = [runs / "sft-noreplay", runs / "sft-replay"]
-    check(tatu(["report", *map(str, run_dirs), "--out", str(out / "report")]), "report")
+    trunk = _train_trunk(scale, common, use_systemd, runs)
+    statuses = _sft_runs(scale, common, trunk, use_systemd)
+    last, run_dirs = _compare_and_report(runs, statuses, sources, out)
 
     say(f"done in {time.time() - started:.0f}s: enRuler drift without vs with replay (paired 95% CIs vs each run's step 0)")
     print(closing_table(run_dirs))

@@ -16,6 +16,17 @@ PACKAGES = {"tatu": "tatu", "tatu.model": "model", "tatu.data": "data", "tatu.ev
             "tatu.daemon": "daemon", "tatu.ops": "ops", "tatu.sweep": "sweep"}
 MAX_MODULE_LINES = 300
 MAX_FUNCTION_LINES = 60
+# Modules and functions still over the limits, each with what it waits for. The lists only
+# shrink: an entry that no longer needs its exception fails the test too, so it is removed.
+OVER_SIZE = {
+    "model/checkpoint.py": "the adapters work (LoRA, top-K) is rewriting the checkpoint format",
+    "data/build.py": "the streaming build is rewriting it",
+    "sweep/analysis.py": "the sweep statistics work is rewriting it",
+    "evals/seeds.py": "the sweep statistics work is rewriting it",
+}
+OVER_LONG = {
+    "model/checkpoint.py:save_checkpoint": "the adapters work is rewriting the checkpoint format",
+}
 
 
 def modules() -> dict[str, Path]:
@@ -134,17 +145,22 @@ def test_libraries_import_no_process_or_service_code(package):
 
 
 def test_modules_are_small():
-    long = [f"{path.relative_to(ROOT)}: {n} lines" for path in modules().values()
-            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES]
+    sizes = {str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for path in modules().values()}
+    long = [f"{name}: {n} lines" for name, n in sizes.items() if n > MAX_MODULE_LINES and name not in OVER_SIZE]
     assert not long, "\n".join(long)
+    stale = [name for name in OVER_SIZE if sizes.get(name, 0) <= MAX_MODULE_LINES]
+    assert not stale, f"no longer over {MAX_MODULE_LINES} lines, drop from OVER_SIZE: {stale}"
 
 
 def test_functions_are_short():
-    long = []
+    lengths = []  # (module:function, first line, lines): every def, methods and nested ones too
     for path in modules().values():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                n = node.end_lineno - node.lineno + 1
-                if n > MAX_FUNCTION_LINES:
-                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {n} lines")
+                lengths.append((f"{path.relative_to(ROOT)}:{node.name}", node.lineno, node.end_lineno - node.lineno + 1))
+    long = [f"{name} (line {line}): {n} lines" for name, line, n in lengths
+            if n > MAX_FUNCTION_LINES and name not in OVER_LONG]
     assert not long, "\n".join(long)
+    still_long = {name for name, _, n in lengths if n > MAX_FUNCTION_LINES}
+    stale = [name for name in OVER_LONG if name not in still_long]
+    assert not stale, f"no longer over {MAX_FUNCTION_LINES} lines, drop from OVER_LONG: {stale}"
