@@ -45,7 +45,7 @@ def config_rows(configs: list[dict]) -> list[list[str]]:
         aborted = sum(r["state"] == "aborted" for r in results)
         diverged = sum(r["state"] == "diverged" for r in results)
         waiting = sum(r["state"] not in ("done", "aborted", "diverged") for r in results)
-        outl = [f"s{o['seed']} (z={o['z']:+.1f})" for o in (d or {}).get("outliers", []) + (s or {}).get("outliers", [])]
+        outl = [f"s{o['seed']} (t={o['t']:+.1f})" for o in (d or {}).get("outliers", []) + (s or {}).get("outliers", [])]
         rows.append([c["key"] + (" *" if c.get("is_baseline") else ""), f"{(d or s or {}).get('n_seeds', 0)}/{len(results)}",
                      _ci(d), _sd(d and d["seed_sd"]), _sd(d and d["within_se"]), _sd(d and d["mde"]), _ci(s),
                      _sd(s and s["seed_sd"]), _sd(s and s["within_se"]),
@@ -56,6 +56,8 @@ def config_rows(configs: list[dict]) -> list[list[str]]:
 
 CONFIG_HEADER = ["config", "seeds", "drift [95% CI]", "seed SD", "within SE", "MDE", "sftHeld change [95% CI]",
                  "seed SD", "within SE", "aborted", "outlier seeds"]
+OUTLIER_NOTE = ("outlier seeds: leave-one-out t beyond a Bonferroni cut (normal seeds: at most 4% of "
+                "config-metrics flagged); no flag below 3 seeds")
 PAIRED_HEADER = ["config vs baseline", "seeds", "drift diff [95% CI]", "p", "p Holm", "sftHeld diff [95% CI]", "p", "p Holm"]
 
 
@@ -106,8 +108,8 @@ def closing_text(data: dict) -> str:
     if data.get("compare"):
         cmp = data["compare"]
         half = " (sftHeld: judge half)" if data.get("tune") else ""
-        out += ["", f"comparison stage{half}; * = baseline; CIs carry seed and line variance (hierarchical bootstrap)",
-                text_table(CONFIG_HEADER, config_rows(cmp["configs"]))]
+        out += ["", f"comparison stage{half}; * = baseline; CIs carry seed and line variance (crossed: seeds x shared lines)",
+                text_table(CONFIG_HEADER, config_rows(cmp["configs"])), OUTLIER_NOTE]
         rows = paired_rows(cmp["configs"])
         if rows:
             n = max((c.get("paired", {}).get("drift") or {}).get("n_compared", 0) for c in cmp["configs"])
