@@ -339,3 +339,25 @@ def test_an_unresolved_neighbour_says_how_many_seeds_would_resolve_it(tmp_path):
              for r2, r4 in zip(two["results"], four["results"])]
     needed = st.seeds_needed(float(np.mean(diffs)), float(np.std(diffs, ddof=1)))
     assert f"{needed - 3} more seeds would resolve it" in note, note
+
+
+def test_a_rule_names_the_comparison_it_judges_end_by_default(tmp_path):
+    from tatu.sweep.plan import parse_rule
+
+    axes = {"REPLAY_N": ["0", "2"]}
+    path = tmp_path / "p.toml"
+    plain = parse_rule("smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT", axes, path)
+    assert plain.at == "end" and plain.conditions[-1].value == "MIX_FORGET_LIMIT"
+    assert parse_rule("smallest REPLAY_N such that drift_hi < 5% at the end", axes, path).at == "end"
+    common = parse_rule("smallest REPLAY_N such that drift_hi < 5% and sftHeld_change_hi < 0 at the common step", axes, path)
+    assert common.at == "common" and [c.text() for c in common.conditions] == ["drift_hi < 5%", "sftHeld_change_hi < 0"]
+    with pytest.raises(TatuExit, match="at the common step"):
+        parse_rule("smallest REPLAY_N such that at the common step", axes, path)
+    # The common step is judged on metrics_common, n/a when members kept no per-line scores.
+    lock = {"rule": "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT at the common step",
+            "axes": {"REPLAY_N": ["0", "2"]}, "plan_file": str(path)}
+    far, near = _config("replay-n0", "0", 0.40, 0.45, -0.6), _config("replay-n2", "2", 0.30, 0.35, -0.6)
+    far["metrics_common"], near["metrics_common"] = {"drift_hi": 0.05}, None
+    verdict = decide(lock, [near, far])
+    assert verdict["chosen"] == "0" and verdict["at"] == "common"
+    assert verdict["checks"][1]["missing"] == ["drift_hi"]
