@@ -361,3 +361,23 @@ def test_a_rule_names_the_comparison_it_judges_end_by_default(tmp_path):
     verdict = decide(lock, [near, far])
     assert verdict["chosen"] == "0" and verdict["at"] == "common"
     assert verdict["checks"][1]["missing"] == ["drift_hi"]
+
+
+def test_two_sets_whose_names_have_the_same_length_get_their_own_resampling(tmp_path):
+    import numpy as np
+
+    from tatu.sweep.analysis import config_stats
+
+    rng = np.random.default_rng(9)
+    base = rng.gamma(3.0, 1.0, 50)
+    results = []
+    for seed in (1, 2, 3):
+        end = list(base * (1.05 + rng.normal(0, 0.02)) + rng.normal(0, 0.05, 50))
+        scores = {name: {"nll_sum": nll, "line_tokens": [1] * 50, "line_index": list(range(50))}
+                  for name, nll in (("enRuler", None), ("sftHeld", None))}
+        start = {name: {**s, "nll_sum": list(base)} for name, s in scores.items()}
+        finish = {name: {**s, "nll_sum": end} for name, s in scores.items()}
+        results.append({"member": f"m{seed}", "seed": seed, "state": "done", "base": start, "end": finish})
+    ruler, held = config_stats(results, "enRuler", None, 0), config_stats(results, "sftHeld", None, 0)
+    assert ruler["log_mean"] == held["log_mean"]  # the same per-line scores under both names...
+    assert ruler["se"] != held["se"]  # ... but not the same bootstrap draws (both names have 7 letters)
