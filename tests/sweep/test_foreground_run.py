@@ -194,7 +194,8 @@ def test_the_tune_stage_chooses_on_the_dev_half_and_locks_the_value(world, refer
 
 def test_report_drift_is_the_daemons_drift(reference):
     """The re-scored start/end per-line sums give back the drift the daemon logged at its last eval."""
-    from tatu.sweep.analysis import member_result, run_lines
+    from tatu.sweep.analysis import member_result
+    from tatu.sweep.stats import run_lines
 
     for m in members(read_lock(reference), "compare"):
         result = member_result(m, reference)

@@ -366,7 +366,7 @@ def test_a_rule_names_the_comparison_it_judges_end_by_default(tmp_path):
 def test_two_sets_whose_names_have_the_same_length_get_their_own_resampling(tmp_path):
     import numpy as np
 
-    from tatu.sweep.analysis import config_stats
+    from tatu.sweep.stats import config_stats
 
     rng = np.random.default_rng(9)
     base = rng.gamma(3.0, 1.0, 50)
