@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 
 from tatu.evals import seeds as st
+from tatu.evals.tdist import t_ppf
 from tatu.sweep.coordinator import TERMINAL, member_status, run_dir
 from tatu.sweep.backends import UnitState
 from tatu.sweep.plan import Member, parse_rule
@@ -132,7 +133,7 @@ def _would_change(rule, ordered: list[dict], checks: list[dict], chosen: dict | 
             sd = max(stats["seed_sd"], stats["within_se"])
             passes_point = (point < fail["threshold"]) if metric.endswith("_hi") else (point > fail["threshold"])
             if passes_point and margin > 0 and sd > 0:
-                need = next((n for n in range(2, 1001) if st.t_ppf(0.975, n - 1) * sd / math.sqrt(n) < margin), None)
+                need = next((n for n in range(2, 1001) if t_ppf(0.975, n - 1) * sd / math.sqrt(n) < margin), None)
                 more = f"about {need - stats['n_seeds']} more seeds" if need else "more than 1000 seeds"
                 notes.append(f"{rule.axis}={check['value']}: its {base} point estimate {_fmt_metric(base, point)} passes; "
                              f"{more} would narrow {metric} enough to pass (if the estimate and the spread hold)")
