@@ -143,6 +143,8 @@ def crossed_ci(runs: list[RunLines], baseline: list[RunLines] | None = None, n_r
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be between 0 and 1, got {level!r}")
     n_lines = _check_crossed(runs, baseline)
+    if n_lines < 2:
+        raise ValueError(f"a CI over lines needs at least 2 lines, got {n_lines}")
     est = np.array([r.log_ratio() for r in runs])
     if baseline:
         est = est - np.array([b.log_ratio() for b in baseline])

@@ -99,6 +99,8 @@ def test_crossed_ci_refuses_what_is_not_a_crossed_design():
         seeds.crossed_ci(_runs(np.zeros((2, 3))), _runs(np.zeros((3, 3))))
     with pytest.raises(ValueError, match="at least one"):
         seeds.crossed_ci([])
+    with pytest.raises(ValueError, match="at least 2 lines"):
+        seeds.crossed_ci(_runs(np.zeros((3, 1))))
 
 
 # --- coverage on simulated sweeps ----------------------------------------------------------------
