@@ -6,7 +6,9 @@ same files give the same numbers (fixed resampling seeds), however often and by 
 coordinator the sweep was run. Statistics (tatu.evals.seeds) are on the log scale of the
 paired perplexity ratio end/start and shown as relative changes: drift (enRuler) and the
 sftHeld change. With a tune stage, sftHeld is judged on its judge half only (odd line
-indices); the tune stage chose on the dev half (even ones); the ruler never chooses.
+indices); the tune stage chose on the dev half (even ones); the ruler never chooses. Every
+comparison is made at the members' ends and at the common step (sweep/common.py); the rule
+judges the one it names.
 """
 from __future__ import annotations
 

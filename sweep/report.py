@@ -2,8 +2,10 @@
 
 Per configuration across seeds: drift and sftHeld change (the mean over seeds with a CI that
 carries seed and line variance), the seed SD beside the mean within-run SE, the MDE across
-seeds, aborted seeds, outlier seeds (robust z, shown, never dropped); paired by seed against
-the baseline with Holm-adjusted p-values; the locked rule's verdict and what would change it.
+seeds, aborted seeds, outlier seeds (leave-one-out t, shown, never dropped); paired by seed and
+line against the baseline with Holm-adjusted p-values; all of it at the members' ends and again
+at the common step (each row prints its step); the locked rule's verdict, where it judged, and
+what would change it.
 With a tune stage, its table comes first.
 """
 from __future__ import annotations
