@@ -200,7 +200,7 @@ def test_the_coordinator_unit_passes_systemd_analyze_verify(tmp_path):
     import subprocess
     import sys
 
-    from test_units import parse_unit
+    from unit_files import parse_unit
 
     from tatu.ops.units import render_unit, units_dir
 
