@@ -22,7 +22,7 @@ its stated rate:
   replicate deviations are scaled by sqrt(S/(S-1)) * t_df / z, with Satterthwaite's df for
   a variance whose seed part has S-1 degrees of freedom and whose line part is known.
 Measured coverage on synthetic sweeps with known sigma_s and line variance:
-tests/test_sweep_stats.py (and the README's sweep section).
+tests/evals/test_seeds.py (and docs/sweeps.md, "The answer: statistics across seeds").
 
 Between configurations, results are paired by seed (the same TATU_SEED draws the same stream
 order): d_s = t(config, s) - t(baseline, s). The p-value is the paired t-test over seeds
