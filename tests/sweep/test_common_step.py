@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sweep_world import build_trunk, plan_text
+from sweep_world import plan_text
 from tiny_world import clean_environ
 
 from tatu.sweep.lock import members, read_lock
@@ -26,9 +26,9 @@ RULE = "smallest MIX_STEPS_LIMIT such that drift < 50% at the common step"
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory):
+def sweep(tmp_path_factory, tiny_trunk):
     root = tmp_path_factory.mktemp("common-step")
-    data, trunk = build_trunk(root)
+    data, trunk = tiny_trunk["data"], tiny_trunk["trunk"]
     # A cosine schedule (to MIX_STEPS_LIMIT): the two configurations train differently before step 4 too.
     text = plan_text("steps", data, trunk, seeds=(1, 2), replay=(1,), rule=RULE, extra=', TATU_SCHEDULE = "cosine"')
     text = text.replace("MIX_STEPS_LIMIT = 4, ", "").replace("[axes]\nREPLAY_N = [1]", "[axes]\nMIX_STEPS_LIMIT = [4, 6]")
