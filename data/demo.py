@@ -27,7 +27,7 @@ from tatu.data.demo_split import Split, split_documents
 from tatu.data.demo_text import SourceText, decode_lines, focalinux_documents, fortune_documents, pydoc_documents
 from tatu.data.sft_gen import generate_pairs
 
-# The one list of Debian packages the demo reads (the Makefile and README name these).
+# The one list of Debian packages the demo reads (the README names these).
 DEMO_PACKAGES: tuple[str, ...] = ("focalinux-text", "fortunes-br", "wbrazilian", "fortunes",
                                   "fortunes-min")
 

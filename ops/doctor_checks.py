@@ -1,7 +1,7 @@
 """What `tatu doctor` concludes: pure functions of the unit's properties (`systemctl show`) and
 the live process facts, so recorded outputs (tests/fixtures/doctor/) test every conclusion.
 
-Facts behind the checks (docs/architecture.md, "systemd facts that shape the units"):
+Facts behind the checks (docs/operations.md, "systemd facts that shape the units"):
 - Lowering oom_score_adj needs CAP_SYS_RESOURCE in the manager that starts the unit: a user
   manager lacks it, and so does a root manager in a container. OOMScoreAdjust=-600 is then
   dropped silently, so the process's effective value is read back and compared, and the

@@ -11,6 +11,7 @@
     [decision]
     baseline = { REPLAY_N = 0 }             # compared with (default: each axis's first value)
     rule = "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT and sftHeld_change_hi < 0"
+                                            # optional tail: "at the end" (default) | "at the common step"
     [tune]                                  # optional: tune one variable for the baseline first
     TATU_LR = [1e-3, 3e-3]
     seeds = [1, 2]                          # default: the plan's seeds
@@ -116,7 +117,9 @@ class Plan:
 
         name = f"{key}-s{seed}"
         run = f"{self.name}.{name}"
-        env = {**self.base_env, **values, "TATU_SEED": str(seed), "TATU_RUN": run, "TATU_OUT": str(sweep_out)}
+        # TATU_EVAL_LINES: every eval's per-line scores, so members can be compared at a common step.
+        env = {**self.base_env, **values, "TATU_SEED": str(seed), "TATU_RUN": run, "TATU_OUT": str(sweep_out),
+               "TATU_EVAL_LINES": "1"}
         try:
             load_config(env)
         except ConfigError as exc:

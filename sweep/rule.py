@@ -10,7 +10,10 @@ from tatu.exitcodes import BAD_CONFIG, TatuExit
 
 METRICS = ("drift", "drift_lo", "drift_hi", "sftHeld_change", "sftHeld_change_lo", "sftHeld_change_hi",
            "every_eval_drift", "every_eval_drift_hi", "aborted")
-RULE = re.compile(r"^\s*(smallest|largest)\s+([A-Z][A-Z0-9_]*)\s+such\s+that\s+(.+?)\s*$")
+# "... such that CONDITIONS [at the end | at the common step]": which comparison the rule judges
+# (default the end; the common step is the last eval step every member reached).
+RULE = re.compile(r"^\s*(smallest|largest)\s+([A-Z][A-Z0-9_]*)\s+such\s+that\s+(.+?)"
+                  r"(?:\s+at\s+the\s+(end|common\s+step))?\s*$")
 CONDITION = re.compile(r"^\s*([A-Za-z_]+)\s*(<=|<)\s*([A-Z][A-Z0-9_]*|[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?%?)\s*$")
 
 
@@ -44,6 +47,7 @@ class Rule:
     choose: str  # smallest | largest
     axis: str
     conditions: tuple[Condition, ...]
+    at: str = "end"  # "end" (each member's last step) | "common" (the last eval step every member reached)
 
 
 def parse_rule(text: str, axes: dict, path: Path) -> Rule:
@@ -51,8 +55,9 @@ def parse_rule(text: str, axes: dict, path: Path) -> Rule:
 
     match = RULE.match(text)
     if not match:
-        raise plan_error(path, "[decision] rule", f"{text!r} is not 'smallest|largest AXIS such that METRIC < VALUE and ...'")
-    choose, axis, rest = match.groups()
+        raise plan_error(path, "[decision] rule", f"{text!r} is not 'smallest|largest AXIS such that METRIC < VALUE and ... "
+                                               f"[at the end | at the common step]'")
+    choose, axis, rest, at = match.groups()
     if axis not in axes:
         raise plan_error(path, "[decision] rule", f"{axis} is not an axis of the plan (axes: {', '.join(axes)})")
     conditions = []
@@ -66,4 +71,4 @@ def parse_rule(text: str, axes: dict, path: Path) -> Rule:
         if value[0].isalpha() and value not in known_variables():
             raise plan_error(path, "[decision] rule", f"{value} is neither a number nor a run variable")
         conditions.append(Condition(metric, op, value))
-    return Rule(text.strip(), choose, axis, tuple(conditions))
+    return Rule(text.strip(), choose, axis, tuple(conditions), "common" if at and at.startswith("common") else "end")
