@@ -1,0 +1,216 @@
+"""Partial training (TATU_TRAIN=top:K | lora): the 78s, what trains, frozen weights untouched and
+absent from the optimizer, merged = unmerged, checkpoints that load as any GPT, restarts."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tiny_world import base_env, clean_environ
+
+from tatu.daemon.config import ConfigError, load_config
+from tatu.daemon.main import main as daemon_main
+from tatu.model.adapters import LoRALinear, apply_train_spec, merged_state, trainable_summary
+from tatu.model.checkpoint import load_checkpoint
+from tatu.model.gpt import GPT, GPTConfig
+from tatu.model.train_spec import LoraSpec, TrainSpec
+
+
+@pytest.fixture
+def world(tiny_trunk):
+    return tiny_trunk
+
+
+def sft_env(world, out, **extra):
+    settings = dict(TATU_RUN="run", TATU_SEED_CKPT=world["trunk"], SFT_GE=2, REPLAY_N=1, MIX_STEPS_LIMIT=4,
+                    EVAL_EVERY=2, TATU_LR="1e-2", TATU_CKPT_EVERY=2, TATU_GEN_PROMPTS=0)
+    settings.update(extra)
+    return base_env(world["data"], out, **settings)
+
+
+def tiny_gpt(n_layer=3, seed=0) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(vocab_size=50, block_size=16, n_layer=n_layer, n_head=2, n_embd=16))
+
+
+# --- the 78s -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("settings,named", [
+    ({"TATU_TRAIN": "top:0"}, "TATU_TRAIN"),
+    ({"TATU_TRAIN": "bottom:2"}, "TATU_TRAIN"),
+    ({"TATU_TRAIN": "lora", "TATU_LORA_RANK": "0"}, "TATU_LORA_RANK"),
+    ({"TATU_TRAIN": "lora", "TATU_LORA_TARGETS": "attn.q_proj"}, "TATU_LORA_TARGETS"),
+    ({"TATU_TRAIN": "lora", "TATU_LORA_LAYERS": "first"}, "TATU_LORA_LAYERS"),
+    ({"TATU_TRAIN": "lora", "TATU_LORA_LAYERS": "top:0"}, "TATU_LORA_LAYERS"),
+    ({"TATU_LORA_RANK": "4"}, "TATU_LORA_RANK"),  # a LoRA variable with TATU_TRAIN=all
+    ({"TATU_TRAIN": "top:1", "TATU_LORA_ALPHA": "8"}, "TATU_LORA_ALPHA"),
+    ({"TATU_TRAIN_EMBEDDINGS": "1"}, "TATU_TRAIN_EMBEDDINGS"),
+])
+def test_bad_train_settings_exit_78_naming_the_variable_before_torch(tmp_path, settings, named):
+    out = tmp_path / "out"
+    env = {**clean_environ(), "TATU_DATA": str(tmp_path), "TATU_OUT": str(out), "TATU_SEED_CKPT": str(tmp_path), **settings}
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "tatu.daemon"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 78, proc.stderr[-800:]
+    message = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
+    assert any(named in line for line in message), message
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    assert "torch" not in imported
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("settings,named", [({"TATU_TRAIN": "top:2"}, "TATU_TRAIN"),
+                                            ({"TATU_TRAIN": "lora", "TATU_LORA_LAYERS": "0,1"}, "TATU_LORA_LAYERS"),
+                                            ({"TATU_TRAIN": "lora", "TATU_LORA_LAYERS": "top:3"}, "TATU_LORA_LAYERS")])
+def test_more_blocks_than_the_seed_has_exits_78_before_a_trace(world, tmp_path, settings, named):
+    proc = subprocess.run([sys.executable, "-m", "tatu.daemon"], env={**clean_environ(), **sft_env(world, tmp_path, **settings)},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 78, proc.stderr[-800:]
+    output = proc.stdout + proc.stderr
+    assert named in output and "n_layer" in output
+    assert not (tmp_path / "run").exists()
+
+
+def test_defaults_and_printed_notes():
+    config, _ = load_config({"TATU_DATA": "d", "TATU_SEED_CKPT": "s", "TATU_TRAIN": "lora", "TATU_LORA_RANK": "4"})
+    assert config.train_spec == TrainSpec(mode="lora", embeddings=False, lora=LoraSpec(rank=4, alpha=8.0))
+    config, _ = load_config({"TATU_DATA": "d", "TATU_SEED_CKPT": "s"})
+    assert config.train_spec == TrainSpec(mode="all", embeddings=True)
+    with pytest.raises(ConfigError, match="TATU_LORA_TARGETS"):
+        load_config({"TATU_DATA": "d", "TATU_SEED_CKPT": "s", "TATU_TRAIN": "lora", "TATU_LORA_TARGETS": "mlp.c_fc,mlp.c_fc"})
+
+
+# --- what trains -------------------------------------------------------------------------------
+
+def naive_counts(model: GPT, trained_prefixes: list[str]) -> int:
+    """Parameters under the given name prefixes, counted from the state dict (the tied head once)."""
+    state = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    return sum(v.numel() for k, v in state.items() if any(k.startswith(p) for p in trained_prefixes))
+
+
+def test_top_k_trains_the_last_blocks_and_ln_f_only():
+    model = tiny_gpt(n_layer=3)
+    apply_train_spec(model, TrainSpec(mode="top", top_k=2))
+    summary = trainable_summary(model, TrainSpec(mode="top", top_k=2))
+    expected = naive_counts(model, ["transformer.h.1.", "transformer.h.2.", "transformer.ln_f."])
+    assert summary["trainable"] == expected
+    assert summary["base"] == naive_counts(model, [""])
+    assert summary["line"].endswith(": h.1-2, ln_f") and f"({100 * expected / summary['base']:.1f}%)" in summary["line"]
+    assert not model.transformer.wte.weight.requires_grad and not model.lm_head.weight.requires_grad
+
+
+def test_top_k_with_embeddings_moves_the_tied_head():
+    model = tiny_gpt(n_layer=3)
+    spec = TrainSpec(mode="top", top_k=1, embeddings=True)
+    apply_train_spec(model, spec)
+    assert model.lm_head.weight.requires_grad  # tied to wte: training the input side trains the head
+    assert trainable_summary(model, spec)["line"].endswith(": h.2, ln_f, wte (tied head), wpe")
+
+
+def test_lora_counts_match_the_shapes():
+    model = tiny_gpt(n_layer=3)
+    spec = TrainSpec(mode="lora", lora=LoraSpec(rank=4, alpha=8.0, layers="top:2"))
+    apply_train_spec(model, spec)
+    d, r = 16, 4
+    # c_attn d->3d, attn.c_proj d->d, c_fc d->4d, mlp.c_proj 4d->d: A is r x in, B is out x r
+    per_block = r * (d + 3 * d) + r * (d + d) + r * (d + 4 * d) + r * (4 * d + d)
+    summary = trainable_summary(model, spec)
+    assert summary["trainable"] == 2 * per_block and summary["lora_modules"] == 8
+    assert summary["line"].startswith("lora r=4 alpha=8 on 8 modules: ")
+    assert isinstance(model.transformer.h[0].attn.c_attn, torch.nn.Linear)
+    assert not isinstance(model.transformer.h[0].attn.c_attn, LoRALinear)
+    assert isinstance(model.transformer.h[2].mlp.c_proj, LoRALinear)
+
+
+def test_lora_at_init_equals_the_seed_and_merged_equals_unmerged():
+    model = tiny_gpt(n_layer=2)
+    idx = torch.randint(0, 50, (3, 16))
+    seed_logits, _ = model(idx)
+    apply_train_spec(model, TrainSpec(mode="lora", lora=LoraSpec(rank=4, alpha=8.0)))
+    logits, _ = model(idx)
+    assert torch.equal(logits, seed_logits)  # B = 0: step 0 is the seed exactly
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, LoRALinear):
+                module.lora_B.normal_(0, 0.05)
+    unmerged, _ = model(idx)
+    assert (unmerged - seed_logits).abs().max() > 1e-3  # the adapters do change the output
+    plain = tiny_gpt(n_layer=2, seed=99)
+    plain.load_state_dict({k: v for k, v in merged_state(model).items()}, strict=True)
+    merged, _ = plain(idx)
+    assert (merged - unmerged).abs().max() <= 1e-6
+
+
+# --- a run: frozen means frozen and free -------------------------------------------------------
+
+@pytest.mark.parametrize("train", ["top:1", "lora"])
+def test_frozen_tensors_stay_bit_identical_and_have_no_optimizer_state(world, tmp_path, train):
+    env = sft_env(world, tmp_path, TATU_TRAIN=train, **({"TATU_LORA_RANK": "2"} if train == "lora" else {}))
+    assert daemon_main(env) == 0
+    seed = load_checkpoint(world["trunk"]).model_state
+    run = tmp_path / "run"
+    state = load_checkpoint(run / "state")
+    meta = json.loads((run / "final" / "meta.json").read_text())
+    trained = [k for k in state.model_state if k.startswith("transformer.h.0.") or k.startswith("transformer.ln_f.")] \
+        if train == "top:1" else [k for k in state.model_state if ".lora_" in k]
+    frozen = [k for k in seed if k not in trained]
+    assert frozen and trained
+    for name in frozen:
+        assert torch.equal(state.model_state[name], seed[name]), name
+    moved = [k for k in trained if not torch.equal(state.model_state[k], seed[k] if k in seed else torch.zeros_like(state.model_state[k]))]
+    assert moved  # what trains did train (a LoRA B starts at zero)
+    # the optimizer holds the trained tensors only: one exp_avg and one exp_avg_sq each
+    optimizer = load_file(run / "state" / "optimizer.safetensors")
+    assert sum(k.endswith(".exp_avg") for k in optimizer) == len(trained)
+    assert sum(k.endswith(".exp_avg_sq") for k in optimizer) == len(trained)
+    trained_numel = sum(state.model_state[k].numel() for k in trained)
+    assert sum(v.numel() for k, v in optimizer.items() if k.endswith(".exp_avg")) == trained_numel
+    assert meta["trainable"]["trainable"] == trained_numel
+    assert meta["trainable"]["line"] in (run / "run.log").read_text()
+
+
+# --- checkpoints -------------------------------------------------------------------------------
+
+def test_lora_final_is_merged_plain_weights_with_the_adapter_beside(world, tmp_path):
+    from tatu.daemon.trainer import Trainer
+
+    env = sft_env(world, tmp_path, TATU_TRAIN="lora", TATU_LORA_RANK="2", TATU_LORA_ALPHA="8")
+    assert daemon_main(env) == 0
+    final = load_checkpoint(tmp_path / "run" / "final")
+    assert not any(".lora_" in k for k in final.model_state)
+    assert set(final.extra_tensors["adapter"]) and all(".lora_" in k for k in final.extra_tensors["adapter"])
+    assert final.meta["adapter"]["rank"] == 2 and final.meta["adapter"]["alpha"] == 8.0
+    # the unmerged model (resume state: base + adapters) and the merged weights give the same logits
+    config, _ = load_config(env)
+    state = load_checkpoint(tmp_path / "run" / "state")
+    trainer = Trainer(config, state.model_config, torch.device("cpu"), state.model_state, "state")
+    merged_model = final.build_model().eval()
+    idx = torch.randint(0, final.model_config.vocab_size, (2, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        a, _ = trainer.model.eval()(idx)
+        b, _ = merged_model(idx)
+        assert (a - b).abs().max() <= 1e-5  # float32: the two orders of summation differ by rounding
+        # float64 forwards: what is left is the merged weights' one rounding to float32
+        a, _ = trainer.model.double()(idx)
+        b, _ = merged_model.double()(idx)
+    assert (a - b).abs().max() <= 1e-6
+    # and a next run seeds from it like from any checkpoint
+    assert daemon_main(sft_env(world, tmp_path, TATU_RUN="next", TATU_SEED_CKPT=tmp_path / "run" / "final",
+                               MIX_STEPS_LIMIT=2)) == 0
+
+
+@pytest.mark.parametrize("change", [{"TATU_TRAIN": "top:1"}, {"TATU_TRAIN": "lora", "TATU_LORA_RANK": "4"},
+                                    {"TATU_TRAIN": "lora", "TATU_LORA_RANK": "2", "TATU_LORA_TARGETS": "mlp.c_fc"}])
+def test_a_restart_with_other_train_settings_is_another_run_78(world, tmp_path, change):
+    assert daemon_main(sft_env(world, tmp_path, TATU_TRAIN="lora", TATU_LORA_RANK="2", MIX_STEPS_LIMIT=2)) == 0
+    proc = subprocess.run([sys.executable, "-m", "tatu.daemon"],
+                          env={**clean_environ(), **sft_env(world, tmp_path, MIX_STEPS_LIMIT=4, **change)},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 78, proc.stderr[-800:]
+    changed = [k for k in change if not (k == "TATU_TRAIN" and change[k] == "lora")]
+    output = proc.stdout + proc.stderr
+    assert all(k in output for k in changed) and "start a new TATU_RUN" in output
