@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -108,7 +109,7 @@ class Trainer:
         meta = {"adapter": {"peft_type": "LORA", "rank": lora.rank, "alpha": lora.alpha, "dropout": lora.dropout,
                             "targets": list(lora.targets), "blocks": lora.blocks(self.gpt_config.n_layer),
                             "embeddings_trained": self.train_spec.embeddings,
-                            "base_sha256": state_sha256(base), "base": str(self.config.seed_ckpt)}}
+                            "base_sha256": state_sha256(base), "base": str(Path(self.config.seed_ckpt).absolute())}}
         return merged, {"adapter": {k: v.contiguous().cpu() for k, v in adapter_state(self.model).items()}}, meta
 
     def step(self, batch: StepBatch, step: int) -> StepStats:
