@@ -122,7 +122,8 @@ class Run:
         with self.supervisor.long_operation("checkpoint"), self.saving("state"):
             save_resume(self.config.run_dir, model=self.trainer.model, optimizer=self.trainer.optimizer,
                         gpt_config=self.trainer.gpt_config, tokenizer=self.tokenizer, run_state=self.state,
-                        stream_state=self.stream.state_dict(), meta=self.meta(), ranks=rank_states)
+                        stream_state=self.stream.state_dict(), meta=self.meta(**self.trainer.adapter_meta()),
+                        ranks=rank_states)
         self.last_saved_step = self.state.step
         self.log.info(f"saved resume state at step {self.state.step} ({reason})")
         self.log.event("checkpoint", step=self.state.step, reason=reason)

@@ -105,12 +105,18 @@ class Trainer:
             return model_state_for_saving(self.model), {}, {}
         merged = {k: v.contiguous().cpu() for k, v in merged_state(self.model).items() if k not in TIED_KEYS}
         base = {k: v for k, v in split_adapter_state(self.model.state_dict())[0].items() if k not in TIED_KEYS}
-        lora = self.train_spec.lora
-        meta = {"adapter": {"peft_type": "LORA", "rank": lora.rank, "alpha": lora.alpha, "dropout": lora.dropout,
-                            "targets": list(lora.targets), "blocks": lora.blocks(self.gpt_config.n_layer),
-                            "embeddings_trained": self.train_spec.embeddings,
-                            "base_sha256": state_sha256(base), "base": str(Path(self.config.seed_ckpt).absolute())}}
+        meta = self.adapter_meta()
+        meta["adapter"].update(base_sha256=state_sha256(base), base=str(Path(self.config.seed_ckpt).absolute()))
         return merged, {"adapter": {k: v.contiguous().cpu() for k, v in adapter_state(self.model).items()}}, meta
+
+    def adapter_meta(self) -> dict:
+        """meta.json's "adapter" of a LoRA run (what a reader needs to merge or export it); {} otherwise."""
+        lora = self.train_spec.lora
+        if lora is None:
+            return {}
+        return {"adapter": {"peft_type": "LORA", "rank": lora.rank, "alpha": lora.alpha, "scaling": lora.scaling,
+                            "dropout": lora.dropout, "targets": list(lora.targets),
+                            "blocks": lora.blocks(self.gpt_config.n_layer), "embeddings_trained": self.train_spec.embeddings}}
 
     def step(self, batch: StepBatch, step: int) -> StepStats:
         """Optimizer step number `step` (1-based) on `batch`; a non-finite loss is not applied."""

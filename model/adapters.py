@@ -40,9 +40,12 @@ class LoRALinear(nn.Linear):
         return F.linear(x, self.weight, self.bias) + (self.lora_dropout(x) @ self.lora_A.t() @ self.lora_B.t()) * self.scaling
 
     def merged_weight(self) -> torch.Tensor:
-        """weight + scaling * B @ A, summed in float64 and rounded once to the weight's dtype."""
-        delta = (self.lora_B.double() @ self.lora_A.double()) * self.scaling
-        return (self.weight.double() + delta).to(self.weight.dtype)
+        return merge_weight(self.weight, self.lora_A, self.lora_B, self.scaling)
+
+
+def merge_weight(weight: torch.Tensor, lora_A: torch.Tensor, lora_B: torch.Tensor, scaling: float) -> torch.Tensor:
+    """weight + scaling * B @ A, summed in float64 and rounded once to the weight's dtype."""
+    return (weight.double() + (lora_B.double() @ lora_A.double()) * scaling).to(weight.dtype)
 
 
 def lora_modules(model: GPT) -> dict[str, LoRALinear]:
@@ -96,6 +99,18 @@ def merged_state(model: GPT) -> dict[str, torch.Tensor]:
     for name, module in lora_modules(model).items():
         state[f"{name}.weight"] = module.merged_weight().detach()
     return state
+
+
+def merge_state(state: dict[str, torch.Tensor], scaling: float) -> dict[str, torch.Tensor]:
+    """A state dict with adapters (a LoRA run's resume state) as plain GPT weights."""
+    base, adapters = split_adapter_state(state)
+    merged = dict(base)
+    for key in adapters:
+        if key.endswith(".lora_A"):
+            module = key.removesuffix(".lora_A")
+            merged[f"{module}.weight"] = merge_weight(base[f"{module}.weight"], adapters[key],
+                                                      adapters[f"{module}.lora_B"], scaling)
+    return merged
 
 
 def adapter_state(model: GPT) -> dict[str, torch.Tensor]:

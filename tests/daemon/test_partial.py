@@ -130,6 +130,11 @@ def test_lora_final_is_merged_plain_weights_with_the_adapter_beside(world, tmp_p
         a, _ = trainer.model.double()(idx)
         b, _ = merged_model.double()(idx)
     assert (a - b).abs().max() <= 1e-6
+    # the resume state (unmerged) reads as a plain GPT too (the sweep re-scores it after an abort):
+    # the same merge, so the very same weights as final/
+    plain = state.plain_state()
+    assert plain.keys() == final.model_state.keys()
+    assert all(torch.equal(plain[k], final.model_state[k]) for k in plain)
     # and a next run seeds from it like from any checkpoint
     assert daemon_main(sft_env(world, tmp_path, TATU_RUN="next", TATU_SEED_CKPT=tmp_path / "run" / "final",
                                MIX_STEPS_LIMIT=2)) == 0
