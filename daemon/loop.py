@@ -68,6 +68,9 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
                  + (f"; {world.size} ranks (torchrun)" if world.distributed else ""))
         trainable = trainer.summary
         log.info(trainable["line"])
+        if world.distributed:
+            tensors, size = world.reduced_per_step(trainer.forward_model)
+            log.info(f"all-reduce per step: {tensors} tensors, {size} bytes (frozen weights are not reduced)")
         if start.resume is not None:
             saved = start.resume.extra_json["resume"]
             check_same_eval_files(saved.get("eval_files"), suite)

@@ -103,6 +103,11 @@ def test_frozen_tensors_stay_bit_identical_and_have_no_optimizer_state(world, tm
     assert sum(v.numel() for k, v in optimizer.items() if k.endswith(".exp_avg")) == trained_numel
     assert meta["trainable"]["trainable"] == trained_numel
     assert meta["trainable"]["line"] in (run / "run.log").read_text()
+    # ... and in the report
+    from tatu.ops.report import page as report
+
+    index = report.build_report([run], tmp_path / "report")
+    assert f"run trains: {meta['trainable']['line']}" in index.read_text(encoding="utf-8")
 
 
 # --- checkpoints -------------------------------------------------------------------------------
