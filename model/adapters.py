@@ -37,7 +37,11 @@ class LoRALinear(nn.Linear):
         self.lora_dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
 
     def forward(self, x):
-        return F.linear(x, self.weight, self.bias) + (self.lora_dropout(x) @ self.lora_A.t() @ self.lora_B.t()) * self.scaling
+        y = F.linear(x, self.weight, self.bias)
+        h = F.linear(self.lora_dropout(x), self.lora_A)
+        # The scaling and the sum inside one GEMM (beta=1): on CPU the separate scale and add passes
+        # over the (tokens x out) output cost as much as the rank-r products themselves.
+        return torch.addmm(y.flatten(0, -2), h.flatten(0, -2), self.lora_B.t(), alpha=self.scaling).view(y.shape)
 
     def merged_weight(self) -> torch.Tensor:
         return merge_weight(self.weight, self.lora_A, self.lora_B, self.scaling)
