@@ -156,3 +156,34 @@ def test_a_restart_with_other_train_settings_is_another_run_78(world, tmp_path, 
     changed = [k for k in change if not (k == "TATU_TRAIN" and change[k] == "lora")]
     output = proc.stdout + proc.stderr
     assert all(k in output for k in changed) and "start a new TATU_RUN" in output
+
+
+@pytest.mark.slow
+def test_tatu_status_of_a_live_lora_run_says_what_trains(world, tmp_path):
+    import time
+
+    from tatu.daemon.control_access import socket_path
+    from tatu.ops.client import format_status, request
+
+    runtime = tmp_path / "rt"
+    runtime.mkdir(mode=0o700)
+    env = {**clean_environ(), "RUNTIME_DIRECTORY": str(runtime),
+           **sft_env(world, tmp_path, TATU_TRAIN="lora", TATU_LORA_RANK="2", MIX_STEPS_LIMIT=100_000, EVAL_EVERY=100_000)}
+    proc = subprocess.Popen([sys.executable, "-m", "tatu.daemon"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    path = socket_path("run", {"RUNTIME_DIRECTORY": str(runtime)})
+    try:
+        deadline, status = time.monotonic() + 120, {}
+        while "trainable" not in status and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+            try:
+                status = request(path, "status")
+            except Exception:  # not listening yet
+                status = {}
+        assert status.get("trainable", "").startswith("lora r=2 alpha=4 on 4 modules: "), status
+        assert f"trains  {status['trainable']}" in format_status(status)
+        request(path, "stop")
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
