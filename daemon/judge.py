@@ -23,7 +23,7 @@ from tatu.daemon.config import RunConfig
 from tatu.daemon.state import RunState
 from tatu.daemon.suite import REFERENCE_SETS, RULER, Suite, best_set
 from tatu.evals.scoring import SetResult, compare_results
-from tatu.formats import fmt_pct, fmt_ppl
+from tatu.formats import SET_NAMES, fmt_pct, fmt_ppl
 
 
 def change(reference: SetResult, current: SetResult, config: RunConfig) -> dict:
@@ -56,8 +56,10 @@ def reference_for_lines(reference: SetResult | None, current: SetResult, config:
     return reference.restricted_to(current.line_index, current.lines_sha256, config.eval_resamples, config.seed)
 
 
-def eval_line(step: int, results: dict, drift: dict, drift_tronco: dict | None, trunk_ok, best: bool, seconds: float, notes: dict) -> str:
-    """The contract line: `EVAL 8: sftHeld 9.0702 ptVal 31.20 enRuler 52.10 drift +0.0% drift_tronco +14.7% trunk_ok=True best=True (71.2s)`."""
+def eval_line(step: int, results: dict, drift: dict, drift_tronco: dict | None, trunk_ok, best: bool, seconds: float,
+              notes: dict, changes: dict | None = None) -> str:
+    """The contract line: `EVAL 8: sftHeld 9.0702 ptVal 31.20 enRuler 52.10 drift +0.0% drift_tronco +14.7% trunk_ok=True best=True (71.2s)`;
+    then the extras, and last every other eval set as `ptFaq 40.12 ptFaq_change=+1.3%`."""
     def ppl(name):
         return fmt_ppl(results[name].ppl, name) if name in results else "n/a"
 
@@ -72,6 +74,9 @@ def eval_line(step: int, results: dict, drift: dict, drift_tronco: dict | None, 
     lines = notes.get(RULER, "").split()[:1]
     if lines and lines[0].split("/")[0] != lines[0].split("/")[-1]:  # only a subsample says so
         extras += f" enRuler_lines={lines[0]}"
+    for name in results:
+        if name not in SET_NAMES:
+            extras += f" {name} {ppl(name)} {name}_change={fmt_pct(((changes or {}).get(name) or {}).get('value'))}"
     return line + extras
 
 
@@ -103,7 +108,7 @@ def decide(step: int, results: dict[str, SetResult], state: RunState, suite: Sui
         if measured > config.mix_forget_limit:
             which = "drift CI lower bound" if config.mix_forget_ci else "drift"
             abort_reason = f"{which} {fmt_pct(measured)} > MIX_FORGET_LIMIT {config.mix_forget_limit * 100:.1f}%"
-    line = eval_line(step, results, drift, drift_tronco, trunk_ok, best, seconds, suite.notes)
+    line = eval_line(step, results, drift, drift_tronco, trunk_ok, best, seconds, suite.notes, changes)
     record = {
         "step": step,
         "sets": {name: summary(result) for name, result in results.items()},

@@ -3,6 +3,8 @@
     sftHeld  held-out SFT pairs (the run's own measure; picks best in SFT mode)
     ptVal    Portuguese validation text (picks best in pretrain mode)
     enRuler  English text, the ruler drift is measured with (EVAL_EN_ALL=0: a fixed subsample)
+    others   any other set of the manifest (a held-out domain, `tatu data build --eval ptFaq=FILE`):
+             scored whole at every eval and compared with step 0 like the three, never judged
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from tatu.evals.downstream import exact_match
 from tatu.evals.scoring import SetResult, evaluate
 from tatu.evals.sets import EvalSet, load_eval_set, subsample
 from tatu.evals.words import Dictionary, invented_rate
-from tatu.formats import SET_NAMES
+from tatu.formats import eval_name_problem, ordered_sets
 from tatu.model.chat import encode_prompt
 
 RULER = "enRuler"
@@ -40,10 +42,12 @@ class Suite:
 def load_suite(config: RunConfig, manifest: dict, tokenizer) -> Suite:
     data_dir = config.data
     sets, notes, hashes = {}, {}, {}
-    for name in SET_NAMES:
-        entry = manifest.get("evals", {}).get(name)
-        if entry is None:
-            continue
+    manifest_evals = manifest.get("evals", {})
+    for name in ordered_sets(manifest_evals):
+        entry = manifest_evals[name]
+        problem = eval_name_problem(name)
+        if problem:
+            raise DataError(f"{data_dir / 'manifest.json'}: {problem}; rebuild with `tatu data build`")
         path = data_dir / entry["file"]
         eval_set = load_eval_set(path, tokenizer, name=name)
         hashes[name] = hashlib.sha256(path.read_bytes()).hexdigest()

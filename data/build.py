@@ -31,6 +31,7 @@ import numpy as np
 from tatu.data.sft import BadLine, SFTExample, parse_sft_line, read_sft_file, split_lines
 from tatu.data.manifest import FORMAT, MANIFEST, DataConfigError, DataError, load_manifest
 from tatu.model.tokenizer import Tokenizer
+from tatu.formats import eval_name_problem
 
 TOKENIZER_FILE = "tokenizer.json"
 ON_BAD_LINE = ("error", "skip")
@@ -168,6 +169,10 @@ class BuildSpec:
         for name in names + list(self.evals):
             if not name or "/" in name or name.startswith(".") or name == "evals":
                 raise ValueError(f"bad channel or eval name {name!r}")
+        for name in self.evals:
+            problem = eval_name_problem(name)
+            if problem:
+                raise ValueError(f"--eval {name}: {problem}")
 
 
 @dataclass

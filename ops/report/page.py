@@ -15,9 +15,8 @@ import html
 import json
 from pathlib import Path
 
-from tatu.formats import SET_NAMES as SETS
 from tatu.ops.report.plots import DPI, FIGSIZE, PLOT_SIZE, PlotFile, render_plots
-from tatu.ops.report.runs import FORMATS, RunRecord, fmt_int, fmt_ppl, load_run
+from tatu.ops.report.runs import FORMATS, RunRecord, fmt_int, fmt_ppl, load_run, report_sets
 
 __all__ = ["build_report", "load_run", "render_plots", "RunRecord", "FIGSIZE", "DPI", "add_args", "main"]
 
@@ -65,7 +64,7 @@ def _eval_at(run: RunRecord, step) -> dict | None:
 
 
 def _verdict_section(runs: list[RunRecord]) -> str:
-    rows, scope = [], []
+    rows, scope, sets = [], [], report_sets(runs)
     for run in runs:
         v = run.verdict
         if v is None:
@@ -93,7 +92,7 @@ def _verdict_section(runs: list[RunRecord]) -> str:
         )
         rows.append(_row(f'{_text_cell(run.name)}{_text_cell(run.status)}<td class="verdict">{_esc(v.get("verdict"))}</td>'
                          f'{_text_cell(v.get("line") or v.get("reason", ""))}{cells}', run.name))
-        unjudged = [s for s in SETS if s not in (judged, "enRuler")]
+        unjudged = [s for s in sets if s not in (judged, "enRuler")]
         scope.append(f'<li data-run="{_esc(run.name)}">{_esc(run.name)}: the verdict covers the {_esc(judged or "?")} '
                      f"change vs step 0 and the English ruler (enRuler drift) only; {_esc(', '.join(unjudged))} "
                      f"{'is' if len(unjudged) == 1 else 'are'} shown but not judged.</li>")
@@ -108,7 +107,7 @@ def _verdict_section(runs: list[RunRecord]) -> str:
 
 
 def _comparison_section(runs: list[RunRecord]) -> str:
-    rows = []
+    rows, sets = [], report_sets(runs)
     for run in runs:
         final = run.final_eval
         if final is None:
@@ -118,7 +117,7 @@ def _comparison_section(runs: list[RunRecord]) -> str:
         comparisons = [("drift (enRuler vs this run's step 0)", "drift", final.get("drift")),
                        ("drift_tronco (enRuler vs the trunk)", "drift_tronco", final.get("drift_tronco"))]
         comparisons += [(f"{s} change vs step 0", f"changes/{s}", (final.get("changes") or {}).get(s))
-                        for s in SETS if s in (final.get("changes") or {})]
+                        for s in sets if s in (final.get("changes") or {})]
         for label, where, point in comparisons:
             prefix = f"eval/{step}/{where}"
             if point is None:
@@ -136,13 +135,13 @@ def _comparison_section(runs: list[RunRecord]) -> str:
 
 
 def _history_section(runs: list[RunRecord]) -> str:
-    parts = ["<h2>Evals</h2>"]
+    parts, sets = ["<h2>Evals</h2>"], report_sets(runs)
     for run in runs:
         rows = []
         for event in run.evals:
             step = event["step"]
             cells = _cell(step, "int", f"eval/{step}/step")
-            for s in SETS:
+            for s in sets:
                 point = event["sets"].get(s) or {}
                 for field_name in ("ppl", "lo", "hi"):
                     cells += _cell(point.get(field_name), "ppl", f"eval/{step}/sets/{s}/{field_name}", s)
@@ -150,7 +149,7 @@ def _history_section(runs: list[RunRecord]) -> str:
                 cells += _cell(event["drift"].get(field_name), "pct", f"eval/{step}/drift/{field_name}")
             flags = ("best" if event.get("best") else "") + (f" ABORT: {event['abort']}" if event.get("abort") else "")
             rows.append(_row(cells + _text_cell(flags.strip()), run.name, title=event.get("line")))
-        header = ["step"] + [f"{s} {f}" for s in SETS for f in ("ppl", "lo", "hi")] + ["drift", "drift lo", "drift hi", ""]
+        header = ["step"] + [f"{s} {f}" for s in sets for f in ("ppl", "lo", "hi")] + ["drift", "drift lo", "drift hi", ""]
         extra = f" ({run.resumes} restart{'s' if run.resumes != 1 else ''})" if run.resumes else ""
         parts.append(f"<h3>{_esc(run.name)}{_esc(extra)}</h3>")
         parts.append(_table(header, rows, f"evals-{_esc(run.name)}") if rows else "<p>no eval yet</p>")
