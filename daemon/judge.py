@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from tatu.daemon.config import RunConfig
 from tatu.daemon.state import RunState
 from tatu.daemon.suite import REFERENCE_SETS, RULER, Suite, best_set
+from tatu.evals.choice import mcnemar_exact
 from tatu.evals.scoring import SetResult, compare_results
 from tatu.formats import SET_NAMES, fmt_pct, fmt_ppl
 
@@ -88,8 +89,38 @@ class Decision:
     abort_reason: str | None
 
 
+def category_record(baseline: dict | None, categories: dict[str, dict[str, SetResult]], config: RunConfig) -> dict:
+    """{set: {category: summary + bpc + its paired change vs step 0 (None without a baseline)}}."""
+    out = {}
+    for name, per in categories.items():
+        out[name] = {}
+        for category, result in per.items():
+            base = ((baseline or {}).get(name) or {}).get(category)
+            out[name][category] = {**summary(result),
+                                   "change": change(base, result, config) if base is not None else None}
+    return out
+
+
+def task_items(result) -> dict:
+    """What a task's step-0 baseline keeps: per-item correctness, for the paired test."""
+    return {"correct": result.correct.tolist(), "correct_norm": result.correct_norm.tolist()}
+
+
+def task_record(baseline: dict | None, tasks: dict) -> dict:
+    """{task: acc and acc_norm with Wilson CIs, and each one's paired change vs step 0 (exact McNemar)}."""
+    out = {}
+    for name, result in tasks.items():
+        out[name] = result.summary()
+        base = (baseline or {}).get(name)
+        for key, now in (("acc", result.correct), ("acc_norm", result.correct_norm)):
+            then = None if base is None else base["correct" if key == "acc" else "correct_norm"]
+            out[name][key]["change"] = None if then is None or len(then) != len(now) else mcnemar_exact(then, now)
+    return out
+
+
 def decide(step: int, results: dict[str, SetResult], state: RunState, suite: Suite, config: RunConfig,
-           seconds: float, samples) -> Decision:
+           seconds: float, samples, categories: dict[str, dict[str, SetResult]] | None = None,
+           tasks: dict | None = None) -> Decision:
     """Compare with the run's baseline and the trunk; pick best; decide abort (not warn)."""
     baseline = state.baseline
     changes = {name: change(baseline[name], results[name], config) for name in results if name in baseline}
@@ -123,6 +154,9 @@ def decide(step: int, results: dict[str, SetResult], state: RunState, suite: Sui
         "notes": suite.notes,
         "seconds": round(seconds, 3),
         "generations": samples,
+        "categories": category_record(state.category_baseline, categories or {}, config),
+        "categories_note": suite.category_note,
+        "tasks": task_record(state.task_baseline, tasks or {}),
         "line": line,
     }
     return Decision(record, line, best, abort_reason)

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tatu.data.sft_gen import generate_pairs
+from tatu.data.task_gen import TASKS, generate_task, language_task
 
 # The one list of Debian packages the demo reads (the Makefile and README name these).
 DEMO_PACKAGES: tuple[str, ...] = ("focalinux-text", "fortunes-br", "wbrazilian", "fortunes",
@@ -58,6 +59,7 @@ class DemoScale:
     eval_min_chars: int = 20
     eval_max_chars: int = 300
     held_out_lines: int = 200  # lines of HELD_OUT_FILE
+    task_items: int = 40  # items of each multiple-choice task (what they cost per eval: bench/categories.py)
 
 
 SCALES: dict[str, DemoScale] = {
@@ -68,7 +70,7 @@ SCALES: dict[str, DemoScale] = {
     # for tests: seconds
     "tiny": DemoScale(pt_corpus_max_chars=40_000, en_corpus_max_chars=40_000,
                       pt_val_lines=24, en_ruler_lines=16, sft_train_pairs=200,
-                      sft_held_pairs=20, words=2000, held_out_lines=12),
+                      sft_held_pairs=20, words=2000, held_out_lines=12, task_items=10),
 }
 
 
@@ -445,6 +447,17 @@ def build_demo_sources(out_dir: Path, seed: int = 0, scale: str = "demo") -> dic
                              "note": "held-out domain: European Portuguese Debian FAQ; no training source reads it",
                              "sources": [{"package": "debian-faq-pt", "version": versions["debian-faq-pt"],
                                           "path": FAQ_FILE}]}
+
+    # multiple-choice tasks with checkable answers (tatu.data.task_gen); the language task's
+    # lines are the held-out eval lines, never trained on
+    pt_lines = (out_dir / "pt_val.txt").read_text(encoding="utf-8").splitlines()
+    en_lines = (out_dir / "en_ruler.txt").read_text(encoding="utf-8").splitlines()
+    tasks = {kind: generate_task(kind, sizes.task_items, seed) for kind in TASKS}
+    tasks["language"] = language_task(pt_lines, en_lines, sizes.task_items, seed)
+    for kind, items in tasks.items():
+        name = f"task_{kind}.jsonl"
+        files[name] = _write(out_dir / name, "".join(json.dumps(i, ensure_ascii=False) + "\n" for i in items))
+        files[name] |= {"items": len(items), "source": "tatu.data.task_gen"}
 
     word_lines, dropped = _read_source(WORDLIST_FILE, "latin-1")
     words = sorted({w.strip() for w in word_lines if w.strip()})

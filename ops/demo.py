@@ -94,8 +94,11 @@ def prepare_data(sources: Path, work: Path, kind: str, vocab: int, seq_len: int)
 
 
 def held_out_args(sources: Path) -> list[str]:
-    return [arg for name, file in HELD_OUT.items() if (sources / file).is_file()
+    """--eval for the held-out domains and --task for the multiple-choice tasks the sources have."""
+    held = [arg for name, file in HELD_OUT.items() if (sources / file).is_file()
             for arg in ("--eval", f"{name}={sources / file}")]
+    return held + [arg for path in sorted(sources.glob("task_*.jsonl"))
+                   for arg in ("--task", f"{path.stem.removeprefix('task_')}={path}")]
 
 
 def user_manager_running() -> bool:

@@ -134,6 +134,60 @@ def _comparison_section(runs: list[RunRecord]) -> str:
             + _table(header, rows, "comparisons"))
 
 
+def _categories_section(runs: list[RunRecord]) -> str:
+    """Per-category (part-of-speech) perplexity and bpc of every set at the last eval, each with
+    its paired change vs step 0 (docs/metrics.md); a run without tags says why."""
+    rows = []
+    for run in runs:
+        final = run.final_eval
+        if final is None or "categories" not in final:  # events written before categories existed
+            continue
+        step, categories = final["step"], final["categories"]
+        if not categories:
+            rows.append(_row(f'{_text_cell(run.name)}<td colspan="10">{_esc(final.get("categories_note") or "none")}</td>',
+                             run.name))
+        for set_name, per in categories.items():
+            for category, point in per.items():
+                prefix = f"eval/{step}/categories/{set_name}/{category}"
+                change = point.get("change") or {}
+                cells = (_cell(step, "int", f"eval/{step}/step") + _cell(point.get("ppl"), "ppl", f"{prefix}/ppl", set_name)
+                         + _cell(point.get("bpc"), "bpc", f"{prefix}/bpc") + _cell(point.get("n_tokens"), "int", f"{prefix}/n_tokens")
+                         + _cell(change.get("value"), "pct", f"{prefix}/change/value")
+                         + _cell(change.get("lo"), "pct", f"{prefix}/change/lo") + _cell(change.get("hi"), "pct", f"{prefix}/change/hi")
+                         + _cell(change.get("p_value"), "p", f"{prefix}/change/p_value"))
+                rows.append(_row(f"{_text_cell(run.name)}{_text_cell(set_name)}{_text_cell(category)}{cells}", run.name))
+    if not rows:
+        return ""
+    header = ["run", "set", "category", "step", "ppl", "bpc", "tokens", "change vs step 0", "CI lo", "CI hi", "p-value"]
+    return ("<h2>Word categories at the last eval</h2>\n<p>Perplexity and bits per character on the tokens of each "
+            "part of speech (Apertium's tags, built once at data build), paired with the run's step 0.</p>\n"
+            + _table(header, rows, "categories"))
+
+
+def _tasks_section(runs: list[RunRecord]) -> str:
+    """acc and acc_norm of every multiple-choice task at the last eval, each with its Wilson CI
+    and its exact McNemar test against step 0 (docs/metrics.md)."""
+    rows = []
+    for run in runs:
+        final = run.final_eval
+        for task, point in ((final or {}).get("tasks") or {}).items():
+            step = final["step"]
+            for key in ("acc", "acc_norm"):
+                metric, prefix = point[key], f"eval/{step}/tasks/{task}/{key}"
+                change = metric.get("change") or {}
+                cells = (_cell(step, "int", f"eval/{step}/step") + _cell(metric.get("value"), "rate", f"{prefix}/value")
+                         + _cell(metric.get("lo"), "rate", f"{prefix}/lo") + _cell(metric.get("hi"), "rate", f"{prefix}/hi")
+                         + _cell(change.get("diff"), "pct", f"{prefix}/change/diff")
+                         + _cell(change.get("p_value"), "p", f"{prefix}/change/p_value"))
+                rows.append(_row(f"{_text_cell(run.name)}{_text_cell(task)}{_text_cell(key)}{cells}", run.name))
+    if not rows:
+        return ""
+    header = ["run", "task", "metric", "step", "accuracy", "CI lo", "CI hi", "change vs step 0", "p (McNemar)"]
+    return ("<h2>Multiple-choice tasks at the last eval</h2>\n<p>Accuracy by log-likelihood (as lm-evaluation-harness "
+            "scores multiple_choice), Wilson 95% CI, exact McNemar test vs the run's step 0 over the same items.</p>\n"
+            + _table(header, rows, "tasks"))
+
+
 def _history_section(runs: list[RunRecord]) -> str:
     parts, sets = ["<h2>Evals</h2>"], report_sets(runs)
     for run in runs:
@@ -195,6 +249,7 @@ def _generations_section(runs: list[RunRecord]) -> str:
         invented = gen.get("invented")
         if invented:
             cells += (_cell(invented.get("rate"), "rate", f"{prefix}/invented/rate")
+                      + "".join(_cell(invented[k], "rate", f"{prefix}/invented/{k}") for k in ("lo", "hi") if k in invented)
                       + _cell(invented.get("n_invented"), "int", f"{prefix}/invented/n_invented")
                       + _cell(invented.get("n_words"), "int", f"{prefix}/invented/n_words")
                       + _text_cell(", ".join(map(str, invented.get("examples") or []))))
@@ -250,7 +305,9 @@ def build_report(run_dirs: list[Path | str], out_dir: Path | str) -> Path:
         f"<title>tatu report: {_esc(', '.join(r.name for r in runs))}</title><style>{STYLE}</style></head><body>",
         f"<h1>tatu report: {_esc(', '.join(r.name for r in runs))}</h1>",
         f"<p>Every number below is read from these events.jsonl files:</p><ul>{sources}</ul>",
-        _verdict_section(runs), _comparison_section(runs), _plots_section(plots, out_dir), _config_section(runs),
+        _verdict_section(runs), _comparison_section(runs), _categories_section(runs), _tasks_section(runs),
+        _plots_section(plots, out_dir),
+        _config_section(runs),
         _generations_section(runs), _history_section(runs), "</body></html>", "",
     ])
     index = out_dir / "index.html"

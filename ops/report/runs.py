@@ -192,5 +192,11 @@ def fmt_int(value) -> str:
     return "n/a" if value is None else str(value)
 
 
-FORMATS = {"ppl": fmt_ppl, "pct": fmt_pct, "rate": fmt_rate, "p": fmt_p, "int": fmt_int}
+def fmt_bpc(value) -> str:
+    """Bits per character: three decimals."""
+    x = number(value)
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+FORMATS = {"ppl": fmt_ppl, "pct": fmt_pct, "rate": fmt_rate, "p": fmt_p, "int": fmt_int, "bpc": fmt_bpc}
 

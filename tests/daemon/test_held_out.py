@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from strict import cannot_run
 from tiny_world import PT_WORDS, base_env, sentences
 
 from tatu.daemon.judge import change
@@ -31,8 +32,13 @@ def five_sets(tiny_trunk, tmp_path_factory):
     src = tiny_trunk["root"] / "sources"
     for i, name in enumerate(EXTRA):
         (root / f"{name}.txt").write_text("\n".join(sentences(PT_WORDS, 12 + i, seed=100 + i)) + "\n", encoding="utf-8")
+    from tatu.data.task_gen import generate_task
+
+    (root / "numbers.jsonl").write_text("".join(json.dumps(i, ensure_ascii=False) + "\n"
+                                                for i in generate_task("numbers", 10, 0)), encoding="utf-8")
     data = root / "data"
-    assert cli.main(["data", "build", "--tokenizer", str(tiny_trunk["root"] / "tokenizer.json"), "--out", str(data),
+    assert cli.main(["data", "build", "--task", f"numbers={root / 'numbers.jsonl'}",
+                     "--tokenizer", str(tiny_trunk["root"] / "tokenizer.json"), "--out", str(data),
                      "--text", f"pretrain={src / 'pt_corpus.txt'},{src / 'en_corpus.txt'}",
                      "--text", f"replay={src / 'en_corpus.txt'}", "--sft", f"sft={src / 'sft_train.jsonl'}",
                      "--eval", f"sftHeld={src / 'sft_held.jsonl'}", "--eval", f"ptVal={src / 'pt_val.txt'}",
@@ -98,6 +104,21 @@ def test_status_carries_every_change_and_the_report_plots_every_set(five_sets, t
     assert 'data-path="eval/2/sets/ptNews/ppl"' in page
 
 
+
+def test_the_report_shows_the_categories_of_every_set(five_sets, tmp_path):
+    from tatu.data.tags import tagger_problem
+
+    if tagger_problem("por"):
+        cannot_run(tagger_problem("por"))
+    last = [e for e in read_events(five_sets / "events.jsonl") if e["event"] == "eval"][-1]
+    assert cli.main(["report", str(five_sets), "--out", str(tmp_path / "report")]) == 0
+    page = (tmp_path / "report" / "index.html").read_text()
+    # the word categories of every set, the held-out ones too, with their paired change
+    noun = last["categories"]["ptNews"]["noun"]
+    assert f'data-path="eval/4/categories/ptNews/noun/change/value" data-kind="pct" data-value="{json.dumps(noun["change"]["value"])}"' in page
+    assert f'data-path="eval/4/categories/ptNews/noun/bpc" data-kind="bpc" data-value="{json.dumps(noun["bpc"])}">{noun["bpc"]:.3f}<' in page
+
+
 @pytest.mark.parametrize("name, why", [("pt_news", "malformed"), ("1news", "malformed"), ("pt-news", "malformed"),
                                        ("drift", "collides with a metric"), ("Best", "collides with a metric")])
 def test_a_bad_eval_name_is_refused_naming_it(tiny_trunk, tmp_path, capsys, name, why):
@@ -117,3 +138,23 @@ def test_change_of_a_set_with_itself_is_zero_with_a_degenerate_interval(five_set
                              "TATU_EVAL_RESAMPLES": "200"})
     same = change(state.baseline["ptNews"], state.baseline["ptNews"], config)
     assert same["value"] == 0.0 and same["lo"] == pytest.approx(0.0) and same["hi"] == pytest.approx(0.0)
+
+
+def test_a_task_is_scored_at_every_eval_and_paired_with_step_0(five_sets):
+    from tatu.evals.choice import mcnemar_exact
+
+    evals = [e for e in read_events(five_sets / "events.jsonl") if e["event"] == "eval"]
+    state = json.loads((five_sets / "state" / "resume.json").read_text())
+    baseline = state["task_baseline"]["numbers"]
+    assert len(baseline["correct"]) == 10
+    for event in evals:
+        task = event["tasks"]["numbers"]
+        assert task["n"] == 10 and task["acc"]["lo"] <= task["acc"]["value"] <= task["acc"]["hi"]
+        assert set(task["acc_norm"]["change"]) == {"only_a", "only_b", "p_value", "diff"}
+    first = evals[0]["tasks"]["numbers"]["acc"]["change"]
+    assert (first["only_a"], first["only_b"], first["p_value"]) == (0, 0, 1.0)
+    assert evals[0]["tasks"]["numbers"]["acc"]["value"] == pytest.approx(sum(baseline["correct"]) / 10)
+    # the change is the McNemar test of the stored step-0 items against the numbers logged since
+    last = evals[-1]["tasks"]["numbers"]["acc"]
+    assert last["change"]["diff"] == pytest.approx(last["value"] - evals[0]["tasks"]["numbers"]["acc"]["value"])
+    assert mcnemar_exact(baseline["correct"], baseline["correct"])["p_value"] == 1.0
