@@ -18,7 +18,7 @@ import numpy as np
 from tatu.evals import seeds as st
 from tatu.sweep.coordinator import TERMINAL, member_status, run_dir
 from tatu.sweep.backends import UnitState
-from tatu.sweep.plan import Member, parse_rule
+from tatu.sweep.plan import Member, held_out_set, parse_rule
 from tatu.sweep.scores import end_checkpoint, score_checkpoint
 
 RESAMPLES = 2000
@@ -39,7 +39,7 @@ def run_lines(result: dict, set_name: str, half: str | None = None) -> st.RunLin
     return st.RunLines(nb, tb, ne, te)
 
 
-def member_result(member: Member, sweep_dir: Path) -> dict:
+def member_result(member: Member, sweep_dir: Path, extra_sets: tuple[str, ...] = ()) -> dict:
     """Status, verdict, per-line start/end scores, the worst drift over its evals."""
     from tatu.daemon.logs import read_events
 
@@ -50,8 +50,8 @@ def member_result(member: Member, sweep_dir: Path) -> dict:
     if status.state not in ("done", "aborted"):
         return result
     cache = Path(sweep_dir) / "scores"
-    result["base"] = score_checkpoint(Path(member.env["TATU_SEED_CKPT"]), member.env, cache)
-    result["end"] = score_checkpoint(end_checkpoint(directory), member.env, cache)
+    result["base"] = score_checkpoint(Path(member.env["TATU_SEED_CKPT"]), member.env, cache, extra_sets)
+    result["end"] = score_checkpoint(end_checkpoint(directory), member.env, cache, extra_sets)
     evals = {}
     for event in read_events(directory / "events.jsonl"):
         if event.get("event") == "eval" and event.get("step", 0) > 0:
@@ -121,6 +121,9 @@ def _metrics(stats: dict, results: list[dict]) -> dict:
         out.update(drift=drift["value"], drift_lo=drift["lo"], drift_hi=drift["hi"])
     if change:
         out.update(sftHeld_change=change["value"], sftHeld_change_lo=change["lo"], sftHeld_change_hi=change["hi"])
+    for name, held in stats.items():  # a held-out set a rule names: SET_change[_lo|_hi]
+        if name not in ("drift", "sftHeld") and held:
+            out.update({f"{name}_change": held["value"], f"{name}_change_lo": held["lo"], f"{name}_change_hi": held["hi"]})
     if usable:
         out["every_eval_drift"] = max(r["every_eval_drift"] for r in usable)
         out["every_eval_drift_hi"] = max(r["every_eval_drift_hi"] for r in usable)
@@ -177,7 +180,8 @@ def _would_change(rule, ordered: list[dict], checks: list[dict], chosen: dict | 
         for fail in check["failed"]:
             metric = fail["condition"].split()[0]
             base = metric.removesuffix("_hi").removesuffix("_lo")
-            stats = config["stats"].get("drift" if base.startswith("drift") and not base.startswith("every") else "sftHeld")
+            key = "drift" if base.startswith("drift") and not base.startswith("every") else (held_out_set(base) or "sftHeld")
+            stats = config["stats"].get(key)
             if not stats or metric == base or base.startswith("every") or base == "aborted":
                 continue
             point = stats["value"]
@@ -214,10 +218,13 @@ def stage_table(lock: dict, members: list[Member], sweep_dir: Path, stage: str) 
     for m in members:
         grouped.setdefault(m.config_key, []).append(m)
     configs = []
+    rule = parse_rule(lock["rule"], lock["axes"], Path(lock["plan_file"]))
+    held_out = tuple(dict.fromkeys(n for n in (held_out_set(c.metric) for c in rule.conditions) if n))
     for index, (key, group) in enumerate(grouped.items()):
-        results = [member_result(m, sweep_dir) for m in group]
+        results = [member_result(m, sweep_dir, held_out) for m in group]
         stats = {"drift": config_stats(results, "enRuler", None, index),
-                 "sftHeld": config_stats(results, "sftHeld", half_sft, index)}
+                 "sftHeld": config_stats(results, "sftHeld", half_sft, index),
+                 **{name: config_stats(results, name, None, index) for name in held_out}}
         from tatu.daemon.config import load_config
 
         effective = load_config(group[0].env)[0].to_json()

@@ -108,6 +108,12 @@ def closing_text(data: dict) -> str:
         half = " (sftHeld: judge half)" if data.get("tune") else ""
         out += ["", f"comparison stage{half}; * = baseline; CIs carry seed and line variance (hierarchical bootstrap)",
                 text_table(CONFIG_HEADER, config_rows(cmp["configs"]))]
+        held = [(c["key"], name, st) for c in cmp["configs"] for name, st in c["stats"].items()
+                if name not in ("drift", "sftHeld")]
+        if held:  # the held-out sets the rule names, per configuration over seeds
+            out += ["", "held-out sets the rule names (change vs start over seeds, hierarchical CI)",
+                    text_table(["config", "set", "change [95% CI]", "seed SD"],
+                               [[key, name, _ci(st), _sd(st and st["seed_sd"])] for key, name, st in held])]
         rows = paired_rows(cmp["configs"])
         if rows:
             n = max((c.get("paired", {}).get("drift") or {}).get("n_compared", 0) for c in cmp["configs"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tatu.exitcodes import BAD_CONFIG, TatuExit
 from tatu.sweep.lock import write_json_atomic
 
 SETS = ("sftHeld", "enRuler")
@@ -30,11 +31,15 @@ def end_checkpoint(run_dir: Path) -> Path | None:
     return None
 
 
-def score_checkpoint(ckpt: Path, env: dict, cache_dir: Path) -> dict:
-    """{set: {"nll_sum": [...], "line_tokens": [...], "line_index": [...]}} for SETS."""
+def score_checkpoint(ckpt: Path, env: dict, cache_dir: Path, extra_sets: tuple[str, ...] = ()) -> dict:
+    """{set: {"nll_sum": [...], "line_tokens": [...], "line_index": [...]}} for SETS and the
+    held-out sets a decision rule names (`extra_sets`)."""
+    names = SETS + tuple(n for n in extra_sets if n not in SETS)
     cache = cache_dir / f"{Path(ckpt).parent.name}-{Path(ckpt).name}-{weights_hash(ckpt)}.json"
     if cache.is_file():
-        return json.loads(cache.read_text())
+        cached = json.loads(cache.read_text())
+        if all(name in cached for name in names):
+            return cached
     from tatu.daemon.config import load_config
     from tatu.evals.scoring import score_lines
     from tatu.evals.sets import load_eval_set, subsample
@@ -46,7 +51,9 @@ def score_checkpoint(ckpt: Path, env: dict, cache_dir: Path) -> dict:
     data = Path(env["TATU_DATA"])
     manifest = json.loads((data / "manifest.json").read_text())
     scores = {}
-    for name in SETS:
+    for name in names:
+        if name not in manifest["evals"]:
+            raise TatuExit(BAD_CONFIG, f"the decision rule names {name}_change, but {data / 'manifest.json'} has no eval set {name}")
         eval_set = load_eval_set(data / manifest["evals"][name]["file"], loaded.tokenizer, name=name)
         if name == "enRuler":
             eval_set, _ = subsample(eval_set, config.eval_en_all, config.eval_en_batches, config.eval_en_lines_per_batch,
