@@ -6,7 +6,9 @@ Each choice is a continuation of the context: the request is (context, " " + cho
 default target delimiter — with any whitespace ending the context moved into the continuation,
 and the continuation's tokens are those of encode(context + continuation) after the tokens of
 encode(context) (as lm-eval's HF model forms them). Its log-likelihood is the sum of the log
-probabilities of those tokens, after BOS and the context. Then, per item:
+probabilities of those tokens, after BOS and the context; a request longer than the model's context keeps its last
+block_size + 1 tokens (the context loses its start, as lm-eval's HF model truncates it). Then,
+per item:
 
     acc       1 if the choice with the highest log-likelihood is the answer
     acc_norm  1 if the choice with the highest log-likelihood / len(choice) is the answer
@@ -82,9 +84,13 @@ def score_task(model, items: list[ChoiceItem], tokenizer: Tokenizer, name: str =
                map_batches=None) -> TaskResult:
     """Every choice of every item scored in shared batches; acc and acc_norm per item."""
     lines, owners = [], []
+    keep = model.config.block_size + 1
     for i, item in enumerate(items):
         for choice in item.choices:
-            lines.append(request(tokenizer, item.context, choice))
+            line = request(tokenizer, item.context, choice)
+            if len(line.ids) > keep:  # as lm-eval: the context loses its first tokens, never the choice
+                line = EvalLine(line.ids[-keep:], [False] + line.is_target[-keep + 1:], line.text)
+            lines.append(line)
             owners.append(i)
     scores = score_lines(model, lines, device, map_batches=map_batches)
     loglik = [[] for _ in items]
