@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tatu.data.tags import CATEGORIES as TAG_CATEGORIES
 from tatu.exitcodes import BAD_DATA, USAGE, TatuExit
+from tatu.ops import eval_tags, eval_tasks
 
 
 WORD_LIST_CATEGORIES = ("function", "content")  # tatu.evals.masks: without tags
@@ -88,51 +89,13 @@ def _set_specs(args: argparse.Namespace) -> list[tuple[str, Path, str]]:
         if not sep or not name or not file:
             raise TatuExit(BAD_DATA, f"--set {spec!r}: expected NAME=FILE")
         specs.append((name, Path(file), "auto"))
-    if not specs and not _task_specs(args):
+    if not specs and not eval_tasks.task_specs(args):
         raise TatuExit(BAD_DATA, "no eval set: give --set NAME=FILE (repeatable) or --data DIR")
     names = [name for name, _, _ in specs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise TatuExit(BAD_DATA, f"eval set name given twice: {', '.join(duplicates)}")
     return specs
-
-
-def _task_specs(args: argparse.Namespace) -> dict[str, Path]:
-    """name -> task file: --data's tasks, then every --task."""
-    tasks: dict[str, Path] = {}
-    if args.data is not None:
-        try:
-            manifest = json.loads((args.data / "manifest.json").read_text(encoding="utf-8"))
-            tasks.update({name: args.data / entry["file"] for name, entry in manifest.get("tasks", {}).items()})
-        except (OSError, json.JSONDecodeError, KeyError, TypeError):
-            pass  # _set_specs names the unreadable manifest
-    for spec in args.tasks:
-        name, sep, file = spec.partition("=")
-        if not sep or not name or not file:
-            raise TatuExit(BAD_DATA, f"--task {spec!r}: expected NAME=FILE")
-        tasks[name] = Path(file)
-    return tasks
-
-
-def _score_tasks(model, tokenizer, args) -> dict:
-    from tatu.data.manifest import DataError
-    from tatu.evals.choice import read_task, score_task
-
-    try:
-        return {name: score_task(model, read_task(path), tokenizer, name, args.device)
-                for name, path in _task_specs(args).items()}
-    except (DataError, ValueError) as exc:
-        raise TatuExit(BAD_DATA, str(exc)) from None
-
-
-def _print_tasks(tasks: dict) -> None:
-    if tasks:
-        print(f"{'task':<22} {'items':>9} {'acc':>7} {'95% CI':>17} {'acc_norm':>9} {'95% CI':>17}")
-    for name, result in tasks.items():
-        s = result.summary()
-        a, n = s["acc"], s["acc_norm"]
-        ci_a, ci_n = f"[{a['lo']:.3f}, {a['hi']:.3f}]", f"[{n['lo']:.3f}, {n['hi']:.3f}]"
-        print(f"{name:<22} {s['n']:>9} {a['value']:>7.3f} {ci_a:>17} {n['value']:>9.3f} {ci_n:>17}")
 
 
 def _load_model(path: Path, device: str):
@@ -200,11 +163,11 @@ def _score_all(model, tokenizer, specs, args) -> dict[str, list]:
             raise TatuExit(BAD_DATA, str(exc))
         options = dict(device=args.device, n_resamples=args.resamples, seed=args.seed, token_budget=args.token_budget)
         asked = list(dict.fromkeys(c for group in args.category for c in group))
-        units = _stored_tags(args, name) if asked else None
+        units = eval_tags.stored_tags(args, name) if asked else None
         try:
             whole = evaluate(model, eval_set, per_token=units is not None, **options)
             results[name] = [whole]
-            by_tags = _tag_categories(whole, eval_set, tokenizer, units, asked, args) if units is not None else {}
+            by_tags = eval_tags.tag_categories(whole, eval_set, tokenizer, units, asked, args) if units is not None else {}
             for category in asked:
                 if units is not None and category in TAG_CATEGORIES:
                     if category in by_tags:  # else no token of the set is of that category
@@ -213,54 +176,10 @@ def _score_all(model, tokenizer, specs, args) -> dict[str, list]:
                     masks = target_word_masks(eval_set, tokenizer, CATEGORIES[category])
                     results[name].append(evaluate(model, eval_set, position_mask=masks, category=category, **options))
                 else:
-                    raise TatuExit(BAD_DATA, f"--category {category}: set {name} has no tags: {_why_untagged(args, name)}")
+                    raise TatuExit(BAD_DATA, f"--category {category}: set {name} has no tags: {eval_tags.why_untagged(args, name)}")
         except ValueError as exc:
             raise TatuExit(BAD_DATA, f"{file}: {exc}")
     return results
-
-
-def _manifest_entry(args: argparse.Namespace, name: str) -> dict | None:
-    if args.data is None:
-        return None
-    try:
-        return json.loads((args.data / "manifest.json").read_text(encoding="utf-8"))["evals"].get(name)
-    except (OSError, json.JSONDecodeError, KeyError):
-        return None
-
-
-def _why_untagged(args: argparse.Namespace, name: str) -> str:
-    entry = _manifest_entry(args, name)
-    if entry is None:
-        return "tags come with a data dir: give --data DIR (built by `tatu data build` with Apertium installed)"
-    from tatu.data.tags import untagged_line
-
-    return untagged_line({name: entry}) or "no tags"
-
-
-def _stored_tags(args: argparse.Namespace, name: str) -> list | None:
-    """The set's stored units when --data has them (hash-checked: an edited file is exit 65)."""
-    from tatu.data.tags import read_tags
-
-    from tatu.data.manifest import DataError
-
-    tags = (_manifest_entry(args, name) or {}).get("tags") or {}
-    if "file" not in tags:
-        return None
-    try:
-        return read_tags(args.data / tags["file"], tags["sha256"])
-    except DataError as exc:
-        raise TatuExit(BAD_DATA, str(exc)) from None
-
-
-def _tag_categories(whole, eval_set, tokenizer, units, asked, args) -> dict:
-    from tatu.evals.categories import category_results, token_categories, word_chars
-
-    if len(units) != eval_set.n_lines_total:
-        raise TatuExit(BAD_DATA, f"{eval_set.name}: {len(units)} tagged lines for {eval_set.n_lines_total} scored lines")
-    categories = token_categories(eval_set, tokenizer, units)
-    wanted = [c for c in asked if c in TAG_CATEGORIES]
-    return category_results(whole, categories, word_chars(eval_set, tokenizer, categories), args.resamples, args.seed,
-                            only=wanted)
 
 
 def _label(result) -> str:
@@ -316,7 +235,7 @@ def eval_main(args: argparse.Namespace) -> int:
     model, tokenizer, meta = _load_model(args.checkpoint, args.device)
     resolve_bootstrap(args, (args.checkpoint, meta))
     results = _score_all(model, tokenizer, specs, args)
-    tasks = _score_tasks(model, tokenizer, args)
+    tasks = eval_tasks.score_tasks(model, tokenizer, args)
 
     header = f"{'set':<22} {'lines':>9} {'tokens':>9} {'ppl':>10} {'95% CI':>23} {'bpc':>7} {'bpb':>7}"
     print(header)
@@ -326,7 +245,7 @@ def eval_main(args: argparse.Namespace) -> int:
             ci = f"[{r.ci.lo:.4g}, {r.ci.hi:.4g}]"
             print(f"{_label(r):<22} {lines:>9} {r.n_tokens:>9} {r.ppl:>10.4g} {ci:>23} {_fmt(r.bpc):>7} {_fmt(r.bpb):>7}")
     _warn(results)
-    _print_tasks(tasks)
+    eval_tasks.print_tasks(tasks)
 
     out = args.json_out or Path(f"eval-{args.checkpoint.resolve().name}.json")
     _write_json(out, {
@@ -372,11 +291,11 @@ def compare_main(args: argparse.Namespace) -> int:
     # B, the candidate, is usually the run being judged (A its seed): its seed first
     resolve_bootstrap(args, (args.checkpoint_b, _peek_meta(args.checkpoint_b)), (args.checkpoint_a, meta_a))
     results_a = _score_all(model_a, tok_a, specs, args)
-    tasks_a = _score_tasks(model_a, tok_a, args)
+    tasks_a = eval_tasks.score_tasks(model_a, tok_a, args)
     del model_a  # one model in memory at a time
     model_b, tok_b, _ = _load_model(args.checkpoint_b, args.device)
     results_b = _score_all(model_b, tok_b, specs, args)
-    tasks_b = _score_tasks(model_b, tok_b, args)
+    tasks_b = eval_tasks.score_tasks(model_b, tok_b, args)
     per = "token" if tok_a.hash == tok_b.hash else "char"
     if per == "char" and args.category:
         # A word category selects different tokens under each tokenizer: no per-line pairing exists.
@@ -403,7 +322,7 @@ def compare_main(args: argparse.Namespace) -> int:
                 "n_lines": paired.n_lines, "verdict": text, "a": ra.to_json(), "b": rb.to_json(),
             })
     _warn(results_a)
-    task_rows = _compare_tasks(tasks_a, tasks_b)
+    task_rows = eval_tasks.compare_tasks(tasks_a, tasks_b)
 
     out = args.json_out or Path(f"compare-{args.checkpoint_a.resolve().name}-{args.checkpoint_b.resolve().name}.json")
     _write_json(out, {
@@ -417,20 +336,3 @@ def compare_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compare_tasks(tasks_a: dict, tasks_b: dict) -> dict:
-    """acc and acc_norm of A and B on the same items, an exact McNemar test of each."""
-    from tatu.evals.choice import mcnemar_exact
-    from tatu.formats import fmt_pct
-
-    rows = {}
-    if tasks_a:
-        print(f"{'task':<22} {'metric':>9} {'A':>7} {'B':>7} {'B-A':>8} {'only A':>7} {'only B':>7} {'p (McNemar)':>12}")
-    for name, a in tasks_a.items():
-        b = tasks_b[name]
-        rows[name] = {}
-        for key, ca, cb in (("acc", a.correct, b.correct), ("acc_norm", a.correct_norm, b.correct_norm)):
-            test = mcnemar_exact(ca, cb)
-            rows[name][key] = {"a": float(ca.mean()), "b": float(cb.mean()), **test}
-            print(f"{name:<22} {key:>9} {ca.mean():>7.3f} {cb.mean():>7.3f} {fmt_pct(test['diff']):>8} "
-                  f"{test['only_a']:>7} {test['only_b']:>7} {test['p_value']:>12.4f}")
-    return rows

@@ -158,3 +158,17 @@ def test_a_task_is_scored_at_every_eval_and_paired_with_step_0(five_sets):
     last = evals[-1]["tasks"]["numbers"]["acc"]
     assert last["change"]["diff"] == pytest.approx(last["value"] - evals[0]["tasks"]["numbers"]["acc"]["value"])
     assert mcnemar_exact(baseline["correct"], baseline["correct"])["p_value"] == 1.0
+
+
+def test_tatu_eval_and_compare_score_the_data_dirs_task_as_the_daemon(five_sets, tmp_path, capsys):
+    final = five_sets / "final"
+    data = five_sets.parent.parent / "data"
+    out = tmp_path / "eval.json"
+    assert cli.main(["eval", str(final), "--data", str(data), "--json", str(out)]) == 0
+    task = json.loads(out.read_text())["tasks"]["numbers"]
+    last = [e for e in read_events(five_sets / "events.jsonl") if e["event"] == "eval"][-1]["tasks"]["numbers"]
+    assert task["acc"]["value"] == last["acc"]["value"] and task["acc_norm"]["value"] == last["acc_norm"]["value"]
+    assert cli.main(["compare", str(final), str(final), "--task", f"numbers={data / 'tasks' / 'numbers.jsonl'}",
+                     "--set", f"ptNews={data / 'evals' / 'ptNews.txt'}", "--json", str(tmp_path / "c.json")]) == 0
+    rows = json.loads((tmp_path / "c.json").read_text())["tasks"]["numbers"]
+    assert rows["acc"]["p_value"] == 1.0 and rows["acc"]["only_a"] == rows["acc"]["only_b"] == 0

@@ -123,3 +123,22 @@ def test_lexical_units_and_categories_parse_the_stream_format():
     assert tags.align("Do a/b [x] casa.", units) == [[0, 2, "function", "pr"], [3, 6, "unknown", "*"],
                                                      [11, 15, "noun", "n"], [15, 16, "punct", "sent"]]
     assert tags.language_of("enRuler") == "eng" and tags.language_of("ptFaq") == "por" and tags.language_of("entrada") == "por"
+
+
+def test_tatu_eval_category_prints_the_daemons_numbers(tiny_trunk, tmp_path):
+    """`tatu eval --data DIR --category noun,verb` on the trunk's final weights: the per-category
+    results its last eval logged (same weights, lines, seed and resamples)."""
+    need_tagger()
+    out = tmp_path / "eval.json"
+    assert cli.main(["eval", str(tiny_trunk["trunk"]), "--data", str(tiny_trunk["data"]), "--category", "noun,verb",
+                     "--json", str(out)]) == 0
+    shown = json.loads(out.read_text())["sets"]
+    last = [e for e in read_events(tiny_trunk["root"] / "runs" / "trunk" / "events.jsonl") if e["event"] == "eval"][-1]
+    for name in ("ptVal", "enRuler"):
+        by_category = {r["category"]: r for r in shown[name][1:]}
+        assert set(by_category) == {"noun", "verb"}
+        for category, result in by_category.items():
+            logged = last["categories"][name][category]
+            assert result["ppl"] == pytest.approx(logged["ppl"], rel=1e-12)
+            assert result["bpc"] == pytest.approx(logged["bpc"], rel=1e-12)
+            assert (result["ci"]["lo"], result["ci"]["hi"]) == pytest.approx((logged["lo"], logged["hi"]), rel=1e-12)
