@@ -102,6 +102,9 @@ def test_status_carries_every_change_and_the_report_plots_every_set(five_sets, t
     page = (out / "index.html").read_text()
     assert f'data-path="eval/4/changes/ptLit/value" data-kind="pct" data-value="{json.dumps(last["changes"]["ptLit"]["value"])}"' in page
     assert 'data-path="eval/2/sets/ptNews/ppl"' in page
+    acc = last["tasks"]["numbers"]["acc"]
+    assert f'data-path="eval/4/tasks/numbers/acc/value" data-kind="rate" data-value="{json.dumps(acc["value"])}"' in page
+    assert f'data-path="eval/4/tasks/numbers/acc/change/p_value" data-kind="p" data-value="{json.dumps(acc["change"]["p_value"])}"' in page
 
 
 
