@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tatu.data.sft_gen import generate_pairs
-from tatu.data.task_gen import TASKS, generate_task, language_task
+from tatu.data.task_gen import TASKS, generate_task, language_task, source_task
 
 # The one list of Debian packages the demo reads (the Makefile and README name these).
 DEMO_PACKAGES: tuple[str, ...] = ("focalinux-text", "fortunes-br", "wbrazilian", "fortunes",
@@ -454,6 +454,7 @@ def build_demo_sources(out_dir: Path, seed: int = 0, scale: str = "demo") -> dic
     en_lines = (out_dir / "en_ruler.txt").read_text(encoding="utf-8").splitlines()
     tasks = {kind: generate_task(kind, sizes.task_items, seed) for kind in TASKS}
     tasks["language"] = language_task(pt_lines, en_lines, sizes.task_items, seed)
+    tasks["source"] = source_task(faq, pt_lines, sizes.task_items, seed)
     for kind, items in tasks.items():
         name = f"task_{kind}.jsonl"
         files[name] = _write(out_dir / name, "".join(json.dumps(i, ensure_ascii=False) + "\n" for i in items))

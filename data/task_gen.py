@@ -5,6 +5,8 @@
     arith     arithmetic: the sum or difference of two numbers
     language  classification: is this line Portuguese or English (lines given by the caller,
               e.g. the demo's held-out eval lines, so the answer is known from their file)
+    source    classification: which source a line comes from (the Debian FAQ or the Portuguese
+              validation text)
 
 The distractors are near misses (a neighbouring number, another month), so the task measures
 the model, not the format. Deterministic for (kind, n, seed).
@@ -60,12 +62,26 @@ def generate_task(kind: str, n: int, seed: int) -> list[dict]:
     return items
 
 
-def language_task(pt_lines: list[str], en_lines: list[str], n: int, seed: int) -> list[dict]:
-    """Is this line Portuguese or English: `n` items, half from each list."""
-    rng = random.Random(f"{seed}:language")
-    picked = [(line, "português") for line in rng.sample(pt_lines, min(n // 2, len(pt_lines)))]
-    picked += [(line, "inglês") for line in rng.sample(en_lines, min(n - len(picked), len(en_lines)))]
+def two_way_task(lines: dict[str, list[str]], question: str, n: int, seed: str) -> list[dict]:
+    """Which of two labels a line belongs to (the dict's keys, the lines it knows them by):
+    `n` items, half from each list, the answer known from the list a line came from."""
+    rng = random.Random(seed)
+    (label_a, lines_a), (label_b, lines_b) = lines.items()
+    picked = [(line, label_a) for line in rng.sample(lines_a, min(n // 2, len(lines_a)))]
+    picked += [(line, label_b) for line in rng.sample(lines_b, min(n - len(picked), len(lines_b)))]
     rng.shuffle(picked)
-    choices = ["português", "inglês"]
-    return [{"context": f"Frase: {line}\nLíngua da frase:", "choices": choices, "answer": choices.index(label)}
+    choices = [label_a, label_b]
+    return [{"context": f"Frase: {line}\n{question}", "choices": choices, "answer": choices.index(label)}
             for line, label in picked]
+
+
+def language_task(pt_lines: list[str], en_lines: list[str], n: int, seed: int) -> list[dict]:
+    """Is this line Portuguese or English."""
+    return two_way_task({"português": pt_lines, "inglês": en_lines}, "Língua da frase:", n, f"{seed}:language")
+
+
+def source_task(faq_lines: list[str], other_lines: list[str], n: int, seed: int) -> list[dict]:
+    """Which source a line comes from: the Debian FAQ (the demo's held-out domain) or the
+    Portuguese validation text (the Foca guide and fortunes)."""
+    return two_way_task({"FAQ do Debian": faq_lines, "guia ou provérbio": other_lines}, "Fonte da frase:", n,
+                        f"{seed}:source")
