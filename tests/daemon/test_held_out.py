@@ -20,6 +20,8 @@ from tatu.evals.scoring import compare_results
 from tatu.ops import cli
 from tatu.ops.report import page as report
 
+pytestmark = pytest.mark.slow  # the module's fixture trains and evaluates a run with 5 sets and a task
+
 EXTRA = ("ptNews", "ptLit")
 CONTRACT = re.compile(r"^EVAL \d+: sftHeld \S+ ptVal \S+ enRuler \S+ drift \S+ drift_tronco \S+ trunk_ok=\S+ "
                       r"best=\S+ \(\d+\.\ds\)")

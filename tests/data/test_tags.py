@@ -62,6 +62,7 @@ def test_tags_are_stored_hashed_and_built_once(tiny_trunk, tmp_path, capsys):
     assert "up to date" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_an_edited_tag_file_is_exit_65_for_the_daemon_and_tatu_eval(tiny_trunk, tmp_path, capsys):
     need_tagger()
     data = tmp_path / "data"
@@ -74,6 +75,7 @@ def test_an_edited_tag_file_is_exit_65_for_the_daemon_and_tatu_eval(tiny_trunk, 
     assert "ptVal.tags.jsonl: its sha256 is not the manifest's" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_run_reads_the_stored_tags_and_never_runs_the_tagger(tiny_trunk, tmp_path, monkeypatch):
     need_tagger()
     # the tagger made unreachable for the run: its category metrics come from the data dir alone
@@ -88,6 +90,7 @@ def test_a_run_reads_the_stored_tags_and_never_runs_the_tagger(tiny_trunk, tmp_p
     assert evals[0]["categories"]["ptVal"]["verb"]["change"]["value"] == 0.0
 
 
+@pytest.mark.slow
 def test_without_the_packages_one_line_and_no_category_metrics(tiny_trunk, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(tags, "APERTIUM_DIR", tmp_path / "no-apertium")  # as on a machine without them
     data = tmp_path / "data"

@@ -27,6 +27,7 @@ def test_the_rule_accepts_a_held_out_set_and_refuses_a_malformed_name():
         parse_rule("smallest REPLAY_N such that pt_news_change_hi < 0.05", AXES, Path("plan.toml"))
 
 
+@pytest.mark.slow
 def test_member_scores_statistics_and_the_verdict_follow_the_named_set(tiny_trunk, tmp_path):
     src = tiny_trunk["root"] / "sources"
     (tmp_path / "news.txt").write_text("\n".join(sentences(PT_WORDS, 10, seed=321)) + "\n", encoding="utf-8")
