@@ -20,7 +20,8 @@ from tatu.model.tokenizer import Tokenizer, load_tokenizer
 # What may change when a run is restarted: when and how often things happen, not what is
 # measured or how it is trained (a changed limit or LR would make the verdict meaningless).
 RESUMABLE_CHANGES = frozenset({"MIX_STEPS_LIMIT", "TATU_CKPT_EVERY", "TATU_MEM_FLOOR_MB", "TATU_DEVICE",
-                               "EVAL_EVERY", "TATU_GEN_PROMPTS", "TATU_GEN_TOKENS", "TATU_FAULT_NAN_STEP"})
+                               "EVAL_EVERY", "TATU_GEN_PROMPTS", "TATU_GEN_TOKENS", "TATU_FAULT_NAN_STEP",
+                               "TATU_EVAL_LINES"})  # which eval scores are kept on disk, not what they are
 
 
 @dataclass

@@ -29,7 +29,7 @@ from pathlib import Path
 from tatu.data.sft_gen import generate_pairs
 from tatu.data.task_gen import TASKS, generate_task, language_task, source_task
 
-# The one list of Debian packages the demo reads (the Makefile and README name these).
+# The one list of Debian packages the demo reads (the README names these).
 DEMO_PACKAGES: tuple[str, ...] = ("focalinux-text", "fortunes-br", "wbrazilian", "fortunes",
                                   "fortunes-min", "debian-faq-pt")
 
