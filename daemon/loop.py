@@ -85,6 +85,8 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
                              eval_files=suite.file_hashes)
         # Every input is checked (data, eval sets, weights, the trunk): only now does the run leave a trace.
         log.attach(config.run_dir)
+        if suite.category_note:
+            log.info(suite.category_note)
         if state.trunk_reference is None:
             log.info("drift_tronco: n/a (the seed carries no trunk reference and TATU_TRUNK_CKPT is not set)")
         supervisor.state = state
