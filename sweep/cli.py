@@ -126,6 +126,15 @@ def finished(sweep_dir: Path, backend) -> tuple[bool, str]:
     return done, summary(statuses, None, stage)
 
 
+def threads_note(base_env: dict, kind: str) -> str:
+    """CPU float sums follow the thread count: whether this plan's bits depend on the backend."""
+    if base_env.get("TATU_THREADS"):
+        return f"threads: TATU_THREADS={base_env['TATU_THREADS']} for every member (the plan): the same bits on any backend"
+    own = "OMP_NUM_THREADS = --ray-cpus, Ray's" if kind == "ray" else "torch's default"
+    return (f"threads: not fixed by the plan, so each member takes its backend's count ({own}): another backend "
+            f"may differ in the last bits; set TATU_THREADS in [base] vars to fix it")
+
+
 def start_main(args) -> int:
     from tatu.sweep.coordinator import SETTINGS_FILE, STOP_FILE, Coordinator, devices_for
     from tatu.sweep.lock import reconcile, write_json_atomic
@@ -140,6 +149,7 @@ def start_main(args) -> int:
         connect(args.address)
     lock, what = reconcile(plan, sweep_dir)
     print(f"sweep {plan.name}: plan {what} ({sweep_dir / 'plan.lock.json'}, hash {lock['plan_hash']})")
+    print(threads_note(plan.base_env, kind))
     backend = _backend(kind, sweep_dir, args.ray_cpus)
     from tatu.ops.units import UnitsError
 
