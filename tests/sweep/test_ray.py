@@ -82,6 +82,7 @@ def reference(world):
                           env=clean_environ(), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "sweep finished: 4/4 done" in proc.stdout, proc.stdout
+    assert f"threads: TATU_THREADS={PLAN_THREADS} for every member (the plan)" in proc.stdout
     return sweeps / "rayed"
 
 
