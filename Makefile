@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(PY) bench/stream.py
 	$(PY) bench/eval.py
 	$(PY) bench/ddp_scaling.py
+	$(PY) bench/partial.py
 	$(PY) -u bench/overhead.py
 
 clean:

@@ -89,8 +89,7 @@ class Run:
             state.best = {"step": state.step, "set": key, "ppl": results[key].ppl}
             if self.world.is_main:
                 with self.saving("best"):
-                    save_checkpoint(config.run_dir / "best", model=model, model_config=self.trainer.gpt_config,
-                                    tokenizer=self.tokenizer, meta=self.meta(best=state.best))
+                    self.save_weights("best", self.meta(best=state.best))
         self.log.info(decision.line)
         for warning in decision.record["warnings"]:
             self.log.warning(warning)
@@ -133,10 +132,17 @@ class Run:
         with self.supervisor.long_operation("checkpoint"), self.saving("state"):
             save_resume(self.config.run_dir, model=self.trainer.model, optimizer=self.trainer.optimizer,
                         gpt_config=self.trainer.gpt_config, tokenizer=self.tokenizer, run_state=self.state,
-                        stream_state=self.stream.state_dict(), meta=self.meta(), ranks=rank_states)
+                        stream_state=self.stream.state_dict(), meta=self.meta(**self.trainer.adapter_meta()),
+                        ranks=rank_states)
         self.last_saved_step = self.state.step
         self.log.info(f"saved resume state at step {self.state.step} ({reason})")
         self.log.event("checkpoint", step=self.state.step, reason=reason)
+
+    def save_weights(self, name: str, meta: dict) -> None:
+        """best/ or final/: weights any checkpoint reader loads (a LoRA run's merged, its adapter beside)."""
+        weights, extra, meta_extra = self.trainer.saved_view()
+        save_checkpoint(self.config.run_dir / name, model_state=weights, model_config=self.trainer.gpt_config,
+                        tokenizer=self.tokenizer, meta={**meta, **meta_extra}, extra_tensors=extra)
 
     def final_checkpoint(self) -> None:
         """The final weights; a trunk stores its reference metrics with them."""
@@ -149,8 +155,7 @@ class Run:
                 self.latest_results = score_suite(self.trainer.model, self.suite, self.trainer.device, self.config)
             meta["trunk_reference"] = results_to_json(judge.trunk_reference(self.latest_results))
         with self.saving("final"):
-            save_checkpoint(self.config.run_dir / "final", model=self.trainer.model,
-                            model_config=self.trainer.gpt_config, tokenizer=self.tokenizer, meta=meta)
+            self.save_weights("final", meta)
         self.log.info(f"final checkpoint: {self.config.run_dir / 'final'}")
 
     def finish(self, code: int, abort_reason: str | None = None) -> int:

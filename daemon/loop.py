@@ -27,6 +27,7 @@ from tatu.daemon.trainer import Trainer
 from tatu.data.manifest import check_tokenizer, load_manifest
 from tatu.data.stream import MixedStream
 from tatu.model.device import DeviceError, resolve_device, set_threads
+from tatu.model.train_spec import TrainSpecError
 
 
 def run(config: RunConfig, origins: dict[str, str], log: RunLog) -> int:
@@ -52,6 +53,10 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
     manifest = load_manifest(config.data)
     start = starting_point(config, manifest)
     check_tokenizer(manifest, config.data, start.tokenizer.hash, model=f"checkpoint {config.seed_ckpt}")
+    try:
+        config.train_spec.check_model(start.gpt_config.n_layer)  # K and the LoRA blocks against the model's depth
+    except TrainSpecError as exc:
+        raise ConfigError(f"{exc}") from None
     if config.seq_len > start.gpt_config.block_size:
         raise ConfigError(f"TATU_SEQ_LEN={config.seq_len} exceeds the model's block_size {start.gpt_config.block_size}")
 
@@ -63,6 +68,11 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
         log.info(f"model {trainer.model.num_params() / 1e6:.2f}M params on {device}; "
                  f"mix {config.mix} x {config.micro_batch} x {config.seq_len}"
                  + (f"; {world.size} ranks (torchrun)" if world.distributed else ""))
+        trainable = trainer.summary
+        log.info(trainable["line"])
+        if world.distributed:
+            tensors, size = world.reduced_per_step(trainer.forward_model)
+            log.info(f"all-reduce per step: {tensors} tensors, {size} bytes (frozen weights are not reduced)")
         if start.resume is not None:
             saved = start.resume.extra_json["resume"]
             check_same_eval_files(saved.get("eval_files"), suite)
@@ -80,8 +90,9 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
         if state.trunk_reference is None:
             log.info("drift_tronco: n/a (the seed carries no trunk reference and TATU_TRUNK_CKPT is not set)")
         supervisor.state = state
+        supervisor.status["trainable"] = trainable["line"]
         meta_base = {"config": config.to_json(), "mode": config.mode, "run": config.run,
-                     "seed_meta_step": start.seed_meta.get("step"), "threads": threads}
+                     "seed_meta_step": start.seed_meta.get("step"), "trainable": trainable, "threads": threads}
         return train(Run(config, log, supervisor, trainer, stream, suite, start.tokenizer, state, meta_base, world))
 
 

@@ -174,7 +174,8 @@ def _config_section(runs: list[RunRecord]) -> str:
     full = "".join(
         f"<details><summary>{_esc(r.name)}: full config ({_esc(r.config_note)})</summary><pre>"
         f"{_esc(json.dumps(r.config, indent=1, sort_keys=True))}</pre></details>" for r in known)
-    return "<h2>Config differences</h2>\n" + notes + body + full
+    trains = "".join(f"<p>{_esc(r.name)} trains: {_esc(r.trainable)}</p>" for r in runs if r.trainable)
+    return "<h2>Config differences</h2>\n" + notes + trains + body + full
 
 
 def _generations_section(runs: list[RunRecord]) -> str:

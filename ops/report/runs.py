@@ -31,6 +31,7 @@ class RunRecord:
     aborts: list[dict] = field(default_factory=list)
     config: dict | None = None  # None: no readable stored config (config_note says why)
     config_note: str = ""
+    trainable: str = ""  # what trained ("trainable 1.3M of 27.1M (4.8%): h.6-7, ln_f"); "" for older runs
     last_step: int | None = None  # the last optimizer step logged
     resumes: int = 0
 
@@ -95,6 +96,15 @@ def number(value) -> float | None:
 
 
 
+def _read_trainable(config_note: str) -> str:
+    """The "trainable" line of the meta.json the config came from ("" when it has none)."""
+    try:
+        meta = json.loads(Path(config_note).read_text(encoding="utf-8"))
+        return str(meta["trainable"]["line"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+
+
 def _read_config(run_dir: Path) -> tuple[dict | None, str]:
     from tatu.model.checkpoint import CheckpointError, resolve_checkpoint
 
@@ -154,6 +164,7 @@ def load_run(run_dir: Path | str) -> RunRecord:
     return RunRecord(
         name=run_dir.resolve().name, run_dir=run_dir, evals=[by_step[s] for s in sorted(by_step)], verdict=verdict,
         aborts=aborts, config=config, config_note=note, last_step=last_step, resumes=resumes,
+        trainable=_read_trainable(note) if config is not None else "",
     )
 
 
