@@ -26,7 +26,7 @@ from tatu.daemon.suite import load_suite
 from tatu.daemon.trainer import Trainer
 from tatu.data.manifest import check_tokenizer, load_manifest
 from tatu.data.stream import MixedStream
-from tatu.model.device import DeviceError, resolve_device
+from tatu.model.device import DeviceError, resolve_device, set_threads
 from tatu.model.train_spec import TrainSpecError
 
 
@@ -48,6 +48,8 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
     log.info(f"tatu run {config.run} ({config.mode}) -> {config.run_dir}  config {config.hash}")
     for line in describe(config, origins):
         log.info(line)
+    threads, threads_source = set_threads(config.threads)
+    log.info(f"torch threads: {threads} ({threads_source})")
     manifest = load_manifest(config.data)
     start = starting_point(config, manifest)
     check_tokenizer(manifest, config.data, start.tokenizer.hash, model=f"checkpoint {config.seed_ckpt}")
@@ -92,7 +94,7 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
         supervisor.state = state
         supervisor.status["trainable"] = trainable["line"]
         meta_base = {"config": config.to_json(), "mode": config.mode, "run": config.run,
-                     "seed_meta_step": start.seed_meta.get("step"), "trainable": trainable}
+                     "seed_meta_step": start.seed_meta.get("step"), "trainable": trainable, "threads": threads}
         return train(Run(config, log, supervisor, trainer, stream, suite, start.tokenizer, state, meta_base, world))
 
 

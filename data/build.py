@@ -3,7 +3,8 @@
 Layout of the data dir (the manifest is the contract, see docs/architecture.md):
 
     manifest.json, tokenizer.json
-    <text channel>/tokens.bin       every document as BOS + tokens + EOS, concatenated
+    <text channel>/tokens.bin       every document as BOS + tokens + EOS, concatenated (a JSONL
+                                    pair in the chat layout, as an SFT channel has it)
     <sft channel>/ids.bin           every pair's ids, concatenated
     <sft channel>/mask.bin          uint8, 1 where the id is a target (response + EOS)
     <sft channel>/offsets.npy       int64, pair i is ids[offsets[i]:offsets[i+1]]
@@ -62,6 +63,7 @@ class Document:
     line: int  # 1-based line where the document starts
     text: str
     n_bytes: int  # bytes of the source it came from (for the progress bar)
+    pair: SFTExample | None = None  # a JSONL pair: a text channel lays it out as chat (markers, EOS)
 
 
 def read_text_documents(path: str | Path, one_per_line: bool = False) -> Iterator[Document | BadLine]:
@@ -100,7 +102,8 @@ def read_text_documents(path: str | Path, one_per_line: bool = False) -> Iterato
 
 
 def read_jsonl_documents(path: str | Path) -> Iterator[Document | BadLine]:
-    """A JSONL source of a text channel: {"text": ...} per line, or pairs (their whole text)."""
+    """A JSONL source of a text channel: {"text": ...} per line, or pairs (their whole text, and the
+    pair itself: a text channel writes it in the chat layout, a tokenizer trains on the text)."""
     path = str(path)
     with open(path, "rb") as handle:
         data = handle.read()
@@ -120,7 +123,7 @@ def read_jsonl_documents(path: str | Path) -> Iterator[Document | BadLine]:
         if isinstance(parsed, BadLine):
             yield parsed
         else:
-            yield Document(number, parsed.text, len(raw) + 1)
+            yield Document(number, parsed.text, len(raw) + 1, parsed)
 
 
 def read_documents(path: str | Path, one_per_line: bool = False) -> Iterator[Document | BadLine]:
@@ -275,8 +278,13 @@ def _write_text_channel(name: str, paths: list[str], spec: BuildSpec, tok: Token
 
             def flush() -> None:
                 nonlocal n_tokens, n_chars, n_docs
-                for doc, ids in zip(group, encode_many(tok, [d.text for d in group])):
-                    np.asarray([tok.bos_id, *ids, tok.eos_id], dtype=dtype).tofile(shard)
+                encoded = iter(encode_many(tok, [d.text for d in group if d.pair is None]))
+                for doc in group:
+                    # A pair is the SFT layout (BOS <|user|> prompt <|assistant|> response EOS), every
+                    # token a target: a trunk pretrained on it knows the chat format before SFT.
+                    row = doc.pair.encode(tok)[0] if doc.pair is not None else [tok.bos_id, *next(encoded), tok.eos_id]
+                    np.asarray(row, dtype=dtype).tofile(shard)
+                    ids = row[1:-1]
                     n_tokens += len(ids)
                     n_chars += len(doc.text)
                     n_docs += 1

@@ -26,7 +26,7 @@ import unicodedata
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tatu.data.sft_gen import generate_pairs
+from tatu.data.sft_gen import generate_format_pairs, generate_pairs
 from tatu.data.task_gen import TASKS, generate_task, language_task, source_task
 
 # The one list of Debian packages the demo reads (the README names these).
@@ -60,17 +60,20 @@ class DemoScale:
     eval_max_chars: int = 300
     held_out_lines: int = 200  # lines of HELD_OUT_FILE
     task_items: int = 40  # items of each multiple-choice task (what they cost per eval: bench/categories.py)
+    # chat-formatted word games the trunk pretrains on (chat_format.jsonl): it knows the chat
+    # layout before SFT, so sftHeld's change measures the pairs' tasks, not the format
+    format_pairs: int = 0
 
 
 SCALES: dict[str, DemoScale] = {
     # the operator's eval sizes; corpora small enough to tokenize and train on 2 cores in minutes
     "demo": DemoScale(pt_corpus_max_chars=4_000_000, en_corpus_max_chars=2_500_000,
                       pt_val_lines=390, en_ruler_lines=166, sft_train_pairs=4000,
-                      sft_held_pairs=100, words=None),
+                      sft_held_pairs=100, words=None, format_pairs=8000),
     # for tests: seconds
     "tiny": DemoScale(pt_corpus_max_chars=40_000, en_corpus_max_chars=40_000,
                       pt_val_lines=24, en_ruler_lines=16, sft_train_pairs=200,
-                      sft_held_pairs=20, words=2000, held_out_lines=12, task_items=10),
+                      sft_held_pairs=20, words=2000, held_out_lines=12, task_items=10, format_pairs=200),
 }
 
 
@@ -412,7 +415,8 @@ def build_demo_sources(out_dir: Path, seed: int = 0, scale: str = "demo") -> dic
     """Write the demo's raw text files into out_dir; return what sources.json records.
 
     Files: pt_corpus.txt, en_corpus.txt (documents separated by blank lines), pt_val.txt,
-    en_ruler.txt, pt_faq.txt (one line each), sft_train.jsonl, sft_held.jsonl, pt_words.txt, sources.json.
+    en_ruler.txt, pt_faq.txt (one line each), sft_train.jsonl, sft_held.jsonl, chat_format.jsonl,
+    pt_words.txt, sources.json.
     """
     if scale not in SCALES:
         raise ValueError(f"scale={scale!r}: expected one of {', '.join(SCALES)}")
@@ -468,6 +472,12 @@ def build_demo_sources(out_dir: Path, seed: int = 0, scale: str = "demo") -> dic
     files["pt_words.txt"] |= {"words": len(words), "sources": [{
         "package": "wbrazilian", "version": versions["wbrazilian"], "path": WORDLIST_FILE,
         "lines_dropped_undecodable_or_control_chars": dropped}]}
+
+    format_pairs = generate_format_pairs(words, sizes.format_pairs, seed)
+    files["chat_format.jsonl"] = _write(out_dir / "chat_format.jsonl", "".join(
+        json.dumps(pair, ensure_ascii=False) + "\n" for pair in format_pairs))
+    files["chat_format.jsonl"] |= {"pairs": len(format_pairs), "source": "tatu.data.sft_gen.generate_format_pairs",
+                                   "note": "pretraining text in the chat layout; no task of the SFT pairs"}
 
     record = {"seed": seed, "scale": scale, "sizes": asdict(sizes), "packages": versions,
               "files": files}

@@ -74,18 +74,21 @@ def prepare_data(sources: Path, work: Path, kind: str, vocab: int, seq_len: int)
     tokenizer = work / "tokenizer.json"
     data = work / "data"
     pt, en = sources / "pt_corpus.txt", sources / "en_corpus.txt"
+    # The chat layout's word games (data/demo.py), in pretraining only: the trunk knows the format
+    # before SFT. A sources dir without them (an older one, the tests' own) pretrains on text alone.
+    chat = [sources / "chat_format.jsonl"] if (sources / "chat_format.jsonl").is_file() else []
     vocab_args = ["--vocab", str(vocab)] if vocab else []
     check(tatu(["tokenizer", "train", "--kind", kind, *vocab_args, "--out", str(tokenizer),
-                str(pt), str(en), str(sources / "sft_train.jsonl")]), "tokenizer train")
+                str(pt), str(en), str(sources / "sft_train.jsonl"), *map(str, chat)]), "tokenizer train")
     check(tatu(["data", "build", "--tokenizer", str(tokenizer), "--out", str(data),
-                "--text", f"pretrain={pt},{en}", "--text", f"replay={en}", "--sft", f"sft={sources / 'sft_train.jsonl'}",
+                "--text", "pretrain=" + ",".join(map(str, [pt, en, *chat])), "--text", f"replay={en}", "--sft", f"sft={sources / 'sft_train.jsonl'}",
                 "--eval", f"sftHeld={sources / 'sft_held.jsonl'}", "--eval", f"ptVal={sources / 'pt_val.txt'}",
                 "--eval", f"enRuler={sources / 'en_ruler.txt'}", *held_out_args(sources),
                 "--seq-len", str(seq_len)]), "data build")
     # The invented-word ruler's dictionary: every text the model was trained on (a dictionary
     # from the conversations alone calls real words invented), words seen >= 3 times.
     texts = [pt.read_text(encoding="utf-8"), en.read_text(encoding="utf-8")]
-    for line in (sources / "sft_train.jsonl").read_text(encoding="utf-8").splitlines():
+    for line in [line for path in [sources / "sft_train.jsonl", *chat] for line in path.read_text(encoding="utf-8").splitlines()]:
         if line.strip():
             pair = json.loads(line)
             texts.append(f"{pair['prompt']}\n{pair['response']}")

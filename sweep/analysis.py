@@ -253,6 +253,8 @@ def analyze(sweep_dir: Path) -> dict:
     sweep_dir = Path(sweep_dir)
     lock = read_lock(sweep_dir)
     out = {"name": lock["name"], "question": lock["question"], "rule": lock["rule"], "plan_hash": lock["plan_hash"],
+           # a lock written before the portable hash existed shows its own
+           "plan_portable_hash": lock.get("plan_portable_hash", lock["plan_hash"]),
            "seeds": lock["seeds"], "tune": None, "tuned": lock.get("tuned"), "compare": None, "verdict": None}
     if lock.get("tune"):
         out["tune"] = {"var": lock["tune"]["var"], "configs": _strip(stage_table(lock, locked_members(lock, "tune"), sweep_dir, "tune"))}

@@ -62,7 +62,7 @@ def _sweep_dir(args, name: str) -> Path:
 
 def plan_main(args) -> int:
     from tatu.daemon.config import describe, load_config
-    from tatu.sweep.plan import fmt_duration, load_plan, measured_cost, member_seconds
+    from tatu.sweep.plan import fmt_duration, load_plan
 
     plan = load_plan(args.plan)
     out = _sweep_dir(args, plan.name) / "runs"
@@ -70,7 +70,7 @@ def plan_main(args) -> int:
     # With a tune stage the comparison members exist once the value is chosen: shown with the first.
     compare = plan.compare_members(out, {plan.tune_var: plan.tune_values[0]} if plan.tune_var else None)
     shown = tune + compare
-    print(f"sweep {plan.name}  plan hash {plan.hash}  ({args.plan})")
+    print(f"sweep {plan.name}  plan hash {plan.portable_hash}  ({args.plan}; with this checkout's absolute paths: {plan.hash})")
     if plan.question:
         print(f"question: {plan.question}")
     print(f"decision rule: {plan.rule.text}")
@@ -89,19 +89,35 @@ def plan_main(args) -> int:
                 print(line)
     if not args.full:
         print("\n(every other variable at its default; --full lists them all; the lock holds each member's full config)")
-    runs = [Path(plan.base_env["TATU_SEED_CKPT"]).parent] if plan.base_env.get("TATU_SEED_CKPT") else []
-    if out.is_dir():
-        runs = sorted(p for p in out.iterdir() if p.is_dir()) + runs
-    cost = measured_cost(runs)
+    cost, total = estimate(plan, out, shown)
     print()
     if cost is None:
         print("cost: unknown (no run with measured step times: run `tatu smoke` with the base config first)")
     else:
-        total = sum(member_seconds(m, cost) for m in shown)
         print(f"cost: {len(shown)} members, {fmt_duration(total)} of runs in all (measured by {cost.source}: "
               f"{cost.seconds_per_slot * 1e6:.2f} us per token slot, {cost.eval_seconds:.1f} s per eval); "
               f"K=1 -> {fmt_duration(total)}, K=2 -> {fmt_duration(total / 2)} wall")
     return 0
+
+
+def estimate(plan, out: Path, shown: list) -> tuple:
+    """(the measured StepCost or None, the seconds of runs `shown` takes in all, or None): from
+    the runs already in the sweep's run dir and the run that made the seed checkpoint."""
+    from tatu.sweep.plan import measured_cost, member_seconds
+
+    runs = [Path(plan.base_env["TATU_SEED_CKPT"]).parent] if plan.base_env.get("TATU_SEED_CKPT") else []
+    if out.is_dir():
+        runs = sorted(p for p in out.iterdir() if p.is_dir()) + runs
+    cost = measured_cost(runs)
+    return cost, (sum(member_seconds(m, cost) for m in shown) if cost else None)
+
+
+def unfinished_estimate(plan, sweep_dir: Path, k: int) -> float | None:
+    """Wall seconds the members without a verdict take at K at a time, as `tatu sweep plan` estimates."""
+    out = sweep_dir.absolute() / "runs"
+    shown = plan.tune_members(out) + plan.compare_members(out, {plan.tune_var: plan.tune_values[0]} if plan.tune_var else None)
+    _, total = estimate(plan, out, [m for m in shown if not (out / m.run / "verdict.json").exists()])
+    return None if total is None else total / k
 
 
 # --- start -----------------------------------------------------------------------------------------
@@ -126,6 +142,15 @@ def finished(sweep_dir: Path, backend) -> tuple[bool, str]:
     return done, summary(statuses, None, stage)
 
 
+def threads_note(base_env: dict, kind: str) -> str:
+    """CPU float sums follow the thread count: whether this plan's bits depend on the backend."""
+    if base_env.get("TATU_THREADS"):
+        return f"threads: TATU_THREADS={base_env['TATU_THREADS']} for every member (the plan): the same bits on any backend"
+    own = "OMP_NUM_THREADS = --ray-cpus, Ray's" if kind == "ray" else "torch's default"
+    return (f"threads: not fixed by the plan, so each member takes its backend's count ({own}): another backend "
+            f"may differ in the last bits; set TATU_THREADS in [base] vars to fix it")
+
+
 def start_main(args) -> int:
     from tatu.sweep.coordinator import SETTINGS_FILE, STOP_FILE, Coordinator, devices_for
     from tatu.sweep.lock import reconcile, write_json_atomic
@@ -139,7 +164,9 @@ def start_main(args) -> int:
 
         connect(args.address)
     lock, what = reconcile(plan, sweep_dir)
-    print(f"sweep {plan.name}: plan {what} ({sweep_dir / 'plan.lock.json'}, hash {lock['plan_hash']})")
+    print(f"sweep {plan.name}: plan {what} ({sweep_dir / 'plan.lock.json'}, hash {plan.portable_hash}; "
+          f"with this checkout's paths {lock['plan_hash']})")
+    print(threads_note(plan.base_env, kind))
     backend = _backend(kind, sweep_dir, args.ray_cpus)
     from tatu.ops.units import UnitsError
 
@@ -165,7 +192,8 @@ def start_main(args) -> int:
     if stop_path.exists():
         print(f"continuing a stopped sweep ({stop_path.read_text().strip()})")
         stop_path.unlink()
-    write_json_atomic(sweep_dir / SETTINGS_FILE, {"k": k, "backend": kind, "devices": devices})
+    write_json_atomic(sweep_dir / SETTINGS_FILE, {"k": k, "backend": kind, "devices": devices,
+                                                  "estimate_s": unfinished_estimate(plan, sweep_dir, k)})
     if kind != "systemd":
         coordinator = Coordinator(sweep_dir, backend, k, devices, poll_seconds=args.poll)
         previous = signal.signal(signal.SIGINT, lambda *_: setattr(coordinator, "stopping", True))

@@ -112,7 +112,7 @@ def text_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def closing_text(data: dict) -> str:
-    out = [f"sweep {data['name']} (plan {data['plan_hash']}): {data['question']}".rstrip(": ")]
+    out = [f"sweep {data['name']} (plan {data['plan_portable_hash']}): {data['question']}".rstrip(": ")]
     if data.get("tune"):
         out += ["", f"tune stage: {data['tune']['var']}, chosen on the dev half of sftHeld (never the ruler, never the judge half)",
                 text_table(TUNE_HEADER, tune_rows(data["tune"], data.get("tuned")))]
@@ -237,7 +237,8 @@ def write_report(sweep_dir: Path, out_dir: Path | None = None) -> tuple[dict, st
     text = closing_text(data)
     plots = _plots(data, out_dir)
     parts = [f"<h1>sweep {html.escape(data['name'])}</h1><p>{html.escape(data['question'])}</p>",
-             f"<p>locked rule: <code>{html.escape(data['rule'])}</code> (plan {data['plan_hash']})</p>"]
+             f"<p>locked rule: <code>{html.escape(data['rule'])}</code> (plan {data['plan_portable_hash']}; "
+             f"with this checkout's absolute paths {data['plan_hash']})</p>"]
     if data.get("tune"):
         parts += ["<h2>tune stage</h2>", _html_table(TUNE_HEADER, tune_rows(data["tune"], data.get("tuned")))]
     if data.get("compare"):
