@@ -30,7 +30,9 @@ $(STAMP): pyproject.toml Makefile $(TORCH_PIN)
 demo: $(STAMP)
 	$(PY) -m tatu.ops.demo
 
+# Apertium's taggers (category metrics): installed with apt-get when root, else the command is printed
 test: $(STAMP)
+	$(PY) -m tatu.ops.packages tagger
 	$(VENV)/bin/pytest -q --durations=15
 
 bench: $(STAMP)

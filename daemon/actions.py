@@ -13,7 +13,7 @@ from tatu.atomic import write_json_atomic
 from tatu.daemon import distributed, judge, ranks
 from tatu.daemon.resume import save_resume
 from tatu.daemon.run_state import RunState, results_to_json
-from tatu.daemon.suite import best_set, generate_samples, score_suite
+from tatu.daemon.suite import best_set, generate_samples, score_categories, score_suite, score_tasks
 from tatu.model.checkpoint import NonFiniteTensorError, save_checkpoint
 from tatu.storage import StorageError, is_storage_error, storage_error, tree_bytes
 
@@ -73,9 +73,13 @@ class RunActions:
                        if self.world.is_main else None)
             model.train()
             self.latest_results = results
+            categories = score_categories(self.suite, results, config)
+            tasks = score_tasks(model, self.suite, self.tokenizer, self.trainer.device, self.world.map_batches)
             if state.baseline is None:
-                state.baseline = results
-            decision = judge.decide(state.step, results, state, self.suite, config, time.perf_counter() - started, samples)
+                state.baseline, state.category_baseline = results, categories
+                state.task_baseline = {name: judge.task_items(r) for name, r in tasks.items()}
+            decision = judge.decide(state.step, results, state, self.suite, config, time.perf_counter() - started, samples,
+                                    categories, tasks)
         where = non_finite_paths(decision.record)
         if where:  # a statistic of the eval overflowed: the record could not be saved, nor trusted
             self.non_finite_eval({name: r.ppl for name, r in results.items()}, where)

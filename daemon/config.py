@@ -64,6 +64,9 @@ class RunConfig(BaseModel):
     data: Path = Field(..., alias="TATU_DATA", description="data directory written by `tatu data build`")
     device: str = Field("auto", alias="TATU_DEVICE", pattern=r"^(auto|cpu|cuda(:\d+)?|mps)$")
     seed: int = Field(1337, alias="TATU_SEED", ge=0, le=2**31 - 1)
+    # CPU float reductions follow the thread count: a run reproduces bit for bit only at the same count.
+    threads: int | None = Field(None, alias="TATU_THREADS", ge=1, le=1024,
+                                description="torch's intra-op threads (unset: torch's default, which OMP_NUM_THREADS sets)")
     # --- optimisation ---
     lr: float = Field(3e-4, alias="TATU_LR", gt=0, le=10)
     min_lr: float = Field(0.0, alias="TATU_MIN_LR", ge=0, le=10)

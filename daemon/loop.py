@@ -27,7 +27,7 @@ from tatu.daemon.suite import load_suite
 from tatu.daemon.trainer import Trainer
 from tatu.data.manifest import check_tokenizer, load_manifest
 from tatu.data.stream import MixedStream
-from tatu.model.device import DeviceError, resolve_device
+from tatu.model.device import DeviceError, resolve_device, set_threads
 from tatu.model.train_spec import TrainSpecError
 
 
@@ -49,6 +49,8 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
     log.info(f"tatu run {config.run} ({config.mode}) -> {config.run_dir}  config {config.hash}")
     for line in describe(config, origins):
         log.info(line)
+    threads, threads_source = set_threads(config.threads)
+    log.info(f"torch threads: {threads} ({threads_source})")
     manifest = load_manifest(config.data)
     start = starting_point(config, manifest)
     check_tokenizer(manifest, config.data, start.tokenizer.hash, model=f"checkpoint {config.seed_ckpt}")
@@ -86,12 +88,14 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
                              eval_files=suite.file_hashes)
         # Every input is checked (data, eval sets, weights, the trunk): only now does the run leave a trace.
         log.attach(config.run_dir)
+        if suite.category_note:
+            log.info(suite.category_note)
         if state.trunk_reference is None:
             log.info("drift_tronco: n/a (the seed carries no trunk reference and TATU_TRUNK_CKPT is not set)")
         supervisor.state = state
         supervisor.status["trainable"] = trainable["line"]
         meta_base = {"config": config.to_json(), "mode": config.mode, "run": config.run,
-                     "seed_meta_step": start.seed_meta.get("step"), "trainable": trainable}
+                     "seed_meta_step": start.seed_meta.get("step"), "trainable": trainable, "threads": threads}
         return train(RunActions(config, log, supervisor, trainer, stream, suite, start.tokenizer, state, meta_base, world))
 
 

@@ -24,7 +24,8 @@ from tatu.model.tokenizer_json import load_tokenizer
 # measured or how it is trained (a changed limit or LR would make the verdict meaningless).
 RESUMABLE_CHANGES = frozenset({"MIX_STEPS_LIMIT", "TATU_CKPT_EVERY", "TATU_MEM_FLOOR_MB", "TATU_DEVICE",
                                "EVAL_EVERY", "TATU_GEN_PROMPTS", "TATU_GEN_TOKENS", "TATU_FAULT_NAN_STEP",
-                               "TATU_EVAL_LINES"})  # which eval scores are kept on disk, not what they are
+                               "TATU_EVAL_LINES",  # which eval scores are kept on disk, not what they are
+                               "TATU_THREADS"})  # like TATU_DEVICE: how the sums are computed (the last bits)
 
 
 @dataclass

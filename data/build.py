@@ -3,7 +3,8 @@
 Layout of the data dir (the manifest is the contract, see docs/architecture.md):
 
     manifest.json, tokenizer.json
-    <text channel>/tokens.bin       every document as BOS + tokens + EOS, concatenated
+    <text channel>/tokens.bin       every document as BOS + tokens + EOS, concatenated (a JSONL
+                                    pair in the chat layout, as an SFT channel has it)
     <sft channel>/ids.bin           every pair's ids, concatenated
     <sft channel>/mask.bin          uint8, 1 where the id is a target (response + EOS)
     <sft channel>/offsets.npy       int64, pair i is ids[offsets[i]:offsets[i+1]]
@@ -30,7 +31,10 @@ import numpy as np
 
 from tatu.data.sft import BadLine, SFTExample, parse_sft_line, read_sft_file, split_lines
 from tatu.data.manifest import FORMAT, MANIFEST, DataConfigError, DataError, load_manifest
+from tatu.data.tags import tagger_versions, write_tags
+from tatu.data.tasks import copy_tasks
 from tatu.model.tokenizer import Tokenizer
+from tatu.formats import eval_name_problem
 
 TOKENIZER_FILE = "tokenizer.json"
 ON_BAD_LINE = ("error", "skip")
@@ -59,6 +63,7 @@ class Document:
     line: int  # 1-based line where the document starts
     text: str
     n_bytes: int  # bytes of the source it came from (for the progress bar)
+    pair: SFTExample | None = None  # a JSONL pair: a text channel lays it out as chat (markers, EOS)
 
 
 def read_text_documents(path: str | Path, one_per_line: bool = False) -> Iterator[Document | BadLine]:
@@ -97,7 +102,8 @@ def read_text_documents(path: str | Path, one_per_line: bool = False) -> Iterato
 
 
 def read_jsonl_documents(path: str | Path) -> Iterator[Document | BadLine]:
-    """A JSONL source of a text channel: {"text": ...} per line, or pairs (their whole text)."""
+    """A JSONL source of a text channel: {"text": ...} per line, or pairs (their whole text, and the
+    pair itself: a text channel writes it in the chat layout, a tokenizer trains on the text)."""
     path = str(path)
     with open(path, "rb") as handle:
         data = handle.read()
@@ -117,7 +123,7 @@ def read_jsonl_documents(path: str | Path) -> Iterator[Document | BadLine]:
         if isinstance(parsed, BadLine):
             yield parsed
         else:
-            yield Document(number, parsed.text, len(raw) + 1)
+            yield Document(number, parsed.text, len(raw) + 1, parsed)
 
 
 def read_documents(path: str | Path, one_per_line: bool = False) -> Iterator[Document | BadLine]:
@@ -145,6 +151,7 @@ class BuildSpec:
     text: dict[str, list[str]] = field(default_factory=dict)  # channel -> sources
     sft: dict[str, list[str]] = field(default_factory=dict)  # channel -> JSONL files
     evals: dict[str, str] = field(default_factory=dict)  # eval set name -> file
+    tasks: dict[str, str] = field(default_factory=dict)  # multiple-choice task name -> JSONL (tatu.evals.choice)
     one_per_line: bool = False
     on_bad_line: str = "error"
     seq_len: int | None = None  # longest pair accepted: seq_len + 1 ids (one row); required with pairs
@@ -168,6 +175,13 @@ class BuildSpec:
         for name in names + list(self.evals):
             if not name or "/" in name or name.startswith(".") or name == "evals":
                 raise ValueError(f"bad channel or eval name {name!r}")
+        for flag, names in (("--eval", self.evals), ("--task", self.tasks)):
+            for name in names:
+                problem = eval_name_problem(name)
+                if problem:
+                    raise ValueError(f"{flag} {name}: {problem}")
+        if set(self.tasks) & set(self.evals):
+            raise ValueError(f"--task and --eval share the names {sorted(set(self.tasks) & set(self.evals))}")
 
 
 @dataclass
@@ -223,6 +237,8 @@ def _build_key(spec: BuildSpec, tok: Tokenizer, hashes: dict[str, str]) -> str:
         "one_per_line": spec.one_per_line,
         "on_bad_line": spec.on_bad_line,
         "seq_len": spec.seq_len,
+        "tagger": tagger_versions() if spec.evals else None,
+        "tasks": {name: [str(Path(p).resolve()), hashes[p]] for name, p in spec.tasks.items()},
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
@@ -240,6 +256,8 @@ def _all_files_present(out_dir: Path, manifest: dict) -> bool:
     for channel in manifest.get("channels", {}).values():
         paths += list(channel.get("files", {}).values())
     paths += [entry["file"] for entry in manifest.get("evals", {}).values()]
+    paths += [entry["tags"]["file"] for entry in manifest.get("evals", {}).values() if "file" in entry.get("tags", {})]
+    paths += [entry["file"] for entry in manifest.get("tasks", {}).values()]
     return all((out_dir / p).is_file() for p in paths)
 
 
@@ -260,8 +278,13 @@ def _write_text_channel(name: str, paths: list[str], spec: BuildSpec, tok: Token
 
             def flush() -> None:
                 nonlocal n_tokens, n_chars, n_docs
-                for doc, ids in zip(group, encode_many(tok, [d.text for d in group])):
-                    np.asarray([tok.bos_id, *ids, tok.eos_id], dtype=dtype).tofile(shard)
+                encoded = iter(encode_many(tok, [d.text for d in group if d.pair is None]))
+                for doc in group:
+                    # A pair is the SFT layout (BOS <|user|> prompt <|assistant|> response EOS), every
+                    # token a target: a trunk pretrained on it knows the chat format before SFT.
+                    row = doc.pair.encode(tok)[0] if doc.pair is not None else [tok.bos_id, *next(encoded), tok.eos_id]
+                    np.asarray(row, dtype=dtype).tofile(shard)
+                    ids = row[1:-1]
                     n_tokens += len(ids)
                     n_chars += len(doc.text)
                     n_docs += 1
@@ -368,7 +391,7 @@ def _copy_eval(name: str, path: str, spec: BuildSpec, tok: Tokenizer, work: Path
                chars_per_token: int) -> dict:
     """Copy an eval set verbatim; any bad line is an error (skipping would change what is scored)."""
     pairs = is_jsonl(path)
-    lines = 0
+    scored: list[tuple[int, str]] = []  # (line, the text an eval scores): what is tagged
     if pairs:
         for item in read_sft_file(path):
             if isinstance(item, BadLine):
@@ -376,18 +399,18 @@ def _copy_eval(name: str, path: str, spec: BuildSpec, tok: Tokenizer, work: Path
             encoded = _encode_within(item, tok, spec.seq_len, chars_per_token)
             if isinstance(encoded, BadLine):
                 raise DataError(str(encoded))
-            lines += 1
+            scored.append((item.line, item.scored_text))
     else:
         for item in read_text_documents(path, one_per_line=True):
             if isinstance(item, BadLine):
                 raise DataError(str(item))
-            lines += 1
-    if lines == 0:
+            scored.append((item.line, item.text))
+    if not scored:
         raise DataError(f"{path}: eval set {name!r} has no lines to score")
     rel = f"evals/{name}.{'jsonl' if pairs else 'txt'}"
     shutil.copyfile(path, work / rel)
-    return {"file": rel, "kind": "pairs" if pairs else "text", "lines": lines, "sha256": hashes[path],
-            "source": str(Path(path).resolve())}
+    return {"file": rel, "kind": "pairs" if pairs else "text", "lines": len(scored), "sha256": hashes[path],
+            "source": str(Path(path).resolve()), "tags": write_tags(name, scored, work)}
 
 
 def _check_out_dir(out_dir: Path, inputs: list[str]) -> None:
@@ -450,12 +473,26 @@ def _hash_inputs(paths: list[str]) -> dict[str, str]:
         raise DataError(f"{exc.filename}: cannot read ({exc.strerror})") from None
 
 
+def _work_dir(out_dir: Path, created: list) -> Path:
+    """The build's temporary dir beside --out (renamed into place at the end), usual mode."""
+    try:
+        work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    except OSError as exc:
+        _remove_dirs(created)
+        raise DataConfigError(f"--out {out_dir}: cannot write in {out_dir.parent} ({exc.strerror})") from None
+    # mkdtemp makes the dir private (0700); the data dir gets the usual mode
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(work, 0o777 & ~umask)
+    return work
+
+
 def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None) -> BuildResult:
     """Build (or find up to date) the data dir described by `spec`, tokenized with `tok`."""
     spec.validate()
     out_dir = Path(spec.out_dir)
     all_paths = [p for paths in spec.text.values() for p in paths] + [p for paths in spec.sft.values() for p in paths]
-    all_paths += list(spec.evals.values())
+    all_paths += list(spec.evals.values()) + list(spec.tasks.values())
     for path in all_paths:
         if not Path(path).is_file():
             raise DataError(f"{path}: no such file")
@@ -468,15 +505,7 @@ def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None) ->
 
     dtype = token_dtype(tok.vocab_size)
     created = _make_parents(out_dir)
-    try:
-        work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    except OSError as exc:
-        _remove_dirs(created)
-        raise DataConfigError(f"--out {out_dir}: cannot write in {out_dir.parent} ({exc.strerror})") from None
-    # mkdtemp makes the dir private (0700); the data dir gets the usual mode
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(work, 0o777 & ~umask)
+    work = _work_dir(out_dir, created)
     total = sum(os.path.getsize(p) for paths in [*spec.text.values(), *spec.sft.values()] for p in paths)
     bar = _Progress(total, progress)
     try:
@@ -489,6 +518,7 @@ def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None) ->
             channels[name] = _write_sft_channel(name, paths, spec, tok, dtype, work, hashes, bar, chars_per_token)
         (work / "evals").mkdir()
         evals = {name: _copy_eval(name, path, spec, tok, work, hashes, chars_per_token) for name, path in spec.evals.items()}
+        tasks = copy_tasks(spec.tasks, work, hashes)
         manifest = {
             "format": FORMAT,
             "tokenizer_hash": tok.hash,
@@ -499,6 +529,7 @@ def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None) ->
             "options": {"one_per_line": spec.one_per_line, "on_bad_line": spec.on_bad_line, "seq_len": spec.seq_len},
             "channels": channels,
             "evals": evals,
+            **({"tasks": tasks} if tasks else {}),
         }
         (work / MANIFEST).write_text(json.dumps(manifest, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
         bar.close()

@@ -23,18 +23,24 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tatu.data.demo_split import Split, split_documents
+from tatu.data.demo_split import Split, held_out_lines, split_documents
 from tatu.data.demo_text import SourceText, decode_lines, focalinux_documents, fortune_documents, pydoc_documents
-from tatu.data.sft_gen import generate_pairs
+from tatu.data.sft_gen import generate_format_pairs, generate_pairs
+from tatu.data.task_gen import TASKS, generate_task, language_task, source_task
 
 # The one list of Debian packages the demo reads (the README names these).
 DEMO_PACKAGES: tuple[str, ...] = ("focalinux-text", "fortunes-br", "wbrazilian", "fortunes",
-                                  "fortunes-min")
+                                  "fortunes-min", "debian-faq-pt")
 
 FOCALINUX_FILES = tuple(f"/usr/share/doc/focalinux/text/{volume}/index.txt.gz"
                         for volume in ("iniciante", "intermediario", "avancado"))
 FORTUNES_BR_FILE = "/usr/share/games/fortunes/brasil"
 WORDLIST_FILE = "/usr/share/dict/brazilian"
+# The held-out domain: the Debian FAQ in European Portuguese. No training source reads it, so
+# its change vs step 0 measures generalisation to another variety and genre (questions and
+# answers), not to more of the training distribution.
+FAQ_FILE = "/usr/share/doc/debian/FAQ/debian-faq.pt.txt.gz"
+HELD_OUT_FILE = "pt_faq.txt"
 FORTUNES_DIR = "/usr/share/games/fortunes"
 # fortune files that are pictures or meta-notes rather than sentences
 FORTUNES_SKIP = {"ascii-art", "translate-me", "disclaimer"}
@@ -51,17 +57,22 @@ class DemoScale:
     words: int | None  # None: the whole word list
     eval_min_chars: int = 20
     eval_max_chars: int = 300
+    held_out_lines: int = 200  # lines of HELD_OUT_FILE
+    task_items: int = 40  # items of each multiple-choice task (what they cost per eval: bench/categories.py)
+    # chat-formatted word games the trunk pretrains on (chat_format.jsonl): it knows the chat
+    # layout before SFT, so sftHeld's change measures the pairs' tasks, not the format
+    format_pairs: int = 0
 
 
 SCALES: dict[str, DemoScale] = {
     # the operator's eval sizes; corpora small enough to tokenize and train on 2 cores in minutes
     "demo": DemoScale(pt_corpus_max_chars=4_000_000, en_corpus_max_chars=2_500_000,
                       pt_val_lines=390, en_ruler_lines=166, sft_train_pairs=4000,
-                      sft_held_pairs=100, words=None),
+                      sft_held_pairs=100, words=None, format_pairs=8000),
     # for tests: seconds
     "tiny": DemoScale(pt_corpus_max_chars=40_000, en_corpus_max_chars=40_000,
                       pt_val_lines=24, en_ruler_lines=16, sft_train_pairs=200,
-                      sft_held_pairs=20, words=2000),
+                      sft_held_pairs=20, words=2000, held_out_lines=12, task_items=10, format_pairs=200),
 }
 
 
@@ -182,11 +193,39 @@ def _text_outputs(out_dir: Path, language: str, sources: list[SourceText], split
     return {corpus_name: corpus, eval_name: evaluation}
 
 
+def _held_out_outputs(out_dir: Path, sizes: DemoScale, seed: int, versions: dict[str, str]) -> dict[str, dict]:
+    """The held-out domain (pt_faq.txt) and the multiple-choice tasks (task_*.jsonl); the
+    language task reads the eval lines already written, never trained on."""
+    outputs: dict[str, dict] = {}
+    faq_lines, _ = _read_source(FAQ_FILE, "latin-1")
+    faq = held_out_lines(faq_lines, sizes.held_out_lines, random.Random(f"{seed}:faq"), sizes.eval_min_chars,
+                         sizes.eval_max_chars)
+    outputs[HELD_OUT_FILE] = _write(out_dir / HELD_OUT_FILE, "".join(line + "\n" for line in faq))
+    outputs[HELD_OUT_FILE] |= {"lines": len(faq), "lines_requested": sizes.held_out_lines,
+                               "note": "held-out domain: European Portuguese Debian FAQ; no training source reads it",
+                               "sources": [{"package": "debian-faq-pt", "version": versions["debian-faq-pt"],
+                                            "path": FAQ_FILE}]}
+
+    # multiple-choice tasks with checkable answers (tatu.data.task_gen); the language task's
+    # lines are the held-out eval lines, never trained on
+    pt_lines = (out_dir / "pt_val.txt").read_text(encoding="utf-8").splitlines()
+    en_lines = (out_dir / "en_ruler.txt").read_text(encoding="utf-8").splitlines()
+    tasks = {kind: generate_task(kind, sizes.task_items, seed) for kind in TASKS}
+    tasks["language"] = language_task(pt_lines, en_lines, sizes.task_items, seed)
+    tasks["source"] = source_task(faq, pt_lines, sizes.task_items, seed)
+    for kind, items in tasks.items():
+        name = f"task_{kind}.jsonl"
+        outputs[name] = _write(out_dir / name, "".join(json.dumps(i, ensure_ascii=False) + "\n" for i in items))
+        outputs[name] |= {"items": len(items), "source": "tatu.data.task_gen"}
+    return outputs
+
+
 def build_demo_sources(out_dir: Path, seed: int = 0, scale: str = "demo") -> dict:
     """Write the demo's raw text files into out_dir; return what sources.json records.
 
     Files: pt_corpus.txt, en_corpus.txt (documents separated by blank lines), pt_val.txt,
-    en_ruler.txt (one line each), sft_train.jsonl, sft_held.jsonl, pt_words.txt, sources.json.
+    en_ruler.txt, pt_faq.txt (one line each), sft_train.jsonl, sft_held.jsonl, chat_format.jsonl,
+    pt_words.txt, sources.json.
     """
     if scale not in SCALES:
         raise ValueError(f"scale={scale!r}: expected one of {', '.join(SCALES)}")
@@ -215,6 +254,8 @@ def build_demo_sources(out_dir: Path, seed: int = 0, scale: str = "demo") -> dic
             json.dumps(pair, ensure_ascii=False) + "\n" for pair in part))
         files[name] |= {"pairs": len(part), "source": "tatu.data.sft_gen.generate_pairs"}
 
+    files |= _held_out_outputs(out_dir, sizes, seed, versions)
+
     word_lines, dropped = _read_source(WORDLIST_FILE, "latin-1")
     words = sorted({w.strip() for w in word_lines if w.strip()})
     if sizes.words is not None and sizes.words < len(words):
@@ -223,6 +264,12 @@ def build_demo_sources(out_dir: Path, seed: int = 0, scale: str = "demo") -> dic
     files["pt_words.txt"] |= {"words": len(words), "sources": [{
         "package": "wbrazilian", "version": versions["wbrazilian"], "path": WORDLIST_FILE,
         "lines_dropped_undecodable_or_control_chars": dropped}]}
+
+    format_pairs = generate_format_pairs(words, sizes.format_pairs, seed)
+    files["chat_format.jsonl"] = _write(out_dir / "chat_format.jsonl", "".join(
+        json.dumps(pair, ensure_ascii=False) + "\n" for pair in format_pairs))
+    files["chat_format.jsonl"] |= {"pairs": len(format_pairs), "source": "tatu.data.sft_gen.generate_format_pairs",
+                                   "note": "pretraining text in the chat layout; no task of the SFT pairs"}
 
     record = {"seed": seed, "scale": scale, "sizes": asdict(sizes), "packages": versions,
               "files": files}

@@ -1,13 +1,13 @@
 """The demo's train/eval split: eval lines only from held-out documents, and any eval line that
 still occurs in the training text dropped (the sources repeat themselves), deterministic for
-the seed."""
+the seed; and the held-out domain's lines (the FAQ), seeded too."""
 from __future__ import annotations
 
 import random
 import re
 from dataclasses import dataclass
 
-from tatu.data.demo_text import SourceText
+from tatu.data.demo_text import SourceText, faq_documents
 
 
 def _normalize(text: str) -> str:
@@ -21,6 +21,19 @@ def eval_candidates(document: str, min_chars: int, max_chars: int) -> list[str]:
         return [flat]
     sentences = re.split(r"(?<=[.!?])\s+(?=[\"'(¿¡]?[A-ZÀ-Ý0-9])", flat)
     return [s for s in sentences if min_chars <= len(s) <= max_chars]
+
+
+def held_out_lines(faq_lines, n_lines: int, rng: random.Random, min_chars: int, max_chars: int) -> list[str]:
+    """`n_lines` one-line texts of the FAQ (its decoded lines), from its paragraphs in seeded order."""
+    documents = faq_documents(list(faq_lines))
+    rng.shuffle(documents)
+    out, seen = [], set()
+    for document in documents:
+        for line in eval_candidates(document, min_chars, max_chars):
+            if line not in seen and len(out) < n_lines:
+                seen.add(line)
+                out.append(line)
+    return out
 
 
 @dataclass

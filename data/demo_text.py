@@ -93,6 +93,21 @@ def focalinux_documents(lines: list[str]) -> list[str]:
     return documents
 
 
+def faq_documents(lines: list[str]) -> list[str]:
+    """Prose paragraphs of the Debian FAQ's text version: blocks indented exactly four columns
+    (deeper ones are lists, commands and examples; column 0 holds the headings)."""
+    documents = []
+    for block in _blocks([ln.replace("\xa0", " ") for ln in lines]):  # the text wraps at no-break spaces too
+        if not all(re.match(r" {4}\S", ln) for ln in block):
+            continue
+        text = " ".join(" ".join(block).split())
+        if len(re.findall(r"\d+\.\d+\.", text)) >= 3:  # tables of contents
+            continue
+        if len(text) >= 20 and _letters_share(text) >= 0.7:
+            documents.append(text)
+    return documents
+
+
 def fortune_documents(lines: list[str]) -> list[str]:
     """Fortunes ('%'-separated), keeping their line breaks but no blank lines inside."""
     documents, current = [], []

@@ -236,3 +236,54 @@ def generate_pairs(n: int, seed: int) -> list[dict]:
         seen.add(key)
         pairs.append({"prompt": prompt, "response": response, "task": name})
     return pairs
+
+
+# --- the chat format, without the tasks ------------------------------------------------------
+# Conversations a trunk pretrains on so that it knows the chat layout (the role markers, an
+# answer ended by EOS) before SFT: word games over a word list (answers are the word, its
+# letters or counts: no invented words), a template set that shares no
+# template and no task with TASKS, so none of them teaches an SFT or held-out answer.
+
+def _word_task(name: str, templates: list[str], answer: Callable[[str], str]):
+    def task(rng: random.Random, word: str) -> Pair:
+        return (name, word), rng.choice(templates).format(w=word), answer(word)
+    return task
+
+
+VOWELS = set("aeiouáéíóúâêôãõàü")
+
+FORMAT_TASKS = {
+    "letters": _word_task("letters", ["Quantas letras tem a palavra \"{w}\"?", "Conte as letras de \"{w}\"."],
+                          lambda w: str(len(w))),
+    "vowels": _word_task("vowels", ["Quantas vogais tem \"{w}\"?", "Conte as vogais da palavra \"{w}\"."],
+                         lambda w: str(sum(ch in VOWELS for ch in w.lower()))),
+    "upper": _word_task("upper", ["Escreva \"{w}\" em maiúsculas.", "Passe \"{w}\" para letras maiúsculas."],
+                        str.upper),
+    "first": _word_task("first", ["Qual é a primeira letra de \"{w}\"?", "Com que letra começa \"{w}\"?"],
+                        lambda w: w[0]),
+    "last": _word_task("last", ["Qual é a última letra de \"{w}\"?", "Com que letra termina \"{w}\"?"],
+                       lambda w: w[-1]),
+    "repeat": _word_task("repeat", ["Repita a palavra \"{w}\".", "Diga \"{w}\" de novo."], lambda w: w),
+}
+
+
+def generate_format_pairs(words: list[str], n: int, seed: int) -> list[dict]:
+    """n distinct chat pairs `{"prompt", "response", "task"}` of FORMAT_TASKS over `words`,
+    deterministic for (words, seed)."""
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"generate_format_pairs: n must be a non-negative int, got {n!r}")
+    usable = sorted({w for w in words if w.isalpha() and 2 <= len(w) <= 16})
+    if n > len(usable) * len(FORMAT_TASKS):
+        raise ValueError(f"generate_format_pairs: n={n} exceeds {len(usable)} words x {len(FORMAT_TASKS)} tasks")
+    rng = random.Random(f"format:{seed}")
+    names = list(FORMAT_TASKS)
+    seen: set[tuple] = set()
+    pairs: list[dict] = []
+    while len(pairs) < n:
+        name = rng.choice(names)
+        key, prompt, response = FORMAT_TASKS[name](rng, rng.choice(usable))
+        if key in seen:
+            continue
+        seen.add(key)
+        pairs.append({"prompt": prompt, "response": response, "task": f"format_{name}"})
+    return pairs

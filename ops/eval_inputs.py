@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from tatu.exitcodes import BAD_DATA, USAGE, TatuExit
+from tatu.ops.eval_tasks import task_specs
 
 
 def set_specs(args: argparse.Namespace) -> list[tuple[str, Path, str]]:
@@ -27,7 +28,7 @@ def set_specs(args: argparse.Namespace) -> list[tuple[str, Path, str]]:
         if not sep or not name or not file:
             raise TatuExit(BAD_DATA, f"--set {spec!r}: expected NAME=FILE")
         specs.append((name, Path(file), "auto"))
-    if not specs:
+    if not specs and not task_specs(args):
         raise TatuExit(BAD_DATA, "no eval set: give --set NAME=FILE (repeatable) or --data DIR")
     names = [name for name, _, _ in specs]
     duplicates = sorted({n for n in names if names.count(n) > 1})

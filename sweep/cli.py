@@ -63,7 +63,7 @@ def _sweep_dir(args, name: str) -> Path:
 def plan_main(args) -> int:
     from tatu.daemon.config import describe, load_config
     from tatu.formats import fmt_duration
-    from tatu.sweep.cost import measured_cost, member_seconds
+    from tatu.sweep.cost import estimate
     from tatu.sweep.plan import load_plan
 
     plan = load_plan(args.plan)
@@ -72,7 +72,7 @@ def plan_main(args) -> int:
     # With a tune stage the comparison members exist once the value is chosen: shown with the first.
     compare = plan.compare_members(out, {plan.tune_var: plan.tune_values[0]} if plan.tune_var else None)
     shown = tune + compare
-    print(f"sweep {plan.name}  plan hash {plan.hash}  ({args.plan})")
+    print(f"sweep {plan.name}  plan hash {plan.portable_hash}  ({args.plan}; with this checkout's absolute paths: {plan.hash})")
     if plan.question:
         print(f"question: {plan.question}")
     print(f"decision rule: {plan.rule.text}")
@@ -91,15 +91,11 @@ def plan_main(args) -> int:
                 print(line)
     if not args.full:
         print("\n(every other variable at its default; --full lists them all; the lock holds each member's full config)")
-    runs = [Path(plan.base_env["TATU_SEED_CKPT"]).parent] if plan.base_env.get("TATU_SEED_CKPT") else []
-    if out.is_dir():
-        runs = sorted(p for p in out.iterdir() if p.is_dir()) + runs
-    cost = measured_cost(runs)
+    cost, total = estimate(plan, out, shown)
     print()
     if cost is None:
         print("cost: unknown (no run with measured step times: run `tatu smoke` with the base config first)")
     else:
-        total = sum(member_seconds(m, cost) for m in shown)
         print(f"cost: {len(shown)} members, {fmt_duration(total)} of runs in all (measured by {cost.source}: "
               f"{cost.seconds_per_slot * 1e6:.2f} us per token slot, {cost.eval_seconds:.1f} s per eval); "
               f"K=1 -> {fmt_duration(total)}, K=2 -> {fmt_duration(total / 2)} wall")
@@ -119,8 +115,18 @@ def finished(sweep_dir: Path, backend) -> tuple[bool, str]:
     return done, summary(statuses, None, stage)
 
 
+def threads_note(base_env: dict, kind: str) -> str:
+    """CPU float sums follow the thread count: whether this plan's bits depend on the backend."""
+    if base_env.get("TATU_THREADS"):
+        return f"threads: TATU_THREADS={base_env['TATU_THREADS']} for every member (the plan): the same bits on any backend"
+    own = "OMP_NUM_THREADS = --ray-cpus, Ray's" if kind == "ray" else "torch's default"
+    return (f"threads: not fixed by the plan, so each member takes its backend's count ({own}): another backend "
+            f"may differ in the last bits; set TATU_THREADS in [base] vars to fix it")
+
+
 def start_main(args) -> int:
     from tatu.sweep.coordinator import SETTINGS_FILE, STOP_FILE, Coordinator, backend_for, devices_for
+    from tatu.sweep.cost import unfinished_estimate
     from tatu.atomic import write_json_atomic
     from tatu.sweep.lock import reconcile
     from tatu.sweep.plan import load_plan
@@ -133,7 +139,9 @@ def start_main(args) -> int:
 
         connect(args.address)
     lock, what = reconcile(plan, sweep_dir)
-    print(f"sweep {plan.name}: plan {what} ({sweep_dir / 'plan.lock.json'}, hash {lock['plan_hash']})")
+    print(f"sweep {plan.name}: plan {what} ({sweep_dir / 'plan.lock.json'}, hash {plan.portable_hash}; "
+          f"with this checkout's paths {lock['plan_hash']})")
+    print(threads_note(plan.base_env, kind))
     backend = backend_for(kind, sweep_dir, args.ray_cpus)
     from tatu.systemctl import SystemctlError
 
@@ -159,7 +167,8 @@ def start_main(args) -> int:
     if stop_path.exists():
         print(f"continuing a stopped sweep ({stop_path.read_text().strip()})")
         stop_path.unlink()
-    write_json_atomic(sweep_dir / SETTINGS_FILE, {"k": k, "backend": kind, "devices": devices}, sort_keys=True)
+    write_json_atomic(sweep_dir / SETTINGS_FILE, {"k": k, "backend": kind, "devices": devices,
+                                                  "estimate_s": unfinished_estimate(plan, sweep_dir, k)}, sort_keys=True)
     if kind != "systemd":
         coordinator = Coordinator(sweep_dir, backend, k, devices, poll_seconds=args.poll)
         previous = signal.signal(signal.SIGINT, lambda *_: setattr(coordinator, "stopping", True))

@@ -136,6 +136,7 @@ class Coordinator:
         previous = {}
         ready = False
         self.say(f"coordinator up (pid {os.getpid()}, {self.backend.name} backend, K={self.k})")
+        started = time.monotonic()
 
         def on_term(*_):
             self.stopping = True
@@ -156,7 +157,7 @@ class Coordinator:
                     self.choose_tuned(read_lock(self.sweep_dir), [s.member for s in statuses])
                     continue
                 if outcome == "finished":
-                    self.say(f"sweep finished: {text}; `tatu sweep report {self.sweep_dir.name}`")
+                    self.say(f"sweep finished: {text}; {self.took(started)}; `tatu sweep report {self.sweep_dir.name}`")
                     self.notify(f"STATUS=finished: {text}")
                     return 0
                 if outcome == "fatal":
@@ -166,6 +167,12 @@ class Coordinator:
                 time.sleep(self.poll_seconds)
         finally:
             signal.signal(signal.SIGTERM, old)
+
+    def took(self, started: float) -> str:
+        """This coordinator's wall time beside the estimate `tatu sweep start` made for it."""
+        estimate = settings(self.sweep_dir).get("estimate_s")
+        shown = f"estimated {fmt_duration(estimate)}" if estimate is not None else "no estimate (no measured run)"
+        return f"took {fmt_duration(time.monotonic() - started)} ({shown} at K={self.k})"
 
     def fail(self, fatal: list[MemberStatus], statuses: list[MemberStatus]) -> int:
         first = fatal[0]

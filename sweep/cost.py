@@ -53,3 +53,21 @@ def member_seconds(member: Member, cost: StepCost) -> float:
     slot = n_micro * int(env.get("TATU_MICRO_BATCH", 8)) * int(env.get("TATU_SEQ_LEN", 128))
     evals = steps // int(env.get("EVAL_EVERY", 8)) + 2  # the baseline and the last step
     return steps * slot * cost.seconds_per_slot + evals * cost.eval_seconds
+
+
+def estimate(plan, out: Path, shown: list[Member]) -> tuple[StepCost | None, float | None]:
+    """(the measured StepCost or None, the seconds of runs `shown` takes in all, or None): from
+    the runs already in the sweep's run dir and the run that made the seed checkpoint."""
+    runs = [Path(plan.base_env["TATU_SEED_CKPT"]).parent] if plan.base_env.get("TATU_SEED_CKPT") else []
+    if out.is_dir():
+        runs = sorted(p for p in out.iterdir() if p.is_dir()) + runs
+    cost = measured_cost(runs)
+    return cost, (sum(member_seconds(m, cost) for m in shown) if cost else None)
+
+
+def unfinished_estimate(plan, sweep_dir: Path, k: int) -> float | None:
+    """Wall seconds the members without a verdict take at K at a time, as `tatu sweep plan` estimates."""
+    out = sweep_dir.absolute() / "runs"
+    shown = plan.tune_members(out) + plan.compare_members(out, {plan.tune_var: plan.tune_values[0]} if plan.tune_var else None)
+    _, total = estimate(plan, out, [m for m in shown if not (out / m.run / "verdict.json").exists()])
+    return None if total is None else total / k

@@ -55,7 +55,8 @@ def new_lock(plan: Plan, sweep_dir: Path) -> dict:
     out = Path(sweep_dir).absolute() / "runs"
     listed = plan.tune_members(out) + plan.compare_members(out, None)
     return {
-        "version": VERSION, "name": plan.name, "plan_hash": plan.hash, "plan_file": str(plan.path.absolute()),
+        "version": VERSION, "name": plan.name, "plan_hash": plan.hash, "plan_portable_hash": plan.portable_hash,
+        "plan_file": str(plan.path.absolute()),
         "question": plan.question, "rule": plan.rule.text, "axes": plan.axes, "baseline": plan.baseline,
         "base_env": plan.base_env, "seeds": plan.seeds,
         "tune": ({"var": plan.tune_var, "values": plan.tune_values, "seeds": plan.tune_seeds, "split": SPLIT}

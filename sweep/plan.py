@@ -29,6 +29,7 @@ import hashlib
 import itertools
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,7 +86,26 @@ class Plan:
 
     @property
     def hash(self) -> str:
-        return hashlib.sha256(json.dumps(self.core(), sort_keys=True).encode()).hexdigest()[:16]
+        """The lock's identity: core() with this checkout's absolute paths (what the members read)."""
+        return _digest(self.core())
+
+    def portable_core(self) -> dict:
+        """core() with its paths relative to the plan file's directory, as the plan file says them."""
+        here = self.path.resolve().parent
+
+        def relative(env: dict) -> dict:
+            return {k: os.path.relpath(v, here) if k in PATH_VARIABLES and v else v for k, v in env.items()}
+
+        core = self.core()
+        axes = {var: [os.path.relpath(v, here) for v in values] if var in PATH_VARIABLES else values
+                for var, values in core["axes"].items()}
+        return {**core, "base_env": relative(core["base_env"]), "axes": axes, "baseline": relative(core["baseline"])}
+
+    @property
+    def portable_hash(self) -> str:
+        """The plan's identity on any checkout: the same plan file beside the same layout of inputs
+        hashes the same wherever it lies (the inputs' contents are the run dirs' to record)."""
+        return _digest(self.portable_core())
 
     def configurations(self) -> list[dict[str, str]]:
         names = list(self.axes)
@@ -126,6 +146,10 @@ class Plan:
             raise plan_error(self.path, f"member {name}", str(exc))
         shown = {k: v for k, v in values.items() if k in self.axes or k == self.tune_var}
         return Member(name, run, stage, key, shown, seed, env)
+
+
+def _digest(doc: dict) -> str:
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def config_label(values: dict[str, str]) -> str:

@@ -100,7 +100,7 @@ def text_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def closing_text(data: dict) -> str:
-    out = [f"sweep {data['name']} (plan {data['plan_hash']}): {data['question']}".rstrip(": ")]
+    out = [f"sweep {data['name']} (plan {data['plan_portable_hash']}): {data['question']}".rstrip(": ")]
     if data.get("tune"):
         out += ["", f"tune stage: {data['tune']['var']}, chosen on the dev half of sftHeld (never the ruler, never the judge half)",
                 text_table(TUNE_HEADER, tune_rows(data["tune"], data.get("tuned")))]
@@ -111,6 +111,12 @@ def closing_text(data: dict) -> str:
         half = " (sftHeld: judge half)" if data.get("tune") else ""
         out += ["", f"comparison stage{half}; * = baseline; CIs carry seed and line variance (crossed: seeds x shared lines)",
                 text_table(CONFIG_HEADER, config_rows(cmp["configs"])), OUTLIER_NOTE]
+        held = [(c["key"], name, st) for c in cmp["configs"] for name, st in c["stats"].items()
+                if name not in ("drift", "sftHeld")]
+        if held:  # the held-out sets the rule names, per configuration over seeds
+            out += ["", "held-out sets the rule names (change from the seed checkpoint to the end, over seeds)",
+                    text_table(["config", "set", "change [95% CI]", "seed SD"],
+                               [[key, name, _ci(st), _sd(st and st["seed_sd"])] for key, name, st in held])]
         out += _paired_text(cmp["configs"], common=False)
         out += _common_text(cmp["configs"])
         verdict = data["verdict"]
@@ -219,7 +225,8 @@ def write_report(sweep_dir: Path, out_dir: Path | None = None) -> tuple[dict, st
     text = closing_text(data)
     plots = _plots(data, out_dir)
     parts = [f"<h1>sweep {html.escape(data['name'])}</h1><p>{html.escape(data['question'])}</p>",
-             f"<p>locked rule: <code>{html.escape(data['rule'])}</code> (plan {data['plan_hash']})</p>"]
+             f"<p>locked rule: <code>{html.escape(data['rule'])}</code> (plan {data['plan_portable_hash']}; "
+             f"with this checkout's absolute paths {data['plan_hash']})</p>"]
     if data.get("tune"):
         parts += ["<h2>tune stage</h2>", _html_table(TUNE_HEADER, tune_rows(data["tune"], data.get("tuned")))]
     if data.get("compare"):

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 from tatu.atomic import write_json_atomic
+from tatu.exitcodes import BAD_CONFIG, TatuExit
 
 SETS = ("sftHeld", "enRuler")
 
@@ -32,17 +33,23 @@ def end_checkpoint(run_dir: Path) -> Path | None:
     return None
 
 
-def _lines_to_score(ckpt_tokenizer, env: dict) -> dict:
-    """{set: EvalSet}: the lines the member's daemon scores (its data, its EVAL_EN_* and TATU_SEED)."""
+def _lines_to_score(ckpt_tokenizer, env: dict, extra_sets: tuple[str, ...] = ()) -> dict:
+    """{set: EvalSet}: the lines the member's daemon scores (its data, its EVAL_EN_* and TATU_SEED),
+    for SETS and the held-out sets a decision rule names (`extra_sets`)."""
     from tatu.daemon.config import load_config
     from tatu.daemon.suite import load_eval_sets
     from tatu.data.manifest import DataError, load_manifest
 
     config, _ = load_config(env)
-    sets, _, _ = load_eval_sets(config, load_manifest(config.data), ckpt_tokenizer, names=SETS)
+    wanted = SETS + tuple(n for n in extra_sets if n not in SETS)
+    sets, _, _ = load_eval_sets(config, load_manifest(config.data), ckpt_tokenizer, names=wanted)
     missing = [name for name in SETS if name not in sets]
     if missing:
         raise DataError(f"{config.data / 'manifest.json'}: eval sets {missing} are required and missing")
+    for name in extra_sets:
+        if name not in sets:
+            raise TatuExit(BAD_CONFIG, f"the decision rule names {name}_change, but {config.data / 'manifest.json'} "
+                                       f"has no eval set {name}")
     return sets
 
 
@@ -54,8 +61,8 @@ def _lines_identity(eval_set) -> str:
     return digest.hexdigest()[:16]
 
 
-def score_checkpoint(ckpt: Path, env: dict, cache_dir: Path) -> dict:
-    """{set: {"nll_sum": [...], "line_tokens": [...], "line_index": [...]}} for SETS.
+def score_checkpoint(ckpt: Path, env: dict, cache_dir: Path, extra_sets: tuple[str, ...] = ()) -> dict:
+    """{set: {"nll_sum": [...], "line_tokens": [...], "line_index": [...]}} for SETS and `extra_sets`.
 
     The cache is keyed by the weights AND the lines (file, tokenizer, EVAL_EN_ALL, subsample size
     and TATU_SEED all show in them): a trunk's scores on seed 1's ruler subsample are never handed
@@ -64,7 +71,7 @@ def score_checkpoint(ckpt: Path, env: dict, cache_dir: Path) -> dict:
     from tatu.model.hf import load_checkpoint_or_gpt2
 
     loaded = load_checkpoint_or_gpt2(ckpt)
-    sets = _lines_to_score(loaded.tokenizer, env)
+    sets = _lines_to_score(loaded.tokenizer, env, extra_sets)
     key = {"weights": weights_hash(ckpt), "lines": {name: _lines_identity(s) for name, s in sets.items()}}
     key_hash = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     cache = cache_dir / f"{Path(ckpt).parent.name}-{Path(ckpt).name}-{key_hash}.json"

@@ -11,43 +11,15 @@ from __future__ import annotations
 
 import argparse
 import base64
-import html
 import json
 from pathlib import Path
 
-from tatu.formats import SET_NAMES as SETS
+from tatu.ops.report.cells import cell, esc, row, table, text_cell
+from tatu.ops.report.metric_sections import categories_section, tasks_section
 from tatu.ops.report.plots import DPI, FIGSIZE, PLOT_SIZE, PlotFile, render_plots
-from tatu.ops.report.runs import FORMATS, RunRecord, fmt_int, fmt_ppl, load_run
+from tatu.ops.report.runs import RunRecord, fmt_int, load_run, report_sets
 
 __all__ = ["build_report", "load_run", "render_plots", "RunRecord", "FIGSIZE", "DPI", "add_args", "main"]
-
-
-def _esc(text) -> str:
-    return html.escape(str(text), quote=True)
-
-
-def _cell(value, kind: str, path: str, set_name: str = "") -> str:
-    """A number cell: its text, and where it came from with the raw value for checking."""
-    text = fmt_ppl(value, set_name) if kind == "ppl" else FORMATS[kind](value)
-    return (f'<td class="num" data-path="{_esc(path)}" data-kind="{kind}" '
-            f'data-value="{_esc(json.dumps(value))}">{_esc(text)}</td>')
-
-
-def _text_cell(text) -> str:
-    return f"<td>{_esc(text)}</td>"
-
-
-def _row(cells: str, run: str | None = None, title: str | None = None) -> str:
-    """A table row; data-run names the run its numbers belong to."""
-    attrs = (f' data-run="{_esc(run)}"' if run is not None else "") + (f' title="{_esc(title)}"' if title else "")
-    return f"<tr{attrs}>{cells}</tr>"
-
-
-def _table(header: list[str], rows: list[str], table_id: str) -> str:
-    head = "".join(f"<th>{_esc(h)}</th>" for h in header)
-    body = "\n".join(rows)
-    return f'<table id="{table_id}">\n<tr>{head}</tr>\n{body}\n</table>'
-
 
 
 # --- HTML sections -------------------------------------------------------------------------------
@@ -65,12 +37,12 @@ def _eval_at(run: RunRecord, step) -> dict | None:
 
 
 def _verdict_section(runs: list[RunRecord]) -> str:
-    rows, scope = [], []
+    rows, scope, sets = [], [], report_sets(runs)
     for run in runs:
         v = run.verdict
         if v is None:
-            rows.append(_row(f'{_text_cell(run.name)}{_text_cell(run.status)}<td class="verdict">no verdict '
-                             f'(still running?)</td>{_text_cell("")}<td colspan="7"></td>', run.name))
+            rows.append(row(f'{text_cell(run.name)}{text_cell(run.status)}<td class="verdict">no verdict '
+                             f'(still running?)</td>{text_cell("")}<td colspan="7"></td>', run.name))
             continue
         numbers = v.get("numbers") or {}
         judged = _judged_set(v)
@@ -81,88 +53,88 @@ def _verdict_section(runs: list[RunRecord]) -> str:
         other = "sftHeld" if judged == "ptVal" else "ptVal"
         at = _eval_at(run, v.get("step"))
         other_change = ((at.get("changes") or {}).get(other) or {}) if at else {}
-        other_cell = (_cell(other_change.get("value"), "pct", f"eval/{at['step']}/changes/{other}/value") if at
+        other_cell = (cell(other_change.get("value"), "pct", f"eval/{at['step']}/changes/{other}/value") if at
                       else "<td>n/a</td>")
         cells = (
-            _cell(v.get("step"), "int", "verdict/step")
-            + _cell(change.get("value"), "pct", f"verdict/numbers/{key}/value")
-            + _cell(drift.get("value"), "pct", "verdict/numbers/drift/value")
-            + _text_cell(f"{other} (step {at['step']})" if at else other) + other_cell
-            + _cell(((numbers.get("drift_tronco") or {}).get("value")), "pct", "verdict/numbers/drift_tronco/value")
-            + _cell(numbers.get("worst_drift"), "pct", "verdict/numbers/worst_drift")
+            cell(v.get("step"), "int", "verdict/step")
+            + cell(change.get("value"), "pct", f"verdict/numbers/{key}/value")
+            + cell(drift.get("value"), "pct", "verdict/numbers/drift/value")
+            + text_cell(f"{other} (step {at['step']})" if at else other) + other_cell
+            + cell(((numbers.get("drift_tronco") or {}).get("value")), "pct", "verdict/numbers/drift_tronco/value")
+            + cell(numbers.get("worst_drift"), "pct", "verdict/numbers/worst_drift")
         )
-        rows.append(_row(f'{_text_cell(run.name)}{_text_cell(run.status)}<td class="verdict">{_esc(v.get("verdict"))}</td>'
-                         f'{_text_cell(v.get("line") or v.get("reason", ""))}{cells}', run.name))
-        unjudged = [s for s in SETS if s not in (judged, "enRuler")]
-        scope.append(f'<li data-run="{_esc(run.name)}">{_esc(run.name)}: the verdict covers the {_esc(judged or "?")} '
-                     f"change vs step 0 and the English ruler (enRuler drift) only; {_esc(', '.join(unjudged))} "
+        rows.append(row(f'{text_cell(run.name)}{text_cell(run.status)}<td class="verdict">{esc(v.get("verdict"))}</td>'
+                         f'{text_cell(v.get("line") or v.get("reason", ""))}{cells}', run.name))
+        unjudged = [s for s in sets if s not in (judged, "enRuler")]
+        scope.append(f'<li data-run="{esc(run.name)}">{esc(run.name)}: the verdict covers the {esc(judged or "?")} '
+                     f"change vs step 0 and the English ruler (enRuler drift) only; {esc(', '.join(unjudged))} "
                      f"{'is' if len(unjudged) == 1 else 'are'} shown but not judged.</li>")
     header = ["run", "status", "verdict", "verdict line", "step", "judged change vs step 0 (sftHeld; ptVal for a trunk)",
               "final drift (judged)", "not judged: set", "its change vs step 0", "final drift_tronco", "worst drift"]
     crit = "".join(
-        f"<p>Criteria of {_esc(r.name)} (fixed in its config before the run): "
-        + "; ".join(f"<b>{_esc(k)}</b>: {_esc(c)}" for k, c in r.verdict["criteria"].items()) + "</p>"
+        f"<p>Criteria of {esc(r.name)} (fixed in its config before the run): "
+        + "; ".join(f"<b>{esc(k)}</b>: {esc(c)}" for k, c in r.verdict["criteria"].items()) + "</p>"
         for r in runs if r.verdict and isinstance(r.verdict.get("criteria"), dict))
     scope_text = f'<p>What a verdict covers:</p><ul id="verdict-scope">{"".join(scope)}</ul>' if scope else ""
-    return "<h2>Verdicts</h2>\n" + _table(header, rows, "verdicts") + scope_text + crit
+    return "<h2>Verdicts</h2>\n" + table(header, rows, "verdicts") + scope_text + crit
 
 
 def _comparison_section(runs: list[RunRecord]) -> str:
-    rows = []
+    rows, sets = [], report_sets(runs)
     for run in runs:
         final = run.final_eval
         if final is None:
-            rows.append(_row(f'{_text_cell(run.name)}<td colspan="7">no eval yet</td>', run.name))
+            rows.append(row(f'{text_cell(run.name)}<td colspan="7">no eval yet</td>', run.name))
             continue
         step = final["step"]
         comparisons = [("drift (enRuler vs this run's step 0)", "drift", final.get("drift")),
                        ("drift_tronco (enRuler vs the trunk)", "drift_tronco", final.get("drift_tronco"))]
         comparisons += [(f"{s} change vs step 0", f"changes/{s}", (final.get("changes") or {}).get(s))
-                        for s in SETS if s in (final.get("changes") or {})]
+                        for s in sets if s in (final.get("changes") or {})]
         for label, where, point in comparisons:
             prefix = f"eval/{step}/{where}"
             if point is None:
-                cells = f'{_cell(step, "int", f"eval/{step}/step")}<td colspan="5">n/a</td>'
+                cells = f'{cell(step, "int", f"eval/{step}/step")}<td colspan="5">n/a</td>'
             else:
-                cells = (_cell(step, "int", f"eval/{step}/step") + _cell(point.get("value"), "pct", f"{prefix}/value")
-                         + _cell(point.get("lo"), "pct", f"{prefix}/lo") + _cell(point.get("hi"), "pct", f"{prefix}/hi")
-                         + _cell(point.get("p_value"), "p", f"{prefix}/p_value")
-                         + _cell(point.get("mde"), "rate", f"{prefix}/mde"))
-            rows.append(_row(f"{_text_cell(run.name)}{_text_cell(label)}{cells}", run.name))
+                cells = (cell(step, "int", f"eval/{step}/step") + cell(point.get("value"), "pct", f"{prefix}/value")
+                         + cell(point.get("lo"), "pct", f"{prefix}/lo") + cell(point.get("hi"), "pct", f"{prefix}/hi")
+                         + cell(point.get("p_value"), "p", f"{prefix}/p_value")
+                         + cell(point.get("mde"), "rate", f"{prefix}/mde"))
+            rows.append(row(f"{text_cell(run.name)}{text_cell(label)}{cells}", run.name))
     header = ["run", "paired comparison (same lines)", "step", "change", "CI lo", "CI hi", "p-value", "MDE"]
     return ("<h2>Paired comparisons at the last eval</h2>\n<p>Each run against its own step-0 baseline "
             "(and the trunk), over the same lines: 95% CIs, p-values and the minimum detectable effect.</p>\n"
-            + _table(header, rows, "comparisons"))
+            + table(header, rows, "comparisons"))
 
 
 def _history_section(runs: list[RunRecord]) -> str:
-    parts = ["<h2>Evals</h2>"]
+    parts, sets = ["<h2>Evals</h2>"], report_sets(runs)
     for run in runs:
         rows = []
         for event in run.evals:
             step = event["step"]
-            cells = _cell(step, "int", f"eval/{step}/step")
-            for s in SETS:
+            cells = cell(step, "int", f"eval/{step}/step")
+            for s in sets:
                 point = event["sets"].get(s) or {}
                 for field_name in ("ppl", "lo", "hi"):
-                    cells += _cell(point.get(field_name), "ppl", f"eval/{step}/sets/{s}/{field_name}", s)
+                    cells += cell(point.get(field_name), "ppl", f"eval/{step}/sets/{s}/{field_name}", s)
             for field_name in ("value", "lo", "hi"):
-                cells += _cell(event["drift"].get(field_name), "pct", f"eval/{step}/drift/{field_name}")
+                cells += cell(event["drift"].get(field_name), "pct", f"eval/{step}/drift/{field_name}")
             flags = ("best" if event.get("best") else "") + (f" ABORT: {event['abort']}" if event.get("abort") else "")
-            rows.append(_row(cells + _text_cell(flags.strip()), run.name, title=event.get("line")))
-        header = ["step"] + [f"{s} {f}" for s in SETS for f in ("ppl", "lo", "hi")] + ["drift", "drift lo", "drift hi", ""]
+            rows.append(row(cells + text_cell(flags.strip()), run.name, title=event.get("line")))
+        header = ["step"] + [f"{s} {f}" for s in sets for f in ("ppl", "lo", "hi")] + ["drift", "drift lo", "drift hi", ""]
         extra = f" ({run.resumes} restart{'s' if run.resumes != 1 else ''})" if run.resumes else ""
-        parts.append(f"<h3>{_esc(run.name)}{_esc(extra)}</h3>")
-        parts.append(_table(header, rows, f"evals-{_esc(run.name)}") if rows else "<p>no eval yet</p>")
+        parts.append(f"<h3>{esc(run.name)}{esc(extra)}</h3>")
+        parts.append(table(header, rows, f"evals-{esc(run.name)}") if rows else "<p>no eval yet</p>")
     return "\n".join(parts)
 
 
 def _config_section(runs: list[RunRecord]) -> str:
     known = [r for r in runs if r.config is not None]
-    notes = "".join(f"<p>{_esc(r.name)}: config unknown ({_esc(r.config_note)})</p>" for r in runs if r.config is None)
+    notes = "".join(f"<p>{esc(r.name)}: config unknown ({esc(r.config_note)})</p>" for r in runs if r.config is None)
     keys = sorted({k for r in known for k in r.config})
     differing = [k for k in keys if len({json.dumps(r.config.get(k), sort_keys=True) for r in known}) > 1]
-    rows = [_row("".join([_text_cell(k)] + [_text_cell(json.dumps(r.config[k]) if r.config and k in r.config else
+    rows = [row("".join([text_cell(k)] + [text_cell(json.dumps(r.config[k]) if r.config and k in r.config else
                                                     ("unknown" if r.config is None else "(unset)")) for r in runs]))
             for k in differing]
     if len(known) < 2:
@@ -170,11 +142,11 @@ def _config_section(runs: list[RunRecord]) -> str:
     elif not differing:
         body = "<p>The configs are identical.</p>"
     else:
-        body = _table(["variable"] + [r.name for r in runs], rows, "config-diff")
+        body = table(["variable"] + [r.name for r in runs], rows, "config-diff")
     full = "".join(
-        f"<details><summary>{_esc(r.name)}: full config ({_esc(r.config_note)})</summary><pre>"
-        f"{_esc(json.dumps(r.config, indent=1, sort_keys=True))}</pre></details>" for r in known)
-    trains = "".join(f"<p>{_esc(r.name)} trains: {_esc(r.trainable)}</p>" for r in runs if r.trainable)
+        f"<details><summary>{esc(r.name)}: full config ({esc(r.config_note)})</summary><pre>"
+        f"{esc(json.dumps(r.config, indent=1, sort_keys=True))}</pre></details>" for r in known)
+    trains = "".join(f"<p>{esc(r.name)} trains: {esc(r.trainable)}</p>" for r in runs if r.trainable)
     return "<h2>Config differences</h2>\n" + notes + trains + body + full
 
 
@@ -182,31 +154,32 @@ def _generations_section(runs: list[RunRecord]) -> str:
     parts = ["<h2>Generations at the last eval that produced them</h2>"]
     for run in runs:
         event = run.last_generations
-        parts.append(f"<h3>{_esc(run.name)}</h3>")
+        parts.append(f"<h3>{esc(run.name)}</h3>")
         if event is None:
             parts.append("<p>no generations in the events (TATU_GEN_PROMPTS=0, or no eval yet)</p>")
             continue
         step, gen = event["step"], event["generations"]
         accuracy = gen.get("accuracy") or {}
         prefix = f"eval/{step}/generations"
-        cells = (_cell(step, "int", f"eval/{step}/step")
-                 + _cell(accuracy.get("value"), "rate", f"{prefix}/accuracy/value")
-                 + _cell(accuracy.get("lo"), "rate", f"{prefix}/accuracy/lo")
-                 + _cell(accuracy.get("hi"), "rate", f"{prefix}/accuracy/hi")
-                 + _cell(accuracy.get("n"), "int", f"{prefix}/accuracy/n"))
+        cells = (cell(step, "int", f"eval/{step}/step")
+                 + cell(accuracy.get("value"), "rate", f"{prefix}/accuracy/value")
+                 + cell(accuracy.get("lo"), "rate", f"{prefix}/accuracy/lo")
+                 + cell(accuracy.get("hi"), "rate", f"{prefix}/accuracy/hi")
+                 + cell(accuracy.get("n"), "int", f"{prefix}/accuracy/n"))
         invented = gen.get("invented")
         if invented:
-            cells += (_cell(invented.get("rate"), "rate", f"{prefix}/invented/rate")
-                      + _cell(invented.get("n_invented"), "int", f"{prefix}/invented/n_invented")
-                      + _cell(invented.get("n_words"), "int", f"{prefix}/invented/n_words")
-                      + _text_cell(", ".join(map(str, invented.get("examples") or []))))
+            cells += (cell(invented.get("rate"), "rate", f"{prefix}/invented/rate")
+                      + "".join(cell(invented[k], "rate", f"{prefix}/invented/{k}") for k in ("lo", "hi") if k in invented)
+                      + cell(invented.get("n_invented"), "int", f"{prefix}/invented/n_invented")
+                      + cell(invented.get("n_words"), "int", f"{prefix}/invented/n_words")
+                      + text_cell(", ".join(map(str, invented.get("examples") or []))))
         else:
             cells += '<td colspan="4">n/a (no dictionary)</td>'
         header = ["step", "accuracy", "CI lo", "CI hi", "n", "invented-word rate", "invented", "words", "examples"]
-        parts.append(_table(header, [_row(cells, run.name)], f"gen-summary-{_esc(run.name)}"))
-        samples = [_row(f"{_text_cell(s.get('prompt', ''))}{_text_cell(s.get('reference', ''))}{_text_cell(s.get('output', ''))}")
+        parts.append(table(header, [row(cells, run.name)], f"gen-summary-{esc(run.name)}"))
+        samples = [row(f"{text_cell(s.get('prompt', ''))}{text_cell(s.get('reference', ''))}{text_cell(s.get('output', ''))}")
                    for s in gen.get("samples") or []]
-        parts.append(_table(["prompt", "reference", "output (greedy)"], samples, f"gen-samples-{_esc(run.name)}"))
+        parts.append(table(["prompt", "reference", "output (greedy)"], samples, f"gen-samples-{esc(run.name)}"))
     return "\n".join(parts)
 
 
@@ -217,9 +190,9 @@ def _plots_section(plots: list[PlotFile], out_dir: Path) -> str:
     for plot in plots:
         name, caption = plot.name, plot.caption
         data = base64.b64encode((out_dir / name).read_bytes()).decode("ascii")
-        figures.append(f'<figure><a href="{_esc(name)}"><img src="data:image/png;base64,{data}" '
-                       f'width="{PLOT_SIZE[0]}" height="{PLOT_SIZE[1]}" alt="{_esc(caption)}"></a>'
-                       f'<figcaption>{_esc(caption)} (<a href="{_esc(name)}">{_esc(name)}</a>)</figcaption></figure>')
+        figures.append(f'<figure><a href="{esc(name)}"><img src="data:image/png;base64,{data}" '
+                       f'width="{PLOT_SIZE[0]}" height="{PLOT_SIZE[1]}" alt="{esc(caption)}"></a>'
+                       f'<figcaption>{esc(caption)} (<a href="{esc(name)}">{esc(name)}</a>)</figcaption></figure>')
     return "<h2>Plots</h2>\n" + "\n".join(figures)
 
 
@@ -245,14 +218,16 @@ def build_report(run_dirs: list[Path | str], out_dir: Path | str) -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     plots = render_plots(runs, out_dir)
-    sources = "".join(f"<li>{_esc(r.name)}: {_esc(r.run_dir / 'events.jsonl')} ({len(r.evals)} evals, "
-                      f"last step {fmt_int(r.last_step)}; {_esc(r.status)})</li>" for r in runs)
+    sources = "".join(f"<li>{esc(r.name)}: {esc(r.run_dir / 'events.jsonl')} ({len(r.evals)} evals, "
+                      f"last step {fmt_int(r.last_step)}; {esc(r.status)})</li>" for r in runs)
     page = "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>tatu report: {_esc(', '.join(r.name for r in runs))}</title><style>{STYLE}</style></head><body>",
-        f"<h1>tatu report: {_esc(', '.join(r.name for r in runs))}</h1>",
+        f"<title>tatu report: {esc(', '.join(r.name for r in runs))}</title><style>{STYLE}</style></head><body>",
+        f"<h1>tatu report: {esc(', '.join(r.name for r in runs))}</h1>",
         f"<p>Every number below is read from these events.jsonl files:</p><ul>{sources}</ul>",
-        _verdict_section(runs), _comparison_section(runs), _plots_section(plots, out_dir), _config_section(runs),
+        _verdict_section(runs), _comparison_section(runs), categories_section(runs), tasks_section(runs),
+        _plots_section(plots, out_dir),
+        _config_section(runs),
         _generations_section(runs), _history_section(runs), "</body></html>", "",
     ])
     index = out_dir / "index.html"

@@ -14,10 +14,18 @@ from tatu.exitcodes import BAD_DATA, TatuExit
 from tatu.formats import fmt_p as shared_fmt_p
 from tatu.formats import fmt_pct as shared_fmt_pct
 from tatu.formats import fmt_ppl as shared_fmt_ppl
+from tatu.formats import SET_NAMES, ordered_sets
 
 # Where a run's config may be found: the resume state, or (the run finished and its state was
 # not kept) the other checkpoints that carry the same meta; each may be a `.old` twin.
 CONFIG_CHECKPOINTS = ("state", "final", "best")
+
+
+def report_sets(runs) -> list[str]:
+    """The sets the report shows: the three roles always, then every other set a run scored
+    (a held-out domain), in the order the events list them."""
+    seen = [name for run in runs for event in run.evals for name in (event.get("sets") or {})]
+    return ordered_sets([*SET_NAMES, *seen])
 
 
 @dataclass
@@ -195,5 +203,11 @@ def fmt_int(value) -> str:
     return "n/a" if value is None else str(value)
 
 
-FORMATS = {"ppl": fmt_ppl, "pct": fmt_pct, "rate": fmt_rate, "p": fmt_p, "int": fmt_int}
+def fmt_bpc(value) -> str:
+    """Bits per character: three decimals."""
+    x = number(value)
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+FORMATS = {"ppl": fmt_ppl, "pct": fmt_pct, "rate": fmt_rate, "p": fmt_p, "int": fmt_int, "bpc": fmt_bpc}
 

@@ -85,6 +85,23 @@ def test_run_prints_config_evals_and_baseline_drift_zero(tiny_trunk, tmp_path):
         assert load_checkpoint(tmp_path / "run" / name).meta["config"]["REPLAY_N"] == 1
 
 
+def test_thread_count_is_printed_with_its_source_and_kept_in_every_checkpoint(tiny_trunk, tmp_path):
+    # CPU float sums follow the thread count, so a run says which it computed with: TATU_THREADS
+    # wins over the OMP_NUM_THREADS a launcher (Ray, torchrun) sets; unset, the launcher's count is
+    # kept, and named.
+    fixed = daemon({**sft_env(tiny_trunk, tmp_path / "fixed", MIX_STEPS_LIMIT=2), "TATU_THREADS": "2",
+                    "OMP_NUM_THREADS": "1"})
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert re.search(r"TATU_THREADS\s+= 2\s+\[env\]", fixed.stdout)
+    assert "torch threads: 2 (TATU_THREADS)" in fixed.stdout
+    for name in ("best", "final", "state"):
+        assert load_checkpoint(tmp_path / "fixed" / "run" / name).meta["threads"] == 2
+    launcher = daemon({**sft_env(tiny_trunk, tmp_path / "omp", MIX_STEPS_LIMIT=2), "OMP_NUM_THREADS": "1"})
+    assert launcher.returncode == 0, launcher.stdout + launcher.stderr
+    assert "torch threads: 1 (OMP_NUM_THREADS=1)" in launcher.stdout
+    assert load_checkpoint(tmp_path / "omp" / "run" / "final").meta["threads"] == 1
+
+
 def test_drift_tronco_is_na_without_a_trunk_reference(tiny_trunk, tmp_path):
     from tatu.model.checkpoint import save_checkpoint
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -158,6 +159,41 @@ def test_two_ranks_take_the_single_process_steps(twins):
     steps = [[{k: e[k] for k in ("step", "tokens", "replay_fraction")} | {"loss": round(e["loss"], 9)}
               for e in read_events(run / "events.jsonl") if e["event"] == "step"] for run in (twins["one"], twins["two"])]
     assert steps[0] == steps[1] and len(steps[1]) == LIMIT
+
+
+# A realistic split: SFT_GE 4 + REPLAY_N 2 = 6 micro-batches, 3 on each rank, so every rank sums
+# several micro-batches' gradients before the all-reduce, in another order than one process does.
+BUSY = dict(SFT_GE=4, REPLAY_N=2, MIX_STEPS_LIMIT=8, EVAL_EVERY=4, TATU_CKPT_EVERY=8)
+# What docs/operations.md promises for such a split: the final weights within this of the 1-rank
+# twin's (float32 summation order: measured 1.4e-5 here after 8 steps, 2 of 16 tensors identical),
+# every EVAL line identical to its printed digits.
+BUSY_WEIGHT_BOUND = 1e-3
+
+
+def printed_evals(run_dir: Path) -> list[str]:
+    """The run's EVAL lines as run.log holds them, without the wall-clock seconds."""
+    lines = [line[line.index("EVAL "):] for line in (run_dir / "run.log").read_text().splitlines() if "EVAL " in line]
+    return [re.sub(r" \([0-9.]+s\)", "", line) for line in lines]
+
+
+@pytest.fixture(scope="module")
+def busy_twins(world):
+    one = single(sft_env(world, "busy-one", **BUSY))
+    assert one.returncode == 0, one.stdout + one.stderr
+    two = launch(sft_env(world, "busy-two", **BUSY))
+    assert two.returncode == 0, two.stdout + two.stderr
+    runs = world["root"] / "runs"
+    return {"one": runs / "busy-one", "two": runs / "busy-two"}
+
+
+@pytest.mark.slow
+def test_several_micro_batches_per_rank_end_within_the_documented_bound(busy_twins):
+    difference = max_weight_difference(busy_twins["one"] / "final", busy_twins["two"] / "final")
+    print(f"3 micro-batches per rank: max |w_1rank - w_2ranks| = {difference:.3g}")
+    assert difference <= BUSY_WEIGHT_BOUND
+    one, two = printed_evals(busy_twins["one"]), printed_evals(busy_twins["two"])
+    assert [line.split(":")[0] for line in one] == ["EVAL 0", "EVAL 4", "EVAL 8"]
+    assert one == two
 
 
 @pytest.mark.slow

@@ -64,6 +64,22 @@ def _documents(shard, tok):
     return docs
 
 
+def test_pairs_in_a_text_channel_are_written_in_the_chat_layout(sources, tmp_path):
+    # What lets a trunk pretrain on the chat format: a JSONL pair in a text channel is the SFT
+    # layout (markers, EOS), beside plain documents, every token counted as in any text channel.
+    out = tmp_path / "data"
+    assert _build(sources, out, "--text", f"pretrain={sources / 'pt.txt'},{sources / 'train.jsonl'}") == 0
+    tok = load_tokenizer(out / "tokenizer.json")
+    entry = json.loads((out / "manifest.json").read_text())["channels"]["pretrain"]
+    shard = np.fromfile(out / entry["files"]["tokens"], dtype=entry["dtype"]).tolist()
+    expected = [t for doc in PT_DOCS for t in [tok.bos_id, *tok.encode(doc), tok.eos_id]]
+    expected += [t for p in PAIRS for t in encode_pair(tok, p["prompt"], p["response"])[0]]
+    assert shard == expected
+    assert shard.count(tok.user_id) == shard.count(tok.assistant_id) == len(PAIRS)
+    assert entry["documents"] == len(PT_DOCS) + len(PAIRS)
+    assert (entry["tokens"], entry["targets"]) == (len(shard), len(shard) - entry["documents"])
+
+
 def test_text_shard_round_trips_to_the_source_text(sources, tmp_path):
     out = tmp_path / "data"
     assert _full_build(sources, out) == 0

@@ -11,7 +11,7 @@ from strict import cannot_run
 
 from tatu.data import demo, demo_text
 from tatu.ops import packages
-from tatu.data.sft_gen import generate_pairs, number_to_words
+from tatu.data.sft_gen import generate_format_pairs, generate_pairs, number_to_words
 
 # Written by hand from Portuguese grammar, not from the implementation.
 KNOWN_WORDS = {
@@ -164,6 +164,33 @@ def test_generate_pairs_deterministic_distinct_and_varied():
     assert len(arithmetic_shapes) >= 3  # several phrasings, not one template
 
 
+WORDS = ["casa", "ação", "pé", "informação", "Brasil", "x", "guarda-chuva", "árvore", "sol", "lua", "mar"]
+
+
+def test_format_pairs_are_right_distinct_and_share_nothing_with_the_sft_tasks():
+    pairs = generate_format_pairs(WORDS, 40, seed=0)
+    assert pairs == generate_format_pairs(WORDS, 40, seed=0) != generate_format_pairs(WORDS, 40, seed=1)
+    assert len({(p["task"], p["prompt"].split('"')[1]) for p in pairs}) == 40  # no question twice
+    vowels = set("aeiouáéíóúâêôãõàü")
+    answers = {"format_letters": lambda w: str(len(w)), "format_vowels": lambda w: str(sum(c in vowels for c in w.lower())),
+               "format_upper": lambda w: w.upper(), "format_first": lambda w: w[0], "format_last": lambda w: w[-1],
+               "format_repeat": lambda w: w}
+    assert {p["task"] for p in pairs} == set(answers)
+    for pair in pairs:
+        word = pair["prompt"].split('"')[1]
+        assert word in WORDS and word.isalpha() and len(word) >= 2  # "x" and "guarda-chuva" are not used
+        assert pair["response"] == answers[pair["task"]](word), pair
+    assert answers["format_vowels"]("ação") == "3"  # the check itself: ã counts as a vowel
+    # Disjoint from the SFT pairs by task and by template: none of their prompts has a quoted word
+    # game's shape, and no SFT task name is a format task's.
+    sft = generate_pairs(3000, seed=0)
+    assert not {p["task"] for p in sft} & {p["task"] for p in pairs}
+    shapes = {re.sub(r'"[^"]*"', "W", p["prompt"]) for p in pairs}
+    assert not shapes & {re.sub(r'"[^"]*"', "W", p["prompt"]) for p in sft}
+    with pytest.raises(ValueError, match="exceeds"):
+        generate_format_pairs(WORDS, 1000, seed=0)
+
+
 # --- decoding and extraction ---------------------------------------------------------------
 
 def test_decode_lines_falls_back_and_counts_dropped():
@@ -198,7 +225,7 @@ def test_missing_packages_without_root_name_the_command(monkeypatch):
 
 # --- the demo files (tiny scale) ----------------------------------------------------------
 
-FILES = ["pt_corpus.txt", "en_corpus.txt", "sft_train.jsonl", "sft_held.jsonl", "pt_val.txt",
+FILES = ["pt_corpus.txt", "en_corpus.txt", "sft_train.jsonl", "sft_held.jsonl", "chat_format.jsonl", "pt_val.txt",
          "en_ruler.txt", "pt_words.txt", "sources.json"]
 
 
@@ -274,6 +301,10 @@ def test_sft_files_parse_and_are_disjoint(built):
         assert all(row["prompt"].strip() and row["response"].strip() for row in rows)
         prompts[name] = {row["prompt"] for row in rows}
     assert not prompts["sft_train.jsonl"] & prompts["sft_held.jsonl"]
+    chat = [json.loads(line) for line in _lines(built["a"] / "chat_format.jsonl")]
+    assert len(chat) == demo.SCALES["tiny"].format_pairs
+    assert all(row["task"].startswith("format_") for row in chat)
+    assert not {row["prompt"] for row in chat} & (prompts["sft_train.jsonl"] | prompts["sft_held.jsonl"])
 
 
 def test_same_seed_same_bytes_other_seed_differs(built):
@@ -299,3 +330,23 @@ def test_sources_json_names_packages_and_paths(built):
 def test_unknown_scale_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="scale='huge'"):
         demo.build_demo_sources(tmp_path, scale="huge")
+
+
+def test_the_held_out_domain_is_read_by_no_training_source_and_the_tasks_check_out(built):
+    from tatu.data.tasks import read_items
+
+    faq = _lines(built["a"] / demo.HELD_OUT_FILE)
+    record = json.loads((built["a"] / "sources.json").read_text())
+    assert len(faq) == record["files"][demo.HELD_OUT_FILE]["lines"] == demo.SCALES["tiny"].held_out_lines
+    training = (built["a"] / "pt_corpus.txt").read_text(encoding="utf-8") + (built["a"] / "en_corpus.txt").read_text(encoding="utf-8")
+    assert not [line for line in faq if line in training]
+    pt_val, en_ruler = set(_lines(built["a"] / "pt_val.txt")), set(_lines(built["a"] / "en_ruler.txt"))
+    expected = {"language": {"português": pt_val, "inglês": en_ruler},
+                "source": {"FAQ do Debian": set(faq), "guia ou provérbio": pt_val}}
+    for kind in ("numbers", "dates", "arith", "language", "source"):
+        items = read_items(built["a"] / f"task_{kind}.jsonl")
+        assert len(items) == demo.SCALES["tiny"].task_items
+        for _, item in items:
+            if kind in expected:  # the answer is the list the line came from
+                line = item["context"].removeprefix("Frase: ").rsplit("\n", 1)[0]
+                assert line in expected[kind][item["choices"][item["answer"]]]

@@ -54,6 +54,10 @@ def reference(world):
     proc = start(world["plan"], sweeps)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "sweep finished: compare: 4/4 done" in proc.stdout, proc.stdout
+    # This plan leaves the thread count to the backend, and the start says what that means.
+    assert "threads: not fixed by the plan, so each member takes its backend's count (torch's default)" in proc.stdout
+    # The elapsed time beside the estimate `tatu sweep plan` would make (the trunk's run is measured).
+    assert re.search(r"; took (\d+m)?\d+s \(estimated (\d+m)?\d+s at K=2\);", proc.stdout), proc.stdout
     return sweeps / "tuned"
 
 

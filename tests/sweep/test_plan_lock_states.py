@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import math
 from pathlib import Path
 
@@ -46,6 +47,40 @@ def test_plan_hash_ignores_seeds_but_not_knobs(tmp_path):
     b = load_plan(write_plan(tmp_path, seeds=(1, 2, 3)))
     c = load_plan(write_plan(tmp_path, replay=(0, 4)))
     assert a.hash == b.hash != c.hash
+
+
+def test_the_portable_hash_is_the_same_on_every_checkout_the_lock_hash_is_not(tmp_path):
+    # Two checkouts of the same files: the plan's paths are relative to its directory, so they
+    # resolve to other absolute paths; a plan that moves its data elsewhere is another plan.
+    text = plan_text("dose", Path("../demo/data"), Path("../demo/runs/trunk/final"))
+    plans = []
+    for checkout in ("a", "b/deeper"):
+        path = tmp_path / checkout / "examples" / "dose.toml"
+        path.parent.mkdir(parents=True)
+        path.write_text(text)
+        plans.append(load_plan(path))
+    a, b = plans
+    assert a.hash != b.hash and a.portable_hash == b.portable_hash
+    assert a.portable_core()["base_env"]["TATU_DATA"] == "../demo/data"
+    moved = tmp_path / "c" / "examples" / "dose.toml"
+    moved.parent.mkdir(parents=True)
+    moved.write_text(text.replace("../demo/data", "../other/data"))
+    assert load_plan(moved).portable_hash != a.portable_hash
+    # The lock keeps both; the report's header names the portable one.
+    lock, _ = reconcile(a, tmp_path / "sweeps" / "dose")
+    assert (lock["plan_hash"], lock["plan_portable_hash"]) == (a.hash, a.portable_hash)
+
+
+# The demo sweep's closing table in docs/sweeps.md predates this plan (the plan gained
+# TATU_THREADS = 1 and the hash became portable): it is regenerated from the merged code with
+# the commands in docs/sweeps.md ("The demo sweep"). Strict: once the table is regenerated
+# this XPASSes, and the mark must go.
+@pytest.mark.xfail(strict=True, reason="docs/sweeps.md's demo-sweep table is awaiting regeneration from this plan")
+def test_the_demo_sweep_table_in_the_docs_is_from_the_shipped_plan():
+    root = Path(__file__).resolve().parents[2]
+    documented = re.findall(r"^sweep replay-dose \(plan ([0-9a-f]{16})\)", (root / "docs" / "sweeps.md").read_text(), re.M)
+    assert len(documented) == 1
+    assert documented[0] == load_plan(root / "examples" / "sweep-replay.toml").portable_hash
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -305,7 +340,8 @@ def test_tatu_sweep_plan_prints_members_configs_hash_and_cost(tmp_path, capsys):
     plan = load_plan(path)
     assert tatu(["sweep", "plan", str(path), "--sweeps", str(tmp_path / "sweeps")]) == 0
     out = capsys.readouterr().out
-    assert f"plan hash {plan.hash}" in out and "members: 0 tune + 4 comparison" in out
+    assert f"plan hash {plan.portable_hash}" in out and f"absolute paths: {plan.hash}" in out
+    assert "members: 0 tune + 4 comparison" in out
     assert "[compare] replay-n2-s2  run dose.replay-n2-s2" in out and "REPLAY_N               = 2" in out
     assert "cost: unknown" in out  # no measured run yet: said, not guessed
     assert not (tmp_path / "sweeps").exists()  # planning locks nothing

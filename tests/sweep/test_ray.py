@@ -32,9 +32,12 @@ from tatu.sweep.lock import members, read_lock
 # unless told that this is not a cluster; set before ray is imported, inherited by its processes.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
-# Ray gives a task with num_cpus=1 OMP_NUM_THREADS=1, and CPU float sums depend on the thread
-# count: the foreground reference runs its members with the same count, as a node would.
-THREADS = {"OMP_NUM_THREADS": "1"}
+# CPU float sums depend on the thread count, and the backends differ in it: Ray gives a task
+# with num_cpus=1 OMP_NUM_THREADS=1, a foreground member gets torch's default (this machine's
+# cores). The plan fixes it (TATU_THREADS) for every member, at a count that is neither
+# backend's own on a machine with 1 or 2 cores, and both sweeps run in the test's plain
+# environment: the plan, not the test, makes the backends agree.
+PLAN_THREADS = 3
 
 
 def _ray_or_skip():
@@ -62,7 +65,8 @@ def ray_cluster():
 def world(tmp_path_factory, tiny_trunk):
     root = tmp_path_factory.mktemp("ray-world")
     plan = root / "rayed.toml"
-    plan.write_text(plan_text("rayed", tiny_trunk["data"], tiny_trunk["trunk"], steps=6))
+    plan.write_text(plan_text("rayed", tiny_trunk["data"], tiny_trunk["trunk"], steps=6,
+                              extra=f", TATU_THREADS = {PLAN_THREADS}"))
     return {"root": root, "plan": plan}
 
 
@@ -75,9 +79,10 @@ def reference(world):
     sweeps = world["root"] / "foreground"
     proc = subprocess.run(_cli("start", str(world["plan"]), "--foreground", "-K", "2", "--poll", "0.3",
                                "--sweeps", str(sweeps)),
-                          env={**clean_environ(), **THREADS}, capture_output=True, text=True, timeout=900)
+                          env=clean_environ(), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "sweep finished: 4/4 done" in proc.stdout, proc.stdout
+    assert f"threads: TATU_THREADS={PLAN_THREADS} for every member (the plan)" in proc.stdout
     return sweeps / "rayed"
 
 
@@ -151,6 +156,14 @@ def report_numbers(sweep_dir: Path) -> str:
     return json.dumps(data, sort_keys=True)
 
 
+def threads_used(sweep_dir: Path) -> dict[str, int]:
+    """The thread count each member's final checkpoint says its daemon computed with."""
+    from tatu.model.checkpoint import load_checkpoint
+
+    return {m.name: load_checkpoint(Path(m.env["TATU_OUT"]) / m.run / "final").meta["threads"]
+            for m in members(read_lock(sweep_dir))}
+
+
 def verdicts(sweep_dir: Path) -> dict[str, str]:
     return {m.name: json.loads((Path(m.env["TATU_OUT"]) / m.run / "verdict.json").read_text())["verdict"]
             for m in members(read_lock(sweep_dir))}
@@ -169,6 +182,7 @@ def test_a_ray_sweep_with_killed_workers_equals_the_foreground_sweep(rayed, refe
         assert log.count("tatu ray: ") == 2, log
         events = Path(by_name[name].env["TATU_OUT"]) / by_name[name].run / "events.jsonl"
         assert '"event": "resumed"' in events.read_text()
+    assert set(threads_used(sweep_dir).values()) == set(threads_used(reference).values()) == {PLAN_THREADS}
     ref, got = final_weights(reference), final_weights(sweep_dir)
     assert len(ref) == 4 and ref.keys() == got.keys()
     assert [n for n in ref if ref[n] != got[n]] == []

@@ -1,0 +1,60 @@
+"""The report's per-category and multiple-choice task sections (docs/metrics.md): each metric
+at the last eval with its change vs step 0."""
+from __future__ import annotations
+
+from tatu.ops.report.cells import cell, esc, row, table, text_cell
+from tatu.ops.report.runs import RunRecord
+
+
+def categories_section(runs: list[RunRecord]) -> str:
+    """Per-category (part-of-speech) perplexity and bpc of every set at the last eval, each with
+    its paired change vs step 0 (docs/metrics.md); a run without tags says why."""
+    rows = []
+    for run in runs:
+        final = run.final_eval
+        if final is None or "categories" not in final:  # events written before categories existed
+            continue
+        step, categories = final["step"], final["categories"]
+        if not categories:
+            rows.append(row(f'{text_cell(run.name)}<td colspan="10">{esc(final.get("categories_note") or "none")}</td>',
+                             run.name))
+        for set_name, per in categories.items():
+            for category, point in per.items():
+                prefix = f"eval/{step}/categories/{set_name}/{category}"
+                change = point.get("change") or {}
+                cells = (cell(step, "int", f"eval/{step}/step") + cell(point.get("ppl"), "ppl", f"{prefix}/ppl", set_name)
+                         + cell(point.get("bpc"), "bpc", f"{prefix}/bpc") + cell(point.get("n_tokens"), "int", f"{prefix}/n_tokens")
+                         + cell(change.get("value"), "pct", f"{prefix}/change/value")
+                         + cell(change.get("lo"), "pct", f"{prefix}/change/lo") + cell(change.get("hi"), "pct", f"{prefix}/change/hi")
+                         + cell(change.get("p_value"), "p", f"{prefix}/change/p_value"))
+                rows.append(row(f"{text_cell(run.name)}{text_cell(set_name)}{text_cell(category)}{cells}", run.name))
+    if not rows:
+        return ""
+    header = ["run", "set", "category", "step", "ppl", "bpc", "tokens", "change vs step 0", "CI lo", "CI hi", "p-value"]
+    return ("<h2>Word categories at the last eval</h2>\n<p>Perplexity and bits per character on the tokens of each "
+            "part of speech (Apertium's tags, built once at data build), paired with the run's step 0.</p>\n"
+            + table(header, rows, "categories"))
+
+
+def tasks_section(runs: list[RunRecord]) -> str:
+    """acc and acc_norm of every multiple-choice task at the last eval, each with its Wilson CI
+    and its exact McNemar test against step 0 (docs/metrics.md)."""
+    rows = []
+    for run in runs:
+        final = run.final_eval
+        for task, point in ((final or {}).get("tasks") or {}).items():
+            step = final["step"]
+            for key in ("acc", "acc_norm"):
+                metric, prefix = point[key], f"eval/{step}/tasks/{task}/{key}"
+                change = metric.get("change") or {}
+                cells = (cell(step, "int", f"eval/{step}/step") + cell(metric.get("value"), "rate", f"{prefix}/value")
+                         + cell(metric.get("lo"), "rate", f"{prefix}/lo") + cell(metric.get("hi"), "rate", f"{prefix}/hi")
+                         + cell(change.get("diff"), "pct", f"{prefix}/change/diff")
+                         + cell(change.get("p_value"), "p", f"{prefix}/change/p_value"))
+                rows.append(row(f"{text_cell(run.name)}{text_cell(task)}{text_cell(key)}{cells}", run.name))
+    if not rows:
+        return ""
+    header = ["run", "task", "metric", "step", "accuracy", "CI lo", "CI hi", "change vs step 0", "p (McNemar)"]
+    return ("<h2>Multiple-choice tasks at the last eval</h2>\n<p>Accuracy by log-likelihood (as lm-evaluation-harness "
+            "scores multiple_choice), Wilson 95% CI, exact McNemar test vs the run's step 0 over the same items.</p>\n"
+            + table(header, rows, "tasks"))
