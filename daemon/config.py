@@ -59,6 +59,9 @@ class RunConfig(BaseModel):
     data: Path = Field(..., alias="TATU_DATA", description="data directory written by `tatu data build`")
     device: str = Field("auto", alias="TATU_DEVICE", pattern=r"^(auto|cpu|cuda(:\d+)?|mps)$")
     seed: int = Field(1337, alias="TATU_SEED", ge=0, le=2**31 - 1)
+    # model/precision.py decides what auto means on the device; the run keeps what it resolved to
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", alias="TATU_PRECISION", description="training step autocast: auto = bf16 where the device has it natively")
     # --- optimisation ---
     lr: float = Field(3e-4, alias="TATU_LR", gt=0, le=10)
     min_lr: float = Field(0.0, alias="TATU_MIN_LR", ge=0, le=10)
