@@ -38,7 +38,7 @@ def tokenizer_main(args: argparse.Namespace) -> int:
     if args.action != "train":
         _err("usage: tatu tokenizer train --kind bpe|char [--vocab N] --out FILE SOURCES...")
         return USAGE
-    from tatu.data.build import training_texts
+    from tatu.data.documents import training_texts
     from tatu.model.tokenizer import TokenizerError, train_tokenizer
 
     for path in args.sources:
@@ -97,6 +97,11 @@ def add_data_args(parser: argparse.ArgumentParser) -> None:
                        help="the training context: SFT and eval pairs longer than one row of it are bad lines "
                             "(required with --sft or a .jsonl --eval)")
     build.add_argument("--progress", choices=("auto", "always", "never"), default="auto")
+    build.add_argument("--encoder", choices=("auto", "tiktoken", "tokenizers"), default="auto",
+                       help="what encodes text channels: auto = tiktoken when it gives the tokenizer's ids on "
+                            "adversarial strings and a sample of the sources (docs/data.md), else tokenizers")
+    build.add_argument("--jobs", type=int, default=None,
+                       help="worker processes for text channels (default: every core for 64 MB of text or more)")
 
     demo = sub.add_parser("demo", help="write the offline demo's raw sources (corpora, pairs, eval sets)")
     demo.add_argument("out", help="directory for the source files")
@@ -114,7 +119,8 @@ def _data_build(args: argparse.Namespace) -> int:
             raise TatuExit(USAGE, f"--eval {name}: one file per eval set, got {len(files)}")
     spec = BuildSpec(tokenizer=args.tokenizer, out_dir=args.out, text=_named_files(args.text, "--text"),
                      sft=_named_files(args.sft, "--sft"), evals={n: f[0] for n, f in evals.items()},
-                     one_per_line=args.one_per_line, on_bad_line=args.on_bad_line, seq_len=args.seq_len)
+                     one_per_line=args.one_per_line, on_bad_line=args.on_bad_line, seq_len=args.seq_len,
+                     encoder=args.encoder, jobs=args.jobs)
     try:
         spec.validate()
         tok = load_tokenizer(args.tokenizer)
@@ -135,6 +141,8 @@ def _data_build(args: argparse.Namespace) -> int:
         print(f"{name} ({channel['kind']}): {unit}, {channel['tokens']} tokens, {channel['targets']} targets")
     for name, entry in result.manifest["evals"].items():
         print(f"eval {name} ({entry['kind']}): {entry['lines']} lines")
+    encoder = result.manifest["encoder"]
+    print(f"encoder {encoder['name']} ({encoder['reason']})")
     print(f"wrote {result.out_dir}/manifest.json")
     return 0
 
