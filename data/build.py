@@ -37,7 +37,7 @@ from tatu.model.tokenizer import Tokenizer
 
 TOKENIZER_FILE = "tokenizer.json"
 ON_BAD_LINE = ("error", "skip")
-SAMPLE_BYTES = 1 << 20  # per text source, the fast encoder's check against the tokenizer
+SAMPLE_BYTES = 256 << 10  # per text source, the fast encoder's check against the tokenizer
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -366,11 +366,11 @@ def _hash_inputs(paths: list[str]) -> dict[str, str]:
         raise DataError(f"{exc.filename}: cannot read ({exc.strerror})") from None
 
 
-def _encoder_for(spec: BuildSpec, tok: Tokenizer, text_paths: list[str], threads: int) -> Encoder:
+def _encoder_for(spec: BuildSpec, tok: Tokenizer, text_paths: list[str]) -> Encoder:
     """The text channels' encoder (SFT pairs and eval sets are encoded by the tokenizer itself)."""
     sample = verification_sample(text_paths, spec.one_per_line) if text_paths and spec.encoder != "tokenizers" else []
     try:
-        return choose_encoder(tok, sample, spec.encoder, threads=threads)
+        return choose_encoder(tok, sample, spec.encoder)
     except EncoderMismatch as exc:
         raise DataConfigError(f"--encoder tiktoken: {exc}") from None
 
@@ -395,7 +395,7 @@ def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None) ->
     text_paths = [p for paths in spec.text.values() for p in paths]
     text_bytes = sum(os.path.getsize(p) for p in text_paths)
     jobs = spec.jobs or text_shards.default_jobs(text_bytes)
-    encoder = _encoder_for(spec, tok, text_paths, threads=text_shards.usable_cores())
+    encoder = _encoder_for(spec, tok, text_paths)
     local = text_shards.ChunkEncoder(tok, encoder, dtype, spec.one_per_line, skip_bad=spec.on_bad_line == "skip")
     created = _make_parents(out_dir)
     try:

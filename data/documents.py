@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from tatu.data.manifest import DataError
 from tatu.data.sft import BadLine, file_lines, parse_sft_line, split_lines
@@ -98,10 +98,14 @@ def documents_in(data: bytes, path: str, first_line: int, one_per_line: bool = F
     return _documents(split_lines(data, first_line), path, one_per_line)
 
 
-def training_texts(paths: Iterable[str | Path], one_per_line: bool = False) -> Iterator[str]:
-    """The texts a tokenizer is trained on; any bad line stops with FILE:LINE (exit 65)."""
+def training_texts(paths: Iterable[str | Path], one_per_line: bool = False,
+                   progress: Callable[[int], None] | None = None) -> Iterator[str]:
+    """The texts a tokenizer is trained on, streamed; any bad line stops with FILE:LINE (exit 65).
+    `progress` is told the source bytes of every document read."""
     for path in paths:
         for item in read_documents(path, one_per_line):
             if isinstance(item, BadLine):
                 raise DataError(str(item))
+            if progress is not None:
+                progress(item.n_bytes)
             yield item.text

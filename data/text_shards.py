@@ -23,9 +23,9 @@ from tatu.data.sft import BadLine
 from tatu.model.encoders import Encoder, tiktoken_encoding
 from tatu.model.tokenizer import Tokenizer, tokenizer_from_dict
 
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 1 << 20
 # below this many source bytes, starting worker processes costs more than it gains
-PARALLEL_BYTES = 64 << 20
+PARALLEL_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)

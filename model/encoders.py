@@ -103,7 +103,7 @@ def tokenizers_encoder(tok: Tokenizer, reason: str) -> Encoder:
                    batch if batch is not None else (lambda texts: [tok.encode(t) for t in texts]))
 
 
-def choose_encoder(tok: Tokenizer, sample: Iterable[str], wanted: str = "auto", threads: int = 1) -> Encoder:
+def choose_encoder(tok: Tokenizer, sample: Iterable[str], wanted: str = "auto") -> Encoder:
     """tiktoken when it gives `tok`'s ids on ADVERSARIAL and on `sample`; `tokenizers` otherwise
     (wanted="tiktoken": EncoderMismatch instead; wanted="tokenizers": never tiktoken)."""
     if wanted not in ENCODERS:
@@ -117,8 +117,8 @@ def choose_encoder(tok: Tokenizer, sample: Iterable[str], wanted: str = "auto", 
         return tokenizers_encoder(tok, f"tiktoken cannot stand in: {why}")
 
     def batch(texts: list[str]) -> list[list[int]]:
-        if threads > 1:
-            return encoding.encode_ordinary_batch(texts, num_threads=threads)
+        # one call per text: encode_ordinary_batch's thread pool costs a future per text, more than
+        # it gains (the data build's parallelism is worker processes, model/../data/text_shards.py)
         return [encoding.encode_ordinary(text) for text in texts]
 
     sample = list(sample)
