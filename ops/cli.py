@@ -26,9 +26,9 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
     "status": ("tatu.ops.client", "add_status_args", "status_main", "ask a running daemon over its control socket"),
     "doctor": ("tatu.ops.doctor", "add_doctor_args", "doctor_main", "check the unit and the host against what kills runs"),
     "units": ("tatu.ops.units", "add_units_args", "units_main", "install the systemd user units (tatu units install --run NAME)"),
-    "report": ("tatu.ops.report", "add_args", "main", "plots and an HTML page from runs' events.jsonl"),
+    "report": ("tatu.ops.report.page", "add_args", "main", "plots and an HTML page from runs' events.jsonl"),
     "export": ("tatu.ops.export", "add_args", "main", "a checkpoint as a transformers GPT-2 directory (--format hf)"),
-    "sweep": ("tatu.ops.sweep_cli", "add_args", "main", "pre-registered sweeps over seeds and knobs (plan, start, status, stop, report)"),
+    "sweep": ("tatu.sweep.cli", "add_args", "main", "pre-registered sweeps over seeds and knobs (plan, start, status, stop, report)"),
 }
 
 

@@ -116,7 +116,7 @@ def closing_table(run_dirs: list[Path]) -> str:
     def with_ci(change):
         return f"{fmt_pct(change['value'])} [{fmt_pct(change['lo'])},{fmt_pct(change['hi'])}]" if change else "n/a"
 
-    from tatu.ops.report import load_run
+    from tatu.ops.report.page import load_run
 
     runs = {}
     for run_dir in run_dirs:

@@ -13,7 +13,7 @@ from tatu.model.checkpoint import save_checkpoint
 from tatu.model.gpt import GPT, GPTConfig
 from tatu.model.tokenizer import CharTokenizer
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 TATU = Path(sys.executable).parent / "tatu"
 ENV = {**os.environ, "PYTHONIOENCODING": "utf-8"}
 

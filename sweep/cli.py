@@ -62,7 +62,7 @@ def _sweep_dir(args, name: str) -> Path:
 
 def plan_main(args) -> int:
     from tatu.daemon.config import describe, load_config
-    from tatu.ops.sweep_plan import fmt_duration, load_plan, measured_cost, member_seconds
+    from tatu.sweep.plan import fmt_duration, load_plan, measured_cost, member_seconds
 
     plan = load_plan(args.plan)
     out = _sweep_dir(args, plan.name) / "runs"
@@ -107,17 +107,17 @@ def plan_main(args) -> int:
 # --- start -----------------------------------------------------------------------------------------
 
 def _backend(kind: str, sweep_dir: Path, ray_cpus: int = 1):
-    from tatu.ops.sweep_backends import ForegroundBackend, SystemdBackend
+    from tatu.sweep.backends import ForegroundBackend, SystemdBackend
 
     if kind == "ray":
-        from tatu.ops.sweep_ray import RayBackend
+        from tatu.sweep.ray import RayBackend
 
         return RayBackend(sweep_dir, ray_cpus)
     return ForegroundBackend(sweep_dir) if kind == "foreground" else SystemdBackend()
 
 
 def finished(sweep_dir: Path, backend) -> tuple[bool, str]:
-    from tatu.ops.sweep_coordinator import TERMINAL, Coordinator, summary
+    from tatu.sweep.coordinator import TERMINAL, Coordinator, summary
 
     coordinator = Coordinator(sweep_dir, backend, 1, out=open(os.devnull, "w"))
     _, stage, members = coordinator.stage_members()
@@ -127,15 +127,15 @@ def finished(sweep_dir: Path, backend) -> tuple[bool, str]:
 
 
 def start_main(args) -> int:
-    from tatu.ops.sweep_coordinator import SETTINGS_FILE, STOP_FILE, Coordinator, devices_for
-    from tatu.ops.sweep_lock import reconcile, write_json_atomic
-    from tatu.ops.sweep_plan import load_plan
+    from tatu.sweep.coordinator import SETTINGS_FILE, STOP_FILE, Coordinator, devices_for
+    from tatu.sweep.lock import reconcile, write_json_atomic
+    from tatu.sweep.plan import load_plan
 
     plan = load_plan(args.plan)
     sweep_dir = _sweep_dir(args, plan.name)
     kind = args.backend or ("foreground" if args.foreground else "systemd")
     if kind == "ray":  # before anything is written: a missing extra or an unreachable cluster is one line
-        from tatu.ops.sweep_ray import connect
+        from tatu.sweep.ray import connect
 
         connect(args.address)
     lock, what = reconcile(plan, sweep_dir)
@@ -154,7 +154,7 @@ def start_main(args) -> int:
         raise TatuExit(exitcodes.USAGE, f"-K {args.K}: at least 1 member at a time")
     base_device = plan.base_env.get("TATU_DEVICE", "auto")
     if kind == "ray":  # Ray places members and gives each its GPU; K is what the cluster holds at once
-        from tatu.ops.sweep_ray import slots
+        from tatu.sweep.ray import slots
 
         k = args.K or slots(base_device, args.ray_cpus)
         devices = [None] * k
@@ -186,13 +186,13 @@ def _gpu_count() -> int:
 
 
 def sweep_env_path(name: str) -> Path:
-    from tatu.ops.sweep_backends import env_dir
+    from tatu.sweep.backends import env_dir
 
     return env_dir() / "sweeps" / f"{name}.env"
 
 
 def _start_unit(name: str, sweep_dir: Path, k: int) -> int:
-    from tatu.ops.sweep_backends import _write_private
+    from tatu.sweep.backends import _write_private
     from tatu.ops.units import UnitsError, systemctl_user
 
     unit = COORDINATOR_UNIT.format(name)
@@ -216,7 +216,7 @@ def _start_unit(name: str, sweep_dir: Path, k: int) -> int:
 
 def status_main(args) -> int:
     from tatu.daemon.logs import read_events
-    from tatu.ops.sweep_coordinator import STOP_FILE, Coordinator, run_dir, settings, summary
+    from tatu.sweep.coordinator import STOP_FILE, Coordinator, run_dir, settings, summary
 
     sweep_dir = _sweep_dir(args, args.name)
     conf = settings(sweep_dir)
@@ -239,8 +239,8 @@ def status_main(args) -> int:
 
 
 def stop_main(args) -> int:
-    from tatu.ops.sweep_coordinator import STOP_FILE, Coordinator, settings
-    from tatu.ops.sweep_lock import write_json_atomic
+    from tatu.sweep.coordinator import STOP_FILE, Coordinator, settings
+    from tatu.sweep.lock import write_json_atomic
     from tatu.ops.units import UnitsError, systemctl_user
 
     sweep_dir = _sweep_dir(args, args.name)
@@ -268,7 +268,7 @@ def stop_main(args) -> int:
 
 
 def report_main(args) -> int:
-    from tatu.ops.sweep_report import write_report
+    from tatu.sweep.report import write_report
 
     data, text, page = write_report(_sweep_dir(args, args.name), args.out)
     print(text)

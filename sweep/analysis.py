@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from tatu.evals import seeds as st
-from tatu.ops.sweep_coordinator import TERMINAL, member_status, run_dir
-from tatu.ops.sweep_backends import UnitState
-from tatu.ops.sweep_plan import Member, parse_rule
-from tatu.ops.sweep_scores import end_checkpoint, score_checkpoint
+from tatu.sweep.coordinator import TERMINAL, member_status, run_dir
+from tatu.sweep.backends import UnitState
+from tatu.sweep.plan import Member, parse_rule
+from tatu.sweep.scores import end_checkpoint, score_checkpoint
 
 RESAMPLES = 2000
 HALVES = {"dev": 0, "judge": 1}
@@ -279,8 +279,8 @@ def select_tuned(sweep_dir: Path, lock: dict, members: list[Member]) -> tuple[st
 
 def analyze(sweep_dir: Path) -> dict:
     """Every number of the report, as JSON-able data."""
-    from tatu.ops.sweep_lock import members as locked_members
-    from tatu.ops.sweep_lock import read_lock
+    from tatu.sweep.lock import members as locked_members
+    from tatu.sweep.lock import read_lock
 
     sweep_dir = Path(sweep_dir)
     lock = read_lock(sweep_dir)

@@ -24,7 +24,7 @@ import pytest
 from sweep_world import build_trunk, plan_text
 from tiny_world import clean_environ
 
-from tatu.ops.sweep_lock import members, read_lock
+from tatu.sweep.lock import members, read_lock
 
 pytestmark = pytest.mark.slow
 
@@ -109,7 +109,7 @@ def final_weights(sweep_dir: Path) -> dict[str, bytes]:
 
 
 def report_numbers(sweep_dir: Path) -> str:
-    from tatu.ops.sweep_analysis import analyze
+    from tatu.sweep.analysis import analyze
 
     data = analyze(sweep_dir)
     for stage in (data["tune"], data["compare"]):
@@ -194,7 +194,7 @@ def test_the_tune_stage_chooses_on_the_dev_half_and_locks_the_value(world, refer
 
 def test_report_drift_is_the_daemons_drift(reference):
     """The re-scored start/end per-line sums give back the drift the daemon logged at its last eval."""
-    from tatu.ops.sweep_analysis import member_result, run_lines
+    from tatu.sweep.analysis import member_result, run_lines
 
     for m in members(read_lock(reference), "compare"):
         result = member_result(m, reference)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from tatu.exitcodes import BAD_DATA, TatuExit
-from tatu.ops import cli, report
+from tatu.ops import cli
+from tatu.ops.report import page as report
 
 PLOTS = ("sftHeld.png", "ptVal.png", "enRuler.png", "drift.png")
 

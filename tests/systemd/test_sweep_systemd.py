@@ -1,7 +1,7 @@
 """A sweep under a real `systemd --user` (tests/systemd_harness.py): 2 configurations x 2 seeds,
 K=2, through a tatu-sweep@ coordinator unit and tatu-sft@ member units. The coordinator is
 SIGKILLed mid-way; systemd restarts it, and it finishes without re-running finished members.
-Run under the flock (README): `flock /tmp/tatu-systemd.lock .venv/bin/pytest -q tests/test_sweep_systemd.py`.
+Run under the flock (README): `flock /tmp/tatu-systemd.lock .venv/bin/pytest -q tests/systemd/test_sweep_systemd.py`.
 CI sets CI_STRICT=1, so this fails there instead of skipping.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from systemd_harness import address_the_manager, scrub_environment_for_units, us
 
 from tatu.daemon.logs import read_events
 from tatu.ops.cli import main as tatu
-from tatu.ops.sweep_lock import members, read_lock
+from tatu.sweep.lock import members, read_lock
 from tatu.ops.units import install_units
 
 pytestmark = [pytest.mark.systemd, pytest.mark.slow]

@@ -11,11 +11,11 @@ from sweep_world import plan_text
 
 from tatu.exitcodes import BAD_CONFIG, TatuExit
 from tatu.ops.cli import main as tatu
-from tatu.ops.sweep_analysis import decide
-from tatu.ops.sweep_backends import UnitState
-from tatu.ops.sweep_coordinator import member_status, summary
-from tatu.ops.sweep_lock import lock_path, members, read_lock, reconcile
-from tatu.ops.sweep_plan import config_label, load_plan
+from tatu.sweep.analysis import decide
+from tatu.sweep.backends import UnitState
+from tatu.sweep.coordinator import member_status, summary
+from tatu.sweep.lock import lock_path, members, read_lock, reconcile
+from tatu.sweep.plan import config_label, load_plan
 
 TUNE = '[tune]\nTATU_LR = [1e-3, 3e-3]\nseeds = [1]\n'
 
@@ -186,7 +186,7 @@ def test_the_locked_rule_picks_the_smallest_passing_value(tmp_path):
 
 
 def test_the_example_plans_parse(tmp_path):
-    examples = Path(__file__).resolve().parent.parent / "examples"
+    examples = Path(__file__).resolve().parents[2] / "examples"
     plain = load_plan(examples / "sweep-replay.toml")
     assert [m.name for m in plain.compare_members(tmp_path, None)][:3] == ["replay-n0-s1", "replay-n0-s2", "replay-n0-s3"]
     assert plain.axes == {"REPLAY_N": ["0", "2", "6"]} and plain.base_env["TATU_DATA"].endswith("/demo/data")
@@ -209,7 +209,7 @@ def test_the_coordinator_unit_passes_systemd_analyze_verify(tmp_path):
     assert service["Type"] == ["notify"] and service["Restart"] == ["on-failure"]
     assert service["RestartPreventExitStatus"] == ["65 78"]
     assert service["EnvironmentFile"] == ["%E/tatu/sweeps/%i.env"]
-    assert service["ExecStart"] == ["@TATU_PYTHON@ -m tatu.ops.sweep_coordinator"]
+    assert service["ExecStart"] == ["@TATU_PYTHON@ -m tatu.sweep.coordinator"]
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
         from strict import cannot_run
@@ -229,8 +229,8 @@ def test_a_second_coordinator_of_the_same_sweep_exits_at_once(tmp_path):
     import fcntl
     import io
 
-    from tatu.ops.sweep_backends import ForegroundBackend
-    from tatu.ops.sweep_coordinator import Coordinator
+    from tatu.sweep.backends import ForegroundBackend
+    from tatu.sweep.coordinator import Coordinator
 
     sweep_dir = tmp_path / "sweeps" / "dose"
     reconcile(load_plan(write_plan(tmp_path)), sweep_dir)
@@ -274,7 +274,7 @@ class RecordingBackend:
 def test_the_coordinator_keeps_k_members_on_k_devices(tmp_path):
     import io
 
-    from tatu.ops.sweep_coordinator import Coordinator
+    from tatu.sweep.coordinator import Coordinator
 
     sweep_dir = tmp_path / "sweeps" / "dose"
     lock, _ = reconcile(load_plan(write_plan(tmp_path, seeds=(1, 2, 3))), sweep_dir)

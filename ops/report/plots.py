@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tatu.formats import SET_NAMES
-from tatu.ops.report_runs import RunRecord, fmt_int, fmt_pct, number
+from tatu.ops.report.runs import RunRecord, fmt_int, fmt_pct, number
 
 FIGSIZE = (7.0, 4.0)
 DPI = 100

@@ -1,4 +1,4 @@
-"""tatu doctor on recorded `systemctl show` outputs (tests/data/doctor/, recorded fixtures: see README there)."""
+"""tatu doctor on recorded `systemctl show` outputs (tests/fixtures/doctor/, recorded fixtures: see README there)."""
 import argparse
 from pathlib import Path
 
@@ -7,7 +7,7 @@ import pytest
 from tatu.ops import doctor
 from tatu.ops.doctor import Finding, add_doctor_args, diagnose, doctor_main, format_findings, parse_show
 
-DATA = Path(__file__).parent / "data" / "doctor"
+DATA = Path(__file__).resolve().parents[1] / "fixtures" / "doctor"
 
 
 def show(name):

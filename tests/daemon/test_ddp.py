@@ -129,7 +129,7 @@ def test_launcher_exit_code_prefers_rank0s_run_code_then_the_first_failure():
 
 def test_model_and_evals_never_import_torch_distributed():
     """They stay usable from a notebook: the daemon hands the eval sharding in as a callable."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     sources = [p for folder in ("model", "evals") for p in (root / folder).rglob("*.py")]
     assert len(sources) >= 5
     offending = [str(p.relative_to(root)) for p in sources if "torch.distributed" in p.read_text()

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from tatu.exitcodes import BAD_CONFIG, TatuExit
-from tatu.ops.sweep_plan import Member, Plan
+from tatu.sweep.plan import Member, Plan
 
 LOCK_NAME = "plan.lock.json"
 VERSION = 1
@@ -138,7 +138,7 @@ def record_tuned(sweep_dir: Path, lock: dict, plan: Plan, value: str, selection:
 
 def plan_from_lock(lock: dict) -> Plan:
     """The locked plan itself (the coordinator never reads the plan file again)."""
-    from tatu.ops.sweep_plan import parse_rule
+    from tatu.sweep.plan import parse_rule
 
     source = Path(lock["plan_file"])
     plan = Plan(source, lock["name"], lock["question"], list(lock["seeds"]), dict(lock["base_env"]),

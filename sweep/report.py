@@ -12,7 +12,7 @@ import html
 import json
 from pathlib import Path
 
-from tatu.ops.sweep_lock import write_json_atomic
+from tatu.sweep.lock import write_json_atomic
 
 
 def _pct(x) -> str:
@@ -186,7 +186,7 @@ def _html_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def write_report(sweep_dir: Path, out_dir: Path | None = None) -> tuple[dict, str, Path]:
-    from tatu.ops.sweep_analysis import analyze
+    from tatu.sweep.analysis import analyze
 
     data = analyze(sweep_dir)
     out_dir = Path(out_dir or Path(sweep_dir) / "report")

@@ -38,9 +38,9 @@ from pathlib import Path
 
 from tatu import exitcodes
 from tatu.exitcodes import TatuExit
-from tatu.ops.sweep_backends import (_NOT_INHERITED, CRASH_RESTARTS, RUN_PREFIXES, UnitState, _last_error_line,
+from tatu.sweep.backends import (_NOT_INHERITED, CRASH_RESTARTS, RUN_PREFIXES, UnitState, _last_error_line,
                                      _write_private, env_file_text, member_env)
-from tatu.ops.sweep_plan import Member
+from tatu.sweep.plan import Member
 
 EXTRA_MISSING = "--backend ray needs Ray, which is not installed here: pip install 'tatu[ray]'"
 RESULT_CODES = (exitcodes.OK, exitcodes.FORGET_ABORT, exitcodes.NONFINITE_LOSS, exitcodes.BAD_DATA, exitcodes.BAD_CONFIG)

@@ -4,7 +4,7 @@ two gloo ranks on this CPU. One life in file order: start (READY from rank 0, no
 step and exits 0, the unit ends clean) -> start again (resumes from that step) -> `stop` over the
 socket. CI_STRICT=1 fails instead of skipping.
 
-Run under the lock: flock /tmp/tatu-systemd.lock .venv/bin/pytest -q tests/test_ddp_systemd.py
+Run under the lock: flock /tmp/tatu-systemd.lock .venv/bin/pytest -q tests/systemd/test_ddp_systemd.py
 """
 from __future__ import annotations
 

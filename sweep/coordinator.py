@@ -14,7 +14,7 @@ again -- by hand, by systemd, after a reboot -- continues where the files say:
 
 Exit 10 is a result like any other. With a [tune] stage the tune members run first; when all
 have results the value is chosen on the dev half of sftHeld and written into the lock, which
-then lists the comparison members. `python -m tatu.ops.sweep_coordinator` (SWEEP_DIR from the
+then lists the comparison members. `python -m tatu.sweep.coordinator` (SWEEP_DIR from the
 environment) is what units/tatu-sweep@.service runs; `tatu sweep start --foreground` runs the
 same loop in the terminal with child processes.
 """
@@ -31,10 +31,10 @@ from pathlib import Path
 
 from tatu import exitcodes
 from tatu.exitcodes import TatuExit
-from tatu.ops.sweep_backends import Backend, ForegroundBackend, SystemdBackend, UnitState
-from tatu.ops.sweep_lock import members as locked_members
-from tatu.ops.sweep_lock import plan_from_lock, read_lock, record_tuned, write_json_atomic
-from tatu.ops.sweep_plan import Member, fmt_duration
+from tatu.sweep.backends import Backend, ForegroundBackend, SystemdBackend, UnitState
+from tatu.sweep.lock import members as locked_members
+from tatu.sweep.lock import plan_from_lock, read_lock, record_tuned, write_json_atomic
+from tatu.sweep.plan import Member, fmt_duration
 
 TERMINAL = ("done", "aborted", "diverged")
 POLL_SECONDS = 2.0
@@ -199,7 +199,7 @@ class Coordinator:
         return [d for d in self.devices if d not in used]
 
     def choose_tuned(self, lock: dict, members: list[Member]) -> None:
-        from tatu.ops.sweep_analysis import select_tuned
+        from tatu.sweep.analysis import select_tuned
 
         value, selection = select_tuned(self.sweep_dir, lock, members)
         record_tuned(self.sweep_dir, lock, plan_from_lock(lock), value, selection)

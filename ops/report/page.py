@@ -1,6 +1,6 @@
 """`tatu report RUN_DIR [RUN_DIR...] [--out DIR]`: PNG plots and one HTML page per set of runs.
 
-Three parts: report_runs.py reads the runs (events.jsonl, stored config), report_plots.py draws
+Three parts: runs.py reads the runs (events.jsonl, stored config), plots.py draws
 them, this module writes the page. Every number on the page is read from the runs' events.jsonl
 (eval and verdict events) or their stored config (`state/meta.json`); nothing is recomputed, so
 the page shows exactly what the daemon measured and decided. Each number cell carries
@@ -16,8 +16,8 @@ import json
 from pathlib import Path
 
 from tatu.formats import SET_NAMES as SETS
-from tatu.ops.report_plots import DPI, FIGSIZE, PLOT_SIZE, PlotFile, render_plots
-from tatu.ops.report_runs import FORMATS, RunRecord, fmt_int, fmt_ppl, load_run
+from tatu.ops.report.plots import DPI, FIGSIZE, PLOT_SIZE, PlotFile, render_plots
+from tatu.ops.report.runs import FORMATS, RunRecord, fmt_int, fmt_ppl, load_run
 
 __all__ = ["build_report", "load_run", "render_plots", "RunRecord", "FIGSIZE", "DPI", "add_args", "main"]
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tatu.daemon.config import PREFIXES as RUN_PREFIXES
-from tatu.ops.sweep_plan import Member
+from tatu.sweep.plan import Member
 
 CRASH_RESTARTS = 4  # like the unit's StartLimitBurst=5: five starts, then it is the sweep's problem
 _NOT_INHERITED = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "RUNTIME_DIRECTORY", "JOURNAL_STREAM", "SWEEP_DIR")

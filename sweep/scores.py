@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tatu.ops.sweep_lock import write_json_atomic
+from tatu.sweep.lock import write_json_atomic
 
 SETS = ("sftHeld", "enRuler")
 
