@@ -210,10 +210,12 @@ def rehearse(args, work: Path, threads: int) -> None:
     started = time.perf_counter()
     score_suite(model, suite, device, config)
     ours = time.perf_counter() - started
-    started = time.perf_counter()
-    for eval_set in suite.sets.values():
-        naive_ppl(model.cpu() if device.type == "cpu" else model, eval_set.lines)
-    naive = time.perf_counter() - started
+    naive = None
+    if device.type == "cpu":  # bench/eval.py's naive evaluator builds its batches on the CPU
+        started = time.perf_counter()
+        for eval_set in suite.sets.values():
+            naive_ppl(model, eval_set.lines)
+        naive = time.perf_counter() - started
     n_lines = sum(len(s.lines) for s in suite.sets.values())
 
     step_seconds = statistics.median(daemon_gaps)
@@ -231,7 +233,8 @@ def rehearse(args, work: Path, threads: int) -> None:
         print(f"bare loop with torch.compile: {1 / statistics.median(compiled[1:]):.3f} steps/s "
               f"({statistics.median(compiled[1:]) / bare_step:.2f}x the eager step time)")
     print(f"resume-state save: {save:.2f} s = {save / (50 * step_seconds + save):.2%} of a TATU_CKPT_EVERY=50 interval")
-    print(f"eval of the {n_lines}-line suite: {ours:.1f} s (tatu) vs {naive:.1f} s (naive evaluator): {naive / ours:.2f}x")
+    print(f"eval of the {n_lines}-line suite: {ours:.1f} s (tatu) vs "
+          + (f"{naive:.1f} s (naive evaluator): {naive / ours:.2f}x" if naive else "naive evaluator: CPU only, not run"))
     print(f"start -> READY: trunk {trunk_ready:.1f} s, SFT from the trunk {sft_ready:.1f} s (its step-0 baseline included)")
     print(f"peak RSS: trunk run {trunk_rss:.0f} MB, SFT run {sft_rss:.0f} MB")
     print(f"MFU: {flops / step_seconds / 1e9:.1f} GFLOP/s achieved (nanoGPT's 6N + 12LHQT per token) vs "
