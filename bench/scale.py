@@ -8,11 +8,13 @@ trains a byte-level BPE of --vocab ids, builds the shards, then:
      systemd), with one resume-state save in the middle and the eval suite at the end;
   2. runs a bare training loop on the same batches in this process (the daemon's arithmetic,
      autocast included: its losses equal the daemon's);
-  3. fine-tunes the trunk for a few steps (SFT + replay) through the daemon, from its start to READY;
-  4. scores the 656-line suite with tatu's evaluator and with the naive one (bench/eval.py).
-Prints: daemon steps/s vs the bare loop (target >= 0.97), the save's seconds and its share of a
-TATU_CKPT_EVERY=50 interval, eval seconds vs naive, start -> READY, peak RSS, MFU (nanoGPT's
-FLOPs per token vs this device's measured matmul peak in the run's precision).
+  3. fine-tunes the trunk for 2 steps (SFT + replay) through the daemon, from its start to READY;
+  4. scores the 656-line suite with the naive evaluator (bench/eval.py; CPU only) to set beside
+     the daemon's own eval time.
+Prints, each line as soon as it is measured: daemon steps/s vs the bare loop (target >= 0.97),
+the save's seconds and its share of a TATU_CKPT_EVERY=50 interval, eval seconds vs naive,
+start -> READY, peak RSS, MFU (nanoGPT's FLOPs per token vs this device's measured matmul peak in
+the run's precision), steps and tokens per hour.
 
     .venv/bin/python bench/scale.py [--device cpu|cuda] [--precision auto|fp32|bf16] [--steps 24]
         [--n-layer 8 --n-head 8 --n-embd 512 --vocab 8192 --context 256 --micro-batch 8 --sft-ge 2]
@@ -21,7 +23,6 @@ FLOPs per token vs this device's measured matmul peak in the run's precision).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -43,7 +44,7 @@ from tiny_world import clean_environ  # noqa: E402
 
 from tatu.daemon.config import load_config  # noqa: E402
 from tatu.daemon.logs import read_events  # noqa: E402
-from tatu.daemon.suite import load_suite, score_suite  # noqa: E402
+from tatu.daemon.suite import load_suite  # noqa: E402
 from tatu.data.manifest import load_manifest  # noqa: E402
 from tatu.data.stream import MixedStream  # noqa: E402
 from tatu.model.checkpoint import load_checkpoint  # noqa: E402
@@ -182,6 +183,10 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
 
 
+def say(line: str) -> None:
+    print(line, flush=True)  # each measurement as soon as it is made: a slow host still shows the first ones
+
+
 def rehearse(args, work: Path, threads: int) -> None:
     device = resolve_device(args.device)
     precision = resolve_precision(args.precision, device)
@@ -189,59 +194,57 @@ def rehearse(args, work: Path, threads: int) -> None:
     runs = work / "runs"
     shutil.rmtree(runs, ignore_errors=True)
     middle = max(2, args.steps // 2)
+    tokens_per_step = args.sft_ge * args.micro_batch * args.context
     trunk_env = run_env(args, data, runs, TATU_RUN="trunk", TATU_MODE="pretrain", SFT_GE=args.sft_ge,
                         MIX_STEPS_LIMIT=args.steps, EVAL_EVERY=args.steps, TATU_CKPT_EVERY=middle)
+    say(f"{device}, precision {precision}, {threads} threads, load average {os.getloadavg()[0]:.1f}; "
+        f"step = {args.sft_ge} x {args.micro_batch} x {args.context} tokens")
     trunk_ready, trunk_wall, trunk_rss, events = daemon(trunk_env, threads)
     step_time = {e["step"]: e["time"] for e in events if e["event"] == "step"}
     save = next(e["time"] - step_time[e["step"]] for e in events if e["event"] == "checkpoint" and e["step"] == middle)
-    daemon_gaps = step_gaps(events, skip={middle, args.steps})
-    daemon_losses = [e["loss"] for e in events if e["event"] == "step"]
-    bare_seconds, bare_losses = bare_loop(trunk_env, args.steps, device, compile_model=False)
-    compiled = bare_loop(trunk_env, args.steps, device, compile_model=True)[0] if args.compile else None
-
-    sft_env = run_env(args, data, runs, TATU_RUN="sft", TATU_SEED_CKPT=runs / "trunk" / "final", SFT_GE=args.sft_ge,
-                      REPLAY_N=1, MIX_STEPS_LIMIT=4, EVAL_EVERY=4, TATU_CKPT_EVERY=4, MIX_FORGET_LIMIT=1)
-    sft_ready, sft_wall, sft_rss, _ = daemon(sft_env, threads)
-
+    step_seconds = statistics.median(step_gaps(events, skip={middle, args.steps}))
+    evals = [e for e in events if e["event"] == "eval"]
     trunk = load_checkpoint(runs / "trunk" / "final")
     model = trunk.build_model(device).eval()
-    config, _ = load_config(trunk_env)
-    suite = load_suite(config, load_manifest(data), trunk.tokenizer)
-    started = time.perf_counter()
-    score_suite(model, suite, device, config)
-    ours = time.perf_counter() - started
-    naive = None
+    say(f"shape: {model.num_params() / 1e6:.1f}M parameters (n_layer {args.n_layer}, n_embd {args.n_embd}, vocab "
+        f"{trunk.tokenizer.vocab_size}, context {args.context})")
+    say(f"trunk through the daemon: start -> READY {trunk_ready:.1f} s (the step-0 eval included), "
+        f"{args.steps} steps, wall {trunk_wall:.0f} s, peak RSS {trunk_rss:.0f} MB")
+    say(f"resume-state save: {save:.2f} s = {save / (50 * step_seconds + save):.2%} of a TATU_CKPT_EVERY=50 interval")
+    n_lines = sum(s["n_lines"] for s in evals[-1]["sets"].values())
+    say(f"eval of the {n_lines}-line suite in the daemon (fp32): {evals[-1]['seconds']:.1f} s at the last step, "
+        f"{evals[0]['seconds']:.1f} s at step 0")
+
+    bare_seconds, bare_losses = bare_loop(trunk_env, args.steps, device, compile_model=False)
+    bare_step = statistics.median(bare_seconds[1:])
+    daemon_losses = [e["loss"] for e in events if e["event"] == "step"]
+    same = [round(x, 6) for x in daemon_losses] == [round(x, 6) for x in bare_losses]
+    say(f"daemon steps/s vs a bare loop on the same batches: {1 / step_seconds:.4f} vs {1 / bare_step:.4f} = "
+        f"{bare_step / step_seconds:.3f} (target >= 0.97); losses equal: {'yes' if same else 'no'}")
+    flops = nanogpt_flops_per_step(model.config, model.num_params(), tokens_per_step)
+    peak = matmul_peak(device, torch.bfloat16 if precision.name == "bf16" else torch.float32)
+    say(f"MFU: {flops / step_seconds / 1e9:.1f} GFLOP/s achieved (nanoGPT's 6N + 12LHQT per token) vs "
+        f"{peak / 1e9:.0f} GFLOP/s measured {precision.name} matmul peak = {flops / step_seconds / peak:.1%}")
+    say(f"per hour at this step time: {3600 / step_seconds:.0f} steps, {3600 / step_seconds * tokens_per_step / 1e6:.2f}M tokens")
+    if args.compile:
+        compiled = statistics.median(bare_loop(trunk_env, args.steps, device, compile_model=True)[0][1:])
+        say(f"bare loop with torch.compile: {1 / compiled:.4f} steps/s ({bare_step / compiled:.2f}x eager)")
+
+    sft_env = run_env(args, data, runs, TATU_RUN="sft", TATU_SEED_CKPT=runs / "trunk" / "final", SFT_GE=args.sft_ge,
+                      REPLAY_N=1, MIX_STEPS_LIMIT=2, EVAL_EVERY=2, TATU_CKPT_EVERY=2, MIX_FORGET_LIMIT=1)
+    sft_ready, sft_wall, sft_rss, _ = daemon(sft_env, threads)
+    say(f"SFT from the trunk through the daemon: start -> READY {sft_ready:.1f} s (its step-0 baseline included), "
+        f"wall {sft_wall:.0f} s, peak RSS {sft_rss:.0f} MB")
+
     if device.type == "cpu":  # bench/eval.py's naive evaluator builds its batches on the CPU
+        config, _ = load_config(trunk_env)
+        suite = load_suite(config, load_manifest(data), trunk.tokenizer)
         started = time.perf_counter()
         for eval_set in suite.sets.values():
             naive_ppl(model, eval_set.lines)
         naive = time.perf_counter() - started
-    n_lines = sum(len(s.lines) for s in suite.sets.values())
-
-    step_seconds = statistics.median(daemon_gaps)
-    bare_step = statistics.median(bare_seconds[1:])
-    tokens_per_step = args.sft_ge * args.micro_batch * args.context
-    flops = nanogpt_flops_per_step(model.config, model.num_params(), tokens_per_step)
-    peak = matmul_peak(device, torch.bfloat16 if precision.name == "bf16" else torch.float32)
-    print(f"shape: {model.num_params() / 1e6:.1f}M parameters (n_layer {args.n_layer}, n_embd {args.n_embd}, vocab "
-          f"{trunk.tokenizer.vocab_size}, context {args.context}), step = {args.sft_ge} x {args.micro_batch} x "
-          f"{args.context} tokens; {device}, precision {precision}, {threads} threads, load average {os.getloadavg()[0]:.1f}")
-    print(f"daemon steps/s vs a bare loop on the same batches: {1 / step_seconds:.3f} vs {1 / bare_step:.3f} = "
-          f"{bare_step / step_seconds:.3f} (target >= 0.97); losses equal: "
-          f"{'yes' if [round(x, 6) for x in daemon_losses] == [round(x, 6) for x in bare_losses] else 'no'}")
-    if compiled is not None:
-        print(f"bare loop with torch.compile: {1 / statistics.median(compiled[1:]):.3f} steps/s "
-              f"({statistics.median(compiled[1:]) / bare_step:.2f}x the eager step time)")
-    print(f"resume-state save: {save:.2f} s = {save / (50 * step_seconds + save):.2%} of a TATU_CKPT_EVERY=50 interval")
-    print(f"eval of the {n_lines}-line suite: {ours:.1f} s (tatu) vs "
-          + (f"{naive:.1f} s (naive evaluator): {naive / ours:.2f}x" if naive else "naive evaluator: CPU only, not run"))
-    print(f"start -> READY: trunk {trunk_ready:.1f} s, SFT from the trunk {sft_ready:.1f} s (its step-0 baseline included)")
-    print(f"peak RSS: trunk run {trunk_rss:.0f} MB, SFT run {sft_rss:.0f} MB")
-    print(f"MFU: {flops / step_seconds / 1e9:.1f} GFLOP/s achieved (nanoGPT's 6N + 12LHQT per token) vs "
-          f"{peak / 1e9:.0f} GFLOP/s measured {precision.name} matmul peak = {flops / step_seconds / peak:.1%}")
-    print(f"per hour at this step time: {3600 / step_seconds:.0f} steps, "
-          f"{3600 / step_seconds * tokens_per_step / 1e6:.1f}M tokens; wall: trunk {trunk_wall:.0f} s, SFT {sft_wall:.0f} s")
-    print(json.dumps({"step_seconds": step_seconds, "bare_step_seconds": bare_step, "save_seconds": save}))
+        say(f"naive evaluator (bench/eval.py: batch 2, mean of batch means) on the same {n_lines} lines: {naive:.1f} s "
+            f"= {naive / evals[-1]['seconds']:.2f}x the daemon's eval")
 
 
 if __name__ == "__main__":
