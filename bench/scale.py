@@ -83,7 +83,10 @@ def run_env(args, data: Path, out: Path, **extra) -> dict[str, str]:
 def daemon(env: dict[str, str], threads: int) -> tuple[float, float, float, list[dict]]:
     """(start -> READY seconds, wall seconds, peak RSS MB, events) of `python -m tatu.daemon`."""
     started = time.time()
-    child = {**clean_environ(), **env, "OMP_NUM_THREADS": str(threads)}
+    runtime = Path(env["TATU_OUT"]).parent / "runtime"  # its own control sockets: two rehearsals never meet
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    child = {**clean_environ(), **env, "OMP_NUM_THREADS": str(threads), "XDG_RUNTIME_DIR": str(runtime)}
+    child.pop("RUNTIME_DIRECTORY", None)
     saved = dict(os.environ)
     os.environ.clear()
     os.environ.update(child)  # peak_rss_of starts the child with this process's environment
