@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(PY) bench/generate.py
 	$(PY) bench/stream.py
 	$(PY) bench/eval.py
+	$(PY) bench/ddp_scaling.py
 	$(PY) -u bench/overhead.py
 
 clean:

@@ -17,6 +17,11 @@ from tatu.model.checkpoint import NonFiniteTensorError, save_checkpoint
 from tatu.storage import StorageError, is_storage_error, storage_error, tree_bytes
 
 
+def eval_lines_path(run_dir, step: int):
+    """Where TATU_EVAL_LINES=1 keeps the per-line scores of the eval at `step`."""
+    return run_dir / "evals" / f"step-{step:06d}.json"
+
+
 class NonFiniteError(RuntimeError):
     """NaN or inf in a loss, a gradient, the weights or an eval: exit 11; nothing non-finite was saved."""
 
@@ -74,6 +79,11 @@ class Run:
         if where:  # a statistic of the eval overflowed: the record could not be saved, nor trusted
             self.non_finite_eval({name: r.ppl for name, r in results.items()}, where)
         state.history.append(decision.record)
+        if config.eval_lines and self.world.is_main:  # before the event: a reader who sees the eval finds its lines
+            path = eval_lines_path(config.run_dir, state.step)
+            with self.saving("evals"):
+                path.parent.mkdir(exist_ok=True)
+                write_json_atomic(path, {"step": state.step, "sets": results_to_json(results)})
         if decision.best:
             key = best_set(config.mode)
             state.best = {"step": state.step, "set": key, "ppl": results[key].ppl}

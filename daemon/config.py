@@ -45,11 +45,14 @@ class RunConfig(BaseModel):
     # --- evaluation ---
     eval_every: int = Field(8, alias="EVAL_EVERY", ge=1, le=1_000_000)
     eval_en_all: bool = Field(True, alias="EVAL_EN_ALL", description="score every enRuler line (0: a subsample)")
-    # EVAL_EN_ALL=0 scores the first EVAL_EN_BATCHES x EVAL_BATCH ruler lines: the operator's
-    # names; EVAL_BATCH sizes that subsample, it is not a scoring batch.
+    # EVAL_EN_ALL=0 scores EVAL_EN_BATCHES x EVAL_BATCH ruler lines drawn at random by TATU_SEED
+    # (evals.sets.sample_lines): the operator's names; EVAL_BATCH sizes that subsample, it is
+    # not a scoring batch.
     eval_en_batches: int = Field(8, alias="EVAL_EN_BATCHES", ge=1, le=100_000)
     eval_en_lines_per_batch: int = Field(2, alias="EVAL_BATCH", ge=1, le=100_000,
                                          description="ruler lines per EVAL_EN_BATCHES when EVAL_EN_ALL=0")
+    eval_lines: bool = Field(False, alias="TATU_EVAL_LINES",
+                             description="keep each eval's per-line scores in RUN_DIR/evals/step-N.json (sweeps set it)")
     # --- run identity and paths ---
     run: str = Field("run", alias="TATU_RUN", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     out: Path = Field(Path("runs"), alias="TATU_OUT", description="parent directory of run directories")

@@ -24,7 +24,8 @@ from tatu.model.tokenizer import Tokenizer, load_tokenizer
 # precision the run trained in: check_same_precision compares what it resolved to.
 RESUMABLE_CHANGES = frozenset({"MIX_STEPS_LIMIT", "TATU_CKPT_EVERY", "TATU_MEM_FLOOR_MB", "TATU_DEVICE",
                                "EVAL_EVERY", "TATU_GEN_PROMPTS", "TATU_GEN_TOKENS", "TATU_FAULT_NAN_STEP",
-                               "TATU_PRECISION"})
+                               "TATU_PRECISION",
+                               "TATU_EVAL_LINES"})  # which eval scores are kept on disk, not what they are
 
 
 @dataclass

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tatu.data.sft_gen import generate_pairs
 
-# The one list of Debian packages the demo reads (the Makefile and README name these).
+# The one list of Debian packages the demo reads (the README names these).
 DEMO_PACKAGES: tuple[str, ...] = ("focalinux-text", "fortunes-br", "wbrazilian", "fortunes",
                                   "fortunes-min")
 

@@ -3,135 +3,57 @@
 A sweep's member run r (one configuration at one TATU_SEED) is scored on the same lines at
 its start and at its end. Its statistic is the paired log ratio of corpus perplexities,
     t_r = sum nll_end / sum tok_end - sum nll_base / sum tok_base      (log(ppl_end / ppl_base)),
-so drift = exp(t) - 1 for enRuler and the sftHeld change = exp(t) - 1 for sftHeld. Two
-sources make t vary: which seed ran (the stream order, the init of nothing else: seed-to-seed
-variance sigma_s^2) and which lines happen to be in the eval set (line variance, the
-within-run standard error se_r, known from resampling lines).
+so drift = exp(t) - 1 for enRuler and the sftHeld change = exp(t) - 1 for sftHeld.
 
-The CI of the mean over S seeds is a hierarchical bootstrap (resample seeds, then lines
-within each drawn seed), with the two corrections a two-stage bootstrap needs to cover at
-its stated rate:
-- Reflated seed effects (Carpenter, Goldstein & Rasbash 2003). The observed per-seed
-  estimates already contain line noise: their variance estimates sigma_s^2 + W, W the mean
-  within-run line variance. Resampling them and then the lines again would count W twice
-  (the CI over-covers when lines dominate). So the top level resamples the estimates shrunk
-  towards their mean until their spread is sigma_s^2 = max(0, Var(estimates) - W), and the
-  bottom level adds each drawn seed's own line-bootstrap deviation.
-- Few seeds. The percentile interval of a mean of S draws is too narrow by sqrt(S/(S-1))
-  and by a normal instead of a t quantile (Hesterberg's expanded percentile interval). The
-  replicate deviations are scaled by sqrt(S/(S-1)) * t_df / z, with Satterthwaite's df for
-  a variance whose seed part has S-1 degrees of freedom and whose line part is known.
-Measured coverage on synthetic sweeps with known sigma_s and line variance:
-tests/test_sweep_stats.py (and the README's sweep section).
+Every seed is scored on the SAME lines: the design is crossed, seeds x lines. Per line, the
+change is mu + a_s (the seed: its stream order) + b_i (the line, shared by every seed: a set
+that happens to hold lines the training helps) + e_si (seed x line). The mean over S seeds of
+L lines then varies by
+    Var = sigma_a^2 / S + sigma_b^2 / L + sigma_e^2 / (S L),
+and the line part sigma_b^2 / L does not shrink with more seeds. Resampling lines separately
+within each seed treats b_i as if each seed had drawn its own lines: it divides that part by
+S as well, and the interval is too narrow when lines matter (tests/evals/test_seeds_crossed.py
+measures it).
+
+crossed_ci: a crossed bootstrap, each replicate resampling the seeds and drawing ONE set of
+line indices shared by every seed (and, for a comparison, by both configurations of a seed).
+Resampling both at once counts the interaction three times (Owen 2007, "The pigeonhole
+bootstrap"), so the replicates are split into what varies with the seeds drawn (exact: the
+seeds' estimates), with the lines drawn (the seed mean on each line draw) and what is left
+(seed x line); each gives its mean square of the two-way ANOVA, on the real ratio statistic,
+and Var above is estimated from them, each part at least 0. The interval is mean +- t_df * SE,
+df by Satterthwaite over the parts present (seeds alone: S - 1, the t interval over seeds).
+Measured coverage per regime (seed-, shared-line-dominated, both, neither; 3 and 5 seeds):
+tests/evals/test_seeds_crossed.py and docs/sweeps.md.
 
 Between configurations, results are paired by seed (the same TATU_SEED draws the same stream
-order): d_s = t(config, s) - t(baseline, s). The p-value is the paired t-test over seeds
-(what scipy.stats.ttest_rel computes; tested against it); the CI of the mean difference is
-the same hierarchical bootstrap, lines resampled jointly for both runs of a seed (they are
-scored on the same lines). Several configurations against one baseline: Holm's step-down
-adjustment. A seed far from the others is flagged by a robust z (median / MAD), never dropped.
+order) and by line: d_s = t(config, s) - t(baseline, s), the same crossed CI on d. The
+p-value is the paired t-test over seeds (what scipy.stats.ttest_rel computes; tested against
+it). Several configurations against one baseline: Holm's step-down adjustment.
 
-Student's t distribution is computed here (regularized incomplete beta), so evals/ needs
-numpy only; tests compare it with scipy.
+A seed far from the others is flagged, never dropped: its leave-one-out t (against the mean
+and SD of the other seeds) beyond a Bonferroni cut over the seeds at family level 4%, so normal
+seeds get a flag in at most 4% of configuration-metrics at any seed count >= 3 (exact t, tested
+by simulation at 3, 5 and 10 against the 5% the report promises). The median/MAD z it replaces flagged 29% of three normal seeds.
+
+Student's t comes from evals/tdist.py (numpy-free, tested against scipy).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from statistics import NormalDist
 
 import numpy as np
 
 from tatu.evals.stats import _line_sums, _resampled_sums
+from tatu.evals.tdist import t_cdf, t_ppf
 
 DEFAULT_RESAMPLES = 2000
 DEFAULT_SEED = 0
-OUTLIER_Z = 3.5  # Iglewicz & Hoaglin's cut for the modified z score
-_Z = NormalDist()
+OUTLIER_ALPHA = 0.04  # bounds the chance that normal seeds get any flag (per configuration-metric): <= 5% measured
 
 
-# --- Student's t ------------------------------------------------------------------------------
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny, eps = 1e-300, 1e-15
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 500):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < eps:
-            break
-    return h
-
-
-def _betainc(a: float, b: float, x: float, one_minus_x: float) -> float:
-    """Regularized incomplete beta I_x(a, b); 1 - x is passed exactly (no cancellation near 1)."""
-    if x <= 0.0:
-        return 0.0
-    if one_minus_x <= 0.0:
-        return 1.0
-    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log(one_minus_x)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(log_front) * _betacf(a, b, x) / a
-    return 1.0 - math.exp(log_front) * _betacf(b, a, one_minus_x) / b
-
-
-def t_cdf(t: float, df: float) -> float:
-    if df <= 0:
-        raise ValueError(f"degrees of freedom must be > 0, got {df}")
-    if math.isinf(t):
-        return 1.0 if t > 0 else 0.0
-    if df > 1e7:
-        return _Z.cdf(t)
-    if t == 0.0:
-        return 0.5
-    # Near t = 0 the tail is 1/2 minus a small term: compute that term directly.
-    x, one_minus_x = df / (df + t * t), t * t / (df + t * t)
-    if x > 0.5:
-        small = 0.5 * _betainc(0.5, df / 2.0, one_minus_x, x)
-        return 0.5 + small if t > 0 else 0.5 - small
-    tail = 0.5 * _betainc(df / 2.0, 0.5, x, one_minus_x)
-    return 1.0 - tail if t > 0 else tail
-
-
-def t_ppf(p: float, df: float) -> float:
-    """Quantile of Student's t (bisection on t_cdf: exact to ~1e-12, fast enough for reports)."""
-    if not 0.0 < p < 1.0:
-        raise ValueError(f"p must be in (0, 1), got {p}")
-    if df > 1e7:
-        return _Z.inv_cdf(p)
-    lo, hi = -1.0, 1.0
-    while t_cdf(lo, df) > p:
-        lo *= 2.0
-    while t_cdf(hi, df) < p:
-        hi *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-12 * max(1.0, abs(mid)):
-            break
-    return 0.5 * (lo + hi)
-
-
-# --- one run: its paired log ratio and line replicates -------------------------------------------
+# --- one run: its paired log ratio --------------------------------------------------------------
 
 @dataclass(frozen=True)
 class RunLines:
@@ -158,29 +80,18 @@ class RunLines:
         return float(self.nll_end.sum() / self.tok_end.sum() - self.nll_base.sum() / self.tok_base.sum())
 
 
-def line_replicates(runs: list[RunLines], n_resamples: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Bootstrap replicates of each run's log ratio from ONE shared draw of line indices.
-
-    Pass the runs of one seed that are compared (config and baseline: the same lines) so
-    their replicates are paired; a single run gives its own line-level distribution."""
-    n = runs[0].n_lines
-    if any(r.n_lines != n for r in runs):
-        raise ValueError("runs compared within a seed must be scored on the same lines")
-    columns = [c for r in runs for c in (r.nll_base, r.tok_base, r.nll_end, r.tok_end)]
-    sums = _resampled_sums(rng, n, n_resamples, columns)
-    return [sums[4 * i + 2] / sums[4 * i + 3] - sums[4 * i] / sums[4 * i + 1] for i in range(len(runs))]
-
-
-# --- the hierarchical bootstrap -----------------------------------------------------------------
+# --- the crossed design: seeds x shared lines ------------------------------------------------------
 
 @dataclass(frozen=True)
 class SeedCI:
     """Mean over seeds of a per-run statistic (log scale), its CI, and where its variance comes from.
 
-    seed_sd: the SD of the per-seed estimates (what a new seed would scatter by, line noise
-    included); seed_effect_sd: their SD with the line noise removed (sigma_s); within_se: the
-    root-mean-square within-run SE from resampling lines; mde: the smallest mean effect S seeds
-    detect at 80% power, two-sided alpha 0.05."""
+    seed_sd: the SD of the per-seed estimates (what a new seed would scatter by, its line x seed
+    noise included); seed_effect_sd: their SD with that noise removed (sigma_a); within_se: the
+    root-mean-square SE of one run from resampling its lines; shared_line_se: the part of the
+    mean's SE that comes from which lines the set holds (the same for every seed: more seeds do
+    not shrink it); interaction_se: the seed x line part; se: the mean's SE (all three parts);
+    mde: the smallest mean effect S seeds detect at 80% power, two-sided alpha 0.05."""
 
     mean: float
     lo: float
@@ -189,62 +100,84 @@ class SeedCI:
     seed_sd: float
     seed_effect_sd: float
     within_se: float
+    shared_line_se: float
+    interaction_se: float
     df: float
     n_seeds: int
     mde: float
 
 
-def _satterthwaite_df(seed_part: float, line_part: float, n_seeds: int) -> float:
-    if seed_part <= 0.0:
-        return math.inf
-    return (seed_part + line_part) ** 2 / (seed_part ** 2 / (n_seeds - 1))
-
-
-def hierarchical_ci(estimates, replicates, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED,
-                    level: float = 0.95) -> SeedCI:
-    """CI of the mean over seeds (see the module doc).
-
-    estimates[s]: the statistic of seed s; replicates[s]: its line-bootstrap replicates
-    (any number per seed, e.g. from line_replicates)."""
-    est = np.asarray(estimates, dtype=np.float64)
-    n_seeds = int(est.size)
-    if n_seeds < 1:
+def _check_crossed(runs: list[RunLines], baseline: list[RunLines] | None) -> int:
+    if not runs:
         raise ValueError("no seeds: a mean over seeds needs at least one")
-    if len(replicates) != n_seeds:
-        raise ValueError(f"{n_seeds} estimates but {len(replicates)} sets of line replicates")
-    if not np.all(np.isfinite(est)):
-        raise ValueError(f"estimates must be finite, got {est.tolist()}")
-    reps = [np.asarray(r, dtype=np.float64) for r in replicates]
-    if any(r.ndim != 1 or r.size < 2 for r in reps):
-        raise ValueError("each seed needs at least 2 line replicates")
+    if baseline is not None and len(baseline) != len(runs):
+        raise ValueError(f"{len(runs)} runs but {len(baseline)} baseline runs: pair them by seed")
+    n_lines = runs[0].n_lines
+    if any(r.n_lines != n_lines for r in runs + (baseline or [])):
+        raise ValueError("every seed must be scored on the same lines (a crossed design): line counts differ")
+    return n_lines
+
+
+def line_replicates(runs: list[RunLines], baseline: list[RunLines] | None, n_resamples: int,
+                    rng: np.random.Generator) -> np.ndarray:
+    """(seeds, n_resamples): each seed's statistic on ONE draw of line indices per replicate,
+    shared by every seed and by the baseline (the lines are the same for all of them)."""
+    n_lines = _check_crossed(runs, baseline)
+    both = runs + (baseline or [])
+    columns = [c for r in both for c in (r.nll_base, r.tok_base, r.nll_end, r.tok_end)]
+    sums = _resampled_sums(rng, n_lines, n_resamples, columns)
+    ratios = np.array([sums[4 * i + 2] / sums[4 * i + 3] - sums[4 * i] / sums[4 * i + 1] for i in range(len(both))])
+    return ratios[:len(runs)] - ratios[len(runs):] if baseline else ratios
+
+
+def _satterthwaite_df(parts: list[tuple[float, float]], total: float) -> float:
+    """df of a variance that is a signed sum of mean-square terms, each (its term, its df)."""
+    spread = sum(value ** 2 / df for value, df in parts if value != 0.0 and math.isfinite(df))
+    return total ** 2 / spread if spread > 0 else math.inf
+
+
+def crossed_ci(runs: list[RunLines], baseline: list[RunLines] | None = None, n_resamples: int = DEFAULT_RESAMPLES,
+               seed=DEFAULT_SEED, level: float = 0.95) -> SeedCI:
+    """CI of the mean over seeds of runs[s]'s log ratio (minus baseline[s]'s: paired by seed and
+    by line) when every seed is scored on the same lines. See the module doc."""
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be between 0 and 1, got {level!r}")
-    mean = float(est.mean())
-    within_var = float(np.mean([r.var(ddof=1) for r in reps]))
-    between_var = float(est.var(ddof=1)) if n_seeds > 1 else 0.0
-    seed_var = max(0.0, between_var - within_var)
+    n_lines = _check_crossed(runs, baseline)
+    if n_lines < 2:
+        raise ValueError(f"a CI over lines needs at least 2 lines, got {n_lines}")
+    est = np.array([r.log_ratio() for r in runs])
+    if baseline:
+        est = est - np.array([b.log_ratio() for b in baseline])
+    if not np.all(np.isfinite(est)):
+        raise ValueError(f"per-seed statistics must be finite, got {est.tolist()}")
+    n_seeds, mean = int(est.size), float(est.mean())
     rng = np.random.default_rng(seed)
-    # Reflated seed effects: the spread of `effects` is sigma_s^2, the line part comes below.
-    shrink = math.sqrt(seed_var / between_var) if between_var > 0 else 0.0
-    effects = mean + shrink * (est - mean)
+    by_line = line_replicates(runs, baseline, n_resamples, rng)  # (seeds, replicates)
     drawn = rng.integers(0, n_seeds, size=(n_resamples, n_seeds))
-    deviations = np.empty((n_resamples, n_seeds))
-    for s in range(n_seeds):
-        mask = drawn == s
-        picks = rng.integers(0, reps[s].size, size=int(mask.sum()))
-        deviations[mask] = reps[s][picks] - est[s]
-    replicate_means = (effects[drawn] + deviations).mean(axis=1) - mean
-    seed_part, line_part = seed_var / n_seeds, within_var / n_seeds
-    df = _satterthwaite_df(seed_part, line_part, n_seeds) if n_seeds > 1 else math.inf
-    z = _Z.inv_cdf(0.5 + level / 2.0)
-    expand = math.sqrt(n_seeds / (n_seeds - 1)) * t_ppf(0.5 + level / 2.0, df) / z if seed_part > 0 else 1.0
-    tail = (1.0 - level) / 2.0
-    q_lo, q_hi = np.quantile(replicate_means, [tail, 1.0 - tail])
-    se = float(replicate_means.std(ddof=1)) * (math.sqrt(n_seeds / (n_seeds - 1)) if seed_part > 0 else 1.0)
+    seeds_only = est[drawn].mean(axis=1)
+    lines_only = by_line.mean(axis=0)
+    both = np.take_along_axis(by_line.T, drawn, axis=1).mean(axis=1)
+    # Mean squares of the crossed design, each from what the bootstrap's parts vary by:
+    # seeds (exact), lines (the seed mean on shared line draws), and what is left (seed x line).
+    seed_ms = float(est.var(ddof=1)) / n_seeds if n_seeds > 1 else 0.0
+    line_ms = float(lines_only.var(ddof=1)) * n_lines / (n_lines - 1)
+    inter_ms = (float((both - seeds_only - lines_only).var(ddof=1)) * n_seeds * n_lines / ((n_seeds - 1) * (n_lines - 1))
+                if n_seeds > 1 else 0.0)
+    # Var(mean) = sigma_a^2/S + sigma_b^2/L + sigma_e^2/(S L): each part from its mean squares, at
+    # least 0. The df count only the parts present (a variance of seeds alone has S - 1).
+    seed_part, line_part = max(0.0, seed_ms - inter_ms), max(0.0, line_ms - inter_ms)
+    variance = seed_part + line_part + inter_ms
+    c_seed, c_line = float(seed_part > 0), float(line_part > 0)
+    df = _satterthwaite_df([(c_seed * seed_ms, n_seeds - 1), (c_line * line_ms, n_lines - 1),
+                            ((1.0 - c_seed - c_line) * inter_ms, (n_seeds - 1) * (n_lines - 1))], variance)
+    half = t_ppf(0.5 + level / 2.0, df) * math.sqrt(variance)
+    within = float(np.mean(by_line.var(axis=1, ddof=1)))
+    between = float(est.var(ddof=1)) if n_seeds > 1 else 0.0
     return SeedCI(
-        mean=mean, lo=mean + expand * float(q_lo), hi=mean + expand * float(q_hi), se=se,
-        seed_sd=math.sqrt(between_var), seed_effect_sd=math.sqrt(seed_var), within_se=math.sqrt(within_var),
-        df=df, n_seeds=n_seeds, mde=seeds_mde(math.sqrt(max(between_var, within_var)), n_seeds),
+        mean=mean, lo=mean - half, hi=mean + half, se=math.sqrt(variance), seed_sd=math.sqrt(between),
+        seed_effect_sd=math.sqrt(seed_part * n_seeds), within_se=math.sqrt(within),
+        shared_line_se=math.sqrt(line_part), interaction_se=math.sqrt(inter_ms), df=df, n_seeds=n_seeds,
+        mde=seeds_mde(math.sqrt(max(between, within)), n_seeds),
     )
 
 
@@ -295,30 +228,36 @@ def holm(p_values) -> list[float]:
     return adjusted
 
 
-def robust_z(values) -> list[float]:
-    """Modified z scores (x - median) / (1.4826 MAD); with MAD 0, the mean absolute deviation
-    (times 1.2533) stands in; all equal -> all 0."""
+def leave_one_out_t(values) -> list[float]:
+    """Each seed against the others: (x_i - mean of the rest) / (SD of the rest * sqrt(1 + 1/(n-1))).
+
+    For normal seeds it follows Student's t with n - 2 df exactly, whatever n >= 3, and one far
+    seed cannot hide itself by inflating the spread it is measured against (it is left out of it).
+    The rest all equal: 0 for a seed equal to them too, +-inf otherwise."""
     x = np.asarray(values, dtype=np.float64)
-    if x.size == 0:
-        return []
-    median = float(np.median(x))
-    dev = np.abs(x - median)
-    mad = float(np.median(dev))
-    if mad > 0:
-        scale = 1.4826 * mad
-    else:
-        mean_ad = float(dev.mean())
-        if mean_ad == 0:
-            return [0.0] * int(x.size)
-        scale = 1.2533 * mean_ad
-    return [float(v) for v in (x - median) / scale]
+    n = int(x.size)
+    if n < 3:
+        raise ValueError(f"a seed can be set against the others from 3 seeds on, got {n}")
+    out = []
+    for i in range(n):
+        rest = np.delete(x, i)
+        gap, sd = float(x[i] - rest.mean()), float(rest.std(ddof=1))
+        out.append(gap / (sd * math.sqrt(1.0 + 1.0 / (n - 1))) if sd > 0 else (0.0 if gap == 0 else math.copysign(math.inf, gap)))
+    return out
 
 
-def outliers(values, cut: float = OUTLIER_Z) -> list[int]:
-    """Indices whose robust z exceeds `cut` in absolute value (needs >= 3 values to mean anything)."""
+def outlier_cut(n_seeds: int, family_alpha: float = OUTLIER_ALPHA) -> float:
+    """|t| above which a seed is flagged: Bonferroni over the n seeds, so n normal seeds get any
+    flag with probability at most family_alpha (measured in tests/evals/test_seeds.py)."""
+    return t_ppf(1.0 - family_alpha / (2.0 * n_seeds), n_seeds - 2)
+
+
+def outliers(values, family_alpha: float = OUTLIER_ALPHA) -> list[int]:
+    """Indices of the seeds far from the others (leave_one_out_t beyond outlier_cut); none below 3 seeds."""
     if len(values) < 3:
         return []
-    return [i for i, z in enumerate(robust_z(values)) if abs(z) > cut]
+    cut = outlier_cut(len(values), family_alpha)
+    return [i for i, t in enumerate(leave_one_out_t(values)) if abs(t) > cut]
 
 
 def seeds_mde(sd: float, n_seeds: int, alpha: float = 0.05, power: float = 0.8) -> float:

@@ -13,7 +13,7 @@ p-value (two-sided): the percentile-bootstrap p-value,
 where r* are the bootstrap ratios. It is the smallest alpha at which the percentile CI at
 level 1 - alpha would exclude 1, so the p-value and the CI never disagree. When the log ratio
 is close to normal (it is a smooth function of two means over >= tens of lines) it is
-uniform under the null; tests/test_stats.py checks that over 200 simulated null runs.
+uniform under the null; tests/evals/test_stats.py checks that over 200 simulated null runs.
 The +1 terms keep it from reporting p = 0 with a finite number of resamples.
 
 Minimum detectable effect: the relative perplexity change a two-sided test at alpha 0.05

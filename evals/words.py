@@ -1,4 +1,4 @@
-"""Word tokens and the invented-word ruler (seed 002).
+"""Word tokens and the invented-word ruler.
 
 A "word" is a run of letters (any script, accents included), optionally joined by an
 apostrophe or hyphen between letters: "guarda-chuva", "d'água", "disse-lhe" are one word each.
@@ -7,8 +7,8 @@ Words are compared NFC-normalised and case-folded, with the typographic apostrop
 Unicode hyphen (‐) mapped to their ASCII forms, so "D’Água" and "d'água" are the same word.
 
 The dictionary is built from the big corpus and keeps words seen at least `min_count` times
-(3 by default): seed 002 showed that a dictionary drawn from the small SFT set calls real words
-invented, and that one-off typos in a big corpus would let invented words pass.
+(3 by default): a dictionary drawn from the small SFT set calls real words invented, and
+one-off typos in a big corpus would let invented words pass.
 """
 
 from __future__ import annotations

@@ -74,8 +74,8 @@ def prepare_data(sources: Path, work: Path, kind: str, vocab: int, seq_len: int)
                 "--text", f"pretrain={pt},{en}", "--text", f"replay={en}", "--sft", f"sft={sources / 'sft_train.jsonl'}",
                 "--eval", f"sftHeld={sources / 'sft_held.jsonl'}", "--eval", f"ptVal={sources / 'pt_val.txt'}",
                 "--eval", f"enRuler={sources / 'en_ruler.txt'}", "--seq-len", str(seq_len)]), "data build")
-    # The invented-word ruler's dictionary: every text the model was trained on (seed 002:
-    # a dictionary from the conversations alone called real words invented), words seen >= 3 times.
+    # The invented-word ruler's dictionary: every text the model was trained on (a dictionary
+    # from the conversations alone calls real words invented), words seen >= 3 times.
     texts = [pt.read_text(encoding="utf-8"), en.read_text(encoding="utf-8")]
     for line in (sources / "sft_train.jsonl").read_text(encoding="utf-8").splitlines():
         if line.strip():

@@ -1,6 +1,6 @@
 """`tatu doctor [RUN]`: what protects the run from the OOM killers, and what only looks like it does.
 
-Facts behind the checks (design.md, "Facts about systemd"):
+Facts behind the checks (docs/operations.md, "systemd facts that shape the units"):
 - Lowering oom_score_adj needs CAP_SYS_RESOURCE in the manager that starts the unit: a user
   manager lacks it, and so does a root manager in a container. OOMScoreAdjust=-600 is then
   dropped silently, so the process's effective value is read back and compared, and the

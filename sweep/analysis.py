@@ -6,37 +6,26 @@ same files give the same numbers (fixed resampling seeds), however often and by 
 coordinator the sweep was run. Statistics (tatu.evals.seeds) are on the log scale of the
 paired perplexity ratio end/start and shown as relative changes: drift (enRuler) and the
 sftHeld change. With a tune stage, sftHeld is judged on its judge half only (odd line
-indices); the tune stage chose on the dev half (even ones); the ruler never chooses.
+indices); the tune stage chose on the dev half (even ones); the ruler never chooses. Every
+comparison is made at the members' ends and at the common step (sweep/common.py); the rule
+judges the one it names.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
-import numpy as np
-
 from tatu.evals import seeds as st
+from tatu.evals.tdist import t_ppf
 from tatu.sweep.coordinator import TERMINAL, member_status, run_dir
 from tatu.sweep.backends import UnitState
 from tatu.sweep.plan import Member, parse_rule
+from tatu.sweep import common as common_step_
 from tatu.sweep.scores import end_checkpoint, score_checkpoint
+from tatu.sweep.stats import config_stats, paired_stats
 
-RESAMPLES = 2000
-HALVES = {"dev": 0, "judge": 1}
-
-
-def _half(scores: dict, half: str | None) -> tuple[np.ndarray, np.ndarray]:
-    nll, tok = np.asarray(scores["nll_sum"]), np.asarray(scores["line_tokens"])
-    if half is None:
-        return nll, tok
-    keep = np.asarray(scores["line_index"]) % 2 == HALVES[half]
-    return nll[keep], tok[keep]
-
-
-def run_lines(result: dict, set_name: str, half: str | None = None) -> st.RunLines:
-    nb, tb = _half(result["base"][set_name], half)
-    ne, te = _half(result["end"][set_name], half)
-    return st.RunLines(nb, tb, ne, te)
+COMMON_LINES = (common_step_.START, common_step_.AT_COMMON)  # the base/end keys of the common-step lines
 
 
 def member_result(member: Member, sweep_dir: Path) -> dict:
@@ -60,60 +49,14 @@ def member_result(member: Member, sweep_dir: Path) -> dict:
     result["every_eval_drift"] = max((e["drift"]["value"] for e in evals.values()), default=0.0)
     result["every_eval_drift_hi"] = max((e["drift"]["hi"] for e in evals.values()), default=0.0)
     result["daemon_drift"] = evals[max(evals)]["drift"]["value"] if evals else None
+    result["eval_drifts"] = [[step, e["drift"]["value"], e["drift"]["hi"]] for step, e in sorted(evals.items())]
     return result
 
 
-def _rel(x: float) -> float:
-    return math.expm1(x)
-
-
-def _ci_json(ci: st.SeedCI) -> dict:
-    return {"value": _rel(ci.mean), "lo": _rel(ci.lo), "hi": _rel(ci.hi), "log_mean": ci.mean, "se": ci.se,
-            "seed_sd": ci.seed_sd, "seed_effect_sd": ci.seed_effect_sd, "within_se": ci.within_se,
-            "df": ci.df if math.isfinite(ci.df) else None, "n_seeds": ci.n_seeds,
-            "mde": _rel(ci.mde) if math.isfinite(ci.mde) else None}
-
-
-def _seed_rng(*parts: int) -> np.random.Generator:
-    return np.random.default_rng([*parts])
-
-
-def config_stats(results: list[dict], set_name: str, half: str | None, index: int) -> dict | None:
-    usable = [r for r in results if "end" in r]
-    if not usable:
+def _metrics(stats: dict | None, results: list[dict], common: int | None = None) -> dict | None:
+    """The values a rule's conditions name, for one configuration (at the common step: its stats there)."""
+    if stats is None:
         return None
-    runs = [run_lines(r, set_name, half) for r in usable]
-    est = [r.log_ratio() for r in runs]
-    reps = [st.line_replicates([run], RESAMPLES, _seed_rng(index, r["seed"], len(set_name)))[0] for run, r in zip(runs, usable)]
-    ci = st.hierarchical_ci(est, reps, n_resamples=RESAMPLES, seed=index)
-    z = st.robust_z(est) if len(est) >= 3 else [0.0] * len(est)
-    return {**_ci_json(ci), "per_seed": {str(r["seed"]): _rel(e) for r, e in zip(usable, est)},
-            "outliers": [{"seed": usable[i]["seed"], "z": z[i]} for i in st.outliers(est)]}
-
-
-def paired_stats(results: list[dict], baseline: list[dict], set_name: str, half: str | None, index: int) -> dict | None:
-    by_seed = {r["seed"]: r for r in baseline if "end" in r}
-    pairs = [(by_seed[r["seed"]], r) for r in results if "end" in r and r["seed"] in by_seed]
-    if len(pairs) < 2:
-        return None
-    diffs, reps = [], []
-    a_est, b_est = [], []
-    for base_r, r in pairs:
-        rb, rc = run_lines(base_r, set_name, half), run_lines(r, set_name, half)
-        b_rep, c_rep = st.line_replicates([rb, rc], RESAMPLES, _seed_rng(1000 + index, r["seed"], len(set_name)))
-        a_est.append(rc.log_ratio())
-        b_est.append(rb.log_ratio())
-        diffs.append(rc.log_ratio() - rb.log_ratio())
-        reps.append(c_rep - b_rep)
-    ci = st.hierarchical_ci(diffs, reps, n_resamples=RESAMPLES, seed=1000 + index)
-    test = st.paired_t(a_est, b_est)
-    sd = float(np.std(diffs, ddof=1))
-    return {"diff": ci.mean, "lo": ci.lo, "hi": ci.hi, "p_value": test.p_value, "t": test.t if math.isfinite(test.t) else None,
-            "n_seeds": len(pairs), "seed_sd": sd, "seeds_needed": st.seeds_needed(ci.mean, sd)}
-
-
-def _metrics(stats: dict, results: list[dict]) -> dict:
-    """The values a rule's conditions name, for one configuration."""
     drift, change = stats.get("drift"), stats.get("sftHeld")
     usable = [r for r in results if "end" in r]
     out = {"aborted": float(sum(r["state"] == "aborted" for r in results))}
@@ -121,9 +64,12 @@ def _metrics(stats: dict, results: list[dict]) -> dict:
         out.update(drift=drift["value"], drift_lo=drift["lo"], drift_hi=drift["hi"])
     if change:
         out.update(sftHeld_change=change["value"], sftHeld_change_lo=change["lo"], sftHeld_change_hi=change["hi"])
-    if usable:
+    if usable and common is None:
         out["every_eval_drift"] = max(r["every_eval_drift"] for r in usable)
         out["every_eval_drift_hi"] = max(r["every_eval_drift_hi"] for r in usable)
+    elif usable:
+        worst = [common_step_.worst_drift_until(r, common) for r in usable]
+        out["every_eval_drift"], out["every_eval_drift_hi"] = max(v for v, _ in worst), max(hi for _, hi in worst)
     return out
 
 
@@ -138,10 +84,11 @@ def decide(lock: dict, configs: list[dict]) -> dict:
     ordered = sorted(configs, key=lambda c: float(c["values"][rule.axis]) if _is_number(c["values"][rule.axis])
                      else axis_values.index(c["values"][rule.axis]), reverse=rule.choose == "largest")
     checks = []
+    judged = "metrics_common" if rule.at == "common" else "metrics"
     for config in ordered:
         failed, missing = [], []
         for cond in rule.conditions:
-            value = config["metrics"].get(cond.metric)
+            value = (config.get(judged) or {}).get(cond.metric)
             if value is None:
                 missing.append(cond.metric)
             elif not cond.holds(value, config["effective"]):
@@ -153,7 +100,8 @@ def decide(lock: dict, configs: list[dict]) -> dict:
         line = f"{rule.axis}={chosen['value']}: the {rule.choose} {rule.axis} such that {rule.text.split('such that', 1)[1].strip()}"
     else:
         line = f"no {rule.axis} satisfies the rule ({rule.text})"
-    return {"rule": rule.text, "axis": rule.axis, "chosen": chosen and chosen["value"], "line": line,
+    return {"rule": rule.text, "axis": rule.axis, "at": rule.at,
+            "at_step": next((c.get("common_step") for c in configs), None) if rule.at == "common" else None, "chosen": chosen and chosen["value"], "line": line,
             "checks": checks, "would_change": _would_change(rule, ordered, checks, chosen)}
 
 
@@ -177,7 +125,7 @@ def _would_change(rule, ordered: list[dict], checks: list[dict], chosen: dict | 
         for fail in check["failed"]:
             metric = fail["condition"].split()[0]
             base = metric.removesuffix("_hi").removesuffix("_lo")
-            stats = config["stats"].get("drift" if base.startswith("drift") and not base.startswith("every") else "sftHeld")
+            stats = (config.get("stats_common" if rule.at == "common" else "stats") or {}).get("drift" if base.startswith("drift") and not base.startswith("every") else "sftHeld")
             if not stats or metric == base or base.startswith("every") or base == "aborted":
                 continue
             point = stats["value"]
@@ -187,7 +135,7 @@ def _would_change(rule, ordered: list[dict], checks: list[dict], chosen: dict | 
             sd = max(stats["seed_sd"], stats["within_se"])
             passes_point = (point < fail["threshold"]) if metric.endswith("_hi") else (point > fail["threshold"])
             if passes_point and margin > 0 and sd > 0:
-                need = next((n for n in range(2, 1001) if st.t_ppf(0.975, n - 1) * sd / math.sqrt(n) < margin), None)
+                need = next((n for n in range(2, 1001) if t_ppf(0.975, n - 1) * sd / math.sqrt(n) < margin), None)
                 more = f"about {need - stats['n_seeds']} more seeds" if need else "more than 1000 seeds"
                 notes.append(f"{rule.axis}={check['value']}: its {base} point estimate {_fmt_metric(base, point)} passes; "
                              f"{more} would narrow {metric} enough to pass (if the estimate and the spread hold)")
@@ -198,7 +146,8 @@ def _would_change(rule, ordered: list[dict], checks: list[dict], chosen: dict | 
         if position > 0:
             before, this = by_key[checks[position - 1]["config"]], by_key[chosen["config"]]
             if "results" in before and "results" in this:
-                p = paired_stats(this["results"], before["results"], "enRuler", None, 99)
+                lines = COMMON_LINES if rule.at == "common" else ("base", "end")
+                p = paired_stats(this["results"], before["results"], "enRuler", None, 99, *lines)
                 if p and p["p_value"] > 0.05:
                     more = (f"{max(1, p['seeds_needed'] - p['n_seeds'])} more seeds would resolve it" if p["seeds_needed"]
                             else "more than 1000 seeds would be needed")
@@ -214,17 +163,28 @@ def stage_table(lock: dict, members: list[Member], sweep_dir: Path, stage: str) 
     for m in members:
         grouped.setdefault(m.config_key, []).append(m)
     configs = []
+    from tatu.daemon.config import load_config
+
+    grouped_results = {key: [member_result(m, sweep_dir) for m in group] for key, group in grouped.items()}
+    common = common_step_.common_step([r for results in grouped_results.values() for r in results])
+    why_not = common_step_.attach([r for rs in grouped_results.values() for r in rs],
+                                  {m.name: run_dir(m) for m in members}, common)
+    configs = []
     for index, (key, group) in enumerate(grouped.items()):
-        results = [member_result(m, sweep_dir) for m in group]
+        results = grouped_results[key]
         stats = {"drift": config_stats(results, "enRuler", None, index),
                  "sftHeld": config_stats(results, "sftHeld", half_sft, index)}
-        from tatu.daemon.config import load_config
-
+        at_common = None if why_not else {
+            "drift": config_stats(results, "enRuler", None, index, *COMMON_LINES),
+            "sftHeld": config_stats(results, "sftHeld", half_sft, index, *COMMON_LINES)}
         effective = load_config(group[0].env)[0].to_json()
         configs.append({"key": key, "values": group[0].values, "results": results, "stats": stats,
+                        "stats_common": at_common, "common_step": common, "common_missing": why_not,
+                        "end_steps": sorted({r["steps"] for r in results if "end" in r}),
                         "effective": effective, "half": half_sft})
     for config in configs:
         config["metrics"] = _metrics(config["stats"], config["results"])
+        config["metrics_common"] = _metrics(config["stats_common"], config["results"], common)
     return configs
 
 
@@ -235,11 +195,12 @@ def add_paired(lock: dict, configs: list[dict]) -> None:
     if baseline is None:
         return
     others = [c for c in configs if c is not baseline]
-    for metric, set_name in (("drift", "enRuler"), ("sftHeld", "sftHeld")):
+    variants = [("paired", ("base", "end"))] + ([("paired_common", COMMON_LINES)] if baseline["stats_common"] else [])
+    for (where, lines), (metric, set_name) in itertools.product(variants, (("drift", "enRuler"), ("sftHeld", "sftHeld"))):
         found = []
         for index, config in enumerate(others):
-            paired = paired_stats(config["results"], baseline["results"], set_name, config["half"], index)
-            config.setdefault("paired", {})[metric] = paired
+            paired = paired_stats(config["results"], baseline["results"], set_name, config["half"], index, *lines)
+            config.setdefault(where, {})[metric] = paired
             if paired:
                 found.append(paired)
         for paired, adjusted in zip(found, st.holm([p["p_value"] for p in found]) if found else []):
@@ -300,5 +261,6 @@ def analyze(sweep_dir: Path) -> dict:
 
 def _strip(configs: list[dict]) -> list[dict]:
     """Drop the per-line scores (they stay in the scores cache) from what the report keeps."""
-    return [{**c, "results": [{k: v for k, v in r.items() if k not in ("base", "end")} for r in c["results"]]}
+    per_line = ("base", "end", *COMMON_LINES)
+    return [{**c, "results": [{k: v for k, v in r.items() if k not in per_line} for r in c["results"]]}
             for c in configs]

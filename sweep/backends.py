@@ -9,7 +9,7 @@
 
 What a member *achieved* is never asked of a backend: it is read from the run dir
 (verdict.json, events.jsonl), so a coordinator restarted on another backend state, or after a
-reboot, derives the same thing. A Ray backend (issue 13) implements the same three methods.
+reboot, derives the same thing. The Ray backend (sweep/ray.py) implements the same five methods.
 
 - systemd (the default): each member is a `tatu-sft@<run>.service` instance with its env file
   at $XDG_CONFIG_HOME/tatu/<run>.env; a crash is the unit's own restart (Restart=on-failure).

@@ -11,6 +11,7 @@
     [decision]
     baseline = { REPLAY_N = 0 }             # compared with (default: each axis's first value)
     rule = "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT and sftHeld_change_hi < 0"
+                                            # optional tail: "at the end" (default) | "at the common step"
     [tune]                                  # optional: tune one variable for the baseline first
     TATU_LR = [1e-3, 3e-3]
     seeds = [1, 2]                          # default: the plan's seeds
@@ -41,7 +42,10 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,23}$")
 PLAN_KEYS = {"name", "question", "seeds", "base", "axes", "decision", "tune"}
 METRICS = ("drift", "drift_lo", "drift_hi", "sftHeld_change", "sftHeld_change_lo", "sftHeld_change_hi",
            "every_eval_drift", "every_eval_drift_hi", "aborted")
-RULE = re.compile(r"^\s*(smallest|largest)\s+([A-Z][A-Z0-9_]*)\s+such\s+that\s+(.+?)\s*$")
+# "... such that CONDITIONS [at the end | at the common step]": which comparison the rule judges
+# (default the end; the common step is the last eval step every member reached).
+RULE = re.compile(r"^\s*(smallest|largest)\s+([A-Z][A-Z0-9_]*)\s+such\s+that\s+(.+?)"
+                  r"(?:\s+at\s+the\s+(end|common\s+step))?\s*$")
 CONDITION = re.compile(r"^\s*([A-Za-z_]+)\s*(<=|<)\s*([A-Z][A-Z0-9_]*|[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?%?)\s*$")
 
 
@@ -74,6 +78,7 @@ class Rule:
     choose: str  # smallest | largest
     axis: str
     conditions: tuple[Condition, ...]
+    at: str = "end"  # "end" (each member's last step) | "common" (the last eval step every member reached)
 
 
 def parse_rule(text: str, axes: dict, path: Path) -> Rule:
@@ -81,8 +86,9 @@ def parse_rule(text: str, axes: dict, path: Path) -> Rule:
 
     match = RULE.match(text)
     if not match:
-        raise _fail(path, "[decision] rule", f"{text!r} is not 'smallest|largest AXIS such that METRIC < VALUE and ...'")
-    choose, axis, rest = match.groups()
+        raise _fail(path, "[decision] rule", f"{text!r} is not 'smallest|largest AXIS such that METRIC < VALUE and ... "
+                                          f"[at the end | at the common step]'")
+    choose, axis, rest, at = match.groups()
     if axis not in axes:
         raise _fail(path, "[decision] rule", f"{axis} is not an axis of the plan (axes: {', '.join(axes)})")
     conditions = []
@@ -96,7 +102,7 @@ def parse_rule(text: str, axes: dict, path: Path) -> Rule:
         if value[0].isalpha() and value not in known_variables():
             raise _fail(path, "[decision] rule", f"{value} is neither a number nor a run variable")
         conditions.append(Condition(metric, op, value))
-    return Rule(text.strip(), choose, axis, tuple(conditions))
+    return Rule(text.strip(), choose, axis, tuple(conditions), "common" if at and at.startswith("common") else "end")
 
 
 @dataclass(frozen=True)
@@ -175,7 +181,9 @@ class Plan:
 
         name = f"{key}-s{seed}"
         run = f"{self.name}.{name}"
-        env = {**self.base_env, **values, "TATU_SEED": str(seed), "TATU_RUN": run, "TATU_OUT": str(sweep_out)}
+        # TATU_EVAL_LINES: every eval's per-line scores, so members can be compared at a common step.
+        env = {**self.base_env, **values, "TATU_SEED": str(seed), "TATU_RUN": run, "TATU_OUT": str(sweep_out),
+               "TATU_EVAL_LINES": "1"}
         try:
             load_config(env)
         except ConfigError as exc:

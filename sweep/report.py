@@ -2,8 +2,10 @@
 
 Per configuration across seeds: drift and sftHeld change (the mean over seeds with a CI that
 carries seed and line variance), the seed SD beside the mean within-run SE, the MDE across
-seeds, aborted seeds, outlier seeds (robust z, shown, never dropped); paired by seed against
-the baseline with Holm-adjusted p-values; the locked rule's verdict and what would change it.
+seeds, aborted seeds, outlier seeds (leave-one-out t, shown, never dropped); paired by seed and
+line against the baseline with Holm-adjusted p-values; all of it at the members' ends and again
+at the common step (each row prints its step); the locked rule's verdict, where it judged, and
+what would change it.
 With a tune stage, its table comes first.
 """
 from __future__ import annotations
@@ -37,39 +39,52 @@ def _p(x) -> str:
     return "n/a" if x is None else ("<0.001" if x < 0.001 else f"{x:.3f}")
 
 
-def config_rows(configs: list[dict]) -> list[list[str]]:
+def _step(c: dict, common: bool) -> str:
+    """The step a row compares at: the common step, or the members' last eval steps."""
+    if common:
+        return str(c.get("common_step"))
+    return ",".join(str(s) for s in c.get("end_steps", [])) or "-"
+
+
+def config_rows(configs: list[dict], common: bool = False) -> list[list[str]]:
     rows = []
     for c in configs:
-        d, s = c["stats"]["drift"], c["stats"]["sftHeld"]
+        where = c.get("stats_common") if common else c["stats"]
+        if where is None:
+            continue
+        d, s = where["drift"], where["sftHeld"]
         results = c["results"]
         aborted = sum(r["state"] == "aborted" for r in results)
         diverged = sum(r["state"] == "diverged" for r in results)
         waiting = sum(r["state"] not in ("done", "aborted", "diverged") for r in results)
-        outl = [f"s{o['seed']} (z={o['z']:+.1f})" for o in (d or {}).get("outliers", []) + (s or {}).get("outliers", [])]
+        outl = [f"s{o['seed']} (t={o['t']:+.1f})" for o in (d or {}).get("outliers", []) + (s or {}).get("outliers", [])]
         rows.append([c["key"] + (" *" if c.get("is_baseline") else ""), f"{(d or s or {}).get('n_seeds', 0)}/{len(results)}",
-                     _ci(d), _sd(d and d["seed_sd"]), _sd(d and d["within_se"]), _sd(d and d["mde"]), _ci(s),
+                     _step(c, common), _ci(d), _sd(d and d["seed_sd"]), _sd(d and d["within_se"]), _sd(d and d["mde"]), _ci(s),
                      _sd(s and s["seed_sd"]), _sd(s and s["within_se"]),
                      f"{aborted}" + (f" +{diverged} diverged" if diverged else "") + (f" ({waiting} not done)" if waiting else ""),
                      ", ".join(sorted(set(outl))) or "-"])
     return rows
 
 
-CONFIG_HEADER = ["config", "seeds", "drift [95% CI]", "seed SD", "within SE", "MDE", "sftHeld change [95% CI]",
+CONFIG_HEADER = ["config", "seeds", "step", "drift [95% CI]", "seed SD", "within SE", "MDE", "sftHeld change [95% CI]",
                  "seed SD", "within SE", "aborted", "outlier seeds"]
-PAIRED_HEADER = ["config vs baseline", "seeds", "drift diff [95% CI]", "p", "p Holm", "sftHeld diff [95% CI]", "p", "p Holm"]
+OUTLIER_NOTE = ("outlier seeds: leave-one-out t beyond a Bonferroni cut (normal seeds: at most 4% of "
+                "config-metrics flagged); no flag below 3 seeds")
+PAIRED_HEADER = ["config vs baseline", "seeds", "step", "drift diff [95% CI]", "p", "p Holm", "sftHeld diff [95% CI]", "p", "p Holm"]
 
 
-def paired_rows(configs: list[dict]) -> list[list[str]]:
+def paired_rows(configs: list[dict], common: bool = False) -> list[list[str]]:
     rows = []
     for c in configs:
-        if c.get("is_baseline") or not c.get("paired"):
+        paired = c.get("paired_common" if common else "paired")
+        if c.get("is_baseline") or not paired:
             continue
-        d, s = c["paired"].get("drift"), c["paired"].get("sftHeld")
+        d, s = paired.get("drift"), paired.get("sftHeld")
 
         def diff(p):
             return "n/a" if not p else f"{_log_pct(p['diff'])} [{_log_pct(p['lo'])},{_log_pct(p['hi'])}]"
 
-        rows.append([c["key"], str((d or {}).get("n_seeds", 0)), diff(d), _p(d and d["p_value"]), _p(d and d.get("p_holm")),
+        rows.append([c["key"], str((d or {}).get("n_seeds", 0)), _step(c, common), diff(d), _p(d and d["p_value"]), _p(d and d.get("p_holm")),
                      diff(s), _p(s and s["p_value"]), _p(s and s.get("p_holm"))])
     return rows
 
@@ -106,20 +121,41 @@ def closing_text(data: dict) -> str:
     if data.get("compare"):
         cmp = data["compare"]
         half = " (sftHeld: judge half)" if data.get("tune") else ""
-        out += ["", f"comparison stage{half}; * = baseline; CIs carry seed and line variance (hierarchical bootstrap)",
-                text_table(CONFIG_HEADER, config_rows(cmp["configs"]))]
-        rows = paired_rows(cmp["configs"])
-        if rows:
-            n = max((c.get("paired", {}).get("drift") or {}).get("n_compared", 0) for c in cmp["configs"])
-            out += ["", f"paired by seed vs the baseline (log-ratio differences; paired t over seeds; Holm over {n} comparisons)",
-                    text_table(PAIRED_HEADER, rows)]
+        out += ["", f"comparison stage{half}; * = baseline; CIs carry seed and line variance (crossed: seeds x shared lines)",
+                text_table(CONFIG_HEADER, config_rows(cmp["configs"])), OUTLIER_NOTE]
+        out += _paired_text(cmp["configs"], common=False)
+        out += _common_text(cmp["configs"])
         verdict = data["verdict"]
-        out += ["", ("VERDICT (locked rule): " if cmp["complete"] else "PROVISIONAL (members still running): ") + verdict["line"]]
+        judged = (f" (judged at step {verdict.get('at_step')}, the common step)" if verdict.get("at") == "common"
+                  else " (judged at the end)")
+        out += ["", ("VERDICT (locked rule): " if cmp["complete"] else "PROVISIONAL (members still running): ") + verdict["line"]
+                + judged]
         for check in verdict["checks"]:
             if check["failed"]:
                 out.append(f"  {verdict['axis']}={check['value']} fails " + "; ".join(f"{f['condition']} ({f['shown']})" for f in check["failed"]))
         out += [f"  what would change it: {note}" for note in verdict["would_change"]]
     return "\n".join(out)
+
+
+def _paired_text(configs: list[dict], common: bool) -> list[str]:
+    rows = paired_rows(configs, common)
+    if not rows:
+        return []
+    where = "paired_common" if common else "paired"
+    n = max(((c.get(where) or {}).get("drift") or {}).get("n_compared", 0) for c in configs)
+    return ["", f"paired by seed and line vs the baseline (log-ratio differences; paired t over seeds; Holm over {n} comparisons)",
+            text_table(PAIRED_HEADER, rows)]
+
+
+def _common_text(configs: list[dict]) -> list[str]:
+    """The same comparisons at the last eval step every member reached (the ends may differ)."""
+    if not configs:
+        return []
+    step, missing = configs[0].get("common_step"), configs[0].get("common_missing")
+    if missing:
+        return ["", f"at the common step: n/a ({missing})"]
+    return ["", f"at step {step}, the last eval step every member reached (the daemon's per-line scores there)",
+            text_table(CONFIG_HEADER, config_rows(configs, common=True))] + _paired_text(configs, common=True)
 
 
 def _plots(data: dict, out_dir: Path) -> list[str]:
@@ -200,7 +236,9 @@ def write_report(sweep_dir: Path, out_dir: Path | None = None) -> tuple[dict, st
         parts += ["<h2>tune stage</h2>", _html_table(TUNE_HEADER, tune_rows(data["tune"], data.get("tuned")))]
     if data.get("compare"):
         parts += ["<h2>comparison stage</h2>", _html_table(CONFIG_HEADER, config_rows(data["compare"]["configs"])),
-                  "<h2>paired by seed vs the baseline (Holm)</h2>", _html_table(PAIRED_HEADER, paired_rows(data["compare"]["configs"]))]
+                  "<h2>paired by seed vs the baseline (Holm)</h2>", _html_table(PAIRED_HEADER, paired_rows(data["compare"]["configs"])),
+                  "<h2>at the common step</h2>", _html_table(CONFIG_HEADER, config_rows(data["compare"]["configs"], common=True)),
+                  _html_table(PAIRED_HEADER, paired_rows(data["compare"]["configs"], common=True))]
         parts.append(f"<h2>verdict</h2><pre>{html.escape(text.split(chr(10) + chr(10))[-1])}</pre>")
     parts += [f'<p><img src="{p}" alt="{p}"></p>' for p in plots]
     page = out_dir / "index.html"

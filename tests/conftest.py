@@ -32,7 +32,9 @@ def private_runtime_dir():
 @pytest.fixture(scope="session")
 def tiny_trunk(tmp_path_factory):
     """The tiny world's data dir and a trunk trained on it (24 steps), built once per session
-    for every test that needs a seed: {"root", "data", "trunk"}."""
+    for every test that needs a seed (daemon, DDP, sweep and systemd tests alike; write runs
+    elsewhere, e.g. tiny_world.sft_env(tiny_trunk, tmp_path)): {"root", "data", "trunk"},
+    data and trunk absolute."""
     from tiny_world import base_env, build_world
 
     from tatu.daemon.main import main as daemon_main

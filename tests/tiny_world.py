@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from tatu.daemon.config import PREFIXES as RUN_PREFIXES
@@ -75,3 +78,38 @@ def base_env(data: Path, out: Path, **extra) -> dict[str, str]:
     }
     env.update({k: str(v) for k, v in extra.items()})
     return env
+
+
+def sft_env(world: dict, out: Path, **extra) -> dict[str, str]:
+    """A 6-step SFT run from the session's tiny trunk (conftest.py's `tiny_trunk`), writing under out."""
+    settings = dict(TATU_RUN="run", TATU_SEED_CKPT=world["trunk"], SFT_GE=2, REPLAY_N=1, MIX_STEPS_LIMIT=6,
+                    EVAL_EVERY=3, TATU_LR="1e-3", TATU_CKPT_EVERY=3)
+    settings.update(extra)
+    return base_env(world["data"], out, **settings)
+
+
+def daemon(env: dict[str, str], *args: str, **kwargs) -> subprocess.CompletedProcess:
+    """`python -m tatu.daemon ARGS` with env on top of a clean environment, to its end."""
+    return subprocess.run([sys.executable, "-m", "tatu.daemon", *args], env={**clean_environ(), **env},
+                          capture_output=True, text=True, timeout=300, **kwargs)
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.05):
+    """predicate()'s first true value, polled every interval; an AssertionError naming what after timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def all_finite(ckpt) -> list[str]:
+    """Names of the floating tensors of a loaded checkpoint that hold NaN or inf (none: [])."""
+    import torch
+
+    groups = {"model": ckpt.model_state, **ckpt.extra_tensors}
+    return [f"{g}/{k}" for g, ts in groups.items() for k, t in ts.items()
+            if t.is_floating_point() and not bool(torch.isfinite(t).all())]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tatu.daemon.control import ControlServer, error_reply, peer_allowed, socket_path
+from tatu.daemon.control import MAX_REQUEST_DEPTH, ControlServer, error_reply, peer_allowed, socket_path
 from tatu.ops.client import ControlError, add_status_args, format_status, request, status_main
 
 NOBODY_UID = 65534
@@ -432,3 +432,47 @@ def test_an_open_pipe_still_gets_the_whole_reply(server):
     proc = subprocess.run([sys.executable, "-m", "tatu.ops.cli", "status", "--socket", str(server.path), "--json"],
                           capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=60)
     assert proc.returncode == 0 and json.loads(proc.stdout)["step"] == 7
+
+
+# --- hostile requests: too deep, or a reply that raises -------------------------------------------
+
+def ask(path: Path, payload: bytes) -> dict:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        client.settimeout(10)
+        client.connect(str(path))
+        client.sendall(payload)
+        reply = b""
+        while not reply.endswith(b"\n"):
+            chunk = client.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    return json.loads(reply)
+
+
+def test_a_deeply_nested_request_gets_an_error_reply_and_the_server_lives(tmp_path):
+    path = tmp_path / "s" / "run.sock"
+    with ControlServer(path, {"status": lambda _request: {"phase": "training"}}) as server:
+        reply = ask(path, b"[" * 30000 + b"\n")  # 30 KB of '[': json.loads would recurse 30,000 deep
+        assert reply["ok"] is False and reply["v"] == 1 and "nested" in reply["error"]
+        reply = ask(path, b'{"v":1,"cmd":"status","x":' + b"[" * 60 + b"]" * 60 + b"}\n")
+        assert reply["ok"] is False and "nested 61 levels" in reply["error"]
+        allowed = b"[" * (MAX_REQUEST_DEPTH - 1) + b"]" * (MAX_REQUEST_DEPTH - 1)
+        reply = ask(path, b'{"v":1,"cmd":"status","x":' + allowed + b', "s": "[[[[[[[[[[[[[[[[[[[[[[[[[["}\n')
+        assert reply["ok"] is True and reply["phase"] == "training"  # brackets inside strings do not count
+        assert server.running
+
+
+def test_any_exception_while_handling_a_request_is_an_error_reply(tmp_path):
+    class Weird(dict):  # a reply that blows up while the server merges it into the envelope
+        def __iter__(self):
+            raise RecursionError("planted")
+
+        def keys(self):
+            raise RecursionError("planted")
+
+    path = tmp_path / "s" / "run.sock"
+    with ControlServer(path, {"status": lambda _request: Weird(a=1)}) as server:
+        reply = ask(path, b'{"v":1,"cmd":"status"}\n')
+        assert reply["ok"] is False and "RecursionError" in reply["error"]
+        assert server.running

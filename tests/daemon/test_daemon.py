@@ -1,7 +1,8 @@
 """The training daemon end to end on a tiny model (CPU, seconds each).
 
 Runs go through `python -m tatu.daemon` in a subprocess where the process boundary matters
-(exit codes, SIGKILL, config errors before torch loads) and in-process elsewhere.
+(exit codes, SIGKILL) and in-process elsewhere. The configuration's own checks are
+tests/daemon/test_config.py.
 """
 from __future__ import annotations
 
@@ -19,30 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from tiny_world import RUN_PREFIXES, base_env, clean_environ
+from tiny_world import RUN_PREFIXES, clean_environ, daemon, sft_env
 
 from tatu.daemon.logs import read_events
 from tatu.daemon.main import main as daemon_main
 from tatu.model.checkpoint import load_checkpoint
 
 EVAL_RE = re.compile(r"EVAL [0-9]+: sftHeld")
-
-
-def daemon(env: dict[str, str], **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tatu.daemon"], env={**clean_environ(), **env},
-                          capture_output=True, text=True, timeout=300, **kwargs)
-
-
-@pytest.fixture
-def world(tiny_trunk):
-    return tiny_trunk
-
-
-def sft_env(world, out: Path, **extra) -> dict[str, str]:
-    settings = dict(TATU_RUN="run", TATU_SEED_CKPT=world["trunk"], SFT_GE=2, REPLAY_N=1, MIX_STEPS_LIMIT=6,
-                    EVAL_EVERY=3, TATU_LR="1e-3", TATU_CKPT_EVERY=3)
-    settings.update(extra)
-    return base_env(world["data"], out, **settings)
 
 
 def history(run_dir: Path) -> list[dict]:
@@ -55,48 +39,17 @@ def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-# --- configuration ---------------------------------------------------------------------------
+# --- where a run starts from ------------------------------------------------------------------
 
-def test_typo_exits_78_suggesting_the_name_and_writes_nothing(tmp_path):
-    out = tmp_path / "out"
-    env = {"REPLAY_M": "6", "TATU_DATA": str(tmp_path), "TATU_OUT": str(out), "TATU_SEED_CKPT": str(tmp_path)}
-    proc = daemon(env)
-    assert proc.returncode == 78
-    assert "REPLAY_M" in proc.stderr and "did you mean REPLAY_N?" in proc.stderr
-    assert not out.exists()
-
-
-def test_config_errors_are_decided_before_torch_is_imported(tmp_path):
-    """The "< 2 s" of the issue, checked without timing: the process never imports torch."""
-    env = {**clean_environ(), "REPLAY_M": "6", "TATU_DATA": str(tmp_path), "TATU_SEED_CKPT": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "tatu.daemon"], env=env,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 78
-    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
-    assert "pydantic" in imported  # the log is real
-    assert not [m for m in imported if m == "torch" or m.startswith("torch.")]
-
-
-@pytest.mark.parametrize("name,value", [("REPLAY_N", "-1"), ("MIX_FORGET_LIMIT", "0"), ("EVAL_EVERY", "0"),
-                                        ("TATU_LR", "nan"), ("TATU_DEVICE", "gpu")])
-def test_out_of_range_value_exits_78(tmp_path, name, value):
-    out = tmp_path / "out"
-    env = {"TATU_DATA": str(tmp_path), "TATU_OUT": str(out), "TATU_SEED_CKPT": str(tmp_path), name: value}
-    proc = daemon(env)
-    assert proc.returncode == 78, proc.stderr
-    assert name in proc.stderr
-    assert not out.exists()
-
-
-def test_tokenizer_mismatch_exits_78_naming_both(world, tmp_path):
+def test_tokenizer_mismatch_exits_78_naming_both(tiny_trunk, tmp_path):
     from tatu.model.checkpoint import save_checkpoint
     from tatu.model.tokenizer import CharTokenizer
 
-    seed = load_checkpoint(world["trunk"])
+    seed = load_checkpoint(tiny_trunk["trunk"])
     other = CharTokenizer([chr(0x4E00 + i) for i in range(len(seed.tokenizer.chars))])  # same size, other tokens
     bad = tmp_path / "bad-seed"
     save_checkpoint(bad, model_state=seed.model_state, model_config=seed.model_config, tokenizer=other, meta={})
-    proc = daemon(sft_env(world, tmp_path / "out", TATU_SEED_CKPT=bad))
+    proc = daemon(sft_env(tiny_trunk, tmp_path / "out", TATU_SEED_CKPT=bad))
     assert proc.returncode == 78
     assert "tokenizer mismatch" in proc.stdout + proc.stderr and other.hash[:12] in proc.stdout + proc.stderr
     assert not (tmp_path / "out").exists()
@@ -104,8 +57,8 @@ def test_tokenizer_mismatch_exits_78_naming_both(world, tmp_path):
 
 # --- a normal run ------------------------------------------------------------------------------
 
-def test_run_prints_config_evals_and_baseline_drift_zero(world, tmp_path):
-    proc = daemon(sft_env(world, tmp_path))
+def test_run_prints_config_evals_and_baseline_drift_zero(tiny_trunk, tmp_path):
+    proc = daemon(sft_env(tiny_trunk, tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.search(r"REPLAY_N\s+= 1\s+\[env\]", proc.stdout)
     assert re.search(r"MIX_FORGET_LIMIT\s+= 0.1\s+\[default\]", proc.stdout)
@@ -132,19 +85,19 @@ def test_run_prints_config_evals_and_baseline_drift_zero(world, tmp_path):
         assert load_checkpoint(tmp_path / "run" / name).meta["config"]["REPLAY_N"] == 1
 
 
-def test_drift_tronco_is_na_without_a_trunk_reference(world, tmp_path):
+def test_drift_tronco_is_na_without_a_trunk_reference(tiny_trunk, tmp_path):
     from tatu.model.checkpoint import save_checkpoint
 
-    seed = load_checkpoint(world["trunk"])
+    seed = load_checkpoint(tiny_trunk["trunk"])
     bare = tmp_path / "bare-seed"
     save_checkpoint(bare, model_state=seed.model_state, model_config=seed.model_config, tokenizer=seed.tokenizer, meta={})
-    assert daemon_main(sft_env(world, tmp_path / "out", TATU_SEED_CKPT=bare, MIX_STEPS_LIMIT=3)) == 0
+    assert daemon_main(sft_env(tiny_trunk, tmp_path / "out", TATU_SEED_CKPT=bare, MIX_STEPS_LIMIT=3)) == 0
     log = (tmp_path / "out" / "run" / "run.log").read_text()
     assert "drift_tronco n/a" in log and "drift_tronco +0.0%" not in log
 
 
-def test_planted_forgetting_aborts_with_10(world, tmp_path):
-    env = sft_env(world, tmp_path, REPLAY_N=0, TATU_LR="3e-2", MIX_FORGET_LIMIT="0.02", MIX_STEPS_LIMIT=30,
+def test_planted_forgetting_aborts_with_10(tiny_trunk, tmp_path):
+    env = sft_env(tiny_trunk, tmp_path, REPLAY_N=0, TATU_LR="3e-2", MIX_FORGET_LIMIT="0.02", MIX_STEPS_LIMIT=30,
                   EVAL_EVERY=2, TATU_GRAD_CLIP=0)
     proc = daemon(env)
     assert proc.returncode == 10, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -163,10 +116,10 @@ def test_planted_forgetting_aborts_with_10(world, tmp_path):
     assert sum(1 for e in read_events(tmp_path / "run" / "events.jsonl") if e["event"] == "step") == steps_before
 
 
-def test_ci_abort_mode_aborts_on_the_lower_bound(world, tmp_path):
+def test_ci_abort_mode_aborts_on_the_lower_bound(tiny_trunk, tmp_path):
     """MIX_FORGET_CI=1 through the daemon: the abort names the CI's lower bound, at the first eval
     where it exceeds the limit. (That it waits while only the point estimate is over: test_decisions.)"""
-    env = sft_env(world, tmp_path, REPLAY_N=0, TATU_LR="3e-2", MIX_FORGET_LIMIT="0.02", MIX_STEPS_LIMIT=30,
+    env = sft_env(tiny_trunk, tmp_path, REPLAY_N=0, TATU_LR="3e-2", MIX_FORGET_LIMIT="0.02", MIX_STEPS_LIMIT=30,
                   EVAL_EVERY=2, TATU_GRAD_CLIP=0, MIX_FORGET_CI=1)
     proc = daemon(env)
     assert proc.returncode == 10, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -178,20 +131,20 @@ def test_ci_abort_mode_aborts_on_the_lower_bound(world, tmp_path):
     assert json.loads((tmp_path / "run" / "verdict.json").read_text())["verdict"] == "forgets"
 
 
-def test_injected_nan_exits_11_and_previous_state_loads(world, tmp_path):
-    proc = daemon(sft_env(world, tmp_path, TATU_FAULT_NAN_STEP=5, TATU_CKPT_EVERY=3))
+def test_injected_nan_exits_11_and_previous_state_loads(tiny_trunk, tmp_path):
+    proc = daemon(sft_env(tiny_trunk, tmp_path, TATU_FAULT_NAN_STEP=5, TATU_CKPT_EVERY=3))
     assert proc.returncode == 11, proc.stdout[-2000:] + proc.stderr[-2000:]
     state = load_checkpoint(tmp_path / "run" / "state")
     assert state.extra_json["resume"]["step"] == 3
     model = state.build_model()
     assert all(p.isfinite().all() for p in model.parameters())
     # and the run resumes from it (the fault is a test switch; without it the run completes)
-    proc = daemon(sft_env(world, tmp_path))
+    proc = daemon(sft_env(tiny_trunk, tmp_path))
     assert proc.returncode == 0 and "resumed from step 3" in proc.stdout
 
 
-def test_best_follows_sftheld_not_the_ruler(world, tmp_path):
-    env = sft_env(world, tmp_path, REPLAY_N=0, TATU_LR="1e-2", MIX_STEPS_LIMIT=12, EVAL_EVERY=2, MIX_FORGET_LIMIT=1)
+def test_best_follows_sftheld_not_the_ruler(tiny_trunk, tmp_path):
+    env = sft_env(tiny_trunk, tmp_path, REPLAY_N=0, TATU_LR="1e-2", MIX_STEPS_LIMIT=12, EVAL_EVERY=2, MIX_FORGET_LIMIT=1)
     assert daemon_main(env) == 0
     evals = {e["step"]: e for e in read_events(tmp_path / "run" / "events.jsonl") if e["event"] == "eval"}
     best_so_far = float("inf")
@@ -207,10 +160,10 @@ def test_best_follows_sftheld_not_the_ruler(world, tmp_path):
     assert best_step != min(evals, key=lambda s: evals[s]["sets"]["enRuler"]["ppl"])
 
 
-def test_smoke_leaves_the_real_run_untouched(world, tmp_path):
+def test_smoke_leaves_the_real_run_untouched(tiny_trunk, tmp_path):
     from tatu.ops.cli import main as tatu
 
-    env = sft_env(world, tmp_path, MIX_STEPS_LIMIT=4)
+    env = sft_env(tiny_trunk, tmp_path, MIX_STEPS_LIMIT=4)
     assert daemon_main(env) == 0
     real = tmp_path / "run"
     before = {p: sha(p) for p in real.rglob("*") if p.is_file()}
@@ -234,19 +187,19 @@ def test_smoke_leaves_the_real_run_untouched(world, tmp_path):
 
 @pytest.mark.parametrize("change", [{"TATU_LR": "5e-3"}, {"TATU_N_LAYER": "2"}, {"REPLAY_N": "2"},
                                     {"TATU_PRECISION": "bf16"}])
-def test_restart_with_another_config_is_refused(world, tmp_path, change):
-    assert daemon_main(sft_env(world, tmp_path, MIX_STEPS_LIMIT=3)) == 0
-    proc = daemon(sft_env(world, tmp_path, MIX_STEPS_LIMIT=6, **change))
+def test_restart_with_another_config_is_refused(tiny_trunk, tmp_path, change):
+    assert daemon_main(sft_env(tiny_trunk, tmp_path, MIX_STEPS_LIMIT=3)) == 0
+    proc = daemon(sft_env(tiny_trunk, tmp_path, MIX_STEPS_LIMIT=6, **change))
     assert proc.returncode == 78, proc.stdout[-1500:] + proc.stderr[-1500:]
     (name,) = change
     assert name in proc.stdout + proc.stderr and "start a new TATU_RUN" in proc.stdout + proc.stderr
 
 
-def test_restarting_a_finished_run_reports_ready_and_exits_0(world, tmp_path):
+def test_restarting_a_finished_run_reports_ready_and_exits_0(tiny_trunk, tmp_path):
     """Under Type=notify an exit before READY is a failed start that systemd would restart."""
     import socket as socketlib
 
-    env = sft_env(world, tmp_path, MIX_STEPS_LIMIT=2, EVAL_EVERY=2)
+    env = sft_env(tiny_trunk, tmp_path, MIX_STEPS_LIMIT=2, EVAL_EVERY=2)
     assert daemon_main(env) == 0
     notify = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_DGRAM)
     notify.bind(str(tmp_path / "notify.sock"))
@@ -264,11 +217,11 @@ def test_restarting_a_finished_run_reports_ready_and_exits_0(world, tmp_path):
     assert not any(m.startswith("WATCHDOG=1") for m in messages)  # no step ran: no progress to report
 
 
-def test_restart_keeps_the_baseline(world, tmp_path):
-    env = sft_env(world, tmp_path, MIX_STEPS_LIMIT=3)
+def test_restart_keeps_the_baseline(tiny_trunk, tmp_path):
+    env = sft_env(tiny_trunk, tmp_path, MIX_STEPS_LIMIT=3)
     assert daemon_main(env) == 0
     baseline = json.loads((tmp_path / "run" / "state" / "resume.json").read_text())["baseline"]
-    env = sft_env(world, tmp_path, MIX_STEPS_LIMIT=6)  # continue the same run further
+    env = sft_env(tiny_trunk, tmp_path, MIX_STEPS_LIMIT=6)  # continue the same run further
     proc = daemon(env)
     assert proc.returncode == 0 and "resumed from step 3" in proc.stdout
     assert "EVAL 0:" not in proc.stdout  # the baseline is never recomputed
@@ -277,17 +230,17 @@ def test_restart_keeps_the_baseline(world, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("precision,n_kills,steps", [("fp32", 5, 24), ("bf16", 2, 12)])
-def test_sigkill_at_random_moments_then_resume_is_bit_identical(world, tmp_path, precision, n_kills, steps):
+def test_sigkill_at_random_moments_then_resume_is_bit_identical(tiny_trunk, tmp_path, precision, n_kills, steps):
     """bf16 (explicit, so it runs on any CPU: emulated where it is not native) with fewer kills:
     what it adds is that the resume is exact within a bf16 run, not more moments to strike."""
     # A checkpoint every step, so a good share of the run is spent writing state.
     settings = dict(MIX_STEPS_LIMIT=steps, EVAL_EVERY=4, TATU_CKPT_EVERY=1, TATU_DROPOUT="0.1", TATU_PRECISION=precision)
     reference = tmp_path / "reference"
-    assert daemon(sft_env(world, reference, **settings)).returncode == 0
+    assert daemon(sft_env(tiny_trunk, reference, **settings)).returncode == 0
 
     killed = tmp_path / "killed"
     run_dir = killed / "run"
-    env = {**clean_environ(), **sft_env(world, killed, **settings)}
+    env = {**clean_environ(), **sft_env(tiny_trunk, killed, **settings)}
     rng = random.Random(1234)
 
     def writing(pid: int) -> bool:
@@ -330,16 +283,16 @@ def test_sigkill_at_random_moments_then_resume_is_bit_identical(world, tmp_path,
         kills += 1
         during_write += hit
     assert kills == n_kills and during_write >= 1, (kills, during_write)
-    final = daemon(sft_env(world, killed, **settings))
+    final = daemon(sft_env(tiny_trunk, killed, **settings))
     assert final.returncode == 0, final.stdout[-2000:] + final.stderr[-2000:]
     assert sha(run_dir / "final" / "model.safetensors") == sha(reference / "run" / "final" / "model.safetensors")
     assert history(run_dir) == history(reference / "run")
     assert load_checkpoint(run_dir / "final").meta["precision"] == precision
 
 
-def test_subsampled_ruler_is_explicit(world, tmp_path):
+def test_subsampled_ruler_is_explicit(tiny_trunk, tmp_path):
     """EVAL_EN_ALL=0: the ruler is scored on EVAL_EN_BATCHES x EVAL_BATCH lines, and says so."""
-    proc = daemon(sft_env(world, tmp_path, MIX_STEPS_LIMIT=1, EVAL_EVERY=1, EVAL_EN_ALL=0))
+    proc = daemon(sft_env(tiny_trunk, tmp_path, MIX_STEPS_LIMIT=1, EVAL_EVERY=1, EVAL_EN_ALL=0))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "enRuler_lines=16/40" in proc.stdout
     assert re.search(r"enRuler: scored 16/40 lines \(EVAL_EN_ALL=0\); the SE of its ppl is \d+\.\d%", proc.stdout)

@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,13 +20,12 @@ import psutil
 import pytest
 import torch
 
-from tiny_world import base_env, build_world, clean_environ
+from tiny_world import base_env, clean_environ, wait_for
 
 from tatu.daemon.control import socket_path
 from tatu.daemon.distributed import share
 from tatu.daemon.launch import run_exit_code
 from tatu.daemon.logs import read_events
-from tatu.daemon.main import main as daemon_main
 from tatu.model.checkpoint import load_checkpoint
 
 LIMIT, EVAL_EVERY, CKPT_EVERY = 24, 8, 4
@@ -56,13 +54,9 @@ def start_launch(env: dict[str, str], log: Path, nproc: int = 2) -> subprocess.P
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ddp-world")
-    data = build_world(root)
-    trunk_env = base_env(data, root / "runs", TATU_RUN="trunk", TATU_MODE="pretrain", SFT_GE=2,
-                         MIX_STEPS_LIMIT=24, EVAL_EVERY=12, TATU_LR="3e-3", TATU_GEN_PROMPTS=0)
-    assert daemon_main(trunk_env) == 0
-    return {"root": root, "data": data, "trunk": root / "runs" / "trunk" / "final"}
+def world(tmp_path_factory, tiny_trunk):
+    """The session's tiny trunk and data; this module's runs under a root of its own."""
+    return {**tiny_trunk, "root": tmp_path_factory.mktemp("ddp-world")}
 
 
 def sft_env(world, run: str, **extra) -> dict[str, str]:
@@ -219,15 +213,6 @@ def test_restart_on_another_world_size_is_refused(world, twins):
     assert proc.returncode == 78, proc.stdout + proc.stderr
     assert "saved by 2 rank(s) and is restarted on 1" in proc.stdout + proc.stderr
     assert resume_json(twins["two"])["step"] == LIMIT  # untouched
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
-    return value
 
 
 def saved_steps(run_dir: Path) -> list[int]:

@@ -1,9 +1,15 @@
-"""Notifier against a real AF_UNIX datagram socket standing in for systemd's NOTIFY_SOCKET."""
+"""Notifier against a real AF_UNIX datagram socket standing in for systemd's NOTIFY_SOCKET, and
+the STATUS texts a whole run sends (the real-systemd half is tests/systemd/test_sft_unit.py)."""
 import os
+import re
 import socket
 import tempfile
+import threading
+import time
 
 import pytest
+
+from tiny_world import daemon, sft_env
 
 from tatu.daemon.notify import Notifier, to_ascii, watchdog_usec
 
@@ -138,3 +144,36 @@ def test_watchdog_timeout_is_never_armed_for_a_unit_without_one(notify_socket, m
     assert notifier.restore_watchdog_timeout() is False
     assert notifier.ready()
     assert received(notify_socket) == "READY=1"  # nothing was queued before it
+
+
+@pytest.mark.slow
+def test_status_text_says_loading_then_each_baseline_set_then_step_0(tiny_trunk, tmp_path):
+    """Every STATUS= datagram in order, read from a real NOTIFY_SOCKET."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(str(tmp_path / "notify.sock"))
+    listener.settimeout(0.5)
+    messages: list[str] = []
+    finished = threading.Event()
+
+    def receive():  # read as systemd does: a full datagram queue would block the sender
+        while not finished.is_set():
+            try:
+                messages.append(listener.recv(4096).decode())
+            except TimeoutError:
+                continue
+
+    reader = threading.Thread(target=receive, daemon=True)
+    reader.start()
+    proc = daemon({**sft_env(tiny_trunk, tmp_path, MIX_STEPS_LIMIT=2, EVAL_EVERY=2), "NOTIFY_SOCKET": str(tmp_path / "notify.sock")})
+    time.sleep(0.6)
+    finished.set()
+    reader.join()
+    listener.close()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    flow = [m for m in messages if m.startswith(("STATUS=", "READY=1")) or m == "WATCHDOG=1"]
+    texts = [m.removeprefix("STATUS=") for m in flow if m.startswith("STATUS=")]
+    assert texts[:4] == ["loading", "baseline eval 1/3 sets", "baseline eval 2/3 sets", "baseline eval 3/3 sets"], texts
+    ready = flow.index("READY=1")
+    after_ready = flow[ready + 1]
+    assert re.fullmatch(r"STATUS=step 0/2 sftHeld \d+\.\d\d drift \+0\.0% first step running", after_ready), flow[ready:]
+    assert "step 2/2 eval 2/3 sets" in texts  # the eval at the last step says so too

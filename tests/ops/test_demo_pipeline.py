@@ -72,7 +72,7 @@ def test_tiny_demo_end_to_end(tmp_path):
 @pytest.mark.systemd
 def test_tiny_demo_runs_through_systemd_when_a_user_manager_answers(tmp_path):
     """The same demo, but the runs go through `systemctl --user start --wait tatu-sft@RUN`
-    of a real user manager (the harness of the systemd integration test)."""
+    of a real user manager (tests/systemd_harness.py)."""
     from systemd_harness import user_manager_session
 
     problem = _packages_ready()

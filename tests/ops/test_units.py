@@ -8,36 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from strict import cannot_run
+from unit_files import REQUIRED_SERVICE, need_systemd_analyze, parse_unit
 
 from tatu import exitcodes
 from tatu.daemon.config import load_config
 from tatu.ops.run_cli import parse_env_file
 from tatu.ops.units import TEMPLATE, UnitsError, dedicated_unit, install_units, render_unit, units_dir, units_main
 
-
-
-def need_systemd_analyze() -> str:
-    binary = shutil.which("systemd-analyze")
-    if binary is None:
-        cannot_run("systemd-analyze not installed")
-    return binary
-
-
-def parse_unit(text: str) -> dict[str, dict[str, list[str]]]:
-    """section -> key -> values in order (systemd keys may repeat)."""
-    sections: dict[str, dict[str, list[str]]] = {}
-    current = None
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line[0] in "#;":
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            current = sections.setdefault(line[1:-1], {})
-            continue
-        key, _, value = line.partition("=")
-        current.setdefault(key.strip(), []).append(value.strip())
-    return sections
 
 
 @pytest.fixture
@@ -65,14 +42,6 @@ def test_install_renders_every_unit_and_copies_the_env_file(installed):
             module = "tatu.daemon.launch" if unit.name == "tatu-sft-ddp@.service" else "tatu.daemon"
             assert service["ExecStart"][0].startswith(f"{sys.executable} -m {module} --instance ")
         assert service["WorkingDirectory"] == [str(workdir)]
-
-
-REQUIRED_SERVICE = {
-    "Type": "notify", "NotifyAccess": "main", "OOMScoreAdjust": "-600", "ManagedOOMPreference": "avoid",
-    "MemorySwapMax": "0", "KillMode": "mixed", "Restart": "on-failure",
-    "RestartPreventExitStatus": " ".join(str(code) for code in exitcodes.NOT_RESTARTED),
-    "SyslogLevel": "err", "RuntimeDirectoryMode": "0700", "LimitCORE": "0",
-}
 
 
 def test_the_restart_policy_spares_exactly_the_codes_a_restart_cannot_fix():

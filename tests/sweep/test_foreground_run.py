@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sweep_world import build_trunk, plan_text
+from sweep_world import plan_text
 from tiny_world import clean_environ
 
 from tatu.sweep.lock import members, read_lock
@@ -32,9 +32,9 @@ TUNE = "[tune]\nTATU_LR = [1e-3, 3e-3]\nseeds = [1]\n"
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
+def world(tmp_path_factory, tiny_trunk):
     root = tmp_path_factory.mktemp("sweep-world")
-    data, trunk = build_trunk(root)
+    data, trunk = tiny_trunk["data"], tiny_trunk["trunk"]
     plan = root / "tuned.toml"
     plan.write_text(plan_text("tuned", data, trunk, tune=TUNE))
     return {"root": root, "data": data, "trunk": trunk, "plan": plan}
@@ -194,7 +194,8 @@ def test_the_tune_stage_chooses_on_the_dev_half_and_locks_the_value(world, refer
 
 def test_report_drift_is_the_daemons_drift(reference):
     """The re-scored start/end per-line sums give back the drift the daemon logged at its last eval."""
-    from tatu.sweep.analysis import member_result, run_lines
+    from tatu.sweep.analysis import member_result
+    from tatu.sweep.stats import run_lines
 
     for m in members(read_lock(reference), "compare"):
         result = member_result(m, reference)

@@ -200,7 +200,7 @@ def test_the_coordinator_unit_passes_systemd_analyze_verify(tmp_path):
     import subprocess
     import sys
 
-    from test_units import parse_unit
+    from unit_files import parse_unit
 
     from tatu.ops.units import render_unit, units_dir
 
@@ -339,3 +339,45 @@ def test_an_unresolved_neighbour_says_how_many_seeds_would_resolve_it(tmp_path):
              for r2, r4 in zip(two["results"], four["results"])]
     needed = st.seeds_needed(float(np.mean(diffs)), float(np.std(diffs, ddof=1)))
     assert f"{needed - 3} more seeds would resolve it" in note, note
+
+
+def test_a_rule_names_the_comparison_it_judges_end_by_default(tmp_path):
+    from tatu.sweep.plan import parse_rule
+
+    axes = {"REPLAY_N": ["0", "2"]}
+    path = tmp_path / "p.toml"
+    plain = parse_rule("smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT", axes, path)
+    assert plain.at == "end" and plain.conditions[-1].value == "MIX_FORGET_LIMIT"
+    assert parse_rule("smallest REPLAY_N such that drift_hi < 5% at the end", axes, path).at == "end"
+    common = parse_rule("smallest REPLAY_N such that drift_hi < 5% and sftHeld_change_hi < 0 at the common step", axes, path)
+    assert common.at == "common" and [c.text() for c in common.conditions] == ["drift_hi < 5%", "sftHeld_change_hi < 0"]
+    with pytest.raises(TatuExit, match="at the common step"):
+        parse_rule("smallest REPLAY_N such that at the common step", axes, path)
+    # The common step is judged on metrics_common, n/a when members kept no per-line scores.
+    lock = {"rule": "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT at the common step",
+            "axes": {"REPLAY_N": ["0", "2"]}, "plan_file": str(path)}
+    far, near = _config("replay-n0", "0", 0.40, 0.45, -0.6), _config("replay-n2", "2", 0.30, 0.35, -0.6)
+    far["metrics_common"], near["metrics_common"] = {"drift_hi": 0.05}, None
+    verdict = decide(lock, [near, far])
+    assert verdict["chosen"] == "0" and verdict["at"] == "common"
+    assert verdict["checks"][1]["missing"] == ["drift_hi"]
+
+
+def test_two_sets_whose_names_have_the_same_length_get_their_own_resampling(tmp_path):
+    import numpy as np
+
+    from tatu.sweep.stats import config_stats
+
+    rng = np.random.default_rng(9)
+    base = rng.gamma(3.0, 1.0, 50)
+    results = []
+    for seed in (1, 2, 3):
+        end = list(base * (1.05 + rng.normal(0, 0.02)) + rng.normal(0, 0.05, 50))
+        scores = {name: {"nll_sum": nll, "line_tokens": [1] * 50, "line_index": list(range(50))}
+                  for name, nll in (("enRuler", None), ("sftHeld", None))}
+        start = {name: {**s, "nll_sum": list(base)} for name, s in scores.items()}
+        finish = {name: {**s, "nll_sum": end} for name, s in scores.items()}
+        results.append({"member": f"m{seed}", "seed": seed, "state": "done", "base": start, "end": finish})
+    ruler, held = config_stats(results, "enRuler", None, 0), config_stats(results, "sftHeld", None, 0)
+    assert ruler["log_mean"] == held["log_mean"]  # the same per-line scores under both names...
+    assert ruler["se"] != held["se"]  # ... but not the same bootstrap draws (both names have 7 letters)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from sweep_world import build_trunk, plan_text
+from sweep_world import plan_text
 from tiny_world import clean_environ
 
 from tatu.sweep.lock import members, read_lock
@@ -59,11 +59,10 @@ def ray_cluster():
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
+def world(tmp_path_factory, tiny_trunk):
     root = tmp_path_factory.mktemp("ray-world")
-    data, trunk = build_trunk(root)
     plan = root / "rayed.toml"
-    plan.write_text(plan_text("rayed", data, trunk, steps=6))
+    plan.write_text(plan_text("rayed", tiny_trunk["data"], tiny_trunk["trunk"], steps=6))
     return {"root": root, "plan": plan}
 
 

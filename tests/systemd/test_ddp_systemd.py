@@ -14,10 +14,9 @@ import psutil
 import pytest
 
 from systemd_harness import address_the_manager, scrub_environment_for_units, user_manager_session
-from tiny_world import base_env, build_world
+from tiny_world import base_env
 
 from tatu.daemon.logs import read_events
-from tatu.daemon.main import main as daemon_main
 from tatu.ops.client import request, resolve_socket
 from tatu.ops.units import install_units
 
@@ -29,19 +28,12 @@ EVAL_EVERY = 100_000  # so every eval after the baseline is one asked for over t
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, tiny_trunk):
     root = tmp_path_factory.mktemp("ddp-sysd")
     with pytest.MonkeyPatch.context() as mp:
         scrub_environment_for_units(mp)
-        trunk_runtime = root / "trunk-rt"
-        trunk_runtime.mkdir(mode=0o700)
-        mp.setenv("XDG_RUNTIME_DIR", str(trunk_runtime))
-        data = build_world(root)
-        trunk_env = base_env(data, root / "runs", TATU_RUN="trunk", TATU_MODE="pretrain", SFT_GE=2,
-                             MIX_STEPS_LIMIT=24, EVAL_EVERY=12, TATU_LR="3e-3", TATU_GEN_PROMPTS=0)
-        assert daemon_main(trunk_env) == 0
-        env = base_env(data.absolute(), (root / "runs").absolute(), TATU_RUN="ddp",
-                       TATU_SEED_CKPT=(root / "runs" / "trunk" / "final").absolute(), SFT_GE=2, REPLAY_N=1,
+        env = base_env(tiny_trunk["data"], (root / "runs").absolute(), TATU_RUN="ddp",
+                       TATU_SEED_CKPT=tiny_trunk["trunk"], SFT_GE=2, REPLAY_N=1,
                        MIX_STEPS_LIMIT=STEPS_LIMIT, EVAL_EVERY=EVAL_EVERY, TATU_CKPT_EVERY=5, TATU_LR="1e-3")
         env["PET_NPROC_PER_NODE"] = "2"  # torchrun's own variable, read by the launcher in the unit
         env_file = root / "ddp.env"

@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from test_units import REQUIRED_SERVICE, need_systemd_analyze, parse_unit
+from unit_files import REQUIRED_SERVICE, need_systemd_analyze, parse_unit
 
 from tatu.ops.units import install_units, units_dir
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sweep_world import build_trunk, plan_text
+from sweep_world import plan_text
 from systemd_harness import address_the_manager, scrub_environment_for_units, user_manager_session
 
 from tatu.daemon.logs import read_events
@@ -32,13 +32,12 @@ DROP_IN = "[Service]\nRestartSec=1s\n"
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, tiny_trunk):
     root = tmp_path_factory.mktemp("sweep-sysd")
     with pytest.MonkeyPatch.context() as mp:
         scrub_environment_for_units(mp)
-        data, trunk = build_trunk(root)
         plan = root / "sd.toml"
-        plan.write_text(plan_text("sd", data.absolute(), trunk.absolute(), steps=6))
+        plan.write_text(plan_text("sd", tiny_trunk["data"], tiny_trunk["trunk"], steps=6))
         with user_manager_session() as um:
             address_the_manager(mp, um)
             workdir = root / "work"

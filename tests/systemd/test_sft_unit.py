@@ -1,12 +1,14 @@
-"""Issue 6's acceptance, for real: the daemon as a `tatu-sft@` unit under a real `systemd --user`
-with journald (tests/systemd_harness.py starts and removes both).
+"""The daemon as a `tatu-sft@` unit under a real `systemd --user` with journald
+(tests/systemd_harness.py starts and removes both).
 
 One tiny world and one installed run ("tiny") are shared by the tests below, which run in
 file order and walk the unit's life: start -> observe -> stop -> start again -> SIGKILL ->
 automatic restart -> SIGABRT (the watchdog's signal: the stack dump lands at err priority).
 An instance whose env file names another run must fail with 78 without touching that run.
-A second instance ("forget") is made to forget and must end failed with status 10, not restarted. CI sets CI_STRICT=1, so these fail there instead of
-skipping when the harness cannot run.
+A second instance ("forget") is made to forget and must end failed with status 10, not
+restarted. CI sets CI_STRICT=1, so these fail there instead of skipping when the harness
+cannot run. Run under the lock:
+`flock /tmp/tatu-systemd.lock .venv/bin/pytest -q tests/systemd/test_sft_unit.py`.
 """
 from __future__ import annotations
 
@@ -434,5 +436,5 @@ def test_forget_abort_leaves_the_unit_failed_with_10_and_not_restarted(setup, um
     later = um.show(FORGET_UNIT, "ActiveState", "NRestarts")
     assert later == {"ActiveState": "failed", "NRestarts": "0"}
     assert len(exits(setup, "forget")) == 1
-    print(f"systemd integration: first start took {setup.get('start_seconds', float('nan')):.1f}s; "
+    print(f"tatu-sft@ under systemd: first start took {setup.get('start_seconds', float('nan')):.1f}s; "
           f"the module so far (world, trunk, manager, all tests) {time.monotonic() - setup['started']:.1f}s")

@@ -1,0 +1,59 @@
+"""Members compared at the same step: the last eval step every member of a stage reached.
+
+A member that aborts ends at its abort's eval (step 8), a finished one at MIX_STEPS_LIMIT (24):
+compared at their ends, the finished one has 16 more steps of training in its numbers. So every
+comparison is also made at the common step. Its per-line scores are the daemon's own, kept by
+TATU_EVAL_LINES=1 (which every sweep member runs with) in RUN_DIR/evals/step-N.json: the step-0
+eval's lines are the start and step N's the end, scored on the device the run used. The end
+comparison stays as it was (re-scored checkpoints, sweep/scores.py). A member run without those
+files (a sweep locked before they existed) leaves the common-step comparison n/a, said so.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tatu.daemon.actions import eval_lines_path
+from tatu.sweep.scores import SETS
+
+START, AT_COMMON = "start@0", "end@common"  # the keys of a member result that hold these lines
+
+
+def lines_at(run_dir: Path, step: int) -> dict | None:
+    """{set: {"nll_sum", "line_tokens", "line_index"}} as the daemon scored them at `step`; None if not kept."""
+    path = eval_lines_path(Path(run_dir), step)
+    if not path.is_file():
+        return None
+    sets = json.loads(path.read_text())["sets"]
+    return {name: {"nll_sum": sets[name]["lines"]["nll_sum"], "line_tokens": sets[name]["lines"]["n_tokens"],
+                   "line_index": sets[name]["lines"]["index"]} for name in SETS if name in sets}
+
+
+def common_step(results: list[dict]) -> int | None:
+    """The last eval step every member with a result reached (None before any has one)."""
+    steps = [r["steps"] for r in results if "end" in r]
+    return min(steps) if steps else None
+
+
+def attach(results: list[dict], run_dirs: dict[str, Path], step: int | None) -> str | None:
+    """Put each member's start and step-`step` lines into its result; the reason when that cannot be."""
+    if step is None:
+        return "no member has finished"
+    missing = []
+    for r in results:
+        if "end" not in r:
+            continue
+        start, end = lines_at(run_dirs[r["member"]], 0), lines_at(run_dirs[r["member"]], step)
+        if start is None or end is None:
+            missing.append(r["member"])
+            continue
+        r[START], r[AT_COMMON] = start, end
+    if missing:
+        return f"no per-line scores kept at step {step} (TATU_EVAL_LINES) for {', '.join(missing)}"
+    return None
+
+
+def worst_drift_until(result: dict, step: int) -> tuple[float, float]:
+    """(value, hi) of the worst drift over the member's evals up to `step`."""
+    kept = [(v, hi) for s, v, hi in result.get("eval_drifts", []) if s <= step]
+    return max((v for v, _ in kept), default=0.0), max((hi for _, hi in kept), default=0.0)

@@ -1,0 +1,139 @@
+"""The run configuration: the layers it is built from (the environment, an env file, --set, the
+unit instance, the smoke's own) and nothing else, where each value came from, and what is
+refused with 78 (a typo, a value out of range, a percent typed as a fraction, an instance that
+contradicts TATU_RUN) before torch loads or anything is written."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tiny_world import clean_environ, daemon, sft_env
+
+from tatu.daemon.config import ConfigError, load_config
+from tatu.ops.run_cli import parse_env_file
+
+
+def test_typo_exits_78_suggesting_the_name_and_writes_nothing(tmp_path):
+    out = tmp_path / "out"
+    env = {"REPLAY_M": "6", "TATU_DATA": str(tmp_path), "TATU_OUT": str(out), "TATU_SEED_CKPT": str(tmp_path)}
+    proc = daemon(env)
+    assert proc.returncode == 78
+    assert "REPLAY_M" in proc.stderr and "did you mean REPLAY_N?" in proc.stderr
+    assert not out.exists()
+
+
+def test_config_errors_are_decided_before_torch_is_imported(tmp_path):
+    """A bad configuration exits fast, checked without timing: the process never imports torch."""
+    env = {**clean_environ(), "REPLAY_M": "6", "TATU_DATA": str(tmp_path), "TATU_SEED_CKPT": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "tatu.daemon"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 78
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    assert "pydantic" in imported  # the log is real
+    assert not [m for m in imported if m == "torch" or m.startswith("torch.")]
+
+
+@pytest.mark.parametrize("name,value", [("REPLAY_N", "-1"), ("MIX_FORGET_LIMIT", "0"), ("EVAL_EVERY", "0"),
+                                        ("TATU_LR", "nan"), ("TATU_DEVICE", "gpu")])
+def test_out_of_range_value_exits_78(tmp_path, name, value):
+    out = tmp_path / "out"
+    env = {"TATU_DATA": str(tmp_path), "TATU_OUT": str(out), "TATU_SEED_CKPT": str(tmp_path), name: value}
+    proc = daemon(env)
+    assert proc.returncode == 78, proc.stderr
+    assert name in proc.stderr
+    assert not out.exists()
+
+
+def test_config_reads_only_the_mapping_it_is_given(monkeypatch, tmp_path):
+    monkeypatch.setenv("TATU_OUT", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("TATU_TRUNK_CKPT", str(tmp_path / "trunk"))
+    config, origins = load_config({"TATU_DATA": "d", "TATU_SEED_CKPT": "s", "TATU_OUT": ""})
+    assert config.out == Path("runs") and origins["TATU_OUT"] == "default"
+    assert config.trunk_ckpt is None and origins["TATU_TRUNK_CKPT"] == "default"
+
+
+def test_empty_values_in_a_real_env_file_mean_unset(tmp_path):
+    """What a unit gets from `EnvironmentFile=` lines `TATU_OUT=`: its default, labelled so."""
+    env_file = tmp_path / "run.env"
+    env_file.write_text(f"TATU_DATA={tmp_path / 'no-data'}\nTATU_SEED_CKPT={tmp_path / 'seed'}\nTATU_OUT=\n"
+                        "TATU_TRUNK_CKPT=\nTATU_DEVICE=cpu\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = daemon(parse_env_file(env_file), cwd=work)
+    assert proc.returncode == 65, proc.stderr[-2000:]  # the data dir does not exist
+    assert re.search(r"TATU_OUT\s+= runs\s+\[default\]", proc.stdout), proc.stdout
+    assert re.search(r"TATU_TRUNK_CKPT\s+= None\s+\[default\]", proc.stdout)
+    assert re.search(r"TATU_DATA\s+= \S+no-data\s+\[env\]", proc.stdout)
+    assert not list(work.iterdir())  # and a rejected start leaves nothing
+
+
+def test_printed_sources_say_where_each_value_came_from(tmp_path):
+    env_file = tmp_path / "run.env"
+    env_file.write_text(f"TATU_DATA={tmp_path / 'no-data'}\nTATU_SEED_CKPT={tmp_path / 'seed'}\nMIX_STEPS_LIMIT=7\n")
+    proc = subprocess.run([sys.executable, "-m", "tatu.ops.cli", "run", "--env-file", str(env_file), "--set", "SFT_GE=3"],
+                          env={**clean_environ(), "REPLAY_N": "2", "TATU_OUT": ""}, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 65, proc.stderr[-2000:]
+    for name, value, source in (("REPLAY_N", "2", "env"), ("MIX_STEPS_LIMIT", "7", "env-file"),
+                                ("SFT_GE", "3", "override"), ("EVAL_EVERY", "8", "default"), ("TATU_OUT", "runs", "default")):
+        assert re.search(rf"{name}\s+= {value}\s+\[{source}\]", proc.stdout), (name, proc.stdout)
+
+
+@pytest.mark.slow
+def test_smoke_with_an_env_file_uses_what_the_unit_would_get(tiny_trunk, tmp_path, monkeypatch, capsys):
+    from tatu.ops.cli import main as tatu
+
+    env = sft_env(tiny_trunk, tmp_path / "runs", MIX_STEPS_LIMIT=4)
+    del env["TATU_RUN"]  # named by the instance, as units/runs/example.env says
+    env_file = tmp_path / "tiny.env"
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+    # The caller's shell: junk the unit never sees.
+    monkeypatch.setenv("REPLAY_N", "not-a-number")
+    monkeypatch.setenv("TATU_RUN", "someone-else")
+    assert tatu(["smoke", "--env-file", str(env_file)]) == 0
+    printed = capsys.readouterr().out
+    assert re.search(r"TATU_RUN\s+= tiny-smoke\s+\[smoke\]", printed)
+    assert re.search(r"REPLAY_N\s+= 1\s+\[env-file\]", printed)
+    assert (tmp_path / "runs" / "tiny-smoke" / "final").is_dir()
+    assert not (tmp_path / "runs" / "someone-else-smoke").exists()
+    # and a TATU_RUN in the file that contradicts the instance fails as the unit would
+    env_file.write_text(env_file.read_text() + "TATU_RUN=run5\n")
+    assert tatu(["smoke", "--env-file", str(env_file)]) == 78
+
+
+def test_an_instance_that_contradicts_tatu_run_exits_78_naming_both(tmp_path):
+    env = {"TATU_RUN": "run5", "TATU_DATA": str(tmp_path), "TATU_SEED_CKPT": str(tmp_path), "TATU_OUT": str(tmp_path / "out")}
+    proc = daemon(env, "--instance", "run7")
+    assert proc.returncode == 78
+    assert "TATU_RUN=run5" in proc.stderr and "instance run7" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("bad", ["TATU_TRUNK_CKPT", "TATU_DATA"])
+def test_a_rejected_start_leaves_no_trace(tiny_trunk, tmp_path, bad):
+    out = tmp_path / "out"
+    proc = daemon(sft_env(tiny_trunk, out, **{bad: str(tmp_path / "nonexistent")}))
+    assert proc.returncode == 65, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "nonexistent" in proc.stdout + proc.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name, value, meant", [("MIX_FORGET_LIMIT", "5", "0.05"), ("TATU_TRUNK_LIMIT", "15", "0.15"),
+                                                ("TATU_VERDICT_MIN_GAIN", "2", "0.02"), ("TATU_DROPOUT", "10", "0.1")])
+def test_a_percent_typed_as_a_fraction_is_refused(name, value, meant):
+    with pytest.raises(ConfigError, match=rf"{name}: .*did you mean {re.escape(meant)}\?"):
+        load_config({"TATU_DATA": "d", "TATU_SEED_CKPT": "s", name: value})
+    config, _ = load_config({"TATU_DATA": "d", "TATU_SEED_CKPT": "s", name: meant})
+    assert getattr(config, {"MIX_FORGET_LIMIT": "mix_forget_limit", "TATU_TRUNK_LIMIT": "trunk_limit",
+                            "TATU_VERDICT_MIN_GAIN": "verdict_min_gain", "TATU_DROPOUT": "dropout"}[name]) == float(meant)
+
+
+def test_mix_forget_limit_5_exits_78_before_anything_runs(tmp_path):
+    proc = daemon({"MIX_FORGET_LIMIT": "5", "TATU_DATA": str(tmp_path), "TATU_SEED_CKPT": str(tmp_path),
+                   "TATU_OUT": str(tmp_path / "out")})
+    assert proc.returncode == 78 and "did you mean 0.05?" in proc.stderr
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,127 @@
+"""A full or read-only disk: a save that cannot fit, ENOSPC half-way through a write, a run that
+fills its disk (exit 74, the previous state intact), and the disk numbers in the status reply.
+Each on a real tmpfs mounted for the test (root and mount(8); otherwise `cannot_run`)."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from strict import cannot_run
+from tiny_world import all_finite, clean_environ, daemon, sft_env
+
+from tatu.daemon.logs import read_events
+from tatu.model.checkpoint import load_checkpoint, save_checkpoint
+from tatu.storage import StorageError
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """mount_tmpfs(size, inodes=None) -> a real tmpfs of that size under tmp_path, unmounted after."""
+    mounted = []
+
+    def mount_tmpfs(size: str, inodes: int | None = None) -> Path:
+        point = tmp_path / f"tmpfs{len(mounted)}"
+        point.mkdir()
+        options = f"size={size}" + (f",nr_inodes={inodes}" if inodes else "")
+        if os.geteuid() != 0 or shutil.which("mount") is None:
+            cannot_run("a small tmpfs needs root and mount(8)")
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            cannot_run(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+        mounted.append(point)
+        return point
+
+    yield mount_tmpfs
+    for point in reversed(mounted):
+        subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+def test_a_save_that_cannot_fit_names_the_path_and_free_space_and_keeps_the_old_one(tiny_trunk, small_tmpfs):
+    seed = load_checkpoint(tiny_trunk["trunk"])
+    saved = dict(model_state=seed.model_state, model_config=seed.model_config, tokenizer=seed.tokenizer)
+    size = sum(f.stat().st_size for f in Path(tiny_trunk["trunk"]).iterdir())
+    disk = small_tmpfs(f"{int(size * 1.5) // 4096 * 4096 + 8192}")  # one copy fits, two do not
+    save_checkpoint(disk / "state", meta={"step": 1}, **saved)
+    with pytest.raises(StorageError) as raised:
+        save_checkpoint(disk / "state", meta={"step": 2}, **saved)
+    message = str(raised.value)
+    assert "\n" not in message and str(disk / "state") in message and re.search(r"\d+\.\d MB is free", message)
+    assert sorted(p.name for p in disk.iterdir()) == ["state"]  # no temp dir left on the full disk
+    assert load_checkpoint(disk / "state").meta == {"step": 1}
+
+
+def test_enospc_in_the_middle_of_a_save_removes_the_temp_dir(tiny_trunk, small_tmpfs):
+    """Room in bytes but not in inodes: the write itself fails with ENOSPC, half-way through."""
+    seed = load_checkpoint(tiny_trunk["trunk"])
+    saved = dict(model_state=seed.model_state, model_config=seed.model_config, tokenizer=seed.tokenizer)
+    disk = small_tmpfs("64m", inodes=12)  # the root, state/ and its 5 files, the temp dir: then no more
+    save_checkpoint(disk / "state", meta={"step": 1}, **saved)
+    with pytest.raises(StorageError, match=r"No space left on device \(\d+\.\d MB free there\)") as raised:
+        save_checkpoint(disk / "state", meta={"step": 2}, **saved)
+    assert str(disk / "state") in str(raised.value)
+    assert sorted(p.name for p in disk.iterdir()) == ["state"]
+    assert load_checkpoint(disk / "state").meta == {"step": 1}
+
+
+@pytest.mark.slow
+def test_disk_full_during_a_run_exits_74_with_the_previous_state_intact(tiny_trunk, tmp_path, small_tmpfs):
+    # The sizes of this run's saves, measured on a normal disk first.
+    settings = dict(MIX_STEPS_LIMIT=9, EVAL_EVERY=3, TATU_CKPT_EVERY=3, TATU_GEN_PROMPTS=0)
+    probe = tmp_path / "probe"
+    assert daemon(sft_env(tiny_trunk, probe, MIX_STEPS_LIMIT=1, EVAL_EVERY=1, TATU_CKPT_EVERY=1, TATU_GEN_PROMPTS=0)).returncode == 0
+    state_bytes = sum(f.stat().st_size for f in (probe / "run" / "state").iterdir())
+    best_bytes = sum(f.stat().st_size for f in (probe / "run" / "best").iterdir())
+    # Room for the baseline's best/ and state/ and their logs, not for a second state/ beside the first.
+    disk = small_tmpfs(f"{(best_bytes + int(state_bytes * 1.6)) // 4096 * 4096 + 64 * 1024}")
+    proc = daemon(sft_env(tiny_trunk, disk, **settings))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 74, out[-3000:]
+    assert "Traceback" not in out
+    (error,) = [line for line in out.splitlines() if "cannot write checkpoint" in line]
+    assert str(disk / "run") in error and re.search(r"\d+\.\d MB is free there", error)
+    assert not [p for p in (disk / "run").iterdir() if ".tmp-" in p.name]
+    state = load_checkpoint(disk / "run" / "state")
+    assert state.extra_json["resume"]["step"] in (0, 3) and not all_finite(state)
+    saved_steps = [e["step"] for e in read_events(disk / "run" / "events.jsonl") if e["event"] == "checkpoint"]
+    assert state.extra_json["resume"]["step"] == saved_steps[-1]
+    # warned before it stopped, and said so in the status numbers doctor reads
+    assert "fewer than 3 more saves fit" in out
+
+
+@pytest.mark.slow
+def test_status_reply_carries_the_disk_numbers(tiny_trunk, tmp_path):
+    """`disk_free_mb` / `last_save_mb` in the status reply, over the run's real socket."""
+    from tatu.ops.client import request
+
+    env = sft_env(tiny_trunk, tmp_path, TATU_RUN="disk", MIX_STEPS_LIMIT=100_000, EVAL_EVERY=1000, TATU_CKPT_EVERY=1000)
+    runtime = tmp_path / "rt"
+    runtime.mkdir(mode=0o700)
+    proc = subprocess.Popen([sys.executable, "-m", "tatu.daemon"], env={**clean_environ(), **env, "XDG_RUNTIME_DIR": str(runtime)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        sock = runtime / "tatu" / "disk.sock"
+        events_path = tmp_path / "disk" / "events.jsonl"
+        deadline = time.monotonic() + 120
+        # best/ is saved before state/ at the baseline: ask once the state's own save is logged
+        # (its size is recorded before the checkpoint event is written).
+        while time.monotonic() < deadline and proc.poll() is None:
+            if events_path.is_file() and any(e["event"] == "checkpoint" for e in read_events(events_path)):
+                break
+            time.sleep(0.2)
+        reply = request(sock, "status") if sock.exists() else {}
+        assert reply.get("ok"), (reply, proc.poll())
+        expected_free = shutil.disk_usage(tmp_path).free / 1e6
+        assert abs(reply["disk_free_mb"] - expected_free) < 50  # the same disk, a few writes apart
+        state_mb = sum(f.stat().st_size for f in (tmp_path / "disk" / "state").iterdir()) / 1e6
+        assert reply["last_save_mb"] >= state_mb * 0.99 and reply["disk_low"] in (True, False)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0, proc.stderr.read()[-2000:]

@@ -1,0 +1,178 @@
+"""evals/seeds.py's crossed-design CI (seeds x shared lines) against an independent two-way
+ANOVA written here with loops, and its coverage on simulated sweeps whose lines carry an effect
+shared by every seed plus a seed x line interaction. A lines-independent CI (the hierarchical
+bootstrap tatu used before, kept below as a test-local reference) fails the same coverage test.
+
+Measured coverage per regime (printed with -s; docs/sweeps.md quotes it):
+    .venv/bin/pytest -q -s tests/evals/test_seeds_crossed.py -k coverage
+"""
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+import numpy as np
+import pytest
+from scipy import stats as sp
+
+from tatu.evals import seeds
+
+N_LINES = 40
+N_SIMS = 400  # a true 95% interval covers 95.0 +- 1.1 points (binomial SD): the +-3-point band is ~2.8 SD
+# (seed SD, shared-line SD, seed x line SD) of the per-line log-NLL change, one token a line on average
+REGIMES = {
+    "seed-dominated": (0.10, 0.05, 0.05),
+    "shared-line-dominated": (0.005, 0.5, 0.1),
+    "both": (0.10, 0.4, 0.2),
+    "neither": (0.0, 0.0, 0.3),
+}
+
+
+def _naive_anova(d: np.ndarray) -> dict:
+    """Two-way crossed random-effects ANOVA of a (seeds x lines) matrix, by loops."""
+    n_s, n_l = d.shape
+    grand = sum(d[s][i] for s in range(n_s) for i in range(n_l)) / (n_s * n_l)
+    row = [sum(d[s][i] for i in range(n_l)) / n_l for s in range(n_s)]
+    col = [sum(d[s][i] for s in range(n_s)) / n_s for i in range(n_l)]
+    ms_s = n_l * sum((r - grand) ** 2 for r in row) / (n_s - 1)
+    ms_l = n_s * sum((c - grand) ** 2 for c in col) / (n_l - 1)
+    ms_e = sum((d[s][i] - row[s] - col[i] + grand) ** 2 for s in range(n_s) for i in range(n_l)) / ((n_s - 1) * (n_l - 1))
+    # Var(grand mean) = sigma_a^2/S + sigma_b^2/L + sigma_e^2/(S L), each from its expected mean square.
+    var = (ms_s + ms_l - ms_e) / (n_s * n_l)
+    df = var ** 2 / ((ms_s / (n_s * n_l)) ** 2 / (n_s - 1) + (ms_l / (n_s * n_l)) ** 2 / (n_l - 1)
+                     + (ms_e / (n_s * n_l)) ** 2 / ((n_s - 1) * (n_l - 1)))
+    return {"mean": grand, "se": math.sqrt(var), "df": df}
+
+
+def _runs(change: np.ndarray, base: np.ndarray | None = None) -> list[seeds.RunLines]:
+    """One token a line: a run's log ratio is the mean per-line NLL change (linear, like the ANOVA)."""
+    base = np.full(change.shape[1], 3.0) if base is None else base
+    ones = np.ones(change.shape[1])
+    return [seeds.RunLines(base, ones, base + row, ones) for row in change]
+
+
+@pytest.mark.parametrize("sds", [(0.2, 0.02, 0.05), (0.01, 0.3, 0.05)], ids=["seeds-dominate", "lines-dominate"])
+def test_crossed_ci_matches_a_naive_two_way_anova(sds):
+    rng = np.random.default_rng(7)
+    s_sd, l_sd, e_sd = sds
+    change = s_sd * rng.standard_normal((5, 1)) + l_sd * rng.standard_normal((1, 60)) + e_sd * rng.standard_normal((5, 60))
+    ref = _naive_anova(change)
+    ci = seeds.crossed_ci(_runs(change), n_resamples=40000, seed=1)
+    assert ci.mean == pytest.approx(ref["mean"], abs=1e-12)
+    assert ci.se == pytest.approx(ref["se"], rel=0.03)  # the bootstrap's Monte-Carlo error at 40000 draws
+    assert ci.df == pytest.approx(ref["df"], rel=0.1)
+    half = sp.t.ppf(0.975, ref["df"]) * ref["se"]
+    assert (ci.hi - ci.lo) / 2 == pytest.approx(half, rel=0.05)
+    # The parts: the dominant one is the one the data were built with.
+    if s_sd > l_sd:
+        assert ci.seed_effect_sd ** 2 / 5 > 10 * ci.shared_line_se ** 2
+    else:
+        assert ci.shared_line_se ** 2 > 10 * ci.seed_effect_sd ** 2 / 5
+
+
+def test_paired_crossed_ci_is_the_anova_of_the_per_line_differences():
+    rng = np.random.default_rng(8)
+    difficulty = rng.gamma(2.0, 1.0, 50)
+    base_change = 0.1 * rng.standard_normal((4, 1)) + 0.2 * rng.standard_normal((1, 50)) + 0.05 * rng.standard_normal((4, 50))
+    config_change = base_change + 0.03 + 0.1 * rng.standard_normal((1, 50)) + 0.05 * rng.standard_normal((4, 50))
+    ci = seeds.crossed_ci(_runs(config_change, difficulty), _runs(base_change, difficulty), n_resamples=40000, seed=2)
+    ref = _naive_anova(config_change - base_change)
+    assert ci.mean == pytest.approx(ref["mean"], abs=1e-12) and ci.se == pytest.approx(ref["se"], rel=0.03)
+    # Pairing by line removes the shared part the two configurations have in common (0.2/sqrt(50)).
+    alone = seeds.crossed_ci(_runs(config_change, difficulty), n_resamples=4000, seed=2)
+    assert ci.se < 0.7 * alone.se
+
+
+def test_one_line_draw_is_shared_by_every_seed():
+    rng = np.random.default_rng(2)
+    line_effect = rng.normal(0, 0.5, (1, 80))
+    replicates = seeds.line_replicates(_runs(np.repeat(line_effect, 3, axis=0) + 0.01 * rng.standard_normal((3, 80))),
+                                       None, 500, np.random.default_rng(0))
+    assert replicates.shape == (3, 500)
+    assert np.corrcoef(replicates)[0, 1] > 0.99  # the same lines in every seed's replicate
+
+
+def test_crossed_ci_refuses_what_is_not_a_crossed_design():
+    with pytest.raises(ValueError, match="same lines"):
+        seeds.crossed_ci(_runs(np.zeros((1, 3))) + _runs(np.zeros((1, 4))))
+    with pytest.raises(ValueError, match="pair them by seed"):
+        seeds.crossed_ci(_runs(np.zeros((2, 3))), _runs(np.zeros((3, 3))))
+    with pytest.raises(ValueError, match="at least one"):
+        seeds.crossed_ci([])
+    with pytest.raises(ValueError, match="at least 2 lines"):
+        seeds.crossed_ci(_runs(np.zeros((3, 1))))
+
+
+# --- coverage on simulated sweeps ----------------------------------------------------------------
+
+def _simulated_sweeps(n_sims: int, n_seeds: int, sds, rng) -> tuple[np.ndarray, ...]:
+    """Per sweep: tokens and difficulty per line (shared), the seed effect, the line effect shared
+    by every seed, and seed x line noise, all vectorised. The truth (the mean over seeds and lines
+    of the population) is 0."""
+    s_sd, l_sd, e_sd = sds
+    tok = rng.integers(1, 6, size=(n_sims, 1, N_LINES)).astype(np.float64)
+    difficulty = 3.0 + rng.gamma(2.0, 0.5, size=(n_sims, 1, N_LINES))
+    change = (s_sd * rng.standard_normal((n_sims, n_seeds, 1)) + l_sd * rng.standard_normal((n_sims, 1, N_LINES))
+              + e_sd * rng.standard_normal((n_sims, n_seeds, N_LINES)))
+    base = np.broadcast_to(tok * difficulty, (n_sims, n_seeds, N_LINES))
+    tok = np.broadcast_to(tok, (n_sims, n_seeds, N_LINES))
+    return tok, base, base + tok * change
+
+
+def _old_hierarchical_ci(est, reps, n_resamples: int, seed: int) -> tuple[float, float]:
+    """The lines-independent CI tatu used before (lines resampled separately within each seed,
+    reflated seed effects, expanded percentile interval): the reference that must fail."""
+    est = np.asarray(est)
+    n = est.size
+    mean = est.mean()
+    within = np.mean([r.var(ddof=1) for r in reps])
+    between = est.var(ddof=1)
+    seed_var = max(0.0, between - within)
+    rng = np.random.default_rng(seed)
+    effects = mean + (math.sqrt(seed_var / between) if between > 0 else 0.0) * (est - mean)
+    drawn = rng.integers(0, n, size=(n_resamples, n))
+    dev = np.empty((n_resamples, n))
+    for s in range(n):
+        mask = drawn == s
+        dev[mask] = reps[s][rng.integers(0, reps[s].size, size=int(mask.sum()))] - est[s]
+    rep_means = (effects[drawn] + dev).mean(axis=1) - mean
+    seed_part, line_part = seed_var / n, within / n
+    expand = 1.0
+    if seed_part > 0:
+        df = (seed_part + line_part) ** 2 / (seed_part ** 2 / (n - 1))
+        expand = math.sqrt(n / (n - 1)) * sp.t.ppf(0.975, df) / NormalDist().inv_cdf(0.975)
+    q_lo, q_hi = np.quantile(rep_means, [0.025, 0.975])
+    return mean + expand * q_lo, mean + expand * q_hi
+
+
+def coverage(n_seeds: int, regime: str, method: str = "crossed", n_sims: int = N_SIMS) -> float:
+    rng = np.random.default_rng([n_seeds, len(REGIMES[regime]), int(REGIMES[regime][1] * 1000)])
+    tok, base, end = _simulated_sweeps(n_sims, n_seeds, REGIMES[regime], rng)
+    covered = 0
+    for k in range(n_sims):
+        runs = [seeds.RunLines(base[k, s], tok[k, s], end[k, s], tok[k, s]) for s in range(n_seeds)]
+        if method == "crossed":
+            ci = seeds.crossed_ci(runs, n_resamples=400, seed=k)
+            lo, hi = ci.lo, ci.hi
+        else:  # each seed's lines resampled on their own, as if every seed had drawn its own lines
+            reps = [seeds.line_replicates([r], None, 200, np.random.default_rng([k, s]))[0] for s, r in enumerate(runs)]
+            lo, hi = _old_hierarchical_ci([r.log_ratio() for r in runs], reps, 400, k)
+        covered += lo <= 0.0 <= hi
+    return covered / n_sims
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n_seeds", [3, 5])
+@pytest.mark.parametrize("regime", list(REGIMES))
+def test_crossed_ci_coverage_is_nominal_in_every_regime(regime, n_seeds):
+    measured = coverage(n_seeds, regime)
+    print(f"coverage {regime} {n_seeds} seeds: {measured:.3f} ({N_SIMS} sweeps)")
+    assert 0.92 <= measured <= 0.98, measured
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n_seeds", [3, 5])
+def test_a_lines_independent_ci_fails_the_coverage_test_when_lines_are_shared(n_seeds):
+    measured = coverage(n_seeds, "shared-line-dominated", method="lines-independent")
+    print(f"coverage of the lines-independent CI, shared-line-dominated, {n_seeds} seeds: {measured:.3f}")
+    assert measured < 0.92, measured

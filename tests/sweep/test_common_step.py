@@ -1,0 +1,122 @@
+"""Members compared at the common step, and the report's numbers recomputed from the run dirs.
+
+Two configurations that end at different steps (MIX_STEPS_LIMIT 4 and 6, an axis: their ends
+differ the way an aborted member's and a finished one's do), two seeds each. The report's
+per-configuration means and paired t are recomputed here with plain loops from the members'
+per-line scores: at the end from the re-scored checkpoints (sweeps/<name>/scores), at the common
+step from the daemon's own per-line files (RUN_DIR/evals/step-N.json)."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sweep_world import plan_text
+from tiny_world import clean_environ
+
+from tatu.sweep.lock import members, read_lock
+
+pytestmark = pytest.mark.slow
+
+RULE = "smallest MIX_STEPS_LIMIT such that drift < 50% at the common step"
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory, tiny_trunk):
+    root = tmp_path_factory.mktemp("common-step")
+    data, trunk = tiny_trunk["data"], tiny_trunk["trunk"]
+    # A cosine schedule (to MIX_STEPS_LIMIT): the two configurations train differently before step 4 too.
+    text = plan_text("steps", data, trunk, seeds=(1, 2), replay=(1,), rule=RULE, extra=', TATU_SCHEDULE = "cosine"')
+    text = text.replace("MIX_STEPS_LIMIT = 4, ", "").replace("[axes]\nREPLAY_N = [1]", "[axes]\nMIX_STEPS_LIMIT = [4, 6]")
+    plan = root / "steps.toml"
+    plan.write_text(text)
+    cmd = [sys.executable, "-m", "tatu.ops.cli", "sweep", "start", str(plan), "--foreground", "-K", "2", "--poll", "0.3",
+           "--sweeps", str(root / "sweeps")]
+    proc = subprocess.run(cmd, env=clean_environ(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return root / "sweeps" / "steps"
+
+
+def _log_ratio(start: dict, end: dict) -> float:
+    """log(ppl_end / ppl_start) by hand, after checking both scored the same lines."""
+    assert start["line_index"] == end["line_index"]
+    nll_s = tok_s = nll_e = tok_e = 0.0
+    for i in range(len(start["nll_sum"])):
+        nll_s, tok_s = nll_s + start["nll_sum"][i], tok_s + start["line_tokens"][i]
+        nll_e, tok_e = nll_e + end["nll_sum"][i], tok_e + end["line_tokens"][i]
+    return nll_e / tok_e - nll_s / tok_s
+
+
+def _daemon_lines(run: Path, step: int) -> dict:
+    sets = json.loads((run / "evals" / f"step-{step:06d}.json").read_text())["sets"]
+    return {name: {"nll_sum": s["lines"]["nll_sum"], "line_tokens": s["lines"]["n_tokens"], "line_index": s["lines"]["index"]}
+            for name, s in sets.items()}
+
+
+def _naive_t(diffs: list[float]) -> float:
+    n = len(diffs)
+    mean = sum(diffs) / n
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
+    return mean / (sd / math.sqrt(n))
+
+
+def test_every_comparison_is_also_made_at_the_common_step_and_the_rule_judges_there(sweep):
+    from tatu.sweep.analysis import analyze
+    from tatu.sweep.report import closing_text
+
+    data = analyze(sweep)
+    configs = {c["key"]: c for c in data["compare"]["configs"]}
+    assert configs["mix-steps-limit4"]["end_steps"] == [4] and configs["mix-steps-limit6"]["end_steps"] == [6]
+    assert {c["common_step"] for c in configs.values()} == {4}
+    lock = read_lock(sweep)
+    naive = {}
+    for m in members(lock, "compare"):
+        run = Path(m.env["TATU_OUT"]) / m.run
+        start, at_4 = _daemon_lines(run, 0), _daemon_lines(run, 4)
+        naive[m.config_key, m.seed] = _log_ratio(start["enRuler"], at_4["enRuler"])
+        # The daemon's kept lines are the eval it logged at step 4.
+        event = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines() if '"eval"' in x and '"step": 4,' in x]
+        logged = event[-1]["drift"]["value"]
+        assert math.expm1(naive[m.config_key, m.seed]) == pytest.approx(logged, abs=1e-9)
+    for key, config in configs.items():
+        mean = (naive[key, 1] + naive[key, 2]) / 2
+        assert config["stats_common"]["drift"]["log_mean"] == pytest.approx(mean, abs=1e-12)
+        assert config["metrics_common"]["drift"] == pytest.approx(math.expm1(mean), abs=1e-12)
+    paired = configs["mix-steps-limit6"]["paired_common"]["drift"]
+    diffs = [naive["mix-steps-limit6", s] - naive["mix-steps-limit4", s] for s in (1, 2)]
+    assert paired["diff"] == pytest.approx(sum(diffs) / 2, abs=1e-12)
+    assert paired["t"] == pytest.approx(_naive_t(diffs), rel=1e-9)
+    assert data["verdict"]["at"] == "common" and data["verdict"]["at_step"] == 4
+    assert data["verdict"]["chosen"] == "4"
+    text = closing_text(data)
+    assert "at step 4, the last eval step every member reached" in text
+    assert "(judged at step 4, the common step)" in text
+    end_table = text.split("comparison stage", 1)[1].split("outlier seeds:", 1)[0]
+    assert any(line.startswith("mix-steps-limit6") and "  6  " in line for line in end_table.splitlines())
+
+
+def test_the_end_means_and_paired_t_recompute_from_the_rescored_lines(sweep):
+    from tatu.sweep.analysis import analyze
+    from tatu.sweep.scores import score_checkpoint
+
+    data = analyze(sweep)
+    configs = {c["key"]: c for c in data["compare"]["configs"]}
+    lock = read_lock(sweep)
+    per_seed = {}
+    for m in members(lock, "compare"):
+        run = Path(m.env["TATU_OUT"]) / m.run
+        base = score_checkpoint(Path(m.env["TATU_SEED_CKPT"]), m.env, sweep / "scores")  # cache hits: what the report used
+        end = score_checkpoint(run / "final", m.env, sweep / "scores")
+        for set_name in ("enRuler", "sftHeld"):
+            per_seed[m.config_key, set_name, m.seed] = _log_ratio(base[set_name], end[set_name])
+    for key, config in configs.items():
+        for metric, set_name in (("drift", "enRuler"), ("sftHeld", "sftHeld")):
+            mean = (per_seed[key, set_name, 1] + per_seed[key, set_name, 2]) / 2
+            assert config["stats"][metric]["log_mean"] == pytest.approx(mean, abs=1e-12)
+    for metric, set_name in (("drift", "enRuler"), ("sftHeld", "sftHeld")):
+        diffs = [per_seed["mix-steps-limit6", set_name, s] - per_seed["mix-steps-limit4", set_name, s] for s in (1, 2)]
+        assert configs["mix-steps-limit6"]["paired"][metric]["t"] == pytest.approx(_naive_t(diffs), rel=1e-9)
