@@ -30,7 +30,9 @@ $(STAMP): pyproject.toml Makefile $(TORCH_PIN)
 demo: $(STAMP)
 	$(PY) -m tatu.ops.demo
 
+# Apertium's taggers (category metrics): installed with apt-get when root, else the command is printed
 test: $(STAMP)
+	$(PY) -m tatu.ops.packages tagger
 	$(VENV)/bin/pytest -q --durations=15
 
 bench: $(STAMP)
@@ -39,6 +41,7 @@ bench: $(STAMP)
 	$(PY) bench/stream.py
 	$(PY) bench/eval.py
 	$(PY) bench/ddp_scaling.py
+	$(PY) bench/partial.py
 	$(PY) -u bench/overhead.py
 
 clean:

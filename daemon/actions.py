@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from tatu.atomic import write_json_atomic
 from tatu.daemon import distributed, judge, ranks
 from tatu.daemon.state import RunState, results_to_json, save_resume
-from tatu.daemon.suite import best_set, generate_samples, score_suite
+from tatu.daemon.suite import best_set, generate_samples, score_categories, score_suite, score_tasks
 from tatu.model.checkpoint import NonFiniteTensorError, save_checkpoint
 from tatu.storage import StorageError, is_storage_error, storage_error, tree_bytes
 
@@ -72,9 +72,13 @@ class Run:
                        if self.world.is_main else None)
             model.train()
             self.latest_results = results
+            categories = score_categories(self.suite, results, config)
+            tasks = score_tasks(model, self.suite, self.tokenizer, self.trainer.device, self.world.map_batches)
             if state.baseline is None:
-                state.baseline = results
-            decision = judge.decide(state.step, results, state, self.suite, config, time.perf_counter() - started, samples)
+                state.baseline, state.category_baseline = results, categories
+                state.task_baseline = {name: judge.task_items(r) for name, r in tasks.items()}
+            decision = judge.decide(state.step, results, state, self.suite, config, time.perf_counter() - started, samples,
+                                    categories, tasks)
         where = non_finite_paths(decision.record)
         if where:  # a statistic of the eval overflowed: the record could not be saved, nor trusted
             self.non_finite_eval({name: r.ppl for name, r in results.items()}, where)
@@ -89,8 +93,7 @@ class Run:
             state.best = {"step": state.step, "set": key, "ppl": results[key].ppl}
             if self.world.is_main:
                 with self.saving("best"):
-                    save_checkpoint(config.run_dir / "best", model=model, model_config=self.trainer.gpt_config,
-                                    tokenizer=self.tokenizer, meta=self.meta(best=state.best))
+                    self.save_weights("best", self.meta(best=state.best))
         self.log.info(decision.line)
         for warning in decision.record["warnings"]:
             self.log.warning(warning)
@@ -133,10 +136,17 @@ class Run:
         with self.supervisor.long_operation("checkpoint"), self.saving("state"):
             save_resume(self.config.run_dir, model=self.trainer.model, optimizer=self.trainer.optimizer,
                         gpt_config=self.trainer.gpt_config, tokenizer=self.tokenizer, run_state=self.state,
-                        stream_state=self.stream.state_dict(), meta=self.meta(), ranks=rank_states)
+                        stream_state=self.stream.state_dict(), meta=self.meta(**self.trainer.adapter_meta()),
+                        ranks=rank_states)
         self.last_saved_step = self.state.step
         self.log.info(f"saved resume state at step {self.state.step} ({reason})")
         self.log.event("checkpoint", step=self.state.step, reason=reason)
+
+    def save_weights(self, name: str, meta: dict) -> None:
+        """best/ or final/: weights any checkpoint reader loads (a LoRA run's merged, its adapter beside)."""
+        weights, extra, meta_extra = self.trainer.saved_view()
+        save_checkpoint(self.config.run_dir / name, model_state=weights, model_config=self.trainer.gpt_config,
+                        tokenizer=self.tokenizer, meta={**meta, **meta_extra}, extra_tensors=extra)
 
     def final_checkpoint(self) -> None:
         """The final weights; a trunk stores its reference metrics with them."""
@@ -149,8 +159,7 @@ class Run:
                 self.latest_results = score_suite(self.trainer.model, self.suite, self.trainer.device, self.config)
             meta["trunk_reference"] = results_to_json(judge.trunk_reference(self.latest_results))
         with self.saving("final"):
-            save_checkpoint(self.config.run_dir / "final", model=self.trainer.model,
-                            model_config=self.trainer.gpt_config, tokenizer=self.tokenizer, meta=meta)
+            self.save_weights("final", meta)
         self.log.info(f"final checkpoint: {self.config.run_dir / 'final'}")
 
     def finish(self, code: int, abort_reason: str | None = None) -> int:

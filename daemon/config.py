@@ -19,6 +19,8 @@ from typing import Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tatu.model.train_spec import LoraSpec, TrainSpec, TrainSpecError, check_layers, parse_targets, parse_train
+
 PREFIXES = ("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_")
 
 
@@ -91,6 +93,15 @@ class RunConfig(BaseModel):
     gen_prompts: int = Field(8, alias="TATU_GEN_PROMPTS", ge=0, le=1024, description="sftHeld prompts generated at each eval")
     gen_tokens: int = Field(24, alias="TATU_GEN_TOKENS", ge=1, le=4096)
     fault_nan_step: int | None = Field(None, alias="TATU_FAULT_NAN_STEP", ge=1, description="testing: make the loss of this step NaN")
+    # --- which weights train (model/train_spec.py); unset LoRA values take the defaults below ---
+    train: str = Field("all", alias="TATU_TRAIN", description="all | top:K (last K blocks + ln_f) | lora")
+    train_embeddings: bool | None = Field(None, alias="TATU_TRAIN_EMBEDDINGS",
+                                          description="outside TATU_TRAIN=all: train wte (tied to the head) and wpe")
+    lora_rank: int | None = Field(None, alias="TATU_LORA_RANK", ge=1, le=4096, description="adapter rank (default 8)")
+    lora_alpha: float | None = Field(None, alias="TATU_LORA_ALPHA", gt=0, le=1e6, description="default 2 x rank")
+    lora_dropout: float | None = Field(None, alias="TATU_LORA_DROPOUT", ge=0, lt=1, description="default 0")
+    lora_targets: str | None = Field(None, alias="TATU_LORA_TARGETS", description="default attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj")
+    lora_layers: str | None = Field(None, alias="TATU_LORA_LAYERS", description="all | top:K | 0,2,5 (default all)")
 
     @field_validator(*FRACTIONS, mode="before")
     @classmethod
@@ -116,6 +127,7 @@ class RunConfig(BaseModel):
             raise ValueError(f"TATU_MIN_LR ({self.min_lr}) must not exceed TATU_LR ({self.lr})")
         if self.n_embd % self.n_head:
             raise ValueError(f"TATU_N_EMBD ({self.n_embd}) must be divisible by TATU_N_HEAD ({self.n_head})")
+        self.train_spec  # noqa: B018 -- every TATU_TRAIN / TATU_LORA_* problem is a 78 here, before anything loads
         return self
 
     # --- derived, never stored twice ---
@@ -130,8 +142,36 @@ class RunConfig(BaseModel):
             return {"pretrain": self.sft_ge}
         return {name: n for name, n in (("sft", self.sft_ge), ("replay", self.replay_n)) if n > 0}
 
+    @property
+    def train_spec(self) -> TrainSpec:
+        """Which weights train (ValueError naming the variable when the settings contradict each other)."""
+        try:
+            mode, k = parse_train(self.train)
+            lora_set = [f.alias for name, f in type(self).model_fields.items()
+                        if name.startswith("lora_") and getattr(self, name) is not None]
+            if mode != "lora" and lora_set:
+                raise TrainSpecError(f"{lora_set[0]} is set but TATU_TRAIN={self.train}: adapters exist only with TATU_TRAIN=lora")
+            if mode == "all" and self.train_embeddings is not None:
+                raise TrainSpecError("TATU_TRAIN_EMBEDDINGS is set but TATU_TRAIN=all already trains every weight")
+            lora = None
+            if mode == "lora":
+                rank = self.lora_rank or LoraSpec.rank
+                lora = LoraSpec(rank=rank, alpha=self.lora_alpha if self.lora_alpha is not None else 2.0 * rank,
+                                dropout=self.lora_dropout or 0.0,
+                                targets=parse_targets(self.lora_targets) if self.lora_targets else LoraSpec.targets,
+                                layers=check_layers(self.lora_layers) if self.lora_layers else "all")
+        except TrainSpecError as exc:
+            raise ValueError(str(exc)) from None
+        return TrainSpec(mode=mode, top_k=k, embeddings=mode == "all" or bool(self.train_embeddings), lora=lora)
+
     def to_json(self) -> dict:
         return {type(self).model_fields[k].alias: v for k, v in json.loads(self.model_dump_json()).items()}
+
+    @classmethod
+    def defaults_json(cls) -> dict:
+        """alias -> default of every setting that has one, as to_json writes it."""
+        return {f.alias: json.loads(json.dumps(f.default, default=str)) for f in cls.model_fields.values()
+                if not f.is_required()}
 
     @property
     def hash(self) -> str:
@@ -201,6 +241,12 @@ _PRINTED_NOTES = {
 def describe(config: RunConfig, origins: dict[str, str]) -> list[str]:
     """The effective configuration, one line per field with where it came from."""
     notes = dict(_PRINTED_NOTES)
+    spec = config.train_spec
+    if not spec.full:
+        notes["TATU_TRAIN_EMBEDDINGS"] = ("wte and wpe train; the head is tied to wte, so it moves too" if spec.embeddings
+                                          else "wte and wpe frozen; the head is tied to wte, so it is frozen too")
+    if spec.lora is not None:
+        notes["TATU_TRAIN"] = f"{spec.describe()}, dropout {spec.lora.dropout:g}"
     if config.mode == "pretrain":
         notes["SFT_GE"] = "pretraining micro-batches per step (TATU_MODE=pretrain)"
     lines = []

@@ -77,6 +77,13 @@ class World:
         ddp.register_comm_hook(state=None, hook=_sum_gradients)
         return ddp
 
+    @staticmethod
+    def reduced_per_step(forward_model) -> tuple[int, int]:
+        """(tensors, bytes) DDP all-reduces each step, as DDP itself counts them: what trains only
+        (DDP leaves out parameters with requires_grad False). torch exposes the count privately."""
+        data = forward_model._get_ddp_logging_data()
+        return int(data["num_parameter_tensors"]), int(data["total_parameter_size_bytes"])
+
     def seed_rank(self, seed: int) -> None:
         """Ranks after 0 draw their own dropout masks (rank 0 keeps the single-process stream);
         without this every rank would repeat rank 0's masks on its micro-batches."""

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from tatu.daemon.config import RunConfig
 from tatu.daemon.state import RunState
 from tatu.daemon.suite import REFERENCE_SETS, RULER, Suite, best_set
+from tatu.evals.choice import mcnemar_exact
 from tatu.evals.scoring import SetResult, compare_results
-from tatu.formats import fmt_pct, fmt_ppl
+from tatu.formats import SET_NAMES, fmt_pct, fmt_ppl
 
 
 def change(reference: SetResult, current: SetResult, config: RunConfig) -> dict:
@@ -56,8 +57,10 @@ def reference_for_lines(reference: SetResult | None, current: SetResult, config:
     return reference.restricted_to(current.line_index, current.lines_sha256, config.eval_resamples, config.seed)
 
 
-def eval_line(step: int, results: dict, drift: dict, drift_tronco: dict | None, trunk_ok, best: bool, seconds: float, notes: dict) -> str:
-    """The contract line: `EVAL 8: sftHeld 9.0702 ptVal 31.20 enRuler 52.10 drift +0.0% drift_tronco +14.7% trunk_ok=True best=True (71.2s)`."""
+def eval_line(step: int, results: dict, drift: dict, drift_tronco: dict | None, trunk_ok, best: bool, seconds: float,
+              notes: dict, changes: dict | None = None) -> str:
+    """The contract line: `EVAL 8: sftHeld 9.0702 ptVal 31.20 enRuler 52.10 drift +0.0% drift_tronco +14.7% trunk_ok=True best=True (71.2s)`;
+    then the extras, and last every other eval set as `ptFaq 40.12 ptFaq_change=+1.3%`."""
     def ppl(name):
         return fmt_ppl(results[name].ppl, name) if name in results else "n/a"
 
@@ -72,6 +75,9 @@ def eval_line(step: int, results: dict, drift: dict, drift_tronco: dict | None, 
     lines = notes.get(RULER, "").split()[:1]
     if lines and lines[0].split("/")[0] != lines[0].split("/")[-1]:  # only a subsample says so
         extras += f" enRuler_lines={lines[0]}"
+    for name in results:
+        if name not in SET_NAMES:
+            extras += f" {name} {ppl(name)} {name}_change={fmt_pct(((changes or {}).get(name) or {}).get('value'))}"
     return line + extras
 
 
@@ -83,8 +89,38 @@ class Decision:
     abort_reason: str | None
 
 
+def category_record(baseline: dict | None, categories: dict[str, dict[str, SetResult]], config: RunConfig) -> dict:
+    """{set: {category: summary + bpc + its paired change vs step 0 (None without a baseline)}}."""
+    out = {}
+    for name, per in categories.items():
+        out[name] = {}
+        for category, result in per.items():
+            base = ((baseline or {}).get(name) or {}).get(category)
+            out[name][category] = {**summary(result),
+                                   "change": change(base, result, config) if base is not None else None}
+    return out
+
+
+def task_items(result) -> dict:
+    """What a task's step-0 baseline keeps: per-item correctness, for the paired test."""
+    return {"correct": result.correct.tolist(), "correct_norm": result.correct_norm.tolist()}
+
+
+def task_record(baseline: dict | None, tasks: dict) -> dict:
+    """{task: acc and acc_norm with Wilson CIs, and each one's paired change vs step 0 (exact McNemar)}."""
+    out = {}
+    for name, result in tasks.items():
+        out[name] = result.summary()
+        base = (baseline or {}).get(name)
+        for key, now in (("acc", result.correct), ("acc_norm", result.correct_norm)):
+            then = None if base is None else base["correct" if key == "acc" else "correct_norm"]
+            out[name][key]["change"] = None if then is None or len(then) != len(now) else mcnemar_exact(then, now)
+    return out
+
+
 def decide(step: int, results: dict[str, SetResult], state: RunState, suite: Suite, config: RunConfig,
-           seconds: float, samples) -> Decision:
+           seconds: float, samples, categories: dict[str, dict[str, SetResult]] | None = None,
+           tasks: dict | None = None) -> Decision:
     """Compare with the run's baseline and the trunk; pick best; decide abort (not warn)."""
     baseline = state.baseline
     changes = {name: change(baseline[name], results[name], config) for name in results if name in baseline}
@@ -103,7 +139,7 @@ def decide(step: int, results: dict[str, SetResult], state: RunState, suite: Sui
         if measured > config.mix_forget_limit:
             which = "drift CI lower bound" if config.mix_forget_ci else "drift"
             abort_reason = f"{which} {fmt_pct(measured)} > MIX_FORGET_LIMIT {config.mix_forget_limit * 100:.1f}%"
-    line = eval_line(step, results, drift, drift_tronco, trunk_ok, best, seconds, suite.notes)
+    line = eval_line(step, results, drift, drift_tronco, trunk_ok, best, seconds, suite.notes, changes)
     record = {
         "step": step,
         "sets": {name: summary(result) for name, result in results.items()},
@@ -118,6 +154,9 @@ def decide(step: int, results: dict[str, SetResult], state: RunState, suite: Sui
         "notes": suite.notes,
         "seconds": round(seconds, 3),
         "generations": samples,
+        "categories": category_record(state.category_baseline, categories or {}, config),
+        "categories_note": suite.category_note,
+        "tasks": task_record(state.task_baseline, tasks or {}),
         "line": line,
     }
     return Decision(record, line, best, abort_reason)

@@ -27,6 +27,7 @@ from tatu.daemon.trainer import Trainer
 from tatu.data.manifest import check_tokenizer, load_manifest
 from tatu.data.stream import MixedStream
 from tatu.model.device import DeviceError, resolve_device
+from tatu.model.train_spec import TrainSpecError
 
 
 def run(config: RunConfig, origins: dict[str, str], log: RunLog) -> int:
@@ -50,6 +51,10 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
     manifest = load_manifest(config.data)
     start = starting_point(config, manifest)
     check_tokenizer(manifest, config.data, start.tokenizer.hash, model=f"checkpoint {config.seed_ckpt}")
+    try:
+        config.train_spec.check_model(start.gpt_config.n_layer)  # K and the LoRA blocks against the model's depth
+    except TrainSpecError as exc:
+        raise ConfigError(f"{exc}") from None
     if config.seq_len > start.gpt_config.block_size:
         raise ConfigError(f"TATU_SEQ_LEN={config.seq_len} exceeds the model's block_size {start.gpt_config.block_size}")
 
@@ -61,6 +66,11 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
         log.info(f"model {trainer.model.num_params() / 1e6:.2f}M params on {device}; "
                  f"mix {config.mix} x {config.micro_batch} x {config.seq_len}"
                  + (f"; {world.size} ranks (torchrun)" if world.distributed else ""))
+        trainable = trainer.summary
+        log.info(trainable["line"])
+        if world.distributed:
+            tensors, size = world.reduced_per_step(trainer.forward_model)
+            log.info(f"all-reduce per step: {tensors} tensors, {size} bytes (frozen weights are not reduced)")
         log.info(f"precision {trainer.precision.name} [{_precision_source(trainer.precision, origins)}]")
         if start.resume is not None:
             check_same_precision(start.resume.meta.get("precision"), trainer.precision, config.run)
@@ -77,11 +87,15 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
                              eval_files=suite.file_hashes)
         # Every input is checked (data, eval sets, weights, the trunk): only now does the run leave a trace.
         log.attach(config.run_dir)
+        if suite.category_note:
+            log.info(suite.category_note)
         if state.trunk_reference is None:
             log.info("drift_tronco: n/a (the seed carries no trunk reference and TATU_TRUNK_CKPT is not set)")
         supervisor.state = state
+        supervisor.status["trainable"] = trainable["line"]
         meta_base = {"config": config.to_json(), "mode": config.mode, "run": config.run,
-                     "seed_meta_step": start.seed_meta.get("step"), "precision": trainer.precision.name}
+                     "seed_meta_step": start.seed_meta.get("step"), "trainable": trainable,
+                     "precision": trainer.precision.name}
         return train(Run(config, log, supervisor, trainer, stream, suite, start.tokenizer, state, meta_base, world))
 
 

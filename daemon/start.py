@@ -62,10 +62,12 @@ def starting_point(config: RunConfig, manifest: dict) -> Start:
 def check_same_config(saved_config: dict, config: RunConfig) -> None:
     """A run continues only with the configuration it started with (but for its schedule)."""
     current = config.to_json()
-    changed = sorted(k for k in set(saved_config) | set(current)
-                     if saved_config.get(k) != current.get(k) and k not in RESUMABLE_CHANGES)
+    # A setting the saved run predates (TATU_TRAIN, TATU_LORA_*) held its default there.
+    saved = {**RunConfig.defaults_json(), **saved_config}
+    changed = sorted(k for k in set(saved) | set(current)
+                     if saved.get(k) != current.get(k) and k not in RESUMABLE_CHANGES)
     if changed:
-        shown = ", ".join(f"{k}: {saved_config.get(k)!r} -> {current.get(k)!r}" for k in changed[:4])
+        shown = ", ".join(f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in changed[:4])
         raise ConfigError(f"run {config.run} was started with another configuration ({shown}); "
                           f"restore it, or start a new TATU_RUN")
 

@@ -43,11 +43,16 @@ class RunState:
     trunk_reference: dict[str, SetResult] | None = None  # the trunk's scores, for drift_tronco
     aborted: dict | None = None  # {"step", "reason", "code"}: final, never trained past
     eval_files: dict[str, str] | None = None  # sha256 of each eval file the baseline was measured on
+    category_baseline: dict[str, dict[str, SetResult]] | None = None  # the step-0 per-category results
+    task_baseline: dict[str, dict] | None = None  # the step-0 per-item correctness of each task
 
     def to_json(self) -> dict:
         return {"step": self.step, "baseline": results_to_json(self.baseline), "best": self.best,
                 "history": self.history, "trunk_reference": results_to_json(self.trunk_reference),
-                "aborted": self.aborted, "eval_files": self.eval_files}
+                "aborted": self.aborted, "eval_files": self.eval_files,
+                "category_baseline": None if self.category_baseline is None else
+                {name: results_to_json(per) for name, per in self.category_baseline.items()},
+                "task_baseline": self.task_baseline}
 
     @classmethod
     def from_json(cls, payload: dict, n_resamples: int, seed: int) -> "RunState":
@@ -59,7 +64,10 @@ class RunState:
         return cls(step=payload["step"], baseline=results_from_json(payload["baseline"], n_resamples, seed),
                    best=payload["best"], history=payload["history"],
                    trunk_reference=results_from_json(payload["trunk_reference"], n_resamples, seed),
-                   aborted=payload["aborted"], eval_files=payload["eval_files"])
+                   aborted=payload["aborted"], eval_files=payload["eval_files"],
+                   category_baseline=None if payload.get("category_baseline") is None else
+                   {name: results_from_json(per, n_resamples, seed) for name, per in payload["category_baseline"].items()},
+                   task_baseline=payload.get("task_baseline"))
 
 
 def rng_state() -> tuple[dict, dict[str, torch.Tensor]]:

@@ -3,20 +3,25 @@
     sftHeld  held-out SFT pairs (the run's own measure; picks best in SFT mode)
     ptVal    Portuguese validation text (picks best in pretrain mode)
     enRuler  English text, the ruler drift is measured with (EVAL_EN_ALL=0: a fixed subsample)
+    others   any other set of the manifest (a held-out domain, `tatu data build --eval ptFaq=FILE`):
+             scored whole at every eval and compared with step 0 like the three, never judged
 """
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tatu.daemon.config import RunConfig
 from tatu.data.manifest import DataError
 from tatu.data.sft import SFTExample, read_sft_file
-from tatu.evals.downstream import exact_match
+from tatu.data.tags import read_tags, untagged_line
+from tatu.evals.choice import TaskResult, read_task, score_task
+from tatu.evals.categories import category_results, token_categories, word_chars
+from tatu.evals.downstream import exact_match, wilson_interval
 from tatu.evals.scoring import SetResult, evaluate
 from tatu.evals.sets import EvalSet, load_eval_set, subsample
 from tatu.evals.words import Dictionary, invented_rate
-from tatu.formats import SET_NAMES
+from tatu.formats import eval_name_problem, ordered_sets
 from tatu.model.chat import encode_prompt
 
 RULER = "enRuler"
@@ -35,15 +40,47 @@ class Suite:
     file_hashes: dict[str, str]
     gen_pairs: list[tuple[str, str]]
     dictionary: Dictionary | None
+    # per tagged set: each target token's category (tatu.evals.categories) and its words' characters
+    categories: dict[str, list[list[str | None]]] = field(default_factory=dict)
+    category_chars: dict[str, dict] = field(default_factory=dict)
+    category_note: str | None = None  # why there are no category metrics (one line), None when there are
+    tasks: dict[str, list] = field(default_factory=dict)  # multiple-choice task -> its items (tatu.evals.choice)
+
+
+def _load_tasks(suite: Suite, manifest: dict, data_dir) -> None:
+    for name, entry in manifest.get("tasks", {}).items():
+        path = data_dir / entry["file"]
+        if hashlib.sha256(path.read_bytes()).hexdigest() != entry["sha256"]:
+            raise DataError(f"{path}: its sha256 is not the manifest's: the task was edited after `tatu data build`")
+        suite.tasks[name] = read_task(path)
+
+
+def _load_categories(suite: Suite, manifest: dict, data_dir, tokenizer) -> None:
+    """The stored tags of every set, checked against the manifest's hash (an edited tag file is
+    exit 65); sets without tags leave a one-line note and no category metrics."""
+    for name, eval_set in suite.sets.items():
+        tags = manifest["evals"][name].get("tags") or {}
+        if "file" not in tags:
+            continue
+        units = read_tags(data_dir / tags["file"], tags["sha256"])
+        if len(units) != eval_set.n_lines_total:
+            raise DataError(f"{data_dir / tags['file']}: {len(units)} tagged lines for {eval_set.n_lines_total} "
+                            f"scored lines of {name}; rebuild the data dir")
+        categories = token_categories(eval_set, tokenizer, units)
+        suite.categories[name] = categories
+        suite.category_chars[name] = word_chars(eval_set, tokenizer, categories)
+    suite.category_note = untagged_line({name: manifest["evals"][name] for name in suite.sets})
 
 
 def load_suite(config: RunConfig, manifest: dict, tokenizer) -> Suite:
     data_dir = config.data
     sets, notes, hashes = {}, {}, {}
-    for name in SET_NAMES:
-        entry = manifest.get("evals", {}).get(name)
-        if entry is None:
-            continue
+    manifest_evals = manifest.get("evals", {})
+    for name in ordered_sets(manifest_evals):
+        entry = manifest_evals[name]
+        problem = eval_name_problem(name)
+        if problem:
+            raise DataError(f"{data_dir / 'manifest.json'}: {problem}; rebuild with `tatu data build`")
         path = data_dir / entry["file"]
         eval_set = load_eval_set(path, tokenizer, name=name)
         hashes[name] = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -68,7 +105,10 @@ def load_suite(config: RunConfig, manifest: dict, tokenizer) -> Suite:
             dictionary = Dictionary.load(dict_path)
         except ValueError as exc:
             raise DataError(str(exc)) from None
-    return Suite(sets, notes, hashes, gen_pairs, dictionary)
+    suite = Suite(sets, notes, hashes, gen_pairs, dictionary)
+    _load_categories(suite, manifest, data_dir, tokenizer)
+    _load_tasks(suite, manifest, data_dir)
+    return suite
 
 
 def score_suite(model, suite: Suite, device, config: RunConfig, only: tuple[str, ...] | None = None,
@@ -83,10 +123,23 @@ def score_suite(model, suite: Suite, device, config: RunConfig, only: tuple[str,
         if only is not None and name not in only:
             continue
         result = evaluate(model, eval_set, device=device, n_resamples=config.eval_resamples, seed=config.seed,
-                          map_batches=map_batches)
+                          map_batches=map_batches, per_token=name in suite.categories)
         result.extra["file_sha256"] = suite.file_hashes.get(name)
         results[name] = result
     return results
+
+
+def score_categories(suite: Suite, results: dict[str, SetResult], config: RunConfig) -> dict[str, dict[str, SetResult]]:
+    """{set: {category: result}} of every tagged set among `results`, from the per-token NLLs of
+    their scoring (no extra forward)."""
+    return {name: category_results(result, suite.categories[name], suite.category_chars[name],
+                                   config.eval_resamples, config.seed)
+            for name, result in results.items() if name in suite.categories}
+
+
+def score_tasks(model, suite: Suite, tokenizer, device, map_batches=None) -> dict[str, TaskResult]:
+    """Every multiple-choice task: acc and acc_norm per item (the choices of all items batched)."""
+    return {name: score_task(model, items, tokenizer, name, device, map_batches) for name, items in suite.tasks.items()}
 
 
 def generate_samples(model, suite: Suite, tokenizer, device, config: RunConfig) -> dict | None:
@@ -107,5 +160,8 @@ def generate_samples(model, suite: Suite, tokenizer, device, config: RunConfig) 
     }
     if suite.dictionary is not None:
         inv = invented_rate(texts, suite.dictionary)
-        sample["invented"] = {"rate": inv.rate, "n_words": inv.n_words, "n_invented": inv.n_invented, "examples": inv.examples[:10]}
+        # a Wilson 95% interval over the generated words (each word invented or not)
+        lo, hi = wilson_interval(inv.n_invented, inv.n_words) if inv.n_words else (None, None)
+        sample["invented"] = {"rate": inv.rate, "lo": lo, "hi": hi, "n_words": inv.n_words, "n_invented": inv.n_invented,
+                              "examples": inv.examples[:10]}
     return sample

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from dataclasses import dataclass
 
 import torch
@@ -20,7 +21,9 @@ import torch
 from tatu.daemon.config import ConfigError, RunConfig
 from tatu.daemon.distributed import SINGLE, World
 from tatu.data.stream import StepBatch
-from tatu.model.checkpoint import load_model_state
+from tatu.model.adapters import (adapter_state, apply_train_spec, is_adapter_key, merged_state, split_adapter_state,
+                                 state_sha256, trainable_parameters, trainable_summary)
+from tatu.model.checkpoint import TIED_KEYS, CheckpointError, load_model_state, model_state_for_saving
 from tatu.model.gpt import GPT, GPTConfig
 from tatu.model.precision import PrecisionError, resolve_precision
 
@@ -65,23 +68,58 @@ class Trainer:
         self.device = device
         self.world = world
         self.gpt_config = gpt_config
+        self.train_spec = config.train_spec
         try:  # bf16 autocast in the step only: the weights and the optimizer stay fp32
             self.precision = resolve_precision(config.precision, device)
         except PrecisionError as exc:
             raise ConfigError(str(exc)) from None
         torch.manual_seed(config.seed)
         self.model = GPT(gpt_config)
+        base, adapters = split_adapter_state(initial_state or {})
         if initial_state is not None:
-            load_model_state(self.model, initial_state, state_source)
+            load_model_state(self.model, base, state_source)
+        apply_train_spec(self.model, self.train_spec)  # after the seed's weights: the frozen base is the seed
+        if adapters:  # a resume state of a LoRA run: the adapters as trained so far
+            _load_adapters(self.model, adapters, state_source)
         self.model.to(device)
         self.forward_model = world.data_parallel(self.model, device)  # the model itself when alone
         world.seed_rank(config.seed)
-        decay = [p for p in self.model.parameters() if p.dim() >= 2]
-        no_decay = [p for p in self.model.parameters() if p.dim() < 2]
+        # Only what trains is handed to the optimizer: frozen weights get no moments, in memory or in the state.
+        trainable = [p for _, p in trainable_parameters(self.model)]
+        self.trainable = trainable
+        decay = [p for p in trainable if p.dim() >= 2]
+        no_decay = [p for p in trainable if p.dim() < 2]
         self.optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
             lr=config.lr, betas=(config.beta1, config.beta2),
         )
+
+    @property
+    def summary(self) -> dict:
+        """What trains: counts and the one line the log, meta.json and `tatu status` show."""
+        return trainable_summary(self.model, self.train_spec)
+
+    def saved_view(self) -> tuple[dict, dict, dict]:
+        """What best/ and final/ hold: (plain GPT weights, extra tensor groups, meta additions).
+
+        A LoRA run's weights are merged (every reader loads them as any GPT); the adapter goes beside
+        them, with the base it applies to named by sha256 (what `tatu export --format peft` needs)."""
+        if self.train_spec.lora is None:
+            return model_state_for_saving(self.model), {}, {}
+        merged = {k: v.contiguous().cpu() for k, v in merged_state(self.model).items() if k not in TIED_KEYS}
+        base = {k: v for k, v in split_adapter_state(self.model.state_dict())[0].items() if k not in TIED_KEYS}
+        meta = self.adapter_meta()
+        meta["adapter"].update(base_sha256=state_sha256(base), base=str(Path(self.config.seed_ckpt).absolute()))
+        return merged, {"adapter": {k: v.contiguous().cpu() for k, v in adapter_state(self.model).items()}}, meta
+
+    def adapter_meta(self) -> dict:
+        """meta.json's "adapter" of a LoRA run (what a reader needs to merge or export it); {} otherwise."""
+        lora = self.train_spec.lora
+        if lora is None:
+            return {}
+        return {"adapter": {"peft_type": "LORA", "rank": lora.rank, "alpha": lora.alpha, "scaling": lora.scaling,
+                            "dropout": lora.dropout, "targets": list(lora.targets),
+                            "blocks": lora.blocks(self.gpt_config.n_layer), "embeddings_trained": self.train_spec.embeddings}}
 
     def step(self, batch: StepBatch, step: int) -> StepStats:
         """Optimizer step number `step` (1-based) on `batch`; a non-finite loss is not applied."""
@@ -108,8 +146,8 @@ class Trainer:
     def _grad_norm(self) -> float:
         """The gradients' total L2 norm, clipped to TATU_GRAD_CLIP when that is set (not 0)."""
         if self.config.grad_clip > 0:
-            return float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip))
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            return float(torch.nn.utils.clip_grad_norm_(self.trainable, self.config.grad_clip))
+        grads = [p.grad for p in self.trainable if p.grad is not None]
         return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
 
     def _accumulate(self, micro_batches: list, total_targets: int, poison: bool = False) -> float:
@@ -131,3 +169,14 @@ class Trainer:
                 (micro_loss / divisor).backward()
             loss_sum += micro_loss.detach().double()
         return self.world.sum(loss_sum).item() / divisor
+
+
+def _load_adapters(model: GPT, adapters: dict, source: str) -> None:
+    expected = {k for k in model.state_dict() if is_adapter_key(k)}
+    if set(adapters) != expected:
+        raise CheckpointError(f"{source}: its LoRA adapters do not fit TATU_TRAIN / TATU_LORA_* "
+                              f"(missing {sorted(expected - set(adapters))[:3]}, unexpected {sorted(set(adapters) - expected)[:3]})")
+    try:
+        model.load_state_dict(adapters, strict=False)
+    except RuntimeError as exc:  # a rank that differs from the run's: torch says "size mismatch"
+        raise CheckpointError(f"{source}: its LoRA adapters do not fit TATU_LORA_RANK ({str(exc).splitlines()[0]})") from None

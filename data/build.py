@@ -32,6 +32,9 @@ from tatu.data import text_shards
 from tatu.data.documents import Document, is_jsonl, read_documents, read_text_documents
 from tatu.data.manifest import FORMAT, MANIFEST, DataConfigError, DataError, load_manifest
 from tatu.data.sft import BadLine, SFTExample, file_lines, parse_sft_line, read_sft_file
+from tatu.data.tags import tagger_versions, write_tags
+from tatu.data.tasks import copy_tasks
+from tatu.formats import eval_name_problem
 from tatu.model.encoders import ENCODERS, Encoder, EncoderMismatch, choose_encoder
 from tatu.model.tokenizer import Tokenizer
 
@@ -74,6 +77,7 @@ class BuildSpec:
     text: dict[str, list[str]] = field(default_factory=dict)  # channel -> sources
     sft: dict[str, list[str]] = field(default_factory=dict)  # channel -> JSONL files
     evals: dict[str, str] = field(default_factory=dict)  # eval set name -> file
+    tasks: dict[str, str] = field(default_factory=dict)  # multiple-choice task name -> JSONL (tatu.evals.choice)
     one_per_line: bool = False
     on_bad_line: str = "error"
     seq_len: int | None = None  # longest pair accepted: seq_len + 1 ids (one row); required with pairs
@@ -104,6 +108,13 @@ class BuildSpec:
         for name in names + list(self.evals):
             if not name or "/" in name or name.startswith(".") or name == "evals":
                 raise ValueError(f"bad channel or eval name {name!r}")
+        for flag, names in (("--eval", self.evals), ("--task", self.tasks)):
+            for name in names:
+                problem = eval_name_problem(name)
+                if problem:
+                    raise ValueError(f"{flag} {name}: {problem}")
+        if set(self.tasks) & set(self.evals):
+            raise ValueError(f"--task and --eval share the names {sorted(set(self.tasks) & set(self.evals))}")
 
 
 @dataclass
@@ -160,6 +171,8 @@ def _build_key(spec: BuildSpec, tok: Tokenizer, hashes: dict[str, str]) -> str:
         "on_bad_line": spec.on_bad_line,
         "seq_len": spec.seq_len,
         "encoder": spec.encoder,
+        "tagger": tagger_versions() if spec.evals else None,
+        "tasks": {name: [str(Path(p).resolve()), hashes[p]] for name, p in spec.tasks.items()},
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
@@ -177,6 +190,8 @@ def _all_files_present(out_dir: Path, manifest: dict) -> bool:
     for channel in manifest.get("channels", {}).values():
         paths += list(channel.get("files", {}).values())
     paths += [entry["file"] for entry in manifest.get("evals", {}).values()]
+    paths += [entry["tags"]["file"] for entry in manifest.get("evals", {}).values() if "file" in entry.get("tags", {})]
+    paths += [entry["file"] for entry in manifest.get("tasks", {}).values()]
     return all((out_dir / p).is_file() for p in paths)
 
 
@@ -284,7 +299,7 @@ def _copy_eval(name: str, path: str, spec: BuildSpec, tok: Tokenizer, work: Path
                chars_per_token: int) -> dict:
     """Copy an eval set verbatim; any bad line is an error (skipping would change what is scored)."""
     pairs = is_jsonl(path)
-    lines = 0
+    scored: list[tuple[int, str]] = []  # (line, the text an eval scores): what is tagged
     if pairs:
         for item in read_sft_file(path):
             if isinstance(item, BadLine):
@@ -292,18 +307,18 @@ def _copy_eval(name: str, path: str, spec: BuildSpec, tok: Tokenizer, work: Path
             encoded = _encode_within(item, tok, spec.seq_len, chars_per_token)
             if isinstance(encoded, BadLine):
                 raise DataError(str(encoded))
-            lines += 1
+            scored.append((item.line, item.scored_text))
     else:
         for item in read_text_documents(path, one_per_line=True):
             if isinstance(item, BadLine):
                 raise DataError(str(item))
-            lines += 1
-    if lines == 0:
+            scored.append((item.line, item.text))
+    if not scored:
         raise DataError(f"{path}: eval set {name!r} has no lines to score")
     rel = f"evals/{name}.{'jsonl' if pairs else 'txt'}"
     shutil.copyfile(path, work / rel)
-    return {"file": rel, "kind": "pairs" if pairs else "text", "lines": lines, "sha256": hashes[path],
-            "source": str(Path(path).resolve())}
+    return {"file": rel, "kind": "pairs" if pairs else "text", "lines": len(scored), "sha256": hashes[path],
+            "source": str(Path(path).resolve()), "tags": write_tags(name, scored, work)}
 
 
 def _check_out_dir(out_dir: Path, inputs: list[str]) -> None:
@@ -380,7 +395,7 @@ def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None) ->
     spec.validate()
     out_dir = Path(spec.out_dir)
     all_paths = [p for paths in spec.text.values() for p in paths] + [p for paths in spec.sft.values() for p in paths]
-    all_paths += list(spec.evals.values())
+    all_paths += list(spec.evals.values()) + list(spec.tasks.values())
     for path in all_paths:
         if not Path(path).is_file():
             raise DataError(f"{path}: no such file")
@@ -419,6 +434,7 @@ def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None) ->
             channels[name] = _write_sft_channel(name, paths, spec, tok, dtype, work, hashes, bar, chars_per_token)
         (work / "evals").mkdir()
         evals = {name: _copy_eval(name, path, spec, tok, work, hashes, chars_per_token) for name, path in spec.evals.items()}
+        tasks = copy_tasks(spec.tasks, work, hashes)
         manifest = {
             "format": FORMAT,
             "tokenizer_hash": tok.hash,
@@ -431,6 +447,7 @@ def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None) ->
             "encoder": encoder.describe(),  # what encoded the text channels, and why
             "channels": channels,
             "evals": evals,
+            **({"tasks": tasks} if tasks else {}),
         }
         (work / MANIFEST).write_text(json.dumps(manifest, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
         bar.close()

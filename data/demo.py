@@ -27,15 +27,21 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tatu.data.sft_gen import generate_pairs
+from tatu.data.task_gen import TASKS, generate_task, language_task, source_task
 
 # The one list of Debian packages the demo reads (the README names these).
 DEMO_PACKAGES: tuple[str, ...] = ("focalinux-text", "fortunes-br", "wbrazilian", "fortunes",
-                                  "fortunes-min")
+                                  "fortunes-min", "debian-faq-pt")
 
 FOCALINUX_FILES = tuple(f"/usr/share/doc/focalinux/text/{volume}/index.txt.gz"
                         for volume in ("iniciante", "intermediario", "avancado"))
 FORTUNES_BR_FILE = "/usr/share/games/fortunes/brasil"
 WORDLIST_FILE = "/usr/share/dict/brazilian"
+# The held-out domain: the Debian FAQ in European Portuguese. No training source reads it, so
+# its change vs step 0 measures generalisation to another variety and genre (questions and
+# answers), not to more of the training distribution.
+FAQ_FILE = "/usr/share/doc/debian/FAQ/debian-faq.pt.txt.gz"
+HELD_OUT_FILE = "pt_faq.txt"
 FORTUNES_DIR = "/usr/share/games/fortunes"
 # fortune files that are pictures or meta-notes rather than sentences
 FORTUNES_SKIP = {"ascii-art", "translate-me", "disclaimer"}
@@ -52,6 +58,8 @@ class DemoScale:
     words: int | None  # None: the whole word list
     eval_min_chars: int = 20
     eval_max_chars: int = 300
+    held_out_lines: int = 200  # lines of HELD_OUT_FILE
+    task_items: int = 40  # items of each multiple-choice task (what they cost per eval: bench/categories.py)
 
 
 SCALES: dict[str, DemoScale] = {
@@ -62,7 +70,7 @@ SCALES: dict[str, DemoScale] = {
     # for tests: seconds
     "tiny": DemoScale(pt_corpus_max_chars=40_000, en_corpus_max_chars=40_000,
                       pt_val_lines=24, en_ruler_lines=16, sft_train_pairs=200,
-                      sft_held_pairs=20, words=2000),
+                      sft_held_pairs=20, words=2000, held_out_lines=12, task_items=10),
 }
 
 
@@ -190,6 +198,35 @@ def focalinux_documents(lines: list[str]) -> list[str]:
         if len(text) >= 20 and _letters_share(text) >= 0.7:
             documents.append(text)
     return documents
+
+
+def faq_documents(lines: list[str]) -> list[str]:
+    """Prose paragraphs of the Debian FAQ's text version: blocks indented exactly four columns
+    (deeper ones are lists, commands and examples; column 0 holds the headings)."""
+    documents = []
+    for block in _blocks([ln.replace("\xa0", " ") for ln in lines]):  # the text wraps at no-break spaces too
+        if not all(re.match(r" {4}\S", ln) for ln in block):
+            continue
+        text = " ".join(" ".join(block).split())
+        if len(re.findall(r"\d+\.\d+\.", text)) >= 3:  # tables of contents
+            continue
+        if len(text) >= 20 and _letters_share(text) >= 0.7:
+            documents.append(text)
+    return documents
+
+
+def held_out_lines(n_lines: int, rng: random.Random, min_chars: int, max_chars: int) -> list[str]:
+    """`n_lines` one-line texts of the FAQ, from its paragraphs in seeded order."""
+    lines, dropped = _read_source(FAQ_FILE, "latin-1")
+    documents = faq_documents(list(lines))
+    rng.shuffle(documents)
+    out, seen = [], set()
+    for document in documents:
+        for line in eval_candidates(document, min_chars, max_chars):
+            if line not in seen and len(out) < n_lines:
+                seen.add(line)
+                out.append(line)
+    return out
 
 
 def fortune_documents(lines: list[str]) -> list[str]:
@@ -375,7 +412,7 @@ def build_demo_sources(out_dir: Path, seed: int = 0, scale: str = "demo") -> dic
     """Write the demo's raw text files into out_dir; return what sources.json records.
 
     Files: pt_corpus.txt, en_corpus.txt (documents separated by blank lines), pt_val.txt,
-    en_ruler.txt (one line each), sft_train.jsonl, sft_held.jsonl, pt_words.txt, sources.json.
+    en_ruler.txt, pt_faq.txt (one line each), sft_train.jsonl, sft_held.jsonl, pt_words.txt, sources.json.
     """
     if scale not in SCALES:
         raise ValueError(f"scale={scale!r}: expected one of {', '.join(SCALES)}")
@@ -403,6 +440,25 @@ def build_demo_sources(out_dir: Path, seed: int = 0, scale: str = "demo") -> dic
         files[name] = _write(out_dir / name, "".join(
             json.dumps(pair, ensure_ascii=False) + "\n" for pair in part))
         files[name] |= {"pairs": len(part), "source": "tatu.data.sft_gen.generate_pairs"}
+
+    faq = held_out_lines(sizes.held_out_lines, random.Random(f"{seed}:faq"), sizes.eval_min_chars, sizes.eval_max_chars)
+    files[HELD_OUT_FILE] = _write(out_dir / HELD_OUT_FILE, "".join(line + "\n" for line in faq))
+    files[HELD_OUT_FILE] |= {"lines": len(faq), "lines_requested": sizes.held_out_lines,
+                             "note": "held-out domain: European Portuguese Debian FAQ; no training source reads it",
+                             "sources": [{"package": "debian-faq-pt", "version": versions["debian-faq-pt"],
+                                          "path": FAQ_FILE}]}
+
+    # multiple-choice tasks with checkable answers (tatu.data.task_gen); the language task's
+    # lines are the held-out eval lines, never trained on
+    pt_lines = (out_dir / "pt_val.txt").read_text(encoding="utf-8").splitlines()
+    en_lines = (out_dir / "en_ruler.txt").read_text(encoding="utf-8").splitlines()
+    tasks = {kind: generate_task(kind, sizes.task_items, seed) for kind in TASKS}
+    tasks["language"] = language_task(pt_lines, en_lines, sizes.task_items, seed)
+    tasks["source"] = source_task(faq, pt_lines, sizes.task_items, seed)
+    for kind, items in tasks.items():
+        name = f"task_{kind}.jsonl"
+        files[name] = _write(out_dir / name, "".join(json.dumps(i, ensure_ascii=False) + "\n" for i in items))
+        files[name] |= {"items": len(items), "source": "tatu.data.task_gen"}
 
     word_lines, dropped = _read_source(WORDLIST_FILE, "latin-1")
     words = sorted({w.strip() for w in word_lines if w.strip()})

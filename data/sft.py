@@ -50,6 +50,13 @@ class SFTExample:
             return "\n".join(m["content"] for m in self.messages)
         return f"{self.prompt}\n{self.response}"
 
+    @property
+    def scored_text(self) -> str:
+        """The text an eval scores: the response (for messages, the assistant turns concatenated)."""
+        if self.messages is not None:
+            return "".join(m["content"] for m in self.messages if m["role"] == "assistant")
+        return self.response
+
     def min_ids(self, max_chars_per_token: int) -> int:
         """A lower bound of len(self.encode(tok)) from character counts alone, where no token of
         `tok` stands for more than `max_chars_per_token` characters: what lets a huge line be

@@ -18,6 +18,7 @@ plugged in as any other predicate over the word.
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Callable, Sequence
 
 from tatu.evals.words import normalize_word, word_pattern
@@ -93,6 +94,14 @@ def token_word_mask(text: str, token_byte_lens: Sequence[int],
     `token_byte_lens` are the UTF-8 byte lengths of the tokens of `text`, in order; they must
     cover the text exactly.
     """
+    words, owners = token_words(text, token_byte_lens)
+    word_ok = [bool(predicate(normalize_word(match.group()))) for match in words]
+    return [k is not None and word_ok[k] for k in owners]
+
+
+def token_words(text: str, token_byte_lens: Sequence[int]) -> tuple[list[re.Match], list[int | None]]:
+    """The words of `text` (matches, in order) and, per token, the index of the word it belongs
+    to (the module doc's rule), None for a token that belongs to no word."""
     data = text.encode("utf-8")
     total = 0
     for i, n in enumerate(token_byte_lens):
@@ -104,20 +113,20 @@ def token_word_mask(text: str, token_byte_lens: Sequence[int],
                          f"in UTF-8")
 
     # Byte spans of the words; matches never overlap and come in order, so starts are sorted.
+    words: list[re.Match] = []
     word_starts: list[int] = []
     word_ends: list[int] = []
-    word_ok: list[bool] = []
     char_pos = byte_pos = 0
     for match in word_pattern().finditer(text):
         byte_pos += len(text[char_pos:match.start()].encode("utf-8"))
         start = byte_pos
         byte_pos += len(match.group().encode("utf-8"))
         char_pos = match.end()
+        words.append(match)
         word_starts.append(start)
         word_ends.append(byte_pos)
-        word_ok.append(bool(predicate(normalize_word(match.group()))))
 
-    mask: list[bool] = []
+    owners: list[int | None] = []
     token_start = 0
     for n in token_byte_lens:
         first = token_start
@@ -126,8 +135,8 @@ def token_word_mask(text: str, token_byte_lens: Sequence[int],
             first += 1
         token_start = token_end
         if first == token_end:
-            mask.append(False)
+            owners.append(None)
             continue
         k = bisect.bisect_right(word_starts, first) - 1
-        mask.append(k >= 0 and first < word_ends[k] and word_ok[k])
-    return mask
+        owners.append(k if k >= 0 and first < word_ends[k] else None)
+    return words, owners

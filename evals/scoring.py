@@ -61,12 +61,20 @@ class LineScores:
     n_tokens: np.ndarray  # int64, scored target tokens
     n_chars: np.ndarray  # int64, characters of the scored text
     n_bytes: np.ndarray  # int64, UTF-8 bytes of the scored text
+    # per line, the NLL of each scored target token in order (score_lines(per_token=True)): what
+    # per-category results are summed from (tatu.evals.categories); never stored
+    token_nll: list[np.ndarray] | None = None
 
     def __len__(self) -> int:
         return int(self.nll_sum.size)
 
     def select(self, keep: np.ndarray) -> "LineScores":
-        return LineScores(self.nll_sum[keep], self.n_tokens[keep], self.n_chars[keep], self.n_bytes[keep])
+        token_nll = None
+        if self.token_nll is not None:
+            keep_array = np.asarray(keep)
+            positions = np.flatnonzero(keep_array) if keep_array.dtype == bool else keep_array
+            token_nll = [self.token_nll[int(i)] for i in positions]
+        return LineScores(self.nll_sum[keep], self.n_tokens[keep], self.n_chars[keep], self.n_bytes[keep], token_nll)
 
 
 def _line_targets(line: EvalLine, where: str, mask: Sequence[bool] | None) -> tuple[list[int], list[int]]:
@@ -96,8 +104,12 @@ def score_lines(
     token_budget: int | None = None,
     position_mask: Sequence[Sequence[bool]] | None = None,
     map_batches: Callable[[Callable, list], list] | None = None,
+    per_token: bool = False,
 ) -> LineScores:
     """Score every line (see the module docstring). The model must already be on `device`.
+
+    per_token: also keep each scored token's NLL (LineScores.token_nll); the per-line sums are
+    computed exactly as without it.
 
     position_mask: per line, one bool per target token; only True targets are scored (and
     counted), for per-category perplexity. Characters and bytes stay those of the whole text.
@@ -118,15 +130,15 @@ def score_lines(
     n_chars = np.array([len(line.text) for line in lines], dtype=np.int64)
     n_bytes = np.array([len(line.text.encode("utf-8")) for line in lines], dtype=np.int64)
 
-    # rows: (line index, inputs, targets), one per window
-    rows: list[tuple[int, list[int], list[int]]] = []
+    # rows: (line index, inputs, targets, window start), one per window
+    rows: list[tuple[int, list[int], list[int], int]] = []
     for i, line in enumerate(lines):
         inputs, targets = _line_targets(line, f"line {i}", None if position_mask is None else position_mask[i])
         n_tokens[i] = sum(t != IGNORE_INDEX for t in targets)
         for start in range(0, len(inputs), block):
             window_targets = targets[start : start + block]
             if any(t != IGNORE_INDEX for t in window_targets):  # a window with no target costs nothing
-                rows.append((i, inputs[start : start + block], window_targets))
+                rows.append((i, inputs[start : start + block], window_targets, start))
     rows.sort(key=lambda row: len(row[1]), reverse=True)
 
     batches = []
@@ -142,11 +154,15 @@ def score_lines(
         # filled in numpy: one tensor copy per batch instead of two per row
         x = np.zeros((len(batch), width), dtype=np.int64)
         y = np.full((len(batch), width), IGNORE_INDEX, dtype=np.int64)
-        for r, (_, inputs, targets) in enumerate(batch):
+        for r, (_, inputs, targets, _) in enumerate(batch):
             x[r, : len(inputs)] = inputs
             y[r, : len(targets)] = targets
         _, nll = model(torch.from_numpy(x).to(device), torch.from_numpy(y).to(device))
-        return nll.double().sum(dim=1).cpu().numpy()
+        sums = nll.double().sum(dim=1).cpu().numpy()
+        if not per_token:
+            return sums
+        tokens = nll.double().cpu().numpy()
+        return sums, [tokens[r][y[r] != IGNORE_INDEX] for r in range(len(batch))]
 
     was_training = model.training
     model.eval()
@@ -155,9 +171,18 @@ def score_lines(
             all_row_sums = map_batches(score_batch, batches) if map_batches else [score_batch(b) for b in batches]
     finally:
         model.train(was_training)
+    token_nll = None
+    if per_token:
+        windows: dict[int, list[tuple[int, np.ndarray]]] = {i: [] for i in range(n)}
+        for batch, (_, row_tokens) in zip(batches, all_row_sums):
+            for row, tokens in zip(batch, row_tokens):
+                windows[row[0]].append((row[3], tokens))
+        token_nll = [np.concatenate([t for _, t in sorted(windows[i], key=lambda w: w[0])] or [np.zeros(0)])
+                     for i in range(n)]
+        all_row_sums = [sums for sums, _ in all_row_sums]
     for batch, row_sums in zip(batches, all_row_sums):  # in batch order, whoever scored them
         np.add.at(nll_sum, [row[0] for row in batch], row_sums)
-    return LineScores(nll_sum=nll_sum, n_tokens=n_tokens, n_chars=n_chars, n_bytes=n_bytes)
+    return LineScores(nll_sum=nll_sum, n_tokens=n_tokens, n_chars=n_chars, n_bytes=n_bytes, token_nll=token_nll)
 
 
 def lines_digest(lines: Sequence[EvalLine]) -> str:
@@ -282,7 +307,16 @@ class SetResult:
         return result
 
 
-def _result(name, kind, scores, line_index, n_lines_total, digest, tokenizer_hash, category, n_resamples, seed, extra):
+def build_result(name, kind, scores, line_index, n_lines_total, digest, tokenizer_hash, category, n_resamples, seed,
+                 extra, per_char: bool = False):
+    """A SetResult from per-line scores. per_char: a category's scores whose n_chars/n_bytes are
+    those of its own words, so its bpc/bpb mean something (a plain position mask's do not)."""
+    return _result(name, kind, scores, line_index, n_lines_total, digest, tokenizer_hash, category, n_resamples,
+                   seed, extra, per_char)
+
+
+def _result(name, kind, scores, line_index, n_lines_total, digest, tokenizer_hash, category, n_resamples, seed, extra,
+            category_chars: bool = False):
     counted = scores.select(scores.n_tokens > 0)
     if len(counted) == 0:
         raise ValueError(f"eval set {name}: no target token was scored" + (f" in category {category!r}" if category else ""))
@@ -290,7 +324,7 @@ def _result(name, kind, scores, line_index, n_lines_total, digest, tokenizer_has
     total_tokens = int(counted.n_tokens.sum())
     total_chars = int(scores.n_chars.sum())
     total_bytes = int(scores.n_bytes.sum())
-    per_char = category is None and total_chars > 0
+    per_char = (category is None or category_chars) and total_chars > 0
     mean_nll = total_nll / total_tokens
     if mean_nll < _LOG_MAX_FLOAT:
         ppl, ci = math.exp(mean_nll), bootstrap_ppl(counted.nll_sum, counted.n_tokens, n_resamples=n_resamples, seed=seed)
@@ -328,6 +362,7 @@ def evaluate(
     position_mask: Sequence[Sequence[bool]] | None = None,
     category: str | None = None,
     map_batches: Callable[[Callable, list], list] | None = None,
+    per_token: bool = False,
 ) -> SetResult:
     """Score a whole set and summarise it with a 95% bootstrap CI over lines.
 
@@ -336,7 +371,7 @@ def evaluate(
     """
     if (position_mask is None) != (category is None):
         raise ValueError("evaluate: give position_mask and category together (or neither)")
-    scores = score_lines(model, eval_set.lines, device, token_budget, position_mask, map_batches)
+    scores = score_lines(model, eval_set.lines, device, token_budget, position_mask, map_batches, per_token)
     result = _result(
         eval_set.name, eval_set.kind, scores, np.asarray(eval_set.line_index, dtype=np.int64),
         eval_set.n_lines_total, lines_digest(eval_set.lines), eval_set.tokenizer_hash, category,

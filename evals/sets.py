@@ -116,9 +116,7 @@ def _pair_line(tok: Tokenizer, raw: str, path: Path, number: int) -> EvalLine:
     if isinstance(example, BadLine):
         raise EvalSetError(str(example))
     ids, is_target = example.encode(tok)
-    if example.messages is not None:
-        return EvalLine(ids, is_target, "".join(m["content"] for m in example.messages if m["role"] == "assistant"))
-    return EvalLine(ids, is_target, example.response)
+    return EvalLine(ids, is_target, example.scored_text)
 
 
 def load_eval_set(path: str | Path, tokenizer: Tokenizer, name: str | None = None, kind: str = "auto") -> EvalSet:
@@ -170,24 +168,41 @@ def subsample(eval_set: EvalSet, all_lines: bool, n_batches: int, batch: int, se
 
 def target_word_masks(eval_set: EvalSet, tokenizer: Tokenizer, predicate: Callable[[str], bool]) -> list[list[bool]]:
     """Per line, one bool per target token: does it belong to a word satisfying `predicate`?
+    (the words of target_word_spans; special targets and tokens of no word are False)"""
+    from tatu.evals.words import normalize_word
+
+    return [[span is not None and bool(predicate(normalize_word(line.text[span[0]:span[1]]))) for span in spans]
+            for line, spans in zip(eval_set.lines, target_word_spans(eval_set, tokenizer))]
+
+
+def target_word_spans(eval_set: EvalSet, tokenizer: Tokenizer) -> list[list[tuple[int, int] | None]]:
+    """Per line, one entry per target token: the (start, end) character span, in the line's
+    scored text, of the word the token belongs to; None for a special target (EOS) or a token
+    of no word.
 
     Each maximal run of non-special target tokens is the encoding of one piece of scored text
-    (the line, a response, an assistant turn), so decoding the run gives that text exactly and
-    tatu.evals.masks.token_word_mask maps its tokens to words. Special targets (EOS) are False.
+    (the line, a response, an assistant turn), and the pieces make up the scored text in order,
+    so decoding a run gives its piece exactly and tatu.evals.masks.token_words maps its tokens
+    to words (the one token-to-word rule).
     """
-    from tatu.evals.masks import token_word_mask
+    from tatu.evals.masks import token_words
 
     token_bytes = tokenizer.token_bytes
     specials = tokenizer.special_ids
-    masks: list[list[bool]] = []
+    out: list[list[tuple[int, int] | None]] = []
     for line in eval_set.lines:
-        targets = [t for t, is_t in zip(line.ids, line.is_target) if is_t]
-        mask: list[bool] = []
+        n_targets = sum(line.is_target)
+        spans: list[tuple[int, int] | None] = []
         run: list[int] = []
+        offset = 0
 
         def flush() -> None:
+            nonlocal offset
             if run:
-                mask.extend(token_word_mask(tokenizer.decode(run), [int(token_bytes[t]) for t in run], predicate))
+                piece = tokenizer.decode(run)
+                words, owners = token_words(piece, [int(token_bytes[t]) for t in run])
+                spans.extend(None if k is None else (offset + words[k].start(), offset + words[k].end()) for k in owners)
+                offset += len(piece)
                 run.clear()
 
         # a run also ends where targets stop being contiguous in ids (e.g. between turns)
@@ -198,11 +213,11 @@ def target_word_masks(eval_set: EvalSet, tokenizer: Tokenizer, predicate: Callab
             if t in specials or (previous_target_pos is not None and pos != previous_target_pos + 1):
                 flush()
             if t in specials:
-                mask.append(False)
+                spans.append(None)
             else:
                 run.append(t)
             previous_target_pos = pos
         flush()
-        assert len(mask) == len(targets)
-        masks.append(mask)
-    return masks
+        assert len(spans) == n_targets
+        out.append(spans)
+    return out

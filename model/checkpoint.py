@@ -34,6 +34,7 @@ from safetensors.torch import load as st_load, save as st_save
 
 from tatu.atomic import fsync_dir
 from tatu.storage import check_room, is_storage_error, needed_bytes, storage_error
+from tatu.model.adapters import is_adapter_key, merge_state
 from tatu.model.gpt import GPT, GPTConfig
 from tatu.model.tokenizer import Tokenizer, tokenizer_from_dict
 
@@ -67,9 +68,18 @@ class Checkpoint:
     extra_json: dict[str, Any] = field(default_factory=dict)
 
     def build_model(self, device: str | torch.device = "cpu") -> GPT:
+        """A plain GPT with these weights; a LoRA run's resume state (base + adapters) merged."""
         model = GPT(GPTConfig(**self.model_config.to_dict()))
-        load_model_state(model, self.model_state, str(self.path))
+        load_model_state(model, self.plain_state(), str(self.path))
         return model.to(device)
+
+    def plain_state(self) -> dict[str, torch.Tensor]:
+        if not any(is_adapter_key(k) for k in self.model_state):
+            return self.model_state
+        adapter = self.meta.get("adapter")
+        if not isinstance(adapter, dict) or not isinstance(adapter.get("scaling"), (int, float)):
+            raise CheckpointError(f"{self.path}: holds LoRA adapters but meta.json does not say their scaling")
+        return merge_state(self.model_state, float(adapter["scaling"]))
 
 
 def model_state_for_saving(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -150,6 +150,8 @@ def format_status(status: dict) -> str:
     if oom is not None:
         note = "" if isinstance(oom, int) and oom < 0 else "  (not protected from the OOM killer: see tatu doctor)"
         lines.append(f"oom_score_adj {oom}{note}")
+    if status.get("trainable"):
+        lines.append(f"trains  {status['trainable']}")
     if status.get("config_hash"):
         lines.append(f"config  {status['config_hash']}")
     return "\n".join(lines)

@@ -98,6 +98,8 @@ def add_data_args(parser: argparse.ArgumentParser) -> None:
                        help="an SFT channel of JSONL pairs (prompt/response or messages); repeatable")
     build.add_argument("--eval", action="append", metavar="NAME=FILE",
                        help="an eval set copied verbatim (.jsonl: pairs, else one scored line per line)")
+    build.add_argument("--task", action="append", metavar="NAME=FILE",
+                       help="a multiple-choice task, JSONL {context, choices, answer}, scored at every eval")
     build.add_argument("--one-per-line", action="store_true",
                        help="text sources hold one document per line (default: blank-line separated)")
     build.add_argument("--on-bad-line", choices=("error", "skip"), default="error",
@@ -123,11 +125,14 @@ def _data_build(args: argparse.Namespace) -> int:
     from tatu.model.tokenizer import TokenizerError, load_tokenizer
 
     evals = _named_files(args.eval, "--eval")
-    for name, files in evals.items():
-        if len(files) != 1:
-            raise TatuExit(USAGE, f"--eval {name}: one file per eval set, got {len(files)}")
+    tasks = _named_files(args.task, "--task")
+    for flag, named in (("--eval", evals), ("--task", tasks)):
+        for name, files in named.items():
+            if len(files) != 1:
+                raise TatuExit(USAGE, f"{flag} {name}: one file per eval set or task, got {len(files)}")
     spec = BuildSpec(tokenizer=args.tokenizer, out_dir=args.out, text=_named_files(args.text, "--text"),
                      sft=_named_files(args.sft, "--sft"), evals={n: f[0] for n, f in evals.items()},
+                     tasks={n: f[0] for n, f in tasks.items()},
                      one_per_line=args.one_per_line, on_bad_line=args.on_bad_line, seq_len=args.seq_len,
                      encoder=args.encoder, jobs=args.jobs)
     try:
@@ -148,8 +153,18 @@ def _data_build(args: argparse.Namespace) -> int:
     for name, channel in result.manifest["channels"].items():
         unit = f"{channel['documents']} documents" if channel["kind"] == "text" else f"{channel['pairs']} pairs"
         print(f"{name} ({channel['kind']}): {unit}, {channel['tokens']} tokens, {channel['targets']} targets")
+    from tatu.data.tags import untagged_line
+
     for name, entry in result.manifest["evals"].items():
-        print(f"eval {name} ({entry['kind']}): {entry['lines']} lines")
+        tags = entry.get("tags") or {}
+        tagged = (f"; tagged: {tags['units']} units by {tags['package']} in {tags['seconds']:.2f}s"
+                  if "file" in tags else "")
+        print(f"eval {name} ({entry['kind']}): {entry['lines']} lines{tagged}")
+    for name, entry in result.manifest.get("tasks", {}).items():
+        print(f"task {name}: {entry['items']} items")
+    untagged = untagged_line(result.manifest["evals"])
+    if untagged:  # one line however many sets it concerns
+        _err(f"tatu data build: {untagged}")
     encoder = result.manifest["encoder"]
     print(f"encoder {encoder['name']} ({encoder['reason']})")
     print(f"wrote {result.out_dir}/manifest.json")

@@ -60,8 +60,15 @@ def check(code: int, what: str) -> None:
         raise SystemExit(f"demo: {what} failed with exit code {code}")
 
 
+# Held-out domains the demo scores beside the three roles when its sources have them: no training
+# channel reads these files (tatu.data.demo.HELD_OUT_FILE).
+HELD_OUT = {"ptFaq": "pt_faq.txt"}
+HELD_OUT_ABOUT = {"ptFaq": "European Portuguese Debian FAQ, read by no training source"}
+
+
 def prepare_data(sources: Path, work: Path, kind: str, vocab: int, seq_len: int) -> Path:
-    """Tokenizer + data dir (channels pretrain, replay, sft; evals sftHeld, ptVal, enRuler) + dictionary."""
+    """Tokenizer + data dir (channels pretrain, replay, sft; evals sftHeld, ptVal, enRuler and the
+    HELD_OUT domains present in `sources`) + dictionary."""
     from tatu.evals.words import Dictionary
 
     tokenizer = work / "tokenizer.json"
@@ -73,7 +80,8 @@ def prepare_data(sources: Path, work: Path, kind: str, vocab: int, seq_len: int)
     check(tatu(["data", "build", "--tokenizer", str(tokenizer), "--out", str(data),
                 "--text", f"pretrain={pt},{en}", "--text", f"replay={en}", "--sft", f"sft={sources / 'sft_train.jsonl'}",
                 "--eval", f"sftHeld={sources / 'sft_held.jsonl'}", "--eval", f"ptVal={sources / 'pt_val.txt'}",
-                "--eval", f"enRuler={sources / 'en_ruler.txt'}", "--seq-len", str(seq_len)]), "data build")
+                "--eval", f"enRuler={sources / 'en_ruler.txt'}", *held_out_args(sources),
+                "--seq-len", str(seq_len)]), "data build")
     # The invented-word ruler's dictionary: every text the model was trained on (a dictionary
     # from the conversations alone calls real words invented), words seen >= 3 times.
     texts = [pt.read_text(encoding="utf-8"), en.read_text(encoding="utf-8")]
@@ -83,6 +91,14 @@ def prepare_data(sources: Path, work: Path, kind: str, vocab: int, seq_len: int)
             texts.append(f"{pair['prompt']}\n{pair['response']}")
     Dictionary.build(texts, min_count=3).save(data / "dictionary.json")
     return data
+
+
+def held_out_args(sources: Path) -> list[str]:
+    """--eval for the held-out domains and --task for the multiple-choice tasks the sources have."""
+    held = [arg for name, file in HELD_OUT.items() if (sources / file).is_file()
+            for arg in ("--eval", f"{name}={sources / file}")]
+    return held + [arg for path in sorted(sources.glob("task_*.jsonl"))
+                   for arg in ("--task", f"{path.stem.removeprefix('task_')}={path}")]
 
 
 def user_manager_running() -> bool:
@@ -135,6 +151,11 @@ def closing_table(run_dirs: list[Path]) -> str:
         rows.append(f"at step {step}, the last eval every run reached: " + "; ".join(
             f"{name} drift {with_ci(evals[step]['drift'])}" for name, (evals, _) in runs.items()))
     rows.append("verdicts judge sftHeld and the English ruler (drift) only; ptVal is shown, not judged.")
+    for held_out, about in HELD_OUT_ABOUT.items():
+        changes = {name: evals[max(evals)]["changes"].get(held_out) for name, (evals, _) in runs.items()}
+        if any(changes.values()):
+            rows.append(f"held-out {held_out} ({about}), change vs step 0: "
+                        + "; ".join(f"{name} {with_ci(change)}" for name, change in changes.items()))
     return "\n".join(rows)
 
 

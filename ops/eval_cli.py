@@ -19,7 +19,21 @@ import json
 import sys
 from pathlib import Path
 
+from tatu.data.tags import CATEGORIES as TAG_CATEGORIES
 from tatu.exitcodes import BAD_DATA, USAGE, TatuExit
+from tatu.ops import eval_tags, eval_tasks
+
+
+WORD_LIST_CATEGORIES = ("function", "content")  # tatu.evals.masks: without tags
+
+
+def _category_list(text: str) -> list[str]:
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    known = dict.fromkeys(TAG_CATEGORIES + WORD_LIST_CATEGORIES)
+    for name in names:
+        if name not in known:
+            raise argparse.ArgumentTypeError(f"unknown category {name!r} (known: {', '.join(known)})")
+    return names
 
 
 def _common_args(parser: argparse.ArgumentParser) -> None:
@@ -33,8 +47,13 @@ def _common_args(parser: argparse.ArgumentParser) -> None:
     lines.add_argument("--en-batches", type=int, metavar="N",
                        help="score only N x --batch lines of the enRuler set, drawn by --seed (EVAL_EN_ALL=0)")
     parser.add_argument("--batch", type=int, default=2, help="lines per batch for --en-batches (default 2, as EVAL_BATCH)")
-    parser.add_argument("--category", action="append", default=[], choices=("function", "content"),
-                        help="also report perplexity on tokens of function or content words (repeatable)")
+    parser.add_argument("--category", action="append", default=[], type=_category_list, metavar="CAT[,CAT...]",
+                        help="also report perplexity (and bpc) on the tokens of a word category (repeatable): "
+                             f"{', '.join(TAG_CATEGORIES)} from the tags of a --data dir (Apertium, built at data "
+                             "build; see docs/metrics.md), or function/content from the fixed word list")
+    parser.add_argument("--task", dest="tasks", action="append", default=[], metavar="NAME=FILE",
+                        help="a multiple-choice task, JSONL {context, choices, answer}: acc and acc_norm by "
+                             "log-likelihood (repeatable; --data adds the data dir's tasks)")
     parser.add_argument("--resamples", type=int, default=None,
                         help="bootstrap resamples (default: the checkpoint's TATU_EVAL_RESAMPLES, else 2000)")
     parser.add_argument("--seed", type=int, default=None,
@@ -70,7 +89,7 @@ def _set_specs(args: argparse.Namespace) -> list[tuple[str, Path, str]]:
         if not sep or not name or not file:
             raise TatuExit(BAD_DATA, f"--set {spec!r}: expected NAME=FILE")
         specs.append((name, Path(file), "auto"))
-    if not specs:
+    if not specs and not eval_tasks.task_specs(args):
         raise TatuExit(BAD_DATA, "no eval set: give --set NAME=FILE (repeatable) or --data DIR")
     names = [name for name, _, _ in specs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -143,11 +162,21 @@ def _score_all(model, tokenizer, specs, args) -> dict[str, list]:
         except ValueError as exc:
             raise TatuExit(BAD_DATA, str(exc))
         options = dict(device=args.device, n_resamples=args.resamples, seed=args.seed, token_budget=args.token_budget)
+        asked = list(dict.fromkeys(c for group in args.category for c in group))
+        units = eval_tags.stored_tags(args, name) if asked else None
         try:
-            results[name] = [evaluate(model, eval_set, **options)]
-            for category in args.category:
-                masks = target_word_masks(eval_set, tokenizer, CATEGORIES[category])
-                results[name].append(evaluate(model, eval_set, position_mask=masks, category=category, **options))
+            whole = evaluate(model, eval_set, per_token=units is not None, **options)
+            results[name] = [whole]
+            by_tags = eval_tags.tag_categories(whole, eval_set, tokenizer, units, asked, args) if units is not None else {}
+            for category in asked:
+                if units is not None and category in TAG_CATEGORIES:
+                    if category in by_tags:  # else no token of the set is of that category
+                        results[name].append(by_tags[category])
+                elif category in CATEGORIES:
+                    masks = target_word_masks(eval_set, tokenizer, CATEGORIES[category])
+                    results[name].append(evaluate(model, eval_set, position_mask=masks, category=category, **options))
+                else:
+                    raise TatuExit(BAD_DATA, f"--category {category}: set {name} has no tags: {eval_tags.why_untagged(args, name)}")
         except ValueError as exc:
             raise TatuExit(BAD_DATA, f"{file}: {exc}")
     return results
@@ -206,6 +235,7 @@ def eval_main(args: argparse.Namespace) -> int:
     model, tokenizer, meta = _load_model(args.checkpoint, args.device)
     resolve_bootstrap(args, (args.checkpoint, meta))
     results = _score_all(model, tokenizer, specs, args)
+    tasks = eval_tasks.score_tasks(model, tokenizer, args)
 
     header = f"{'set':<22} {'lines':>9} {'tokens':>9} {'ppl':>10} {'95% CI':>23} {'bpc':>7} {'bpb':>7}"
     print(header)
@@ -215,6 +245,7 @@ def eval_main(args: argparse.Namespace) -> int:
             ci = f"[{r.ci.lo:.4g}, {r.ci.hi:.4g}]"
             print(f"{_label(r):<22} {lines:>9} {r.n_tokens:>9} {r.ppl:>10.4g} {ci:>23} {_fmt(r.bpc):>7} {_fmt(r.bpb):>7}")
     _warn(results)
+    eval_tasks.print_tasks(tasks)
 
     out = args.json_out or Path(f"eval-{args.checkpoint.resolve().name}.json")
     _write_json(out, {
@@ -223,6 +254,8 @@ def eval_main(args: argparse.Namespace) -> int:
         "tokenizer_hash": tokenizer.hash,
         "seed": args.seed,
         "sets": {name: [r.to_json() for r in per_set] for name, per_set in results.items()},
+        "tasks": {name: {**r.summary(), "correct": r.correct.tolist(), "correct_norm": r.correct_norm.tolist(),
+                         "loglik": [ll.tolist() for ll in r.loglik]} for name, r in tasks.items()},
     })
     return 0
 
@@ -258,9 +291,11 @@ def compare_main(args: argparse.Namespace) -> int:
     # B, the candidate, is usually the run being judged (A its seed): its seed first
     resolve_bootstrap(args, (args.checkpoint_b, _peek_meta(args.checkpoint_b)), (args.checkpoint_a, meta_a))
     results_a = _score_all(model_a, tok_a, specs, args)
+    tasks_a = eval_tasks.score_tasks(model_a, tok_a, args)
     del model_a  # one model in memory at a time
     model_b, tok_b, _ = _load_model(args.checkpoint_b, args.device)
     results_b = _score_all(model_b, tok_b, specs, args)
+    tasks_b = eval_tasks.score_tasks(model_b, tok_b, args)
     per = "token" if tok_a.hash == tok_b.hash else "char"
     if per == "char" and args.category:
         # A word category selects different tokens under each tokenizer: no per-line pairing exists.
@@ -287,6 +322,7 @@ def compare_main(args: argparse.Namespace) -> int:
                 "n_lines": paired.n_lines, "verdict": text, "a": ra.to_json(), "b": rb.to_json(),
             })
     _warn(results_a)
+    task_rows = eval_tasks.compare_tasks(tasks_a, tasks_b)
 
     out = args.json_out or Path(f"compare-{args.checkpoint_a.resolve().name}-{args.checkpoint_b.resolve().name}.json")
     _write_json(out, {
@@ -295,5 +331,8 @@ def compare_main(args: argparse.Namespace) -> int:
         "checkpoint_b": str(args.checkpoint_b),
         "seed": args.seed,
         "sets": rows,
+        "tasks": task_rows,
     })
     return 0
+
+

@@ -32,9 +32,51 @@ def ensure_demo_packages() -> dict[str, str]:
     return installed_versions()
 
 
+def ensure_tagger_packages() -> str | None:
+    """Install Apertium's taggers (tatu.data.tags.TAGGER_PACKAGES) with apt-get when root and
+    missing; returns None when they are there, else one line saying how to install them."""
+    from tatu.data.tags import TAGGER_PACKAGES, tagger_versions
+
+    global _apt_updated
+    missing = [p for p, version in tagger_versions().items() if version is None]
+    if not missing:
+        return None
+    command = f"apt-get install -y {' '.join(TAGGER_PACKAGES)}"
+    if os.geteuid() != 0:
+        return f"Apertium's taggers are not installed ({', '.join(missing)}): run `sudo {command}`"
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    try:
+        if not _apt_updated:
+            _run_apt(["apt-get", "update", "-q"], env)
+            _apt_updated = True
+        _run_apt(["apt-get", "install", "-y", "-q", *missing], env)
+    except DemoPackagesError as exc:
+        return f"{exc}; install them with `{command}`"
+    still = [p for p, version in tagger_versions().items() if version is None]
+    return f"apt-get did not install {', '.join(still)}" if still else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m tatu.ops.packages tagger` (what `make test` runs): install the taggers, or say
+    how; exit 0 either way (the tests that need them skip with that reason, fail under CI_STRICT)."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if args != ["tagger"]:
+        print("usage: python -m tatu.ops.packages tagger", file=sys.stderr)
+        return 2
+    problem = ensure_tagger_packages()
+    print(problem or "Apertium taggers installed", file=sys.stderr if problem else sys.stdout)
+    return 0
+
+
 def _run_apt(argv: list[str], env: dict[str, str]) -> None:
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
         raise DemoPackagesError(
             f"`{' '.join(argv)}` failed ({done.returncode}): {' | '.join(tail)}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

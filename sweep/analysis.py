@@ -20,7 +20,7 @@ from tatu.evals import seeds as st
 from tatu.evals.tdist import t_ppf
 from tatu.sweep.coordinator import TERMINAL, member_status, run_dir
 from tatu.sweep.backends import UnitState
-from tatu.sweep.plan import Member, parse_rule
+from tatu.sweep.plan import Member, held_out_set, parse_rule
 from tatu.sweep import common as common_step_
 from tatu.sweep.scores import end_checkpoint, score_checkpoint
 from tatu.sweep.stats import config_stats, paired_stats
@@ -28,7 +28,7 @@ from tatu.sweep.stats import config_stats, paired_stats
 COMMON_LINES = (common_step_.START, common_step_.AT_COMMON)  # the base/end keys of the common-step lines
 
 
-def member_result(member: Member, sweep_dir: Path) -> dict:
+def member_result(member: Member, sweep_dir: Path, extra_sets: tuple[str, ...] = ()) -> dict:
     """Status, verdict, per-line start/end scores, the worst drift over its evals."""
     from tatu.daemon.logs import read_events
 
@@ -39,8 +39,8 @@ def member_result(member: Member, sweep_dir: Path) -> dict:
     if status.state not in ("done", "aborted"):
         return result
     cache = Path(sweep_dir) / "scores"
-    result["base"] = score_checkpoint(Path(member.env["TATU_SEED_CKPT"]), member.env, cache)
-    result["end"] = score_checkpoint(end_checkpoint(directory), member.env, cache)
+    result["base"] = score_checkpoint(Path(member.env["TATU_SEED_CKPT"]), member.env, cache, extra_sets)
+    result["end"] = score_checkpoint(end_checkpoint(directory), member.env, cache, extra_sets)
     evals = {}
     for event in read_events(directory / "events.jsonl"):
         if event.get("event") == "eval" and event.get("step", 0) > 0:
@@ -64,6 +64,9 @@ def _metrics(stats: dict | None, results: list[dict], common: int | None = None)
         out.update(drift=drift["value"], drift_lo=drift["lo"], drift_hi=drift["hi"])
     if change:
         out.update(sftHeld_change=change["value"], sftHeld_change_lo=change["lo"], sftHeld_change_hi=change["hi"])
+    for name, held in stats.items():  # a held-out set a rule names: SET_change[_lo|_hi]
+        if name not in ("drift", "sftHeld") and held:
+            out.update({f"{name}_change": held["value"], f"{name}_change_lo": held["lo"], f"{name}_change_hi": held["hi"]})
     if usable and common is None:
         out["every_eval_drift"] = max(r["every_eval_drift"] for r in usable)
         out["every_eval_drift_hi"] = max(r["every_eval_drift_hi"] for r in usable)
@@ -125,7 +128,8 @@ def _would_change(rule, ordered: list[dict], checks: list[dict], chosen: dict | 
         for fail in check["failed"]:
             metric = fail["condition"].split()[0]
             base = metric.removesuffix("_hi").removesuffix("_lo")
-            stats = (config.get("stats_common" if rule.at == "common" else "stats") or {}).get("drift" if base.startswith("drift") and not base.startswith("every") else "sftHeld")
+            key = "drift" if base.startswith("drift") and not base.startswith("every") else (held_out_set(base) or "sftHeld")
+            stats = (config.get("stats_common" if rule.at == "common" else "stats") or {}).get(key)
             if not stats or metric == base or base.startswith("every") or base == "aborted":
                 continue
             point = stats["value"]
@@ -162,10 +166,12 @@ def stage_table(lock: dict, members: list[Member], sweep_dir: Path, stage: str) 
     grouped: dict[str, list[Member]] = {}
     for m in members:
         grouped.setdefault(m.config_key, []).append(m)
-    configs = []
     from tatu.daemon.config import load_config
 
-    grouped_results = {key: [member_result(m, sweep_dir) for m in group] for key, group in grouped.items()}
+    # the held-out sets the rule names are scored with the members' ends (the rule judges them at the end)
+    rule = parse_rule(lock["rule"], lock["axes"], Path(lock["plan_file"]))
+    held_out = tuple(dict.fromkeys(n for n in (held_out_set(c.metric) for c in rule.conditions) if n))
+    grouped_results = {key: [member_result(m, sweep_dir, held_out) for m in group] for key, group in grouped.items()}
     common = common_step_.common_step([r for results in grouped_results.values() for r in results])
     why_not = common_step_.attach([r for rs in grouped_results.values() for r in rs],
                                   {m.name: run_dir(m) for m in members}, common)
@@ -173,7 +179,8 @@ def stage_table(lock: dict, members: list[Member], sweep_dir: Path, stage: str) 
     for index, (key, group) in enumerate(grouped.items()):
         results = grouped_results[key]
         stats = {"drift": config_stats(results, "enRuler", None, index),
-                 "sftHeld": config_stats(results, "sftHeld", half_sft, index)}
+                 "sftHeld": config_stats(results, "sftHeld", half_sft, index),
+                 **{name: config_stats(results, name, None, index) for name in held_out}}
         at_common = None if why_not else {
             "drift": config_stats(results, "enRuler", None, index, *COMMON_LINES),
             "sftHeld": config_stats(results, "sftHeld", half_sft, index, *COMMON_LINES)}

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tatu.exitcodes import BAD_CONFIG, TatuExit
+from tatu.formats import eval_name_problem
 
 PATH_VARIABLES = ("TATU_DATA", "TATU_SEED_CKPT", "TATU_TRUNK_CKPT")
 SWEEP_OWNED = ("TATU_RUN", "TATU_OUT")
@@ -42,11 +43,13 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,23}$")
 PLAN_KEYS = {"name", "question", "seeds", "base", "axes", "decision", "tune"}
 METRICS = ("drift", "drift_lo", "drift_hi", "sftHeld_change", "sftHeld_change_lo", "sftHeld_change_hi",
            "every_eval_drift", "every_eval_drift_hi", "aborted")
+# A held-out eval set's change, named by its set: `ptNews_change_hi < 0.05` (tatu.formats' set names)
+HELD_OUT_METRIC = re.compile(r"^([A-Za-z][A-Za-z0-9]*)_change(_lo|_hi)?$")
 # "... such that CONDITIONS [at the end | at the common step]": which comparison the rule judges
 # (default the end; the common step is the last eval step every member reached).
 RULE = re.compile(r"^\s*(smallest|largest)\s+([A-Z][A-Z0-9_]*)\s+such\s+that\s+(.+?)"
                   r"(?:\s+at\s+the\s+(end|common\s+step))?\s*$")
-CONDITION = re.compile(r"^\s*([A-Za-z_]+)\s*(<=|<)\s*([A-Z][A-Z0-9_]*|[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?%?)\s*$")
+CONDITION = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(<=|<)\s*([A-Z][A-Z0-9_]*|[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?%?)\s*$")
 
 
 def _fail(path: Path, where: str, message: str) -> TatuExit:
@@ -81,6 +84,14 @@ class Rule:
     at: str = "end"  # "end" (each member's last step) | "common" (the last eval step every member reached)
 
 
+def held_out_set(metric: str) -> str | None:
+    """The eval set a `<SET>_change[_lo|_hi]` metric names, other than the judged sftHeld (None if none)."""
+    match = HELD_OUT_METRIC.match(metric)
+    if match is None or match.group(1) in ("sftHeld", "drift") or eval_name_problem(match.group(1)):
+        return None
+    return match.group(1)
+
+
 def parse_rule(text: str, axes: dict, path: Path) -> Rule:
     from tatu.daemon.config import known_variables
 
@@ -97,8 +108,9 @@ def parse_rule(text: str, axes: dict, path: Path) -> Rule:
         if not cond:
             raise _fail(path, "[decision] rule", f"condition {part.strip()!r} is not 'METRIC < VALUE'")
         metric, op, value = cond.groups()
-        if metric not in METRICS:
-            raise _fail(path, "[decision] rule", f"unknown metric {metric!r} (known: {', '.join(METRICS)})")
+        if metric not in METRICS and held_out_set(metric) is None:
+            raise _fail(path, "[decision] rule", f"unknown metric {metric!r} (known: {', '.join(METRICS)}, "
+                                                 "or SET_change[_lo|_hi] of an eval set of the data dir)")
         if value[0].isalpha() and value not in known_variables():
             raise _fail(path, "[decision] rule", f"{value} is neither a number nor a run variable")
         conditions.append(Condition(metric, op, value))

@@ -123,6 +123,12 @@ def closing_text(data: dict) -> str:
         half = " (sftHeld: judge half)" if data.get("tune") else ""
         out += ["", f"comparison stage{half}; * = baseline; CIs carry seed and line variance (crossed: seeds x shared lines)",
                 text_table(CONFIG_HEADER, config_rows(cmp["configs"])), OUTLIER_NOTE]
+        held = [(c["key"], name, st) for c in cmp["configs"] for name, st in c["stats"].items()
+                if name not in ("drift", "sftHeld")]
+        if held:  # the held-out sets the rule names, per configuration over seeds
+            out += ["", "held-out sets the rule names (change from the seed checkpoint to the end, over seeds)",
+                    text_table(["config", "set", "change [95% CI]", "seed SD"],
+                               [[key, name, _ci(st), _sd(st and st["seed_sd"])] for key, name, st in held])]
         out += _paired_text(cmp["configs"], common=False)
         out += _common_text(cmp["configs"])
         verdict = data["verdict"]

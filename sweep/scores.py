@@ -15,6 +15,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from tatu.exitcodes import BAD_CONFIG, TatuExit
 from tatu.sweep.lock import write_json_atomic
 
 SETS = ("sftHeld", "enRuler")
@@ -32,8 +33,9 @@ def end_checkpoint(run_dir: Path) -> Path | None:
     return None
 
 
-def _lines_to_score(ckpt_tokenizer, env: dict) -> dict:
-    """{set: EvalSet}: the lines the member's daemon scores (its data, its EVAL_EN_* and TATU_SEED)."""
+def _lines_to_score(ckpt_tokenizer, env: dict, extra_sets: tuple[str, ...] = ()) -> dict:
+    """{set: EvalSet}: the lines the member's daemon scores (its data, its EVAL_EN_* and TATU_SEED),
+    for SETS and the held-out sets a decision rule names (`extra_sets`)."""
     from tatu.daemon.config import load_config
     from tatu.evals.sets import load_eval_set, subsample
 
@@ -41,7 +43,10 @@ def _lines_to_score(ckpt_tokenizer, env: dict) -> dict:
     data = Path(env["TATU_DATA"])
     manifest = json.loads((data / "manifest.json").read_text())
     sets = {}
-    for name in SETS:
+    for name in SETS + tuple(n for n in extra_sets if n not in SETS):
+        if name not in manifest["evals"]:
+            raise TatuExit(BAD_CONFIG, f"the decision rule names {name}_change, but {data / 'manifest.json'} "
+                                       f"has no eval set {name}")
         eval_set = load_eval_set(data / manifest["evals"][name]["file"], ckpt_tokenizer, name=name)
         if name == "enRuler":
             eval_set, _ = subsample(eval_set, config.eval_en_all, config.eval_en_batches, config.eval_en_lines_per_batch,
@@ -58,8 +63,8 @@ def _lines_identity(eval_set) -> str:
     return digest.hexdigest()[:16]
 
 
-def score_checkpoint(ckpt: Path, env: dict, cache_dir: Path) -> dict:
-    """{set: {"nll_sum": [...], "line_tokens": [...], "line_index": [...]}} for SETS.
+def score_checkpoint(ckpt: Path, env: dict, cache_dir: Path, extra_sets: tuple[str, ...] = ()) -> dict:
+    """{set: {"nll_sum": [...], "line_tokens": [...], "line_index": [...]}} for SETS and `extra_sets`.
 
     The cache is keyed by the weights AND the lines (file, tokenizer, EVAL_EN_ALL, subsample size
     and TATU_SEED all show in them): a trunk's scores on seed 1's ruler subsample are never handed
@@ -68,7 +73,7 @@ def score_checkpoint(ckpt: Path, env: dict, cache_dir: Path) -> dict:
     from tatu.model.checkpoint import load_checkpoint
 
     loaded = load_checkpoint(ckpt)
-    sets = _lines_to_score(loaded.tokenizer, env)
+    sets = _lines_to_score(loaded.tokenizer, env, extra_sets)
     key = {"weights": weights_hash(ckpt), "lines": {name: _lines_identity(s) for name, s in sets.items()}}
     key_hash = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     cache = cache_dir / f"{Path(ckpt).parent.name}-{Path(ckpt).name}-{key_hash}.json"

@@ -12,9 +12,32 @@ def fmt_pct(fraction) -> str:
     return f"{fraction * 100:+.1f}%"
 
 
-# The eval sets a run reports, in the order every line and table shows them.
+# The three roles (best by sftHeld, drift on enRuler, ptVal shown), in the order every line and
+# table shows them; any other eval set of the manifest (a held-out domain) follows them.
 SET_NAMES = ("sftHeld", "ptVal", "enRuler")
 PPL_DIGITS = {"sftHeld": 4, "ptVal": 2, "enRuler": 2}  # as in the EVAL contract line
+# An eval set's name becomes part of metric names (`ptFaq_change_hi` in a sweep rule,
+# `ptFaq_change=` on the EVAL line), so it is a letter then letters or digits (no "_", which
+# separates the metric's parts), and never a name those metrics already use.
+EVAL_NAME_RULE = "a letter, then letters or digits"
+RESERVED_NAMES = frozenset({"drift", "best", "step", "mde", "aborted", "abort", "verdict", "evals", "sets",
+                            "changes", "notes", "line", "lines", "seconds", "warnings", "generations", "categories",
+                            "tasks", "every", "change", "worst", "trunk", "p"})
+
+
+def eval_name_problem(name: str) -> str | None:
+    """Why `name` cannot name an eval set (None when it can)."""
+    if not (name[:1].isascii() and name[:1].isalpha() and name.isascii() and name.isalnum()):
+        return f"eval set name {name!r} is malformed: expected {EVAL_NAME_RULE}"
+    if name.lower() in RESERVED_NAMES:
+        return f"eval set name {name!r} collides with a metric name ({name.lower()})"
+    return None
+
+
+def ordered_sets(names) -> list[str]:
+    """The three roles first (in SET_NAMES order), then every other set in the order given."""
+    names = list(dict.fromkeys(names))
+    return [n for n in SET_NAMES if n in names] + [n for n in names if n not in SET_NAMES]
 
 
 def fmt_ppl(ppl, set_name: str) -> str:

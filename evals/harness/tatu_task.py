@@ -24,3 +24,18 @@ def load_set(tatu_set: str | None = None, **_other_metadata):
         raise ValueError(f"{path}: no lines to score (the file is empty or blank)")
     rows = {"text": [line for _, line in numbered], "line": [number for number, _ in numbered]}
     return datasets.DatasetDict({"test": datasets.Dataset.from_dict(rows)})
+
+
+def load_choice(tatu_task: str | None = None, **_other_metadata):
+    """The dataset of the tatu_choice task: the items of a tatu multiple-choice task, in order,
+    read by tatu.evals.choice's own rule."""
+    import datasets
+
+    from tatu.evals.choice import read_task
+
+    if not tatu_task:
+        raise ValueError("tatu_choice: give the task file as metadata: --metadata '{\"tatu_task\": \"FILE\"}'")
+    items = read_task(tatu_task)
+    rows = {"context": [i.context for i in items], "choices": [list(i.choices) for i in items],
+            "answer": [i.answer for i in items]}
+    return datasets.DatasetDict({"test": datasets.Dataset.from_dict(rows)})

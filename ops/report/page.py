@@ -15,9 +15,8 @@ import html
 import json
 from pathlib import Path
 
-from tatu.formats import SET_NAMES as SETS
 from tatu.ops.report.plots import DPI, FIGSIZE, PLOT_SIZE, PlotFile, render_plots
-from tatu.ops.report.runs import FORMATS, RunRecord, fmt_int, fmt_ppl, load_run
+from tatu.ops.report.runs import FORMATS, RunRecord, fmt_int, fmt_ppl, load_run, report_sets
 
 __all__ = ["build_report", "load_run", "render_plots", "RunRecord", "FIGSIZE", "DPI", "add_args", "main"]
 
@@ -65,7 +64,7 @@ def _eval_at(run: RunRecord, step) -> dict | None:
 
 
 def _verdict_section(runs: list[RunRecord]) -> str:
-    rows, scope = [], []
+    rows, scope, sets = [], [], report_sets(runs)
     for run in runs:
         v = run.verdict
         if v is None:
@@ -93,7 +92,7 @@ def _verdict_section(runs: list[RunRecord]) -> str:
         )
         rows.append(_row(f'{_text_cell(run.name)}{_text_cell(run.status)}<td class="verdict">{_esc(v.get("verdict"))}</td>'
                          f'{_text_cell(v.get("line") or v.get("reason", ""))}{cells}', run.name))
-        unjudged = [s for s in SETS if s not in (judged, "enRuler")]
+        unjudged = [s for s in sets if s not in (judged, "enRuler")]
         scope.append(f'<li data-run="{_esc(run.name)}">{_esc(run.name)}: the verdict covers the {_esc(judged or "?")} '
                      f"change vs step 0 and the English ruler (enRuler drift) only; {_esc(', '.join(unjudged))} "
                      f"{'is' if len(unjudged) == 1 else 'are'} shown but not judged.</li>")
@@ -108,7 +107,7 @@ def _verdict_section(runs: list[RunRecord]) -> str:
 
 
 def _comparison_section(runs: list[RunRecord]) -> str:
-    rows = []
+    rows, sets = [], report_sets(runs)
     for run in runs:
         final = run.final_eval
         if final is None:
@@ -118,7 +117,7 @@ def _comparison_section(runs: list[RunRecord]) -> str:
         comparisons = [("drift (enRuler vs this run's step 0)", "drift", final.get("drift")),
                        ("drift_tronco (enRuler vs the trunk)", "drift_tronco", final.get("drift_tronco"))]
         comparisons += [(f"{s} change vs step 0", f"changes/{s}", (final.get("changes") or {}).get(s))
-                        for s in SETS if s in (final.get("changes") or {})]
+                        for s in sets if s in (final.get("changes") or {})]
         for label, where, point in comparisons:
             prefix = f"eval/{step}/{where}"
             if point is None:
@@ -135,14 +134,68 @@ def _comparison_section(runs: list[RunRecord]) -> str:
             + _table(header, rows, "comparisons"))
 
 
+def _categories_section(runs: list[RunRecord]) -> str:
+    """Per-category (part-of-speech) perplexity and bpc of every set at the last eval, each with
+    its paired change vs step 0 (docs/metrics.md); a run without tags says why."""
+    rows = []
+    for run in runs:
+        final = run.final_eval
+        if final is None or "categories" not in final:  # events written before categories existed
+            continue
+        step, categories = final["step"], final["categories"]
+        if not categories:
+            rows.append(_row(f'{_text_cell(run.name)}<td colspan="10">{_esc(final.get("categories_note") or "none")}</td>',
+                             run.name))
+        for set_name, per in categories.items():
+            for category, point in per.items():
+                prefix = f"eval/{step}/categories/{set_name}/{category}"
+                change = point.get("change") or {}
+                cells = (_cell(step, "int", f"eval/{step}/step") + _cell(point.get("ppl"), "ppl", f"{prefix}/ppl", set_name)
+                         + _cell(point.get("bpc"), "bpc", f"{prefix}/bpc") + _cell(point.get("n_tokens"), "int", f"{prefix}/n_tokens")
+                         + _cell(change.get("value"), "pct", f"{prefix}/change/value")
+                         + _cell(change.get("lo"), "pct", f"{prefix}/change/lo") + _cell(change.get("hi"), "pct", f"{prefix}/change/hi")
+                         + _cell(change.get("p_value"), "p", f"{prefix}/change/p_value"))
+                rows.append(_row(f"{_text_cell(run.name)}{_text_cell(set_name)}{_text_cell(category)}{cells}", run.name))
+    if not rows:
+        return ""
+    header = ["run", "set", "category", "step", "ppl", "bpc", "tokens", "change vs step 0", "CI lo", "CI hi", "p-value"]
+    return ("<h2>Word categories at the last eval</h2>\n<p>Perplexity and bits per character on the tokens of each "
+            "part of speech (Apertium's tags, built once at data build), paired with the run's step 0.</p>\n"
+            + _table(header, rows, "categories"))
+
+
+def _tasks_section(runs: list[RunRecord]) -> str:
+    """acc and acc_norm of every multiple-choice task at the last eval, each with its Wilson CI
+    and its exact McNemar test against step 0 (docs/metrics.md)."""
+    rows = []
+    for run in runs:
+        final = run.final_eval
+        for task, point in ((final or {}).get("tasks") or {}).items():
+            step = final["step"]
+            for key in ("acc", "acc_norm"):
+                metric, prefix = point[key], f"eval/{step}/tasks/{task}/{key}"
+                change = metric.get("change") or {}
+                cells = (_cell(step, "int", f"eval/{step}/step") + _cell(metric.get("value"), "rate", f"{prefix}/value")
+                         + _cell(metric.get("lo"), "rate", f"{prefix}/lo") + _cell(metric.get("hi"), "rate", f"{prefix}/hi")
+                         + _cell(change.get("diff"), "pct", f"{prefix}/change/diff")
+                         + _cell(change.get("p_value"), "p", f"{prefix}/change/p_value"))
+                rows.append(_row(f"{_text_cell(run.name)}{_text_cell(task)}{_text_cell(key)}{cells}", run.name))
+    if not rows:
+        return ""
+    header = ["run", "task", "metric", "step", "accuracy", "CI lo", "CI hi", "change vs step 0", "p (McNemar)"]
+    return ("<h2>Multiple-choice tasks at the last eval</h2>\n<p>Accuracy by log-likelihood (as lm-evaluation-harness "
+            "scores multiple_choice), Wilson 95% CI, exact McNemar test vs the run's step 0 over the same items.</p>\n"
+            + _table(header, rows, "tasks"))
+
+
 def _history_section(runs: list[RunRecord]) -> str:
-    parts = ["<h2>Evals</h2>"]
+    parts, sets = ["<h2>Evals</h2>"], report_sets(runs)
     for run in runs:
         rows = []
         for event in run.evals:
             step = event["step"]
             cells = _cell(step, "int", f"eval/{step}/step")
-            for s in SETS:
+            for s in sets:
                 point = event["sets"].get(s) or {}
                 for field_name in ("ppl", "lo", "hi"):
                     cells += _cell(point.get(field_name), "ppl", f"eval/{step}/sets/{s}/{field_name}", s)
@@ -150,7 +203,7 @@ def _history_section(runs: list[RunRecord]) -> str:
                 cells += _cell(event["drift"].get(field_name), "pct", f"eval/{step}/drift/{field_name}")
             flags = ("best" if event.get("best") else "") + (f" ABORT: {event['abort']}" if event.get("abort") else "")
             rows.append(_row(cells + _text_cell(flags.strip()), run.name, title=event.get("line")))
-        header = ["step"] + [f"{s} {f}" for s in SETS for f in ("ppl", "lo", "hi")] + ["drift", "drift lo", "drift hi", ""]
+        header = ["step"] + [f"{s} {f}" for s in sets for f in ("ppl", "lo", "hi")] + ["drift", "drift lo", "drift hi", ""]
         extra = f" ({run.resumes} restart{'s' if run.resumes != 1 else ''})" if run.resumes else ""
         parts.append(f"<h3>{_esc(run.name)}{_esc(extra)}</h3>")
         parts.append(_table(header, rows, f"evals-{_esc(run.name)}") if rows else "<p>no eval yet</p>")
@@ -174,7 +227,8 @@ def _config_section(runs: list[RunRecord]) -> str:
     full = "".join(
         f"<details><summary>{_esc(r.name)}: full config ({_esc(r.config_note)})</summary><pre>"
         f"{_esc(json.dumps(r.config, indent=1, sort_keys=True))}</pre></details>" for r in known)
-    return "<h2>Config differences</h2>\n" + notes + body + full
+    trains = "".join(f"<p>{_esc(r.name)} trains: {_esc(r.trainable)}</p>" for r in runs if r.trainable)
+    return "<h2>Config differences</h2>\n" + notes + trains + body + full
 
 
 def _generations_section(runs: list[RunRecord]) -> str:
@@ -196,6 +250,7 @@ def _generations_section(runs: list[RunRecord]) -> str:
         invented = gen.get("invented")
         if invented:
             cells += (_cell(invented.get("rate"), "rate", f"{prefix}/invented/rate")
+                      + "".join(_cell(invented[k], "rate", f"{prefix}/invented/{k}") for k in ("lo", "hi") if k in invented)
                       + _cell(invented.get("n_invented"), "int", f"{prefix}/invented/n_invented")
                       + _cell(invented.get("n_words"), "int", f"{prefix}/invented/n_words")
                       + _text_cell(", ".join(map(str, invented.get("examples") or []))))
@@ -251,7 +306,9 @@ def build_report(run_dirs: list[Path | str], out_dir: Path | str) -> Path:
         f"<title>tatu report: {_esc(', '.join(r.name for r in runs))}</title><style>{STYLE}</style></head><body>",
         f"<h1>tatu report: {_esc(', '.join(r.name for r in runs))}</h1>",
         f"<p>Every number below is read from these events.jsonl files:</p><ul>{sources}</ul>",
-        _verdict_section(runs), _comparison_section(runs), _plots_section(plots, out_dir), _config_section(runs),
+        _verdict_section(runs), _comparison_section(runs), _categories_section(runs), _tasks_section(runs),
+        _plots_section(plots, out_dir),
+        _config_section(runs),
         _generations_section(runs), _history_section(runs), "</body></html>", "",
     ])
     index = out_dir / "index.html"

@@ -5,8 +5,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from tatu.formats import SET_NAMES
-from tatu.ops.report.runs import RunRecord, fmt_int, fmt_pct, number
+from tatu.ops.report.runs import RunRecord, fmt_int, fmt_pct, number, report_sets
 
 FIGSIZE = (7.0, 4.0)
 DPI = 100
@@ -136,7 +135,7 @@ def render_plots(runs: list[RunRecord], out_dir: Path) -> list[PlotFile]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for set_name in SET_NAMES:
+    for set_name in report_sets(runs):
         plot = _plot(runs, lambda e, s=set_name: e["sets"].get(s), f"{set_name} perplexity (95% CI band)", "ppl",
                      out_dir / f"{set_name}.png", log_y=True,
                      caption=f"{set_name} perplexity per eval step (log scale), 95% CI band, the step of best/ starred "

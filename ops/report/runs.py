@@ -14,10 +14,18 @@ from tatu.exitcodes import BAD_DATA, TatuExit
 from tatu.formats import fmt_p as shared_fmt_p
 from tatu.formats import fmt_pct as shared_fmt_pct
 from tatu.formats import fmt_ppl as shared_fmt_ppl
+from tatu.formats import SET_NAMES, ordered_sets
 
 # Where a run's config may be found: the resume state, or (the run finished and its state was
 # not kept) the other checkpoints that carry the same meta; each may be a `.old` twin.
 CONFIG_CHECKPOINTS = ("state", "final", "best")
+
+
+def report_sets(runs) -> list[str]:
+    """The sets the report shows: the three roles always, then every other set a run scored
+    (a held-out domain), in the order the events list them."""
+    seen = [name for run in runs for event in run.evals for name in (event.get("sets") or {})]
+    return ordered_sets([*SET_NAMES, *seen])
 
 
 @dataclass
@@ -31,6 +39,7 @@ class RunRecord:
     aborts: list[dict] = field(default_factory=list)
     config: dict | None = None  # None: no readable stored config (config_note says why)
     config_note: str = ""
+    trainable: str = ""  # what trained ("trainable 1.3M of 27.1M (4.8%): h.6-7, ln_f"); "" for older runs
     last_step: int | None = None  # the last optimizer step logged
     resumes: int = 0
 
@@ -95,6 +104,15 @@ def number(value) -> float | None:
 
 
 
+def _read_trainable(config_note: str) -> str:
+    """The "trainable" line of the meta.json the config came from ("" when it has none)."""
+    try:
+        meta = json.loads(Path(config_note).read_text(encoding="utf-8"))
+        return str(meta["trainable"]["line"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+
+
 def _read_config(run_dir: Path) -> tuple[dict | None, str]:
     from tatu.model.checkpoint import CheckpointError, resolve_checkpoint
 
@@ -154,6 +172,7 @@ def load_run(run_dir: Path | str) -> RunRecord:
     return RunRecord(
         name=run_dir.resolve().name, run_dir=run_dir, evals=[by_step[s] for s in sorted(by_step)], verdict=verdict,
         aborts=aborts, config=config, config_note=note, last_step=last_step, resumes=resumes,
+        trainable=_read_trainable(note) if config is not None else "",
     )
 
 
@@ -184,5 +203,11 @@ def fmt_int(value) -> str:
     return "n/a" if value is None else str(value)
 
 
-FORMATS = {"ppl": fmt_ppl, "pct": fmt_pct, "rate": fmt_rate, "p": fmt_p, "int": fmt_int}
+def fmt_bpc(value) -> str:
+    """Bits per character: three decimals."""
+    x = number(value)
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+FORMATS = {"ppl": fmt_ppl, "pct": fmt_pct, "rate": fmt_rate, "p": fmt_p, "int": fmt_int, "bpc": fmt_bpc}
 

@@ -349,6 +349,7 @@ FULL_STATUS = {
     "best": {"step": 32, "sftHeld": 9.0702}, "drift": 0.012, "drift_tronco": 0.147,
     "memory": {"rss_mb": 2345.6, "available_mb": 12000, "swap_used_mb": 0},
     "oom_score_adj": 0, "config_hash": "3f2a9c",
+    "trainable": "lora r=8 alpha=16 on 32 modules: 0.4M trainable (1.5% of 27.1M)",
 }
 
 
@@ -362,6 +363,7 @@ def test_format_status_full_reply():
     assert "rss 2346 MB" in text
     assert "oom_score_adj 0  (not protected" in text
     assert "config  3f2a9c" in text
+    assert "trains  lora r=8 alpha=16 on 32 modules: 0.4M trainable (1.5% of 27.1M)" in text
 
 
 def test_format_status_tolerates_a_bare_reply():

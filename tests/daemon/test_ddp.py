@@ -379,3 +379,61 @@ def test_two_launchers_as_two_machines_make_one_run(world, twins, tmp_path):
     run = world["root"] / "runs" / "nodes"
     assert max_weight_difference(run / "final", twins["two"] / "final") == 0.0
     assert evals_without_clock(run) == evals_without_clock(twins["two"])
+
+
+# --- partial training on two ranks ----------------------------------------------------------
+
+# The tiny seed has one block: top:1 freezes wte/wpe (and the tied head); lora freezes every base weight.
+PARTIAL = {"top:1": {"TATU_TRAIN": "top:1"}, "lora": {"TATU_TRAIN": "lora", "TATU_LORA_RANK": "2"}}
+PARTIAL_LIMIT = 8
+
+
+@pytest.fixture(scope="module", params=list(PARTIAL))
+def partial_twins(world, request):
+    name = request.param.replace(":", "")
+    settings = dict(MIX_STEPS_LIMIT=PARTIAL_LIMIT, EVAL_EVERY=4, TATU_CKPT_EVERY=2, **PARTIAL[request.param])
+    one = single(sft_env(world, f"one-{name}", **settings))
+    assert one.returncode == 0, one.stdout + one.stderr
+    two = launch(sft_env(world, f"two-{name}", **settings))
+    assert two.returncode == 0, two.stdout + two.stderr
+    runs = world["root"] / "runs"
+    return {"train": request.param, "settings": settings, "name": name, "proc": two,
+            "one": runs / f"one-{name}", "two": runs / f"two-{name}"}
+
+
+@pytest.mark.slow
+def test_two_ranks_equal_one_with_frozen_weights_and_reduce_only_what_trains(partial_twins):
+    one, two = partial_twins["one"], partial_twins["two"]
+    assert max_weight_difference(one / "final", two / "final") <= 1e-6
+    if partial_twins["train"] == "lora":
+        a, b = load_checkpoint(one / "final").extra_tensors["adapter"], load_checkpoint(two / "final").extra_tensors["adapter"]
+        assert a.keys() == b.keys() and max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
+    close(evals_without_clock(one), evals_without_clock(two), 1e-9)
+    # DDP's own count of what it all-reduces: the trained tensors (float32), nothing frozen
+    trained = json.loads((two / "final" / "meta.json").read_text())["trainable"]
+    assert f"all-reduce per step: {trained['tensors']} tensors, {4 * trained['trainable']} bytes" in partial_twins["proc"].stdout
+    assert trained["trainable"] < trained["base"]
+    assert "unused parameters" not in partial_twins["proc"].stdout + partial_twins["proc"].stderr
+
+
+@pytest.mark.slow
+def test_a_partial_run_with_a_rank_killed_then_relaunched_ends_bit_identical(world, partial_twins, tmp_path):
+    name = partial_twins["name"]
+    env = sft_env(world, f"killed-{name}", **partial_twins["settings"])
+    run = world["root"] / "runs" / f"killed-{name}"
+    launcher = start_launch(env, tmp_path / "first.log")
+    try:
+        wait_for(lambda: [s for s in saved_steps(run) if s >= 2], 120, "a scheduled save")
+        os.kill(worker_pids(launcher)[1], signal.SIGKILL)
+        code = launcher.wait(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert code not in (0, 10, 11, 65, 78), (tmp_path / "first.log").read_text()
+    killed_at = resume_json(run)["step"]
+    assert 2 <= killed_at < PARTIAL_LIMIT, "the kill came after the run had finished: nothing was resumed"
+    again = launch(env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"resumed from step {killed_at}" in again.stdout
+    assert max_weight_difference(run / "final", partial_twins["two"] / "final") == 0.0
+    assert evals_without_clock(run) == evals_without_clock(partial_twins["two"])

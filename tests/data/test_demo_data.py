@@ -299,3 +299,23 @@ def test_sources_json_names_packages_and_paths(built):
 def test_unknown_scale_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="scale='huge'"):
         demo.build_demo_sources(tmp_path, scale="huge")
+
+
+def test_the_held_out_domain_is_read_by_no_training_source_and_the_tasks_check_out(built):
+    from tatu.data.tasks import read_items
+
+    faq = _lines(built["a"] / demo.HELD_OUT_FILE)
+    record = json.loads((built["a"] / "sources.json").read_text())
+    assert len(faq) == record["files"][demo.HELD_OUT_FILE]["lines"] == demo.SCALES["tiny"].held_out_lines
+    training = (built["a"] / "pt_corpus.txt").read_text(encoding="utf-8") + (built["a"] / "en_corpus.txt").read_text(encoding="utf-8")
+    assert not [line for line in faq if line in training]
+    pt_val, en_ruler = set(_lines(built["a"] / "pt_val.txt")), set(_lines(built["a"] / "en_ruler.txt"))
+    expected = {"language": {"português": pt_val, "inglês": en_ruler},
+                "source": {"FAQ do Debian": set(faq), "guia ou provérbio": pt_val}}
+    for kind in ("numbers", "dates", "arith", "language", "source"):
+        items = read_items(built["a"] / f"task_{kind}.jsonl")
+        assert len(items) == demo.SCALES["tiny"].task_items
+        for _, item in items:
+            if kind in expected:  # the answer is the list the line came from
+                line = item["context"].removeprefix("Frase: ").rsplit("\n", 1)[0]
+                assert line in expected[kind][item["choices"][item["answer"]]]

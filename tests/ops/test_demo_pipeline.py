@@ -62,6 +62,11 @@ def test_tiny_demo_end_to_end(tmp_path):
         row = next(line for line in proc.stdout.splitlines() if line.startswith(name + " "))
         expected = f"{d['value'] * 100:+.1f}% [{d['lo'] * 100:+.1f}%,{d['hi'] * 100:+.1f}%]"
         assert expected in row and row.rstrip().endswith(verdict), (row, expected, verdict)
+        # the held-out domain no training source covers: its change, after the table's rows
+        held = next(line for line in proc.stdout.splitlines() if line.startswith("held-out ptFaq "))
+        c = last["changes"]["ptFaq"]
+        assert f"{name} {c['value'] * 100:+.1f}% [{c['lo'] * 100:+.1f}%,{c['hi'] * 100:+.1f}%]" in held
+        assert last["sets"]["ptFaq"]["n_lines"] == 12
     assert (out / "report" / "index.html").exists()
     compare = json.loads((out / "compare.json").read_text())
     assert compare  # written by tatu compare

@@ -1,0 +1,60 @@
+"""Multiple-choice tasks in the data dir: `tatu data build --task NAME=FILE` checks each file
+(tatu.data.tasks.check_item: the one item rule, also what tatu.evals.choice reads) and copies it
+verbatim to tasks/<NAME>.jsonl, hashed in the manifest; a bad line is FILE:LINE and exit 65."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from tatu.data.manifest import DataError
+
+
+def item_problem(payload) -> str | None:
+    """Why a parsed JSONL line is not an item {"context", "choices", "answer"} (None when it is)."""
+    if not isinstance(payload, dict):
+        return "expected an object with context, choices, answer"
+    context, choices, answer = payload.get("context"), payload.get("choices"), payload.get("answer")
+    if not isinstance(context, str) or not context.strip():
+        return "'context' must be a non-empty string"
+    if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) and c.strip() for c in choices):
+        return "'choices' must be a list of at least 2 non-empty strings"
+    if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(choices):
+        return f"'answer' must be the index of a choice (0..{len(choices) - 1})"
+    return None
+
+
+def read_items(path: str | Path) -> list[tuple[int, dict]]:
+    """(line, item) of every non-blank line; DataError "FILE:LINE: reason" at the first bad one."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: cannot read the task ({exc})") from None
+    items = []
+    for number, raw in enumerate(text.split("\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            payload = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}:{number}: not JSON ({exc.msg})") from None
+        problem = item_problem(payload)
+        if problem:
+            raise DataError(f"{path}:{number}: {problem}")
+        items.append((number, payload))
+    if not items:
+        raise DataError(f"{path}: no items")
+    return items
+
+
+def copy_tasks(tasks: dict[str, str], work: Path, hashes: dict[str, str]) -> dict:
+    out = {}
+    if tasks:
+        (work / "tasks").mkdir()
+    for name, path in tasks.items():
+        n_items = len(read_items(path))
+        rel = f"tasks/{name}.jsonl"
+        shutil.copyfile(path, work / rel)
+        out[name] = {"file": rel, "items": n_items, "sha256": hashes[path], "source": str(Path(path).resolve())}
+    return out

@@ -1,0 +1,66 @@
+"""`tatu eval|compare --task NAME=FILE` (and a --data dir's tasks): multiple-choice tasks scored
+by log-likelihood (tatu.evals.choice), printed, and compared with an exact McNemar test."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from tatu.exitcodes import BAD_DATA, TatuExit
+
+
+def task_specs(args: argparse.Namespace) -> dict[str, Path]:
+    """name -> task file: --data's tasks, then every --task."""
+    tasks: dict[str, Path] = {}
+    if args.data is not None:
+        try:
+            manifest = json.loads((args.data / "manifest.json").read_text(encoding="utf-8"))
+            tasks.update({name: args.data / entry["file"] for name, entry in manifest.get("tasks", {}).items()})
+        except (OSError, json.JSONDecodeError, KeyError, TypeError):
+            pass  # _set_specs names the unreadable manifest
+    for spec in args.tasks:
+        name, sep, file = spec.partition("=")
+        if not sep or not name or not file:
+            raise TatuExit(BAD_DATA, f"--task {spec!r}: expected NAME=FILE")
+        tasks[name] = Path(file)
+    return tasks
+
+
+def score_tasks(model, tokenizer, args) -> dict:
+    from tatu.data.manifest import DataError
+    from tatu.evals.choice import read_task, score_task
+
+    try:
+        return {name: score_task(model, read_task(path), tokenizer, name, args.device)
+                for name, path in task_specs(args).items()}
+    except (DataError, ValueError) as exc:
+        raise TatuExit(BAD_DATA, str(exc)) from None
+
+
+def print_tasks(tasks: dict) -> None:
+    if tasks:
+        print(f"{'task':<22} {'items':>9} {'acc':>7} {'95% CI':>17} {'acc_norm':>9} {'95% CI':>17}")
+    for name, result in tasks.items():
+        s = result.summary()
+        a, n = s["acc"], s["acc_norm"]
+        ci_a, ci_n = f"[{a['lo']:.3f}, {a['hi']:.3f}]", f"[{n['lo']:.3f}, {n['hi']:.3f}]"
+        print(f"{name:<22} {s['n']:>9} {a['value']:>7.3f} {ci_a:>17} {n['value']:>9.3f} {ci_n:>17}")
+
+
+def compare_tasks(tasks_a: dict, tasks_b: dict) -> dict:
+    """acc and acc_norm of A and B on the same items, an exact McNemar test of each."""
+    from tatu.evals.choice import mcnemar_exact
+    from tatu.formats import fmt_pct
+
+    rows = {}
+    if tasks_a:
+        print(f"{'task':<22} {'metric':>9} {'A':>7} {'B':>7} {'B-A':>8} {'only A':>7} {'only B':>7} {'p (McNemar)':>12}")
+    for name, a in tasks_a.items():
+        b = tasks_b[name]
+        rows[name] = {}
+        for key, ca, cb in (("acc", a.correct, b.correct), ("acc_norm", a.correct_norm, b.correct_norm)):
+            test = mcnemar_exact(ca, cb)
+            rows[name][key] = {"a": float(ca.mean()), "b": float(cb.mean()), **test}
+            print(f"{name:<22} {key:>9} {ca.mean():>7.3f} {cb.mean():>7.3f} {fmt_pct(test['diff']):>8} "
+                  f"{test['only_a']:>7} {test['only_b']:>7} {test['p_value']:>12.4f}")
+    return rows
