@@ -24,6 +24,8 @@ def add_tokenizer_args(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--out", required=True, help="tokenizer JSON to write")
     train.add_argument("--one-per-line", action="store_true",
                        help="text sources hold one document per line (default: blank-line separated)")
+    train.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
+                       help="a progress bar over the sources' bytes on stderr (auto: when it is a terminal)")
     train.add_argument("sources", nargs="+", help="text files, or JSONL (pairs: prompt + response text)")
 
 
@@ -38,7 +40,7 @@ def tokenizer_main(args: argparse.Namespace) -> int:
     if args.action != "train":
         _err("usage: tatu tokenizer train --kind bpe|char [--vocab N] --out FILE SOURCES...")
         return USAGE
-    from tatu.data.build import training_texts
+    from tatu.data.documents import training_texts
     from tatu.model.tokenizer import TokenizerError, train_tokenizer
 
     for path in args.sources:
@@ -49,11 +51,18 @@ def tokenizer_main(args: argparse.Namespace) -> int:
     if out.is_dir():
         raise TatuExit(BAD_CONFIG, f"--out {out}: is a directory; give the tokenizer JSON file to write")
     n_documents = [0]
+    from tqdm import tqdm
+
+    enabled = {"auto": sys.stderr.isatty(), "always": True, "never": False}[args.progress]
+    bar = tqdm(total=sum(Path(p).stat().st_size for p in args.sources), unit="B", unit_scale=True,
+               desc="tatu tokenizer train: reading", file=sys.stderr, disable=not enabled, leave=False)
     try:
-        tok = train_tokenizer(args.kind, _counted(training_texts(args.sources, args.one_per_line), n_documents),
-                              args.vocab)
+        texts = training_texts(args.sources, args.one_per_line, progress=bar.update)
+        tok = train_tokenizer(args.kind, _counted(texts, n_documents), args.vocab, show_progress=enabled)
     except TokenizerError as exc:
         raise TatuExit(BAD_CONFIG, str(exc)) from None
+    finally:
+        bar.close()
     if n_documents[0] == 0:
         raise TatuExit(BAD_DATA, f"{', '.join(args.sources)}: no documents to train a tokenizer on")
     try:
@@ -99,6 +108,11 @@ def add_data_args(parser: argparse.ArgumentParser) -> None:
                        help="the training context: SFT and eval pairs longer than one row of it are bad lines "
                             "(required with --sft or a .jsonl --eval)")
     build.add_argument("--progress", choices=("auto", "always", "never"), default="auto")
+    build.add_argument("--encoder", choices=("auto", "tiktoken", "tokenizers"), default="auto",
+                       help="what encodes text channels: auto = tiktoken when it gives the tokenizer's ids on "
+                            "adversarial strings and a sample of the sources (docs/data.md), else tokenizers")
+    build.add_argument("--jobs", type=int, default=None,
+                       help="worker processes for text channels (default: every core for 16 MB of text or more)")
 
     demo = sub.add_parser("demo", help="write the offline demo's raw sources (corpora, pairs, eval sets)")
     demo.add_argument("out", help="directory for the source files")
@@ -119,7 +133,8 @@ def _data_build(args: argparse.Namespace) -> int:
     spec = BuildSpec(tokenizer=args.tokenizer, out_dir=args.out, text=_named_files(args.text, "--text"),
                      sft=_named_files(args.sft, "--sft"), evals={n: f[0] for n, f in evals.items()},
                      tasks={n: f[0] for n, f in tasks.items()},
-                     one_per_line=args.one_per_line, on_bad_line=args.on_bad_line, seq_len=args.seq_len)
+                     one_per_line=args.one_per_line, on_bad_line=args.on_bad_line, seq_len=args.seq_len,
+                     encoder=args.encoder, jobs=args.jobs)
     try:
         spec.validate()
         tok = load_tokenizer(args.tokenizer)
@@ -150,6 +165,8 @@ def _data_build(args: argparse.Namespace) -> int:
     untagged = untagged_line(result.manifest["evals"])
     if untagged:  # one line however many sets it concerns
         _err(f"tatu data build: {untagged}")
+    encoder = result.manifest["encoder"]
+    print(f"encoder {encoder['name']} ({encoder['reason']})")
     print(f"wrote {result.out_dir}/manifest.json")
     return 0
 
