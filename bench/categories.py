@@ -26,7 +26,7 @@ from tatu.evals.categories import category_results, token_categories, word_chars
 from tatu.evals.scoring import evaluate
 from tatu.evals.sets import load_eval_set
 from tatu.model.gpt import GPT, GPTConfig
-from tatu.model.tokenizer import load_tokenizer
+from tatu.model.tokenizer_json import load_tokenizer
 
 
 def main() -> int:

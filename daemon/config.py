@@ -67,6 +67,9 @@ class RunConfig(BaseModel):
     # CPU float reductions follow the thread count: a run reproduces bit for bit only at the same count.
     threads: int | None = Field(None, alias="TATU_THREADS", ge=1, le=1024,
                                 description="torch's intra-op threads (unset: torch's default, which OMP_NUM_THREADS sets)")
+    # model/precision.py decides what auto means on the device; the run keeps what it resolved to
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", alias="TATU_PRECISION", description="training step autocast: auto = bf16 where the device has it natively")
     # --- optimisation ---
     lr: float = Field(3e-4, alias="TATU_LR", gt=0, le=10)
     min_lr: float = Field(0.0, alias="TATU_MIN_LR", ge=0, le=10)

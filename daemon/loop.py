@@ -20,7 +20,7 @@ from tatu.daemon import distributed, ranks
 from tatu.daemon.actions import RunActions
 from tatu.daemon.config import ConfigError, RunConfig, describe
 from tatu.daemon.logs import RunLog
-from tatu.daemon.start import check_same_eval_files, starting_point, trunk_reference_for
+from tatu.daemon.start import check_same_eval_files, check_same_precision, starting_point, trunk_reference_for
 from tatu.daemon.resume import restore_resume
 from tatu.daemon.run_state import RunState
 from tatu.daemon.suite import load_suite
@@ -74,7 +74,9 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
         if world.distributed:
             tensors, size = world.reduced_per_step(trainer.forward_model)
             log.info(f"all-reduce per step: {tensors} tensors, {size} bytes (frozen weights are not reduced)")
+        log.info(f"precision {trainer.precision.name} [{_precision_source(trainer.precision, origins)}]")
         if start.resume is not None:
+            check_same_precision(start.resume.meta.get("precision"), trainer.precision, config.run)
             saved = start.resume.extra_json["resume"]
             check_same_eval_files(saved.get("eval_files"), suite)
             ranks.check_resume_world(saved, world, config.run)
@@ -95,8 +97,15 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
         supervisor.state = state
         supervisor.status["trainable"] = trainable["line"]
         meta_base = {"config": config.to_json(), "mode": config.mode, "run": config.run,
-                     "seed_meta_step": start.seed_meta.get("step"), "trainable": trainable, "threads": threads}
+                     "seed_meta_step": start.seed_meta.get("step"), "trainable": trainable, "threads": threads,
+                     "precision": trainer.precision.name}
         return train(RunActions(config, log, supervisor, trainer, stream, suite, start.tokenizer, state, meta_base, world))
+
+
+def _precision_source(precision, origins: dict[str, str]) -> str:
+    """"auto: cpu has amx_bf16" as resolved, or where an explicit TATU_PRECISION came from."""
+    origin = origins.get("TATU_PRECISION", "default")
+    return precision.reason if precision.reason.startswith("auto") and origin == "default" else f"{origin}: {precision.reason}"
 
 
 def _evaluate(run: RunActions, step: int) -> int | None:
@@ -148,7 +157,7 @@ def _before_training(run: RunActions) -> int | None:
         run.evaluate()
         run.save("baseline")
     supervisor.ready()
-    log.event("ready", step=state.step, limit=limit)
+    log.event("ready", step=state.step, limit=limit, precision=run.trainer.precision.name)
     return None
 
 

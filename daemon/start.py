@@ -17,13 +17,17 @@ from tatu.evals.scoring import SetResult
 from tatu.model.checkpoint import Checkpoint, CheckpointError
 from tatu.model.gpt import GPTConfig
 from tatu.model.hf import load_checkpoint_or_gpt2
+from tatu.model.precision import Precision
 from tatu.model.tokenizer import Tokenizer
 from tatu.model.tokenizer_json import load_tokenizer
 
 # What may change when a run is restarted: when and how often things happen, not what is
 # measured or how it is trained (a changed limit or LR would make the verdict meaningless).
+# TATU_PRECISION may be spelled another way (auto -> bf16) as long as it resolves to the
+# precision the run trained in: check_same_precision compares what it resolved to.
 RESUMABLE_CHANGES = frozenset({"MIX_STEPS_LIMIT", "TATU_CKPT_EVERY", "TATU_MEM_FLOOR_MB", "TATU_DEVICE",
                                "EVAL_EVERY", "TATU_GEN_PROMPTS", "TATU_GEN_TOKENS", "TATU_FAULT_NAN_STEP",
+                               "TATU_PRECISION",
                                "TATU_EVAL_LINES",  # which eval scores are kept on disk, not what they are
                                "TATU_THREADS"})  # like TATU_DEVICE: how the sums are computed (the last bits)
 
@@ -70,6 +74,14 @@ def check_same_config(saved_config: dict, config: RunConfig) -> None:
         shown = ", ".join(f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in changed[:4])
         raise ConfigError(f"run {config.run} was started with another configuration ({shown}); "
                           f"restore it, or start a new TATU_RUN")
+
+
+def check_same_precision(saved: str | None, precision: Precision, run: str) -> None:
+    """...and in the precision it trained in: a bf16 step and an fp32 step differ in every weight.
+    A state saved before runs recorded their precision (None) carries nothing to compare."""
+    if saved is not None and saved != precision.name:
+        raise ConfigError(f"run {run} trained in {saved}, this start would train in {precision}; "
+                          f"set TATU_PRECISION={saved} to continue it, or start a new TATU_RUN")
 
 
 def check_same_eval_files(saved_files: dict | None, suite: Suite) -> None:

@@ -14,18 +14,18 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 
-from tatu.daemon.config import RunConfig
+from tatu.daemon.config import ConfigError, RunConfig
 from tatu.daemon.distributed import SINGLE, World
 from tatu.data.stream import StepBatch
 from tatu.model.adapters import (adapter_state, apply_train_spec, is_adapter_key, merged_state, split_adapter_state,
                                  state_sha256, trainable_parameters, trainable_summary)
 from tatu.model.checkpoint import TIED_KEYS, CheckpointError, load_model_state, model_state_for_saving
 from tatu.model.gpt import GPT, GPTConfig
+from tatu.model.precision import PrecisionError, resolve_precision
 
 
 def lr_at(step: int, config: RunConfig) -> float:
@@ -69,6 +69,10 @@ class Trainer:
         self.world = world
         self.gpt_config = gpt_config
         self.train_spec = config.train_spec
+        try:  # bf16 autocast in the step only: the weights and the optimizer stay fp32
+            self.precision = resolve_precision(config.precision, device)
+        except PrecisionError as exc:
+            raise ConfigError(str(exc)) from None
         torch.manual_seed(config.seed)
         self.model = GPT(gpt_config)
         base, adapters = split_adapter_state(initial_state or {})
@@ -89,7 +93,6 @@ class Trainer:
             [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
             lr=config.lr, betas=(config.beta1, config.beta2),
         )
-        self.autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
 
     @property
     def summary(self) -> dict:
@@ -158,7 +161,7 @@ class Trainer:
             x = torch.from_numpy(micro.x).to(self.device, non_blocking=True)
             y = torch.from_numpy(micro.y).to(self.device, non_blocking=True)
             with self.world.no_sync(self.forward_model, last=i == len(micro_batches) - 1):
-                with self.autocast:
+                with self.precision.autocast(self.device):
                     _, nll = self.forward_model(x, y)
                 micro_loss = nll.sum()
                 if poison:

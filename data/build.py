@@ -29,17 +29,19 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from tatu.data.sft import BadLine, SFTExample, parse_sft_line, read_sft_file, split_lines
+from tatu.data import text_shards
+from tatu.data.documents import Document, is_jsonl, read_documents, read_text_documents
 from tatu.data.manifest import FORMAT, MANIFEST, DataConfigError, DataError, load_manifest
+from tatu.data.sft import BadLine, SFTExample, file_lines, parse_sft_line, read_sft_file
 from tatu.data.tags import tagger_versions, write_tags
 from tatu.data.tasks import copy_tasks
-from tatu.model.tokenizer import Tokenizer
 from tatu.formats import eval_name_problem
+from tatu.model.encoders import ENCODERS, Encoder, EncoderMismatch, choose_encoder
+from tatu.model.tokenizer import Tokenizer
 
 TOKENIZER_FILE = "tokenizer.json"
 ON_BAD_LINE = ("error", "skip")
-# documents are tokenized in groups so BPE can use its batched (multi-threaded) encoder
-ENCODE_GROUP = 512
+SAMPLE_BYTES = 256 << 10  # per text source, the fast encoder's check against the tokenizer
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -54,94 +56,19 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def is_jsonl(path: str | Path) -> bool:
-    return str(path).endswith(".jsonl")
-
-
-@dataclass(frozen=True)
-class Document:
-    line: int  # 1-based line where the document starts
-    text: str
-    n_bytes: int  # bytes of the source it came from (for the progress bar)
-    pair: SFTExample | None = None  # a JSONL pair: a text channel lays it out as chat (markers, EOS)
-
-
-def read_text_documents(path: str | Path, one_per_line: bool = False) -> Iterator[Document | BadLine]:
-    """Documents of a plain-text source: blocks separated by blank lines, or one per line.
-
-    A block keeps its lines joined by "\\n" exactly as written (only the line ending is
-    dropped), so a shard decodes back to the source text.
-    """
-    path = str(path)
-    with open(path, "rb") as handle:
-        data = handle.read()
-    block: list[str] = []
-    block_start, block_bytes = 0, 0
-    for number, raw in split_lines(data):
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            yield BadLine(path, number, f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})")
-            continue
-        blank = not text.strip()
-        if one_per_line:
-            if not blank:
-                yield Document(number, text, len(raw) + 1)
-            continue
-        if blank:
-            if block:
-                yield Document(block_start, "\n".join(block), block_bytes)
-            block, block_bytes = [], 0
-            continue
-        if not block:
-            block_start = number
-        block.append(text)
-        block_bytes += len(raw) + 1
-    if block:
-        yield Document(block_start, "\n".join(block), block_bytes)
-
-
-def read_jsonl_documents(path: str | Path) -> Iterator[Document | BadLine]:
-    """A JSONL source of a text channel: {"text": ...} per line, or pairs (their whole text, and the
-    pair itself: a text channel writes it in the chat layout, a tokenizer trains on the text)."""
-    path = str(path)
-    with open(path, "rb") as handle:
-        data = handle.read()
-    for number, raw in split_lines(data):
-        try:
-            payload = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            payload = None
-        if isinstance(payload, dict) and "text" in payload:
-            text = payload["text"]
-            if not isinstance(text, str) or not text.strip():
-                yield BadLine(path, number, "field 'text' is not a non-empty string")
-            else:
-                yield Document(number, text, len(raw) + 1)
-            continue
-        parsed = parse_sft_line(raw, path, number)
-        if isinstance(parsed, BadLine):
-            yield parsed
-        else:
-            yield Document(number, parsed.text, len(raw) + 1, parsed)
-
-
-def read_documents(path: str | Path, one_per_line: bool = False) -> Iterator[Document | BadLine]:
-    return read_jsonl_documents(path) if is_jsonl(path) else read_text_documents(path, one_per_line)
-
-
-def training_texts(paths: Iterable[str | Path], one_per_line: bool = False) -> Iterator[str]:
-    """The texts a tokenizer is trained on; any bad line stops with FILE:LINE (exit 65)."""
-    for path in paths:
+def verification_sample(paths: Iterable[str], one_per_line: bool, per_source: int = SAMPLE_BYTES) -> list[str]:
+    """The first documents of every text source, about `per_source` bytes of each: what a fast
+    encoder must encode as the tokenizer does before it encodes them all."""
+    sample: list[str] = []
+    for path in dict.fromkeys(paths):
+        taken = 0
         for item in read_documents(path, one_per_line):
-            if isinstance(item, BadLine):
-                raise DataError(str(item))
-            yield item.text
-
-
-def encode_many(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
-    batch = getattr(tok, "encode_batch", None)
-    return batch(texts) if batch is not None else [tok.encode(t) for t in texts]
+            if taken >= per_source:
+                break
+            if isinstance(item, Document):
+                sample.append(item.text)
+                taken += item.n_bytes
+    return sample
 
 
 @dataclass
@@ -155,10 +82,17 @@ class BuildSpec:
     one_per_line: bool = False
     on_bad_line: str = "error"
     seq_len: int | None = None  # longest pair accepted: seq_len + 1 ids (one row); required with pairs
+    encoder: str = "auto"  # model/encoders.py: auto = tiktoken where it gives the tokenizer's ids
+    jobs: int | None = None  # worker processes for text channels; None: every core for big inputs
+    # (the shards are the same bytes whatever `jobs` is: it is not part of the build key)
 
     def validate(self) -> None:
         if self.on_bad_line not in ON_BAD_LINE:
             raise ValueError(f"on_bad_line={self.on_bad_line!r}: expected one of {', '.join(ON_BAD_LINE)}")
+        if self.encoder not in ENCODERS:
+            raise ValueError(f"encoder={self.encoder!r}: expected one of {', '.join(ENCODERS)}")
+        if self.jobs is not None and self.jobs < 1:
+            raise ValueError(f"jobs={self.jobs}: must be >= 1")
         if self.seq_len is not None and self.seq_len < 1:
             raise ValueError(f"seq_len={self.seq_len}: must be >= 1")
         pair_evals = sorted(name for name, path in self.evals.items() if is_jsonl(path))
@@ -237,6 +171,7 @@ def _build_key(spec: BuildSpec, tok: Tokenizer, hashes: dict[str, str]) -> str:
         "one_per_line": spec.one_per_line,
         "on_bad_line": spec.on_bad_line,
         "seq_len": spec.seq_len,
+        "encoder": spec.encoder,
         "tagger": tagger_versions() if spec.evals else None,
         "tasks": {name: [str(Path(p).resolve()), hashes[p]] for name, p in spec.tasks.items()},
     }
@@ -265,7 +200,7 @@ def _ratio(chars: int, tokens: int) -> float | None:
     return round(chars / tokens, 6) if tokens else None
 
 
-def _write_text_channel(name: str, paths: list[str], spec: BuildSpec, tok: Tokenizer, dtype: np.dtype,
+def _write_text_channel(name: str, paths: list[str], spec: BuildSpec, local: text_shards.ChunkEncoder, jobs: int,
                         work: Path, hashes: dict[str, str], progress: _Progress) -> dict:
     bad = _BadLines(spec.on_bad_line)
     (work / name).mkdir()
@@ -273,32 +208,8 @@ def _write_text_channel(name: str, paths: list[str], spec: BuildSpec, tok: Token
     sources, total_tokens, total_docs = [], 0, 0
     with open(work / rel, "wb") as shard:
         for path in paths:
-            n_tokens = n_chars = n_docs = 0
-            group: list[Document] = []
-
-            def flush() -> None:
-                nonlocal n_tokens, n_chars, n_docs
-                encoded = iter(encode_many(tok, [d.text for d in group if d.pair is None]))
-                for doc in group:
-                    # A pair is the SFT layout (BOS <|user|> prompt <|assistant|> response EOS), every
-                    # token a target: a trunk pretrained on it knows the chat format before SFT.
-                    row = doc.pair.encode(tok)[0] if doc.pair is not None else [tok.bos_id, *next(encoded), tok.eos_id]
-                    np.asarray(row, dtype=dtype).tofile(shard)
-                    ids = row[1:-1]
-                    n_tokens += len(ids)
-                    n_chars += len(doc.text)
-                    n_docs += 1
-                progress.update(sum(d.n_bytes for d in group))
-                group.clear()
-
-            for item in read_documents(path, spec.one_per_line):
-                if isinstance(item, BadLine):
-                    bad.handle(item)
-                    continue
-                group.append(item)
-                if len(group) >= ENCODE_GROUP:
-                    flush()
-            flush()
+            counts = text_shards.write_source(path, shard, local, jobs, bad.handle, progress.update)
+            n_docs, n_tokens, n_chars = counts["documents"], counts["tokens"], counts["chars"]
             sources.append({"path": str(Path(path).resolve()), "sha256": hashes[path], "bytes": os.path.getsize(path),
                             "documents": n_docs, "tokens": n_tokens, "chars": n_chars,
                             "chars_per_token": _ratio(n_chars, n_tokens)})
@@ -306,7 +217,7 @@ def _write_text_channel(name: str, paths: list[str], spec: BuildSpec, tok: Token
             total_docs += n_docs
     if total_docs == 0:
         raise DataError(f"channel {name!r}: no documents in {', '.join(paths)}")
-    return {"kind": "text", "sources": sources, "files": {"tokens": rel}, "dtype": dtype.name,
+    return {"kind": "text", "sources": sources, "files": {"tokens": rel}, "dtype": local.dtype.name,
             "documents": total_docs, "tokens": total_tokens,
             # every token but a BOS is predicted (BOS starts a document; nothing predicts it)
             "targets": total_tokens - total_docs,
@@ -353,9 +264,7 @@ def _write_sft_channel(name: str, paths: list[str], spec: BuildSpec, tok: Tokeni
     with open(work / files["ids"], "wb") as ids_file, open(work / files["mask"], "wb") as mask_file:
         for path in paths:
             n_pairs = n_tokens = n_chars = n_targets = 0
-            with open(path, "rb") as handle:
-                data = handle.read()
-            for number, raw in split_lines(data):
+            for number, raw in file_lines(path):
                 progress.update(len(raw) + 1)
                 item = parse_sft_line(raw, path, number)
                 if isinstance(item, BadLine):
@@ -487,6 +396,15 @@ def _work_dir(out_dir: Path, created: list) -> Path:
     return work
 
 
+def _encoder_for(spec: BuildSpec, tok: Tokenizer, text_paths: list[str]) -> Encoder:
+    """The text channels' encoder (SFT pairs and eval sets are encoded by the tokenizer itself)."""
+    sample = verification_sample(text_paths, spec.one_per_line) if text_paths and spec.encoder != "tokenizers" else []
+    try:
+        return choose_encoder(tok, sample, spec.encoder)
+    except EncoderMismatch as exc:
+        raise DataConfigError(f"--encoder tiktoken: {exc}") from None
+
+
 def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None) -> BuildResult:
     """Build (or find up to date) the data dir described by `spec`, tokenized with `tok`."""
     spec.validate()
@@ -504,6 +422,10 @@ def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None) ->
         return BuildResult(out_dir, existing, True, {})
 
     dtype = token_dtype(tok.vocab_size)
+    text_paths = [p for paths in spec.text.values() for p in paths]
+    jobs = spec.jobs or text_shards.default_jobs(sum(os.path.getsize(p) for p in text_paths))
+    encoder = _encoder_for(spec, tok, text_paths)
+    local = text_shards.ChunkEncoder(tok, encoder, dtype, spec.one_per_line, skip_bad=spec.on_bad_line == "skip")
     created = _make_parents(out_dir)
     work = _work_dir(out_dir, created)
     total = sum(os.path.getsize(p) for paths in [*spec.text.values(), *spec.sft.values()] for p in paths)
@@ -513,7 +435,7 @@ def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None) ->
         channels: dict[str, dict] = {}
         chars_per_token = max_chars_per_token(tok)
         for name, paths in spec.text.items():
-            channels[name] = _write_text_channel(name, paths, spec, tok, dtype, work, hashes, bar)
+            channels[name] = _write_text_channel(name, paths, spec, local, jobs, work, hashes, bar)
         for name, paths in spec.sft.items():
             channels[name] = _write_sft_channel(name, paths, spec, tok, dtype, work, hashes, bar, chars_per_token)
         (work / "evals").mkdir()
@@ -526,7 +448,9 @@ def build_data(spec: BuildSpec, tok: Tokenizer, progress: bool | None = None) ->
             "tokenizer_kind": tok.kind,
             "vocab_size": tok.vocab_size,
             "build_key": key,
-            "options": {"one_per_line": spec.one_per_line, "on_bad_line": spec.on_bad_line, "seq_len": spec.seq_len},
+            "options": {"one_per_line": spec.one_per_line, "on_bad_line": spec.on_bad_line, "seq_len": spec.seq_len,
+                        "encoder": spec.encoder},
+            "encoder": encoder.describe(),  # what encoded the text channels, and why
             "channels": channels,
             "evals": evals,
             **({"tasks": tasks} if tasks else {}),

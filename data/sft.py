@@ -133,19 +133,28 @@ def parse_sft_line(raw: bytes, path: str, line: int) -> SFTExample | BadLine:
         return BadLine(path, line, str(exc))
 
 
-def split_lines(data: bytes) -> Iterator[tuple[int, bytes]]:
-    """(1-based line number, line without its newline); a final newline opens no extra line."""
+def split_lines(data: bytes, first_line: int = 1) -> Iterator[tuple[int, bytes]]:
+    """(1-based line number, line without its newline); a final newline opens no extra line.
+    `data` may be a part of a file that starts at line `first_line`."""
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
-    for number, raw in enumerate(lines, start=1):
+    for number, raw in enumerate(lines, start=first_line):
         yield number, raw[:-1] if raw.endswith(b"\r") else raw
+
+
+def file_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
+    """split_lines of a whole file, read a line at a time: memory stays flat in the file's size.
+    (Binary reads split at b"\n" only, as split_lines does.)"""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if raw.endswith(b"\n"):
+                raw = raw[:-1]
+            yield number, raw[:-1] if raw.endswith(b"\r") else raw
 
 
 def read_sft_file(path: str | Path) -> Iterator[SFTExample | BadLine]:
     """Every line of a JSONL file, in order, as an example or a BadLine."""
     path = str(path)
-    with open(path, "rb") as handle:
-        data = handle.read()
-    for number, raw in split_lines(data):
+    for number, raw in file_lines(path):
         yield parse_sft_line(raw, path, number)

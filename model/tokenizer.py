@@ -173,7 +173,8 @@ class BPETokenizer(Tokenizer):
         )
 
     @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> "BPETokenizer":
+    def train(cls, texts: Iterable[str], vocab_size: int, min_frequency: int = 2,
+              show_progress: bool = False) -> "BPETokenizer":
         from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers, trainers
 
         hf = HFTokenizer(models.BPE())
@@ -186,7 +187,7 @@ class BPETokenizer(Tokenizer):
             vocab_size=n_merged,
             min_frequency=min_frequency,
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            show_progress=False,
+            show_progress=show_progress,  # tokenizers' own bars (counting, then merges) on stderr
         )
         hf.train_from_iterator(texts, trainer=trainer)
         return cls(hf.to_str())
@@ -220,7 +221,8 @@ class BPETokenizer(Tokenizer):
 MIN_CHAR_VOCAB = 256 + len(SPECIALS)
 
 
-def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int | None = None) -> Tokenizer:
+def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int | None = None,
+                    show_progress: bool = False) -> Tokenizer:
     if kind == "char":
         if vocab_size is not None and vocab_size < MIN_CHAR_VOCAB:
             raise TokenizerError(f"char: vocab {vocab_size} too small (needs >= {MIN_CHAR_VOCAB}: "
@@ -229,5 +231,5 @@ def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int | None = No
     if kind == "bpe":
         if vocab_size is None:
             raise TokenizerError("bpe: --vocab is required")
-        return BPETokenizer.train(texts, vocab_size)
+        return BPETokenizer.train(texts, vocab_size, show_progress=show_progress)
     raise TokenizerError(f"unknown tokenizer kind {kind!r} (expected 'char' or 'bpe')")

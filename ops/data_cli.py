@@ -46,6 +46,11 @@ def add_data_args(parser: argparse.ArgumentParser) -> None:
                        help="the training context: SFT and eval pairs longer than one row of it are bad lines "
                             "(required with --sft or a .jsonl --eval)")
     build.add_argument("--progress", choices=("auto", "always", "never"), default="auto")
+    build.add_argument("--encoder", choices=("auto", "tiktoken", "tokenizers"), default="auto",
+                       help="what encodes text channels: auto = tiktoken when it gives the tokenizer's ids on "
+                            "adversarial strings and a sample of the sources (docs/data.md), else tokenizers")
+    build.add_argument("--jobs", type=int, default=None,
+                       help="worker processes for text channels (default: every core for 16 MB of text or more)")
 
     demo = sub.add_parser("demo", help="write the offline demo's raw sources (corpora, pairs, eval sets)")
     demo.add_argument("out", help="directory for the source files")
@@ -67,7 +72,8 @@ def _data_build(args: argparse.Namespace) -> int:
     spec = BuildSpec(tokenizer=args.tokenizer, out_dir=args.out, text=_named_files(args.text, "--text"),
                      sft=_named_files(args.sft, "--sft"), evals={n: f[0] for n, f in evals.items()},
                      tasks={n: f[0] for n, f in tasks.items()},
-                     one_per_line=args.one_per_line, on_bad_line=args.on_bad_line, seq_len=args.seq_len)
+                     one_per_line=args.one_per_line, on_bad_line=args.on_bad_line, seq_len=args.seq_len,
+                     encoder=args.encoder, jobs=args.jobs)
     try:
         spec.validate()
         tok = load_tokenizer(args.tokenizer)
@@ -98,6 +104,8 @@ def _data_build(args: argparse.Namespace) -> int:
     untagged = untagged_line(result.manifest["evals"])
     if untagged:  # one line however many sets it concerns
         _err(f"tatu data build: {untagged}")
+    encoder = result.manifest["encoder"]
+    print(f"encoder {encoder['name']} ({encoder['reason']})")
     print(f"wrote {result.out_dir}/manifest.json")
     return 0
 

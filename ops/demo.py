@@ -225,7 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     runs = out / "runs"
     common = {"TATU_DATA": str(data), "TATU_OUT": str(runs), "TATU_DEVICE": os.environ.get("TATU_DEVICE", "auto"),
               "TATU_SEED": str(args.seed), "TATU_MICRO_BATCH": str(scale.micro_batch), "TATU_SEQ_LEN": str(scale.seq_len),
-              "EVAL_EVERY": str(scale.eval_every), "TATU_EVAL_RESAMPLES": str(scale.resamples), "TATU_MEM_FLOOR_MB": "0"}
+              "EVAL_EVERY": str(scale.eval_every), "TATU_EVAL_RESAMPLES": str(scale.resamples), "TATU_MEM_FLOOR_MB": "0",
+              # fp32 unless asked: the README's closing table is the fp32 one, the same on every machine
+              # (auto would be bf16 on a CPU with AMX and fp32 on one without; docs/precision.md)
+              "TATU_PRECISION": os.environ.get("TATU_PRECISION", "fp32")}
     trunk = _train_trunk(scale, common, use_systemd, runs)
     statuses = _sft_runs(scale, common, trunk, use_systemd)
     last, run_dirs = _compare_and_report(runs, statuses, sources, out)

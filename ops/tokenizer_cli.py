@@ -22,6 +22,8 @@ def add_tokenizer_args(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--out", required=True, help="tokenizer JSON to write")
     train.add_argument("--one-per-line", action="store_true",
                        help="text sources hold one document per line (default: blank-line separated)")
+    train.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
+                       help="a progress bar over the sources' bytes on stderr (auto: when it is a terminal)")
     train.add_argument("sources", nargs="+", help="text files, or JSONL (pairs: prompt + response text)")
 
 
@@ -36,7 +38,7 @@ def tokenizer_main(args: argparse.Namespace) -> int:
     if args.action != "train":
         _err("usage: tatu tokenizer train --kind bpe|char [--vocab N] --out FILE SOURCES...")
         return USAGE
-    from tatu.data.build import training_texts
+    from tatu.data.documents import training_texts
     from tatu.model.tokenizer import TokenizerError, train_tokenizer
 
     for path in args.sources:
@@ -47,11 +49,18 @@ def tokenizer_main(args: argparse.Namespace) -> int:
     if out.is_dir():
         raise TatuExit(BAD_CONFIG, f"--out {out}: is a directory; give the tokenizer JSON file to write")
     n_documents = [0]
+    from tqdm import tqdm
+
+    enabled = {"auto": sys.stderr.isatty(), "always": True, "never": False}[args.progress]
+    bar = tqdm(total=sum(Path(p).stat().st_size for p in args.sources), unit="B", unit_scale=True,
+               desc="tatu tokenizer train: reading", file=sys.stderr, disable=not enabled, leave=False)
     try:
-        tok = train_tokenizer(args.kind, _counted(training_texts(args.sources, args.one_per_line), n_documents),
-                              args.vocab)
+        texts = training_texts(args.sources, args.one_per_line, progress=bar.update)
+        tok = train_tokenizer(args.kind, _counted(texts, n_documents), args.vocab, show_progress=enabled)
     except TokenizerError as exc:
         raise TatuExit(BAD_CONFIG, str(exc)) from None
+    finally:
+        bar.close()
     if n_documents[0] == 0:
         raise TatuExit(BAD_DATA, f"{', '.join(args.sources)}: no documents to train a tokenizer on")
     try:

@@ -14,7 +14,7 @@ question = "Does replay hold the ruler while sftHeld improves?"
 seeds = [{", ".join(str(s) for s in seeds)}]
 
 [base]
-vars = {{ TATU_DATA = "{data}", TATU_SEED_CKPT = "{trunk}", TATU_DEVICE = "cpu", TATU_MICRO_BATCH = 2, TATU_SEQ_LEN = 192, TATU_EVAL_RESAMPLES = 200, TATU_MEM_FLOOR_MB = 0, TATU_GEN_PROMPTS = 2, TATU_GEN_TOKENS = 4, SFT_GE = 2, MIX_STEPS_LIMIT = {steps}, EVAL_EVERY = 2, TATU_CKPT_EVERY = 1, TATU_LR = 3e-3{extra} }}
+vars = {{ TATU_DATA = "{data}", TATU_SEED_CKPT = "{trunk}", TATU_DEVICE = "cpu", TATU_PRECISION = "fp32", TATU_MICRO_BATCH = 2, TATU_SEQ_LEN = 192, TATU_EVAL_RESAMPLES = 200, TATU_MEM_FLOOR_MB = 0, TATU_GEN_PROMPTS = 2, TATU_GEN_TOKENS = 4, SFT_GE = 2, MIX_STEPS_LIMIT = {steps}, EVAL_EVERY = 2, TATU_CKPT_EVERY = 1, TATU_LR = 3e-3{extra} }}
 
 [axes]
 REPLAY_N = [{", ".join(str(r) for r in replay)}]

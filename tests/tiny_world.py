@@ -73,6 +73,8 @@ def base_env(data: Path, out: Path, **extra) -> dict[str, str]:
         "TATU_MICRO_BATCH": "2", "TATU_SEQ_LEN": "192", "TATU_N_LAYER": "1", "TATU_N_HEAD": "2",
         "TATU_N_EMBD": "32", "TATU_BLOCK_SIZE": "192", "TATU_EVAL_RESAMPLES": "200", "TATU_MEM_FLOOR_MB": "0",
         "TATU_GEN_PROMPTS": "4", "TATU_GEN_TOKENS": "8",
+        # exact numbers on every machine: auto would be bf16 on a CPU with AMX and fp32 elsewhere
+        "TATU_PRECISION": "fp32",
     }
     env.update({k: str(v) for k, v in extra.items()})
     return env

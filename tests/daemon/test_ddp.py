@@ -197,6 +197,24 @@ def test_several_micro_batches_per_rank_end_within_the_documented_bound(busy_twi
 
 
 @pytest.mark.slow
+def test_two_ranks_take_the_single_process_steps_in_bf16(world):
+    """TATU_PRECISION=bf16 (explicit: emulated on a CPU without native bf16): the autocast is per
+    micro-batch and the gradients stay fp32, so the split of the step still changes nothing."""
+    extra = dict(TATU_PRECISION="bf16", MIX_STEPS_LIMIT=6, EVAL_EVERY=6, TATU_CKPT_EVERY=6, TATU_GEN_PROMPTS=0)
+    one = single(sft_env(world, "one-bf16", **extra))
+    assert one.returncode == 0, one.stdout + one.stderr
+    two = launch(sft_env(world, "two-bf16", **extra))
+    assert two.returncode == 0, two.stdout + two.stderr
+    runs = world["root"] / "runs"
+    assert "precision bf16 [env: TATU_PRECISION=bf16" in two.stdout
+    difference = max_weight_difference(runs / "one-bf16" / "final", runs / "two-bf16" / "final")
+    print(f"bf16: max |w_1rank - w_2ranks| = {difference:.3g}")
+    assert difference <= 1e-6
+    close(evals_without_clock(runs / "one-bf16"), evals_without_clock(runs / "two-bf16"), 1e-9)
+    assert load_checkpoint(runs / "two-bf16" / "final").meta["precision"] == "bf16"
+
+
+@pytest.mark.slow
 def test_sharded_eval_scores_every_line_as_one_process_does(twins):
     # The baseline: same weights, so the per-line sums gathered from two ranks must be the very
     # numbers one process computes.

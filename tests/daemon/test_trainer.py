@@ -17,7 +17,7 @@ VOCAB, SEQ = 30, 12
 
 
 def config(**env):
-    base = {"TATU_DATA": "d", "TATU_MODE": "pretrain", "TATU_SEED": "3", "TATU_LR": "1e-2"}
+    base = {"TATU_DATA": "d", "TATU_MODE": "pretrain", "TATU_SEED": "3", "TATU_LR": "1e-2", "TATU_PRECISION": "fp32"}
     return load_config({**base, **{k: str(v) for k, v in env.items()}})[0]
 
 

@@ -1,0 +1,176 @@
+"""Does `tatu data build` keep up with the encoder, in flat memory? One run prints:
+
+  - tatu vs the fastest raw encoder on the same documents: `tatu data build` (a fresh process:
+    start, hashing, the encoder check, reading, encoding, writing) against the best of
+    tokenizers' encode_batch (all cores), tiktoken's encode_ordinary_batch (all cores) and
+    tiktoken one document at a time, each given the documents already in memory. Target >= 0.95.
+  - identical tokens (yes/no): the shard against BOS + tokenizers' ids + EOS of every document.
+  - peak RSS of the build (its whole process tree, workers included, sampled every 20 ms) at two
+    corpus sizes, and what one more MB of source costs;
+  - `tatu tokenizer train` on each corpus: seconds and peak RSS (--no-train skips it).
+
+The corpus is made from the demo's sources (`tatu data demo`: Debian packages, installed as
+root): their documents repeated in a seeded shuffle up to --mb MB (the small size is --mb / 4).
+The tokenizer: byte-level BPE of --vocab ids trained on the demo sources once.
+
+    .venv/bin/python bench/data_build.py [--mb 32] [--vocab 8192] [--jobs N] [--no-train] [--keep DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from tatu.data.documents import read_documents
+from tatu.data.text_shards import usable_cores
+from tatu.model.encoders import tiktoken_encoding
+from tatu.model.tokenizer_json import load_tokenizer
+
+TATU = [sys.executable, "-m", "tatu.ops.cli"]
+
+
+def make_corpus(sources: Path, out: Path, mb: float, seed: int) -> list[str]:
+    docs = [d.text for name in ("pt_corpus.txt", "en_corpus.txt") for d in read_documents(sources / name)]
+    rng, written, chosen = random.Random(seed), 0, []
+    while written < mb * 1e6:
+        batch = docs[:]
+        rng.shuffle(batch)
+        for text in batch:
+            chosen.append(text)
+            written += len(text.encode()) + 2
+            if written >= mb * 1e6:
+                break
+    out.write_text("\n\n".join(chosen) + "\n", encoding="utf-8")
+    return chosen
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def peak_rss_of(cmd: list[str]) -> tuple[float, float, subprocess.CompletedProcess, float]:
+    """(wall seconds, peak RSS in MB of the process and its children together, the result, CPU seconds)."""
+    cpu_before = children_cpu()
+    started = time.perf_counter()
+    proc = psutil.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            tree = [proc, *proc.children(recursive=True)]
+            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+        except psutil.Error:
+            pass
+        time.sleep(0.02)
+    seconds = time.perf_counter() - started
+    out, err = proc.communicate()
+    return seconds, peak / 1e6, subprocess.CompletedProcess(cmd, proc.returncode, out, err), children_cpu() - cpu_before
+
+
+def build_cmd(tok: Path, corpus: Path, out: Path, jobs: int | None) -> list[str]:
+    return [*TATU, "data", "build", "--tokenizer", str(tok), "--out", str(out), "--text", f"pretrain={corpus}",
+            "--progress", "never", *(["--jobs", str(jobs)] if jobs else [])]
+
+
+def raw_encoders(tok, docs: list[str]) -> dict[str, tuple[float, list[list[int]], float]]:
+    cores = usable_cores()
+    encoding, _ = tiktoken_encoding(tok)
+    runs = {
+        f"tokenizers encode_batch ({cores} cores)": lambda: tok.encode_batch(docs),
+        f"tiktoken encode_ordinary_batch ({cores} threads)": lambda: encoding.encode_ordinary_batch(docs, num_threads=cores),
+        "tiktoken encode_ordinary (1 thread)": lambda: [encoding.encode_ordinary(d) for d in docs],
+    }
+    results = {}
+    for name, run in runs.items():
+        started, cpu = time.perf_counter(), time.process_time()
+        ids = run()
+        results[name] = (time.perf_counter() - started, ids, time.process_time() - cpu)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=float, default=32)
+    parser.add_argument("--vocab", type=int, default=8192)
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="tatu data build --jobs at both sizes (default: every core, so the sizes compare)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-train", action="store_true", help="skip timing `tatu tokenizer train`")
+    parser.add_argument("--keep", type=Path, default=None, help="work here and keep it (default: a temp dir)")
+    args = parser.parse_args()
+    work = args.keep or Path(tempfile.mkdtemp(prefix="tatu-bench-data-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        run(args, work)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def run(args, work: Path) -> None:
+    sources = work / "sources"
+    if not (sources / "pt_corpus.txt").is_file():
+        subprocess.run([*TATU, "data", "demo", str(sources)], check=True, stdout=subprocess.DEVNULL)
+    tok_path = work / "tok.json"
+    if not tok_path.is_file():
+        subprocess.run([*TATU, "tokenizer", "train", "--kind", "bpe", "--vocab", str(args.vocab), "--out", str(tok_path),
+                        str(sources / "pt_corpus.txt"), str(sources / "en_corpus.txt")], check=True, stdout=subprocess.DEVNULL)
+    tok = load_tokenizer(tok_path)
+    rows, trained = {}, {}
+    for mb in (args.mb / 4, args.mb):
+        corpus = work / f"corpus-{mb:g}mb.txt"
+        docs = make_corpus(sources, corpus, mb, args.seed)
+        out = work / f"data-{mb:g}mb"
+        shutil.rmtree(out, ignore_errors=True)
+        seconds, rss, proc, cpu = peak_rss_of(build_cmd(tok_path, corpus, out, args.jobs or usable_cores()))
+        if proc.returncode != 0:
+            sys.exit(f"tatu data build exited {proc.returncode}: {proc.stderr[-2000:]}")
+        rows[mb] = (seconds, rss, corpus.stat().st_size / 1e6, docs, out, proc.stdout, cpu)
+        if not args.no_train:
+            train_cmd = [*TATU, "tokenizer", "train", "--kind", "bpe", "--vocab", str(args.vocab), "--progress", "never",
+                         "--out", str(work / f"tok-{mb:g}mb.json"), str(corpus)]
+            train_seconds, train_rss, proc, _ = peak_rss_of(train_cmd)
+            if proc.returncode != 0:
+                sys.exit(f"tatu tokenizer train exited {proc.returncode}: {proc.stderr[-2000:]}")
+            trained[mb] = (train_seconds, train_rss, corpus.stat().st_size / 1e6)
+    seconds, rss, size_mb, docs, out, printed, cpu = rows[args.mb]
+    raw = raw_encoders(tok, docs)
+    fastest = min(raw, key=lambda name: raw[name][0])
+    leanest = min(raw, key=lambda name: raw[name][2])
+    reference = raw[next(n for n in raw if n.startswith("tokenizers"))][1]
+    expected = np.concatenate([np.asarray([tok.bos_id, *ids, tok.eos_id], dtype=np.uint16) for ids in reference])
+    shard = np.fromfile(out / "pretrain" / "tokens.bin", dtype=np.uint16)
+    identical = shard.shape == expected.shape and bool((shard == expected).all())
+    encoder_line = next((line for line in printed.splitlines() if line.startswith("encoder ")), "encoder ?")
+    print(f"corpus {size_mb:.1f} MB, {len(docs)} documents, {len(shard)} tokens; vocab {tok.vocab_size}; "
+          f"{usable_cores()} cores; load average {os.getloadavg()[0]:.1f}")
+    print(f"tatu data build --jobs {args.jobs or usable_cores()}: {encoder_line}")
+    print(f"  {'':<50} {'wall':>8} {'MB/s':>7} {'CPU s':>7}")
+    for name, (raw_seconds, _, raw_cpu) in raw.items():
+        print(f"  raw {name:<46} {raw_seconds:7.2f}s {size_mb / raw_seconds:7.2f} {raw_cpu:7.2f}")
+    print(f"  {'tatu data build (the whole command)':<50} {seconds:7.2f}s {size_mb / seconds:7.2f} {cpu:7.2f}")
+    print(f"tatu vs the fastest raw encoder, wall ({fastest}): {raw[fastest][0] / seconds:.2f} (target >= 0.95)")
+    print(f"tatu vs the leanest raw encoder, CPU seconds ({leanest}): {raw[leanest][2] / cpu:.2f} "
+          f"(what a loaded host cannot distort)")
+    print(f"identical tokens (shard == tokenizers' ids of every document): {'yes' if identical else 'no'}")
+    (_, rss_small, mb_small, *_), (_, rss_big, mb_big, *_) = rows[args.mb / 4], rows[args.mb]
+    slope = (rss_big - rss_small) / (mb_big - mb_small)
+    print(f"peak RSS of the build: {rss_small:.0f} MB at {mb_small:.1f} MB of source, {rss_big:.0f} MB at "
+          f"{mb_big:.1f} MB ({slope:.2f} MB per MB of source)")
+    for mb, (train_seconds, train_rss, size) in trained.items():
+        print(f"tatu tokenizer train --vocab {args.vocab} on {size:.1f} MB: {train_seconds:.1f} s "
+              f"({size / train_seconds:.2f} MB/s), peak RSS {train_rss:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()

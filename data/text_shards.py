@@ -1,0 +1,169 @@
+"""A text channel's shard, streamed: sources -> chunks cut at document boundaries -> encoded in
+order (in this process, or in worker processes over every core for big inputs) -> one file.
+
+Each chunk is a byte range of one source that ends where a document ends (after an empty line;
+after any line for one-per-line text and JSONL), with the line number it starts at, so a worker
+reports FILE:LINE exactly as a reader of the whole file would, and the shard is the same bytes
+whichever way and wherever the chunks were encoded. At most 2 chunks per worker are in flight:
+memory stays flat in the corpus size.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import BinaryIO, Callable, Iterator
+
+import numpy as np
+
+from tatu.data.documents import Document, documents_in, is_jsonl
+from tatu.data.sft import BadLine
+from tatu.model.encoders import Encoder, tiktoken_encoding
+from tatu.model.tokenizer import Tokenizer
+from tatu.model.tokenizer_json import tokenizer_from_dict
+
+CHUNK_BYTES = 1 << 20
+# below this many source bytes, starting worker processes costs more than it gains
+PARALLEL_BYTES = 16 << 20
+
+
+@dataclass(frozen=True)
+class Chunk:
+    path: str
+    offset: int
+    length: int
+    first_line: int
+
+
+def _boundaries(path: str, one_per_line: bool) -> tuple[bytes, ...]:
+    # an empty line (LF or CRLF) ends a block; in one-line-per-document sources every line ends one
+    return (b"\n",) if one_per_line or is_jsonl(path) else (b"\n\n", b"\n\r\n")
+
+
+def chunks(path: str, one_per_line: bool, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Chunk]:
+    """Byte ranges of `path` of about `chunk_bytes`, each ending at a document boundary (a range
+    grows past `chunk_bytes` until one comes: a document is never cut)."""
+    markers = _boundaries(path, one_per_line)
+    offset, line = 0, 1
+    pending = b""
+    with open(path, "rb") as handle:
+        while True:
+            block = handle.read(chunk_bytes)
+            pending += block
+            cut = max((pending.rfind(m) + len(m) for m in markers if m in pending), default=0)
+            if not block:
+                cut = len(pending)
+            if cut:
+                yield Chunk(path, offset, cut, line)
+                line += pending.count(b"\n", 0, cut)
+                offset += cut
+                pending = pending[cut:]
+            if not block:
+                return
+
+
+@dataclass
+class ChunkResult:
+    tokens: bytes  # BOS + ids + EOS of each document, in the shard's dtype
+    documents: int = 0
+    tokens_in_text: int = 0  # ids without BOS/EOS
+    chars: int = 0
+    bad: list[BadLine] = field(default_factory=list)
+    n_bytes: int = 0
+
+
+class ChunkEncoder:
+    """Reads and encodes chunks; stops at a chunk's first bad line unless told to skip them."""
+
+    def __init__(self, tok: Tokenizer, encoder: Encoder, dtype: np.dtype, one_per_line: bool, skip_bad: bool):
+        self.tok, self.encoder, self.dtype = tok, encoder, np.dtype(dtype)
+        self.one_per_line, self.skip_bad = one_per_line, skip_bad
+
+    def __call__(self, chunk: Chunk) -> ChunkResult:
+        with open(chunk.path, "rb") as handle:
+            handle.seek(chunk.offset)
+            data = handle.read(chunk.length)
+        docs: list[Document] = []
+        bad: list[BadLine] = []
+        for item in documents_in(data, chunk.path, chunk.first_line, self.one_per_line):
+            if isinstance(item, BadLine):
+                bad.append(item)
+                if not self.skip_bad:
+                    break
+                continue
+            docs.append(item)
+        if bad and not self.skip_bad:
+            return ChunkResult(b"", bad=bad, n_bytes=chunk.length)
+        flat: list[int] = []
+        bos, eos = self.tok.bos_id, self.tok.eos_id
+        encoded = iter(self.encoder.encode_batch([d.text for d in docs if d.pair is None]))
+        for doc in docs:
+            # A pair is the SFT layout (BOS <|user|> prompt <|assistant|> response EOS), every
+            # token a target: a trunk pretrained on it knows the chat format before SFT.
+            flat.extend(doc.pair.encode(self.tok)[0] if doc.pair is not None else [bos, *next(encoded), eos])
+        return ChunkResult(np.asarray(flat, dtype=self.dtype).tobytes(), len(docs), len(flat) - 2 * len(docs),
+                           sum(len(d.text) for d in docs), bad, chunk.length)
+
+
+_WORKER: ChunkEncoder | None = None
+
+
+def _start_worker(tok_dict: dict, encoder_name: str, dtype: str, one_per_line: bool, skip_bad: bool) -> None:
+    """A worker's own tokenizer and encoder, serial: the parallelism is the processes."""
+    global _WORKER
+    tok = tokenizer_from_dict(tok_dict)
+    if encoder_name == "tiktoken":
+        encoding, _ = tiktoken_encoding(tok)
+        encoder = Encoder("tiktoken", "", lambda texts: [encoding.encode_ordinary(t) for t in texts])
+    else:
+        encoder = Encoder(encoder_name, "", lambda texts: [tok.encode(t) for t in texts])
+    _WORKER = ChunkEncoder(tok, encoder, np.dtype(dtype), one_per_line, skip_bad)
+
+
+def _work(chunk: Chunk) -> ChunkResult:
+    return _WORKER(chunk)
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def default_jobs(total_bytes: int) -> int:
+    """Worker processes for `total_bytes` of sources: every core this process may use, for big inputs."""
+    cores = usable_cores()
+    return cores if total_bytes >= PARALLEL_BYTES and cores > 1 else 1
+
+
+def encoded_chunks(all_chunks: Iterator[Chunk], local: ChunkEncoder, jobs: int) -> Iterator[ChunkResult]:
+    """The chunks' results in order: here (jobs=1) or from `jobs` worker processes."""
+    if jobs <= 1:
+        yield from map(local, all_chunks)
+        return
+    init = (local.tok.to_dict(), local.encoder.name, local.dtype.name, local.one_per_line, local.skip_bad)
+    # spawn: the parent may hold threads (tokenizers' pool) that a fork would copy half-locked
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
+                             initargs=init) as pool:
+        in_flight: deque = deque()
+        for chunk in all_chunks:
+            in_flight.append(pool.submit(_work, chunk))
+            if len(in_flight) >= 2 * jobs:
+                yield in_flight.popleft().result()
+        while in_flight:
+            yield in_flight.popleft().result()
+
+
+def write_source(path: str, shard: BinaryIO, local: ChunkEncoder, jobs: int, on_bad: Callable[[BadLine], None],
+                 progress: Callable[[int], None]) -> dict:
+    """Append `path`'s documents to `shard`; its counts for the manifest."""
+    counts = {"documents": 0, "tokens": 0, "chars": 0}
+    for result in encoded_chunks(chunks(path, local.one_per_line, CHUNK_BYTES), local, jobs):
+        for bad in result.bad:
+            on_bad(bad)  # raises DataError unless bad lines are skipped
+        shard.write(result.tokens)
+        counts["documents"] += result.documents
+        counts["tokens"] += result.tokens_in_text
+        counts["chars"] += result.chars
+        progress(result.n_bytes)
+    return counts
