@@ -16,12 +16,13 @@ from strict import cannot_run
 from tatu.data import text_shards
 from tatu.data.build import BuildSpec, build_data, token_dtype
 from tatu.data.documents import documents_in, read_documents
+from tatu.model.chat import encode_messages, encode_pair
 from tatu.model.tokenizer import BPETokenizer, CharTokenizer
 
 
 def whole_file_shard(paths: list[str], tok, one_per_line: bool = False) -> tuple[bytes, list[tuple[str, int]]]:
     """The build before streaming: each source read whole, split at b"\\n", every document
-    encoded by the tokenizer itself; (the shard's bytes, the (file, line) of every bad line)."""
+    encoded by the tokenizer itself (a JSONL pair in the chat layout); (the shard's bytes, the (file, line) of every bad line)."""
     shard, bad = bytearray(), []
     dtype = token_dtype(tok.vocab_size)
     for path in paths:
@@ -44,10 +45,10 @@ def whole_file_shard(paths: list[str], tok, one_per_line: bool = False) -> tuple
                     continue
                 if "text" in payload:
                     docs.append(payload["text"])
-                elif "messages" in payload:
-                    docs.append("\n".join(m["content"] for m in payload["messages"]))
+                elif "messages" in payload:  # a pair is written in the chat layout, markers and EOS
+                    docs.append(encode_messages(tok, payload["messages"])[0])
                 else:
-                    docs.append(f"{payload['prompt']}\n{payload['response']}")
+                    docs.append(encode_pair(tok, payload["prompt"], payload["response"])[0])
             elif one_per_line:
                 if text.strip():
                     docs.append(text)
@@ -59,8 +60,9 @@ def whole_file_shard(paths: list[str], tok, one_per_line: bool = False) -> tuple
                 block.append(text)
         if block:
             docs.append("\n".join(block))
-        for text in docs:
-            shard += np.asarray([tok.bos_id, *tok.encode(text), tok.eos_id], dtype=dtype).tobytes()
+        for doc in docs:
+            ids = doc if isinstance(doc, list) else [tok.bos_id, *tok.encode(doc), tok.eos_id]
+            shard += np.asarray(ids, dtype=dtype).tobytes()
     return bytes(shard), bad
 
 
