@@ -20,13 +20,12 @@ tatu.model.tokenizer_json's.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import torch
 from safetensors.torch import load as st_load, save as st_save
 
+from tatu.atomic import atomic_directory
 from tatu.model.checkpoint import TIED_KEYS, Checkpoint, CheckpointError, DirectoryFormat, load_checkpoint
 from tatu.model.gpt import GPTConfig
 from tatu.model.tokenizer import Tokenizer, TokenizerError
@@ -197,20 +196,8 @@ def export_hf(ckpt: Checkpoint, out: str | Path) -> Path:
                                                 "additional_special_tokens": ["<|user|>", "<|assistant|>"]}),
         "tatu_meta.json": _json_bytes(ckpt.meta),
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        for name, data in documents.items():
-            with open(tmp / name, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with atomic_directory(out, documents):
+        pass
     return out
 
 

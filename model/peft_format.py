@@ -18,12 +18,11 @@ LoRA adapter cannot express: refused, pointing at `--format hf` (the merged weig
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 from safetensors.torch import save as st_save
 
+from tatu.atomic import atomic_directory
 from tatu.model.adapters import state_sha256
 from tatu.model.checkpoint import TIED_KEYS, Checkpoint, CheckpointError, model_state_for_saving
 from tatu.model.hf import export_hf, load_checkpoint_or_gpt2
@@ -72,21 +71,8 @@ def export_peft(ckpt: Checkpoint, out: str | Path) -> Path:
     base = adapter_base(ckpt)
     tensors = {PEFT_PREFIX + name.replace(".lora_A", ".lora_A.weight").replace(".lora_B", ".lora_B.weight"): t.contiguous()
                for name, t in ckpt.extra_tensors["adapter"].items()}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    documents = {"adapter_config.json": json.dumps(adapter_config(ckpt.meta["adapter"], out / "base"), indent=1).encode(),
+                 "adapter_model.safetensors": st_save(tensors, metadata={"format": "pt"})}
+    with atomic_directory(out, documents) as tmp:
         export_hf(base, tmp / "base")
-        documents = {"adapter_config.json": json.dumps(adapter_config(ckpt.meta["adapter"], out / "base"), indent=1).encode(),
-                     "adapter_model.safetensors": st_save(tensors, metadata={"format": "pt"})}
-        for name, data in documents.items():
-            with open(tmp / name, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out

@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 
 def fsync_dir(path: str | Path) -> None:
@@ -44,3 +47,27 @@ def write_atomic(path: str | Path, data: str | bytes, mode: int | None = None) -
 
 def write_json_atomic(path: str | Path, payload, sort_keys: bool = False) -> None:
     write_atomic(path, json.dumps(payload, indent=1, sort_keys=sort_keys, allow_nan=False) + "\n")
+
+
+@contextmanager
+def atomic_directory(out: str | Path, documents: dict[str, bytes] | None = None) -> Iterator[Path]:
+    """A directory that appears complete or not at all: the block fills a temporary sibling
+    (`documents` are written into it first, each fsynced), which is renamed to `out` when the
+    block ends; an exception removes it."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        for name, data in (documents or {}).items():
+            with open(tmp / name, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+        yield tmp
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    fsync_dir(out.parent)
