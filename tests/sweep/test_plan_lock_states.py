@@ -71,11 +71,6 @@ def test_the_portable_hash_is_the_same_on_every_checkout_the_lock_hash_is_not(tm
     assert (lock["plan_hash"], lock["plan_portable_hash"]) == (a.hash, a.portable_hash)
 
 
-# The demo sweep's closing table in docs/sweeps.md predates this plan (the plan gained
-# TATU_THREADS = 1 and the hash became portable): it is regenerated from the merged code with
-# the commands in docs/sweeps.md ("The demo sweep"). Strict: once the table is regenerated
-# this XPASSes, and the mark must go.
-@pytest.mark.xfail(strict=True, reason="docs/sweeps.md's demo-sweep table is awaiting regeneration from this plan")
 def test_the_demo_sweep_table_in_the_docs_is_from_the_shipped_plan():
     root = Path(__file__).resolve().parents[2]
     documented = re.findall(r"^sweep replay-dose \(plan ([0-9a-f]{16})\)", (root / "docs" / "sweeps.md").read_text(), re.M)
