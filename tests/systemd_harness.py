@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 from strict import cannot_run
-from tiny_world import RUN_PREFIXES
+from tiny_world import RUN_PREFIXES, wait_for
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # The v1 hierarchies a user manager touches, plus the v2 one.
@@ -208,14 +208,7 @@ class UserManager:
         return path
 
     def wait_for(self, predicate, timeout: float = 30, interval: float = 0.2, what: str = "condition"):
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-            time.sleep(interval)
+        return wait_for(predicate, timeout, what, interval)
 
 
 def scrub_environment_for_units(mp: pytest.MonkeyPatch) -> None:
