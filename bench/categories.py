@@ -12,13 +12,13 @@ throughput at data build (from the manifest).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
 
+from tatu.data.manifest import load_manifest
 from tatu.data.tags import read_tags
 from tatu.data.task_gen import TASKS, generate_task
 from tatu.evals.choice import ChoiceItem, score_task
@@ -37,11 +37,11 @@ def main() -> int:
     parser.add_argument("--resamples", type=int, default=2000)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    manifest = json.loads((args.data / "manifest.json").read_text())
+    manifest = load_manifest(args.data)
     if args.ckpt:
-        from tatu.model.checkpoint import load_checkpoint
+        from tatu.model.hf import load_checkpoint_or_gpt2
 
-        loaded = load_checkpoint(args.ckpt)
+        loaded = load_checkpoint_or_gpt2(args.ckpt)
         model, tok = loaded.build_model("cpu"), loaded.tokenizer
     else:
         tok = load_tokenizer(args.data / manifest["tokenizer"])

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import math
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from tatu.data.manifest import load_manifest
 from tatu.evals.line_scores import score_lines
 from tatu.evals.sets import EvalLine, load_eval_set
 from tatu.model.gpt import GPT, GPTConfig, IGNORE_INDEX
@@ -133,7 +133,7 @@ def main() -> None:
     if args.data is not None:
         if tokenizer is None:
             parser.error("--data needs --ckpt (its tokenizer reads the eval files)")
-        evals = json.loads((args.data / "manifest.json").read_text())["evals"]
+        evals = load_manifest(args.data)["evals"]
         sets = {name: load_eval_set(args.data / e["file"], tokenizer, name=name).lines for name, e in evals.items()}
     else:
         sets = synthetic_sets(model.config.vocab_size, args.seed)

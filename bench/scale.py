@@ -47,9 +47,9 @@ from tatu.daemon.logs import read_events  # noqa: E402
 from tatu.daemon.suite import load_suite  # noqa: E402
 from tatu.data.manifest import load_manifest  # noqa: E402
 from tatu.data.stream import MixedStream  # noqa: E402
-from tatu.model.checkpoint import load_checkpoint  # noqa: E402
 from tatu.model.device import resolve_device  # noqa: E402
 from tatu.model.gpt import GPT, GPTConfig  # noqa: E402
+from tatu.model.hf import load_checkpoint_or_gpt2  # noqa: E402
 from tatu.model.precision import resolve_precision  # noqa: E402
 
 TATU = [sys.executable, "-m", "tatu.ops.cli"]
@@ -207,7 +207,8 @@ def rehearse(args, work: Path, threads: int) -> None:
     save = next(e["time"] - step_time[e["step"]] for e in events if e["event"] == "checkpoint" and e["step"] == middle)
     step_seconds = statistics.median(step_gaps(events, skip={middle, args.steps}))
     evals = [e for e in events if e["event"] == "eval"]
-    trunk = load_checkpoint(runs / "trunk" / "final")
+    # read as the SFT run below reads it (TATU_SEED_CKPT): the entry for every checkpoint a user names
+    trunk = load_checkpoint_or_gpt2(runs / "trunk" / "final")
     model = trunk.build_model(device).eval()
     say(f"shape: {model.num_params() / 1e6:.1f}M parameters (n_layer {args.n_layer}, n_embd {args.n_embd}, vocab "
         f"{trunk.tokenizer.vocab_size}, context {args.context})")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 
+from tatu.data.manifest import DataError, load_manifest
 from tatu.data.tags import CATEGORIES as TAG_CATEGORIES
 from tatu.exitcodes import BAD_DATA, TatuExit
 
@@ -13,8 +13,8 @@ def manifest_entry(args: argparse.Namespace, name: str) -> dict | None:
     if args.data is None:
         return None
     try:
-        return json.loads((args.data / "manifest.json").read_text(encoding="utf-8"))["evals"].get(name)
-    except (OSError, json.JSONDecodeError, KeyError):
+        return load_manifest(args.data)["evals"].get(name)
+    except (DataError, KeyError, AttributeError):  # set_specs has already named an unreadable manifest
         return None
 
 
@@ -30,8 +30,6 @@ def why_untagged(args: argparse.Namespace, name: str) -> str:
 def stored_tags(args: argparse.Namespace, name: str) -> list | None:
     """The set's stored units when --data has them (hash-checked: an edited file is exit 65)."""
     from tatu.data.tags import read_tags
-
-    from tatu.data.manifest import DataError
 
     tags = (manifest_entry(args, name) or {}).get("tags") or {}
     if "file" not in tags:

@@ -3,9 +3,9 @@ by log-likelihood (tatu.evals.choice), printed, and compared with an exact McNem
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from tatu.data.manifest import DataError, load_manifest
 from tatu.exitcodes import BAD_DATA, TatuExit
 
 
@@ -14,10 +14,10 @@ def task_specs(args: argparse.Namespace) -> dict[str, Path]:
     tasks: dict[str, Path] = {}
     if args.data is not None:
         try:
-            manifest = json.loads((args.data / "manifest.json").read_text(encoding="utf-8"))
+            manifest = load_manifest(args.data)
             tasks.update({name: args.data / entry["file"] for name, entry in manifest.get("tasks", {}).items()})
-        except (OSError, json.JSONDecodeError, KeyError, TypeError):
-            pass  # _set_specs names the unreadable manifest
+        except (DataError, KeyError, TypeError, AttributeError):
+            pass  # set_specs names the unreadable manifest
     for spec in args.tasks:
         name, sep, file = spec.partition("=")
         if not sep or not name or not file:
@@ -27,7 +27,6 @@ def task_specs(args: argparse.Namespace) -> dict[str, Path]:
 
 
 def score_tasks(model, tokenizer, args) -> dict:
-    from tatu.data.manifest import DataError
     from tatu.evals.choice import read_task, score_task
 
     try:
