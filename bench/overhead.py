@@ -41,14 +41,15 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # tiny_world: the synthetic data the daemon tests use
+sys.path.insert(0, str(ROOT / "bench"))  # bare_loop
 
+from bare_loop import bare_loop  # noqa: E402
 from tiny_world import base_env, write_sources  # noqa: E402
 
 from tatu.daemon import memory  # noqa: E402
 from tatu.daemon.config import load_config  # noqa: E402
 from tatu.daemon.logs import RunLog, read_events  # noqa: E402
 from tatu.daemon.main import main as daemon_main  # noqa: E402
-from tatu.data.stream import MixedStream  # noqa: E402
 from tatu.model.checkpoint import load_model_state, save_checkpoint  # noqa: E402
 from tatu.model.hf import load_checkpoint_or_gpt2  # noqa: E402
 from tatu.model.gpt import GPT, GPTConfig  # noqa: E402
@@ -79,44 +80,15 @@ def run_env(data: Path, out: Path, seed_ckpt: Path, run: str, steps: int, shape:
                     TATU_MICRO_BATCH=8, TATU_GEN_PROMPTS=0, TATU_MEM_FLOOR_MB=0, **shape)
 
 
-def bare_loop(env: dict[str, str], steps: int) -> tuple[list[float], list[float]]:
-    """(seconds per step, loss per step) of a plain training loop with the daemon's settings.
-
-    The arithmetic is the daemon's, operation for operation, so the losses match its own.
-    """
+def bare_run(env: dict[str, str], steps: int) -> tuple[list[float], list[float]]:
+    """(seconds per step, loss per step) of bench/bare_loop.py's plain loop from the run's seed."""
     config, _ = load_config(env)
     seed = load_checkpoint_or_gpt2(config.seed_ckpt)
     model_config = GPTConfig(**{**seed.model_config.to_dict(), "dropout": config.dropout, "attn": "sdpa"})
     torch.manual_seed(config.seed)
     model = GPT(model_config)
     load_model_state(model, seed.model_state, str(config.seed_ckpt))
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=config.lr, betas=(config.beta1, config.beta2),
-    )
-    stream = MixedStream(config.data, mix=config.mix, micro_batch=config.micro_batch, seq_len=config.seq_len,
-                         seed=config.seed)
-    model.train()
-    seconds, losses = [], []
-    for _ in range(steps):
-        started = time.perf_counter()
-        batch = stream.next_step()
-        total_targets = max(batch.total_targets, 1)
-        optimizer.zero_grad(set_to_none=True)
-        loss_sum = 0.0
-        for micro in batch.micro_batches:
-            _, nll = model(torch.from_numpy(micro.x), torch.from_numpy(micro.y))
-            micro_loss = nll.sum()
-            (micro_loss / total_targets).backward()
-            loss_sum += micro_loss.item()
-        if config.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-        optimizer.step()
-        seconds.append(time.perf_counter() - started)
-        losses.append(loss_sum / total_targets)
-    return seconds, losses
+    return bare_loop(model, config, steps, torch.device("cpu"))
 
 
 def daemon_run(env: dict[str, str]) -> list[dict]:
@@ -164,7 +136,7 @@ def throughput(work: Path, data: Path, tokenizer: Path, steps: int, rounds: int,
         order = ("bare", "daemon") if r % 2 == 0 else ("daemon", "bare")  # neither always goes first
         for kind in order:
             if kind == "bare":
-                bare_seconds, bare_losses = bare_loop(env, steps)
+                bare_seconds, bare_losses = bare_run(env, steps)
             else:
                 events = daemon_run(env)
         if len(events) != steps:

@@ -38,6 +38,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent / "tests"))  # tiny_world's clean_environ
 
+from bare_loop import bare_loop  # noqa: E402
 from data_build import peak_rss_of  # noqa: E402
 from eval import naive_ppl  # noqa: E402
 from tiny_world import clean_environ  # noqa: E402
@@ -46,7 +47,6 @@ from tatu.daemon.config import load_config  # noqa: E402
 from tatu.daemon.logs import read_events  # noqa: E402
 from tatu.daemon.suite import load_suite  # noqa: E402
 from tatu.data.manifest import load_manifest  # noqa: E402
-from tatu.data.stream import MixedStream  # noqa: E402
 from tatu.model.device import resolve_device  # noqa: E402
 from tatu.model.gpt import GPT, GPTConfig  # noqa: E402
 from tatu.model.hf import load_checkpoint_or_gpt2  # noqa: E402
@@ -102,41 +102,15 @@ def daemon(env: dict[str, str], threads: int) -> tuple[float, float, float, list
     return ready - started, seconds, rss, events
 
 
-def bare_loop(env: dict[str, str], steps: int, device: torch.device, compile_model: bool) -> tuple[list[float], list[float]]:
-    """(seconds, loss) per step of a plain loop: the daemon's arithmetic (a trunk from TATU_SEED,
-    the same stream, AdamW, clipping, autocast), nothing else."""
+def bare_run(env: dict[str, str], steps: int, device: torch.device, compile_model: bool) -> tuple[list[float], list[float]]:
+    """(seconds, loss) per step of bench/bare_loop.py's plain loop: a trunk from TATU_SEED, the
+    daemon's arithmetic, nothing else."""
     config, _ = load_config(env)
-    precision = resolve_precision(config.precision, device)
     manifest = load_manifest(config.data)
     torch.manual_seed(config.seed)
     model = GPT(GPTConfig(vocab_size=manifest["vocab_size"], block_size=config.block_size, n_layer=config.n_layer,
                           n_head=config.n_head, n_embd=config.n_embd)).to(device)
-    forward = torch.compile(model) if compile_model else model
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=config.lr,
-                                  betas=(config.beta1, config.beta2))
-    stream = MixedStream(config.data, mix=config.mix, micro_batch=config.micro_batch, seq_len=config.seq_len,
-                         seed=config.seed)
-    model.train()
-    seconds, losses = [], []
-    for _ in range(steps):
-        started = time.perf_counter()
-        batch = stream.next_step()
-        total = max(batch.total_targets, 1)
-        optimizer.zero_grad(set_to_none=True)
-        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        for micro in batch.micro_batches:
-            with precision.autocast(device):
-                _, nll = forward(torch.from_numpy(micro.x).to(device), torch.from_numpy(micro.y).to(device))
-            (nll.sum() / total).backward()
-            loss_sum += nll.sum().detach().double()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-        optimizer.step()
-        losses.append(loss_sum.item() / total)
-        seconds.append(time.perf_counter() - started)
-    return seconds, losses
+    return bare_loop(model, config, steps, device, forward=torch.compile(model) if compile_model else None)
 
 
 def matmul_peak(device: torch.device, dtype: torch.dtype, n: int = 2048) -> float:
@@ -219,7 +193,7 @@ def rehearse(args, work: Path, threads: int) -> None:
     say(f"eval of the {n_lines}-line suite in the daemon (fp32): {evals[-1]['seconds']:.1f} s at the last step, "
         f"{evals[0]['seconds']:.1f} s at step 0")
 
-    bare_seconds, bare_losses = bare_loop(trunk_env, args.steps, device, compile_model=False)
+    bare_seconds, bare_losses = bare_run(trunk_env, args.steps, device, compile_model=False)
     bare_step = statistics.median(bare_seconds[1:])
     daemon_losses = [e["loss"] for e in events if e["event"] == "step"]
     same = [round(x, 6) for x in daemon_losses] == [round(x, 6) for x in bare_losses]
@@ -231,7 +205,7 @@ def rehearse(args, work: Path, threads: int) -> None:
         f"{peak / 1e9:.0f} GFLOP/s measured {precision.name} matmul peak = {flops / step_seconds / peak:.1%}")
     say(f"per hour at this step time: {3600 / step_seconds:.0f} steps, {3600 / step_seconds * tokens_per_step / 1e6:.2f}M tokens")
     if args.compile:
-        compiled = statistics.median(bare_loop(trunk_env, args.steps, device, compile_model=True)[0][1:])
+        compiled = statistics.median(bare_run(trunk_env, args.steps, device, compile_model=True)[0][1:])
         say(f"bare loop with torch.compile: {1 / compiled:.4f} steps/s ({bare_step / compiled:.2f}x eager)")
 
     sft_env = run_env(args, data, runs, TATU_RUN="sft", TATU_SEED_CKPT=runs / "trunk" / "final", SFT_GE=args.sft_ge,

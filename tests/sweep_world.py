@@ -2,7 +2,11 @@
 (conftest.py's `tiny_trunk`: tests/tiny_world.py's data and a trunk pretrained through the daemon)."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
+
+from tiny_world import clean_environ
 
 
 def plan_text(name: str, data: Path, trunk: Path, seeds=(1, 2), replay=(0, 2), steps: int = 4, tune: str = "",
@@ -25,3 +29,29 @@ rule = "{rule}"
 """
 
 
+
+
+def start_foreground(plan: Path, sweeps: Path, *extra: str, wait: bool = True):
+    """`tatu sweep start PLAN --foreground -K 2` under `sweeps`: its CompletedProcess, or with
+    wait=False the running coordinator (stdout and stderr together)."""
+    cmd = [sys.executable, "-m", "tatu.ops.cli", "sweep", "start", str(plan), "--foreground", "-K", "2",
+           "--poll", "0.3", "--sweeps", str(sweeps), *extra]
+    if wait:
+        return subprocess.run(cmd, env=clean_environ(), capture_output=True, text=True, timeout=900)
+    return subprocess.Popen(cmd, env=clean_environ(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def run_through(plan: Path, sweeps: Path, finished: str) -> str:
+    """A foreground sweep to its end: exit 0 and its `sweep finished: ...` line asserted; its stdout."""
+    proc = start_foreground(plan, sweeps)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"sweep finished: {finished}" in proc.stdout, proc.stdout
+    return proc.stdout
+
+
+def plan_world(tmp_path_factory, tiny_trunk: dict, name: str, text: str | None = None, **plan: object) -> tuple[Path, Path]:
+    """(a fresh root, ROOT/NAME.toml): plan_text(NAME, ...) on the session's tiny trunk, or `text`."""
+    root = tmp_path_factory.mktemp(f"{name}-world")
+    path = root / f"{name}.toml"
+    path.write_text(text if text is not None else plan_text(name, tiny_trunk["data"], tiny_trunk["trunk"], **plan))
+    return root, path

@@ -439,29 +439,15 @@ def test_an_open_pipe_still_gets_the_whole_reply(server):
 
 # --- hostile requests: too deep, or a reply that raises -------------------------------------------
 
-def ask(path: Path, payload: bytes) -> dict:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
-        client.settimeout(10)
-        client.connect(str(path))
-        client.sendall(payload)
-        reply = b""
-        while not reply.endswith(b"\n"):
-            chunk = client.recv(65536)
-            if not chunk:
-                break
-            reply += chunk
-    return json.loads(reply)
-
-
 def test_a_deeply_nested_request_gets_an_error_reply_and_the_server_lives(tmp_path):
     path = tmp_path / "s" / "run.sock"
     with ControlServer(path, {"status": lambda _request: {"phase": "training"}}) as server:
-        reply = ask(path, b"[" * 30000 + b"\n")  # 30 KB of '[': json.loads would recurse 30,000 deep
+        reply = raw_exchange(path, b"[" * 30000 + b"\n")  # 30 KB of '[': json.loads would recurse 30,000 deep
         assert reply["ok"] is False and reply["v"] == 1 and "nested" in reply["error"]
-        reply = ask(path, b'{"v":1,"cmd":"status","x":' + b"[" * 60 + b"]" * 60 + b"}\n")
+        reply = raw_exchange(path, b'{"v":1,"cmd":"status","x":' + b"[" * 60 + b"]" * 60 + b"}\n")
         assert reply["ok"] is False and "nested 61 levels" in reply["error"]
         allowed = b"[" * (MAX_REQUEST_DEPTH - 1) + b"]" * (MAX_REQUEST_DEPTH - 1)
-        reply = ask(path, b'{"v":1,"cmd":"status","x":' + allowed + b', "s": "[[[[[[[[[[[[[[[[[[[[[[[[[["}\n')
+        reply = raw_exchange(path, b'{"v":1,"cmd":"status","x":' + allowed + b', "s": "[[[[[[[[[[[[[[[[[[[[[[[[[["}\n')
         assert reply["ok"] is True and reply["phase"] == "training"  # brackets inside strings do not count
         assert server.running
 
@@ -476,6 +462,6 @@ def test_any_exception_while_handling_a_request_is_an_error_reply(tmp_path):
 
     path = tmp_path / "s" / "run.sock"
     with ControlServer(path, {"status": lambda _request: Weird(a=1)}) as server:
-        reply = ask(path, b'{"v":1,"cmd":"status"}\n')
+        reply = raw_exchange(path, b'{"v":1,"cmd":"status"}\n')
         assert reply["ok"] is False and "RecursionError" in reply["error"]
         assert server.running

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -163,39 +164,35 @@ def test_bad_checkpoint_and_bad_eval_file_exit_65_with_one_line(files, tmp_path,
     assert tatu(["eval", str(root / "base"), "--set", "no-equals-sign"]) == 65
 
 
-def test_compare_identical_checkpoints_is_within_resolution(files, tmp_path, capsys):
-    root, _, _ = files
+def compare_on_pt(root: Path, a: str, b: str, tmp_path: Path, capsys, resamples: int) -> tuple[str, dict]:
+    """`tatu compare A B` on the pt set: (what it printed, its JSON row for pt); exit 0 asserted."""
     out = tmp_path / "c.json"
-    rc = tatu(["compare", str(root / "base"), str(root / "base"), "--set", f"pt={root / 'pt.txt'}",
-               "--json", str(out), "--resamples", "200"])
+    rc = tatu(["compare", str(root / a), str(root / b), "--set", f"pt={root / 'pt.txt'}",
+               "--json", str(out), "--resamples", str(resamples)])
     assert rc == 0
-    printed = capsys.readouterr().out
+    return capsys.readouterr().out, json.loads(out.read_text())["sets"]["pt"][0]
+
+
+def test_compare_identical_checkpoints_is_within_resolution(files, tmp_path, capsys):
+    printed, row = compare_on_pt(files[0], "base", "base", tmp_path, capsys, 200)
     assert "within resolution" in printed
     # nothing varies between A and B: no resolution to state, as the daemon's step-0 `mde=n/a`
     assert "(MDE n/a)" in printed and "0.00%  within" not in printed
     table_row = next(line for line in printed.splitlines() if line.startswith("pt "))
     assert table_row.split()[8] == "n/a"
-    row = json.loads(out.read_text())["sets"]["pt"][0]
     assert row["ratio"] == pytest.approx(1.0, abs=1e-12) and row["lo"] <= 1.0 <= row["hi"]
 
 
 def test_compare_says_which_is_better(files, tmp_path, capsys):
     root, tok, _ = files
-    out = tmp_path / "c.json"
-    rc = tatu(["compare", str(root / "uniform"), str(root / "trained"), "--set", f"pt={root / 'pt.txt'}",
-               "--json", str(out), "--resamples", "500"])
-    assert rc == 0
-    printed = capsys.readouterr().out
+    printed, row = compare_on_pt(root, "uniform", "trained", tmp_path, capsys, 500)
     assert "B is better by" in printed
-    row = json.loads(out.read_text())["sets"]["pt"][0]
     # every replicate on one side: the p-value is at the bootstrap's floor, 2/(B+1), and says so
     assert row["p_value"] == pytest.approx(2 / 501) and "p<0.004" in printed and "p=" not in printed
     assert row["a"]["ppl"] == pytest.approx(tok.vocab_size, rel=1e-6)
     assert row["ratio"] == pytest.approx(row["b"]["ppl"] / row["a"]["ppl"], rel=1e-9) and row["hi"] < 1.0
-    rc = tatu(["compare", str(root / "trained"), str(root / "uniform"), "--set", f"pt={root / 'pt.txt'}",
-               "--json", str(out), "--resamples", "500"])
-    assert rc == 0 and "B is worse by" in capsys.readouterr().out
-    assert json.loads(out.read_text())["sets"]["pt"][0]["lo"] > 1.0
+    printed, row = compare_on_pt(root, "trained", "uniform", tmp_path, capsys, 500)
+    assert "B is worse by" in printed and row["lo"] > 1.0
 
 
 def test_uniform_checkpoint_scores_vocab_size_through_the_cli(files, tmp_path):

@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sweep_world import plan_text
+from sweep_world import plan_text, plan_world, run_through, start_foreground as start
 from tiny_world import clean_environ
 
 from tatu.sweep.lock import members, read_lock
@@ -33,31 +33,18 @@ TUNE = "[tune]\nTATU_LR = [1e-3, 3e-3]\nseeds = [1]\n"
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, tiny_trunk):
-    root = tmp_path_factory.mktemp("sweep-world")
-    data, trunk = tiny_trunk["data"], tiny_trunk["trunk"]
-    plan = root / "tuned.toml"
-    plan.write_text(plan_text("tuned", data, trunk, tune=TUNE))
-    return {"root": root, "data": data, "trunk": trunk, "plan": plan}
-
-
-def start(plan: Path, sweeps: Path, *extra: str, wait: bool = True):
-    cmd = [sys.executable, "-m", "tatu.ops.cli", "sweep", "start", str(plan), "--foreground", "-K", "2",
-           "--poll", "0.3", "--sweeps", str(sweeps), *extra]
-    if wait:
-        return subprocess.run(cmd, env=clean_environ(), capture_output=True, text=True, timeout=900)
-    return subprocess.Popen(cmd, env=clean_environ(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    root, plan = plan_world(tmp_path_factory, tiny_trunk, "tuned", tune=TUNE)
+    return {"root": root, "data": tiny_trunk["data"], "trunk": tiny_trunk["trunk"], "plan": plan}
 
 
 @pytest.fixture(scope="module")
 def reference(world):
     sweeps = world["root"] / "ref"
-    proc = start(world["plan"], sweeps)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "sweep finished: compare: 4/4 done" in proc.stdout, proc.stdout
+    out = run_through(world["plan"], sweeps, "compare: 4/4 done")
     # This plan leaves the thread count to the backend, and the start says what that means.
-    assert "threads: not fixed by the plan, so each member takes its backend's count (torch's default)" in proc.stdout
+    assert "threads: not fixed by the plan, so each member takes its backend's count (torch's default)" in out
     # The elapsed time beside the estimate `tatu sweep plan` would make (the trunk's run is measured).
-    assert re.search(r"; took (\d+m)?\d+s \(estimated (\d+m)?\d+s at K=2\);", proc.stdout), proc.stdout
+    assert re.search(r"; took (\d+m)?\d+s \(estimated (\d+m)?\d+s at K=2\);", out), out
     return sweeps / "tuned"
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from sweep_world import plan_text
+from sweep_world import plan_text, plan_world, run_through
 from tiny_world import clean_environ
 
 from tatu.sweep.lock import members, read_lock
@@ -63,10 +63,7 @@ def ray_cluster():
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, tiny_trunk):
-    root = tmp_path_factory.mktemp("ray-world")
-    plan = root / "rayed.toml"
-    plan.write_text(plan_text("rayed", tiny_trunk["data"], tiny_trunk["trunk"], steps=6,
-                              extra=f", TATU_THREADS = {PLAN_THREADS}"))
+    root, plan = plan_world(tmp_path_factory, tiny_trunk, "rayed", steps=6, extra=f", TATU_THREADS = {PLAN_THREADS}")
     return {"root": root, "plan": plan}
 
 
@@ -77,12 +74,8 @@ def _cli(*argv: str) -> list[str]:
 @pytest.fixture(scope="module")
 def reference(world):
     sweeps = world["root"] / "foreground"
-    proc = subprocess.run(_cli("start", str(world["plan"]), "--foreground", "-K", "2", "--poll", "0.3",
-                               "--sweeps", str(sweeps)),
-                          env=clean_environ(), capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "sweep finished: 4/4 done" in proc.stdout, proc.stdout
-    assert f"threads: TATU_THREADS={PLAN_THREADS} for every member (the plan)" in proc.stdout
+    out = run_through(world["plan"], sweeps, "4/4 done")
+    assert f"threads: TATU_THREADS={PLAN_THREADS} for every member (the plan)" in out
     return sweeps / "rayed"
 
 
