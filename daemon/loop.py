@@ -22,6 +22,7 @@ from tatu.daemon.config import ConfigError, RunConfig, describe
 from tatu.daemon.logs import RunLog
 from tatu.daemon.start import check_same_eval_files, check_same_precision, starting_point, trunk_reference_for
 from tatu.daemon.resume import restore_resume
+from tatu.daemon.run_lock import RunDirLock
 from tatu.daemon.run_state import RunState
 from tatu.daemon.suite import load_suite
 from tatu.daemon.trainer import Trainer
@@ -37,21 +38,25 @@ def run(config: RunConfig, origins: dict[str, str], log: RunLog) -> int:
     except DeviceError as exc:
         raise ConfigError(f"TATU_DEVICE={exc}") from None
     world, device = distributed.join(config, device)  # alone: SINGLE, the device unchanged
+    lock = RunDirLock(config.run_dir, active=world.is_main)  # rank 0 writes, so rank 0 holds the run dir
     try:
-        code = _run(config, origins, ranks.log_for(world, log), world, device)
+        code = _run(config, origins, ranks.log_for(world, log), world, device, lock)
         world.barrier()  # no rank leaves (and gets its peers killed by torchrun) while rank 0 still writes
         return code
     finally:
+        lock.release()  # an in-process run (tests, benches) frees it for the next; a process's death does anyway
         distributed.leave(world)
 
 
-def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distributed.World, device) -> int:
+def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distributed.World, device,
+         lock: RunDirLock) -> int:
     log.info(f"tatu run {config.run} ({config.mode}) -> {config.run_dir}  config {config.hash}")
     for line in describe(config, origins):
         log.info(line)
     threads, threads_source = set_threads(config.threads)
     log.info(f"torch threads: {threads} ({threads_source})")
     manifest = load_manifest(config.data)
+    lock.take_existing()  # before the resume state is read
     start = starting_point(config, manifest)
     check_tokenizer(manifest, config.data, start.tokenizer.hash, model=f"checkpoint {config.seed_ckpt}")
     try:
@@ -89,6 +94,7 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
             state = RunState(trunk_reference=trunk_reference_for(config, start, suite, device, log),
                              eval_files=suite.file_hashes)
         # Every input is checked (data, eval sets, weights, the trunk): only now does the run leave a trace.
+        lock.take_created(resumed=start.resume is not None)
         log.attach(config.run_dir)
         if suite.category_note:
             log.info(suite.category_note)

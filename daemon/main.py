@@ -34,6 +34,7 @@ def exit_codes() -> tuple[tuple[type[BaseException], int], ...]:
     """(exception, exit code), the first match wins. A new expected failure: one line here."""
     # These import torch: only once the config is valid.
     from tatu.daemon.actions import NonFiniteError
+    from tatu.daemon.run_lock import RunDirBusy
     from tatu.model.checkpoint import CheckpointError, NonFiniteTensorError
 
     return (
@@ -44,6 +45,7 @@ def exit_codes() -> tuple[tuple[type[BaseException], int], ...]:
         (NonFiniteTensorError, exitcodes.NONFINITE_LOSS),
         (CheckpointError, exitcodes.BAD_DATA),
         (StorageError, exitcodes.IO_ERROR),
+        (RunDirBusy, exitcodes.RUN_DIR_BUSY),
     )
 
 

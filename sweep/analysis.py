@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tatu.evals import seeds as st
 from tatu.evals.tdist import t_ppf
-from tatu.sweep.members import TERMINAL, member_status, run_dir
+from tatu.sweep.members import TERMINAL, member_status
 from tatu.sweep.backends import UnitState
 from tatu.sweep.plan import Member
 from tatu.sweep.rule import held_out_set, parse_rule
@@ -34,7 +34,7 @@ def member_result(member: Member, sweep_dir: Path, extra_sets: tuple[str, ...] =
     from tatu.daemon.logs import read_events
 
     status = member_status(member, UnitState("absent"))
-    directory = run_dir(member)
+    directory = member.run_dir
     result = {"member": member.name, "config": member.config_key, "seed": member.seed, "values": member.values,
               "state": status.state, "verdict": status.verdict}
     if status.state not in ("done", "aborted"):
@@ -175,7 +175,7 @@ def stage_table(lock: dict, members: list[Member], sweep_dir: Path, stage: str) 
     grouped_results = {key: [member_result(m, sweep_dir, held_out) for m in group] for key, group in grouped.items()}
     common = common_step_.common_step([r for results in grouped_results.values() for r in results])
     why_not = common_step_.attach([r for rs in grouped_results.values() for r in rs],
-                                  {m.name: run_dir(m) for m in members}, common)
+                                  {m.name: m.run_dir for m in members}, common)
     configs = []
     for index, (key, group) in enumerate(grouped.items()):
         results = grouped_results[key]

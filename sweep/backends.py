@@ -16,7 +16,8 @@ reboot, derives the same thing. The Ray backend (tatu.sweep.ray) implements the 
 - foreground: members are child processes of the coordinator (`python -m tatu.daemon`); a
   crash is restarted here, at most CRASH_RESTARTS times; a child gets SIGTERM when the
   coordinator dies (PR_SET_PDEATHSIG), saves and exits, and a restarted coordinator waits for
-  a member that still answers on its control socket instead of starting it twice.
+  a member whose daemon still holds its run dir's lock (tatu.daemon.run_lock) or answers on its
+  control socket instead of starting it twice.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from tatu import systemctl
 from tatu.atomic import write_atomic
 from tatu.daemon.config import PREFIXES as RUN_PREFIXES
 from tatu.daemon.control_client import ControlError, answers, request, resolve_socket
+from tatu.daemon.run_lock import holder_pid
 from tatu.envfile import env_file_text
 from tatu.systemctl import SystemctlError, systemctl_user
 from tatu.sweep.plan import Member
@@ -116,8 +118,11 @@ class ForegroundBackend:
                 if self.crashes[member.run] <= CRASH_RESTARTS:
                     return UnitState("absent", detail=f"crashed with {code}; restarting")
             return UnitState("exited", code)
-        if _socket_answers(member.run):  # a member of an earlier coordinator, still saving or running
-            return UnitState("running", detail="started by an earlier coordinator")
+        # A member of an earlier coordinator: its daemon holds the run dir's lock from its start to
+        # its death (loading and shutting down too, when its socket does not answer).
+        holder = holder_pid(member.run_dir)
+        if holder is not None or _socket_answers(member.run):
+            return UnitState("running", detail="started by an earlier coordinator" + (f" (pid {holder})" if holder else ""))
         return UnitState("absent")
 
     def stop(self, member: Member) -> None:

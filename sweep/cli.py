@@ -220,7 +220,7 @@ def _start_unit(name: str, sweep_dir: Path, k: int) -> int:
 def status_main(args) -> int:
     from tatu.daemon.logs import read_events
     from tatu.sweep.coordinator import STOP_FILE, Coordinator, backend_for, settings
-    from tatu.sweep.members import run_dir, summary
+    from tatu.sweep.members import summary
 
     sweep_dir = _sweep_dir(args, args.name)
     conf = settings(sweep_dir)
@@ -234,7 +234,7 @@ def status_main(args) -> int:
     if stop.exists():
         print(f"stopped: {stop.read_text().strip()}")
     for s in statuses:
-        events_path = run_dir(s.member) / "events.jsonl"
+        events_path = s.member.run_dir / "events.jsonl"
         steps = [e["step"] for e in read_events(events_path) if e.get("event") == "step"] if events_path.is_file() else []
         limit = s.member.env.get("MIX_STEPS_LIMIT", "?")
         print(f"  {s.member.name:<24} {s.state:<9} {s.verdict or '':<13} step {max(steps, default=0)}/{limit}"

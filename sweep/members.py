@@ -35,10 +35,6 @@ class MemberStatus:
     alive: bool = False  # its process still runs (a member that wrote its verdict may still be exiting)
 
 
-def run_dir(member: Member) -> Path:
-    return Path(member.env["TATU_OUT"]) / member.run
-
-
 def read_json(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -59,7 +55,7 @@ def member_status(member: Member, unit: UnitState) -> MemberStatus:
 
 
 def _member_status(member: Member, unit: UnitState) -> MemberStatus:
-    directory = run_dir(member)
+    directory = member.run_dir
     verdict = read_json(directory / "verdict.json")
     if verdict is not None:
         aborted = (verdict.get("numbers") or {}).get("aborted")
@@ -103,7 +99,7 @@ def summary(statuses: list[MemberStatus], eta_s: float | None, stage: str | None
 def member_wall_seconds(member: Member) -> float | None:
     from tatu.daemon.logs import read_events
 
-    path = run_dir(member) / "events.jsonl"
+    path = member.run_dir / "events.jsonl"
     if not path.is_file():
         return None
     times = [e["time"] for e in read_events(path) if "time" in e]

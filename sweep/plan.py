@@ -54,6 +54,11 @@ class Member:
     seed: int
     env: dict         # every variable the member's env file holds
 
+    @property
+    def run_dir(self) -> Path:
+        """Where its daemon writes (TATU_OUT/TATU_RUN): what the member achieved is read from here."""
+        return Path(self.env["TATU_OUT"]) / self.run
+
     def to_json(self) -> dict:
         return {"name": self.name, "run": self.run, "stage": self.stage, "config_key": self.config_key,
                 "values": self.values, "seed": self.seed, "env": self.env}

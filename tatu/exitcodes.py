@@ -4,6 +4,7 @@ FORGET_ABORT = 10  # MIX_FORGET_LIMIT tripped
 NONFINITE_LOSS = 11  # a non-finite loss, gradient, weight or eval: nothing non-finite is ever saved
 CRASH = 1  # a bug: the traceback is logged and systemd restarts the run
 BAD_DATA = 65  # EX_DATAERR
+RUN_DIR_BUSY = 75  # EX_TEMPFAIL: another daemon holds the run dir (restarted: it may be about to exit)
 IO_ERROR = 74  # EX_IOERR: the disk refused a save or a log write (full, read-only); the previous state is intact
 BAD_CONFIG = 78  # EX_CONFIG
 USAGE = 2

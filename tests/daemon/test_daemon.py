@@ -23,6 +23,7 @@ import pytest
 from tiny_world import RUN_PREFIXES, clean_environ, daemon, sft_env
 
 from tatu.daemon.logs import read_events
+from tatu.daemon.run_lock import holder_pid
 from tatu.daemon.main import main as daemon_main
 from tatu.model.checkpoint import load_checkpoint
 
@@ -303,6 +304,8 @@ def test_sigkill_at_random_moments_then_resume_is_bit_identical(tiny_trunk, tmp_
             shutil.rmtree(killed)
             kills = during_write = 0
             continue
+        if hit or steps_done() >= target:  # mid-run, the daemon holds its run dir; the kill frees it
+            assert holder_pid(run_dir) == proc.pid
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         kills += 1

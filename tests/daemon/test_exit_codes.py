@@ -9,6 +9,7 @@ from tatu.daemon.actions import NonFiniteError
 from tatu.daemon.config import ConfigError
 from tatu.daemon.main import exit_code_for
 from tatu.daemon.main import main as daemon_main
+from tatu.daemon.run_lock import RunDirBusy
 from tatu.data.manifest import DataConfigError, DataError, check_tokenizer
 from tatu.evals.sets import EvalSetError
 from tatu.model.checkpoint import CheckpointError, NonFiniteTensorError
@@ -20,6 +21,7 @@ from tatu.storage import StorageError
     (DataError("x"), exitcodes.BAD_DATA), (EvalSetError("x"), exitcodes.BAD_DATA),
     (CheckpointError("x"), exitcodes.BAD_DATA), (NonFiniteError("x"), exitcodes.NONFINITE_LOSS),
     (NonFiniteTensorError("x"), exitcodes.NONFINITE_LOSS), (StorageError("x"), exitcodes.IO_ERROR),
+    (RunDirBusy("x"), exitcodes.RUN_DIR_BUSY),
     (ValueError("x"), None), (KeyError("x"), None), (OSError("x"), None),
 ])
 def test_one_table_maps_each_layers_failure_and_leaves_bugs_alone(error, code):

@@ -1,0 +1,97 @@
+"""One daemon per run dir (daemon/run_lock.py): a second daemon exits 75 naming the dir and the
+holder's pid and writes nothing; the lock dies with its process (kill -9); a fresh start that
+finds a resume state appeared meanwhile does not start over it; the foreground sweep backend
+sees a member whose daemon holds its run dir as running. Real processes, real flocks."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tiny_world import daemon, sft_env
+
+from tatu import exitcodes
+from tatu.daemon.run_lock import RunDirBusy, RunDirLock, holder_pid
+from tatu.sweep.backends import ForegroundBackend
+from tatu.sweep.plan import Member
+
+HOLD = """
+import sys, time
+from tatu.daemon.run_lock import RunDirLock
+RunDirLock(sys.argv[1]).take_existing()
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def held(tmp_path):
+    """(run dir, the process holding its lock): another process, as another daemon would be."""
+    run_dir = tmp_path / "out" / "run"
+    run_dir.mkdir(parents=True)
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    yield run_dir, proc
+    proc.kill()
+    proc.wait()
+
+
+def test_the_holder_is_named_and_the_lock_dies_with_a_kill_9(held):
+    run_dir, proc = held
+    assert holder_pid(run_dir) == proc.pid
+    with pytest.raises(RunDirBusy, match=rf"^run dir {run_dir} is in use by another daemon \(pid {proc.pid}\): "):
+        RunDirLock(run_dir).take_existing()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert holder_pid(run_dir) is None
+    lock = RunDirLock(run_dir)
+    lock.take_existing()
+    assert lock.held and holder_pid(run_dir) is not None
+    lock.release()
+    assert holder_pid(run_dir) is None
+
+
+def test_a_second_daemon_on_a_held_run_dir_exits_75_and_writes_nothing(tiny_trunk, held):
+    run_dir, proc = held
+    (run_dir / "state").mkdir()  # a restart: the lock is taken before the resume state is read
+    result = daemon(sft_env(tiny_trunk, run_dir.parent))
+    assert result.returncode == exitcodes.RUN_DIR_BUSY, result.stdout[-2000:] + result.stderr[-2000:]
+    errors = [line for line in (result.stdout + result.stderr).splitlines() if "in use by another daemon" in line]
+    assert len(errors) == 1 and f"run dir {run_dir} is in use by another daemon (pid {proc.pid})" in errors[0]
+    assert "Traceback" not in result.stdout + result.stderr
+    assert sorted(p.name for p in run_dir.iterdir()) == ["state"]  # no run.log, no events: nothing written
+
+
+def test_a_fresh_start_does_not_start_over_a_state_that_appeared_meanwhile(tmp_path):
+    run_dir = tmp_path / "run"
+    lock = RunDirLock(run_dir)
+    lock.take_existing()  # no run dir yet: a fresh start, nothing to lock
+    assert not lock.held
+    (run_dir / "state").mkdir(parents=True)  # another daemon ran and saved in between
+    with pytest.raises(RunDirBusy, match="gained a resume state while this daemon started"):
+        lock.take_created(resumed=False)
+    assert not lock.held and holder_pid(run_dir) is None
+    lock.take_created(resumed=True)  # a daemon that read that state itself goes on
+    assert lock.held
+    lock.release()
+
+
+def test_a_rank_other_than_0_takes_nothing(tmp_path):
+    lock = RunDirLock(tmp_path, active=False)
+    lock.take_existing()
+    lock.take_created(resumed=False)
+    assert not lock.held and holder_pid(tmp_path) is None
+
+
+def test_the_foreground_backend_sees_a_locked_member_as_running(held, tmp_path):
+    run_dir, proc = held
+    member = Member("m-s1", run_dir.name, "compare", "m", {}, 1, {"TATU_OUT": str(run_dir.parent)})
+    backend = ForegroundBackend(tmp_path / "sweep")
+    state = backend.poll(member)
+    assert state.kind == "running" and f"pid {proc.pid}" in state.detail
+    proc.kill()
+    proc.wait()
+    assert backend.poll(member).kind == "absent"
