@@ -72,5 +72,5 @@ def check_distinct(path: Path, configurations: list[tuple[str, dict]]) -> None:
 
 
 def describe_configs(configs: dict[str, dict[str, str]]) -> dict[str, str]:
-    """name -> `TATU_TRAIN=lora TATU_LORA_RANK=8` (`(the base)` for a configuration that sets nothing)."""
-    return {name: " ".join(f"{k}={v}" for k, v in sets.items()) or "(the base)" for name, sets in configs.items()}
+    """name -> `TATU_LORA_RANK=8 TATU_TRAIN=lora` (sorted, as the lock keeps them; `(the base)` for none)."""
+    return {name: " ".join(f"{k}={v}" for k, v in sorted(sets.items())) or "(the base)" for name, sets in configs.items()}

@@ -156,7 +156,7 @@ def test_the_cli_prints_each_configuration_and_refuses_a_bad_one_78(tmp_path, ca
     path = write_plan(tmp_path)
     assert tatu(["sweep", "plan", str(path), "--sweeps", str(tmp_path / "sweeps")]) == 0
     out = capsys.readouterr().out
-    assert "configuration lora-r4: TATU_TRAIN=lora TATU_LORA_RANK=4\n" in out and "configuration full: (the base)\n" in out
+    assert "configuration lora-r4: TATU_LORA_RANK=4 TATU_TRAIN=lora\n" in out and "configuration full: (the base)\n" in out
     assert "baseline: config=full" in out and "members: 0 tune + 8 comparison: lora-r4-s1, lora-r4-s2, top1-s1" in out
     path.write_text(path.read_text().replace("TATU_LORA_RANK = 4", "TATU_LORA_RANKS = 4"))
     assert tatu(["sweep", "start", str(path), "--foreground", "--sweeps", str(tmp_path / "sweeps")]) == BAD_CONFIG
@@ -195,3 +195,29 @@ def test_the_shipped_forgetting_plan_compares_four_methods_against_full_training
     assert plan.base_env["REPLAY_N"] == "0" and plan.baseline == {"config": "full"} and plan.rule.axis == "config"
     # the demo sweep's data, trunk, steps and shape (examples/sweep-replay.toml): the two tables read side by side
     assert {k: v for k, v in plan.base_env.items() if k != "REPLAY_N"} == load_plan(EXAMPLES / "sweep-replay.toml").base_env
+
+
+def test_every_backend_hands_a_member_its_configurations_variables(tmp_path):
+    """systemd and Ray start members from the env file text / env dict of backends.member_env; the
+    foreground backend from the same dict: what they get parses back to the member's own config."""
+    from tatu.daemon.config import load_config
+    from tatu.envfile import env_file_text, parse_env_file
+    from tatu.sweep.backends import member_env
+
+    for m in load_plan(write_plan(tmp_path)).compare_members(tmp_path / "out", None):
+        env_file = tmp_path / f"{m.run}.env"
+        env_file.write_text(env_file_text(member_env(m, None)))
+        assert parse_env_file(env_file) == m.env
+        config = load_config(parse_env_file(env_file))[0]
+        assert (config.to_json()["TATU_TRAIN"], config.to_json()["REPLAY_N"]) == {
+            "lora-r4": ("lora", 0), "top1": ("top:1", 0), "full-replay2": ("all", 2), "full": ("all", 0)}[m.config_key]
+
+
+def test_the_cost_estimate_counts_each_configurations_micro_batches(tmp_path):
+    from tatu.sweep.cost import StepCost, member_seconds
+
+    cost = StepCost(seconds_per_slot=1e-6, eval_seconds=0.5, source="test")
+    by_config = {m.config_key: member_seconds(m, cost) for m in load_plan(write_plan(tmp_path)).compare_members(tmp_path, None)}
+    # 4 steps of (SFT_GE 2 + REPLAY_N) micro-batches of 2 x 192 tokens, and 4 // 2 + 2 evals, by hand
+    assert by_config["full"] == pytest.approx(4 * 2 * 2 * 192 * 1e-6 + 4 * 0.5)
+    assert by_config["full-replay2"] == pytest.approx(4 * 4 * 2 * 192 * 1e-6 + 4 * 0.5)
