@@ -35,7 +35,6 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tatu.sweep.configs import check_distinct, config_variables, read_configs
 from tatu.sweep.plan_file import PlanFile, read_plan_file, seed_list

@@ -221,3 +221,16 @@ def test_the_cost_estimate_counts_each_configurations_micro_batches(tmp_path):
     # 4 steps of (SFT_GE 2 + REPLAY_N) micro-batches of 2 x 192 tokens, and 4 // 2 + 2 evals, by hand
     assert by_config["full"] == pytest.approx(4 * 2 * 2 * 192 * 1e-6 + 4 * 0.5)
     assert by_config["full-replay2"] == pytest.approx(4 * 4 * 2 * 192 * 1e-6 + 4 * 0.5)
+
+
+def test_a_tune_stage_tunes_the_baseline_configuration_and_every_configuration_runs_the_tuned_value(tmp_path):
+    configs = 'lora-r4 = { TATU_TRAIN = "lora", TATU_LORA_RANK = 4 }\nfull-replay2 = { REPLAY_N = 2 }\n'
+    plan = load_plan(write_plan(tmp_path, configs=configs, baseline='baseline = { config = "lora-r4" }',
+                                tune="[tune]\nTATU_LR = [1e-3, 3e-3]\nseeds = [1]\n"))
+    tune = plan.tune_members(tmp_path)
+    assert [m.name for m in tune] == ["tune-lr0.001-s1", "tune-lr0.003-s1"]
+    assert all(m.env["TATU_TRAIN"] == "lora" and m.env["TATU_LORA_RANK"] == "4" for m in tune)
+    assert tune[0].values == {"config": "lora-r4", "TATU_LR": "0.001"}
+    compare = plan.compare_members(tmp_path, {"TATU_LR": "0.001"})
+    assert {(m.config_key, m.env["TATU_LR"], m.env.get("TATU_TRAIN", "all")) for m in compare} == {
+        ("lora-r4", "0.001", "lora"), ("full-replay2", "0.001", "all")}
