@@ -234,3 +234,21 @@ def test_a_tune_stage_tunes_the_baseline_configuration_and_every_configuration_r
     compare = plan.compare_members(tmp_path, {"TATU_LR": "0.001"})
     assert {(m.config_key, m.env["TATU_LR"], m.env.get("TATU_TRAIN", "all")) for m in compare} == {
         ("lora-r4", "0.001", "lora"), ("full-replay2", "0.001", "all")}
+
+
+def test_the_legend_shows_configurations_and_a_train_axis_but_leaves_other_tables_as_they_were():
+    from tatu.sweep.report import configs_legend
+
+    replay = [{"key": f"replay-n{n}", "values": {"REPLAY_N": str(n)}, "trainable": "trainable 1.1M of 1.1M (100.0%): h.0-3"}
+              for n in (0, 2)]
+    assert configs_legend(None, replay) == []  # the demo sweep's table has no legend
+    axis = [{"key": "trainall", "values": {"TATU_TRAIN": "all"}, "trainable": "trainable 1.1M of 1.1M (100.0%): h.0-3"},
+            {"key": "trainlora", "values": {"TATU_TRAIN": "lora"}, "trainable": None}]
+    rows = configs_legend(None, axis)[2].splitlines()
+    assert [r.split() for r in rows[1:]] == [["trainall", "-", *axis[0]["trainable"].split()], ["trainlora", "-", "n/a"]]
+    named = [["lora-r8", {"TATU_TRAIN": "lora", "TATU_LORA_RANK": "8"}], ["full", {}]]
+    configs = [{"key": "lora-r8", "values": {"config": "lora-r8"}, "trainable": "lora r=8 alpha=16 on 16 modules: 65.5k trainable"},
+               {"key": "full", "values": {"config": "full"}, "trainable": "trainable 1.1M of 1.1M (100.0%): h.0-3"}]
+    rows = configs_legend(named, configs)[2].splitlines()
+    assert rows[1].split()[:3] == ["lora-r8", "TATU_LORA_RANK=8", "TATU_TRAIN=lora"] and rows[1].endswith("65.5k trainable")
+    assert rows[2].split()[:4] == ["full", "(the", "base)", "trainable"]
