@@ -109,6 +109,7 @@ def closing_text(data: dict) -> str:
     if data.get("compare"):
         cmp = data["compare"]
         half = " (sftHeld: judge half)" if data.get("tune") else ""
+        out += configs_legend(data.get("configs"), cmp["configs"])
         out += ["", f"comparison stage{half}; * = baseline; CIs carry seed and line variance (crossed: seeds x shared lines)",
                 text_table(CONFIG_HEADER, config_rows(cmp["configs"])), OUTLIER_NOTE]
         held = [(c["key"], name, st) for c in cmp["configs"] for name, st in c["stats"].items()
@@ -129,6 +130,19 @@ def closing_text(data: dict) -> str:
                 out.append(f"  {verdict['axis']}={check['value']} fails " + "; ".join(f"{f['condition']} ({f['shown']})" for f in check["failed"]))
         out += [f"  what would change it: {note}" for note in verdict["would_change"]]
     return "\n".join(out)
+
+
+def configs_legend(named: list | None, configs: list[dict]) -> list[str]:
+    """What each named configuration sets and what trained in it; for axes alone, only when what
+    trained differs between configurations (a TATU_TRAIN axis), so other tables read as before."""
+    from tatu.sweep.configs import describe_configs
+
+    if not named and len({c.get("trainable") for c in configs}) < 2:
+        return []
+    sets = describe_configs(dict(named or []))
+    rows = [[c["key"], sets.get(c["values"].get("config"), "-"), c.get("trainable") or "n/a"] for c in configs]
+    return ["", "configurations (each over [base]) and what trains in each (the daemon's line)",
+            text_table(["config", "sets", "trains"], rows)]
 
 
 def _paired_text(configs: list[dict], common: bool) -> list[str]:
