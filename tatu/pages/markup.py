@@ -34,7 +34,7 @@ def table(header: list[str], rows: list[str], table_id: str) -> str:
     return f'<table id="{table_id}">\n<tr>{head}</tr>\n{body}\n</table>'
 
 
-def text_table(header: list[str], rows: list[list[str]], table_id: str) -> str:
+def plain_table(header: list[str], rows: list[list[str]], table_id: str) -> str:
     """A table of plain text cells, in a box that scrolls sideways when it is wider than the page."""
     return f'<div class="scroll">{table(header, ["<tr>" + "".join(text_cell(c) for c in r) + "</tr>" for r in rows], table_id)}</div>'
 

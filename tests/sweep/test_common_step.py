@@ -66,7 +66,7 @@ def _naive_t(diffs: list[float]) -> float:
 
 def test_every_comparison_is_also_made_at_the_common_step_and_the_rule_judges_there(sweep):
     from tatu.sweep.analysis import analyze
-    from tatu.sweep.report import closing_text
+    from tatu.sweep.tables import closing_text
 
     data = analyze(sweep)
     configs = {c["key"]: c for c in data["compare"]["configs"]}
