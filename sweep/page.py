@@ -13,6 +13,7 @@ def _comparison(configs: list[dict]) -> list[str]:
     parts = ["<h2>Comparison stage</h2><p>* = baseline; CIs carry seed and line variance (crossed: seeds x shared "
              f"lines). {esc(tables.OUTLIER_NOTE)}.</p>",
              plain_table(tables.CONFIG_HEADER, tables.config_rows(configs), "configs")]
+    parts += _sets(configs, common=False)
     paired = tables.paired_rows(configs)
     if paired:
         parts += ["<h2>Paired by seed and line vs the baseline (Holm)</h2>",
@@ -23,9 +24,26 @@ def _comparison(configs: list[dict]) -> list[str]:
     elif configs:
         parts += [f"<h2>At step {esc(step)}, the last eval step every member reached</h2>",
                   plain_table(tables.CONFIG_HEADER, tables.config_rows(configs, common=True), "configs-common")]
+        parts += _sets(configs, common=True)
         common_paired = tables.paired_rows(configs, common=True)
         if common_paired:
             parts.append(plain_table(tables.PAIRED_HEADER, common_paired, "paired-common"))
+    return parts
+
+
+def _sets(configs: list[dict], common: bool) -> list[str]:
+    """The held-out sets' and the word categories' changes vs step 0 (at the end, or the common step)."""
+    parts, where = [], "-common" if common else ""
+    held, categories = tables.held_out_rows(configs, common), tables.category_rows(configs, common)
+    if held:
+        parts += [f"<h3>Held-out sets</h3><p>{esc(tables.HELD_OUT_NOTE)}.</p>",
+                  plain_table(tables.HELD_OUT_HEADER, held, f"held-out{where}")]
+    if categories:
+        parts += [f"<h3>Word categories</h3><p>{esc(tables.CATEGORY_NOTE)}.</p>",
+                  plain_table(tables.CATEGORY_HEADER, categories, f"categories{where}")]
+    elif common and tables.categories_missing(configs):
+        parts.append("<p>Word categories at this step: n/a (the members' per-line eval files hold none: written "
+                     "before the daemon kept them).</p>")
     return parts
 
 

@@ -108,12 +108,7 @@ def closing_text(data: dict) -> str:
         half = " (sftHeld: judge half)" if data.get("tune") else ""
         out += ["", f"comparison stage{half}; * = baseline; CIs carry seed and line variance (crossed: seeds x shared lines)",
                 text_table(CONFIG_HEADER, config_rows(cmp["configs"])), OUTLIER_NOTE]
-        held = [(c["key"], name, st) for c in cmp["configs"] for name, st in c["stats"].items()
-                if name not in ("drift", "sftHeld")]
-        if held:  # the held-out sets the rule names, per configuration over seeds
-            out += ["", "held-out sets the rule names (change from the seed checkpoint to the end, over seeds)",
-                    text_table(["config", "set", "change [95% CI]", "seed SD"],
-                               [[key, name, _ci(st), _sd(st and st["seed_sd"])] for key, name, st in held])]
+        out += _sets_text(cmp["configs"], common=False)
         out += _paired_text(cmp["configs"], common=False)
         out += _common_text(cmp["configs"])
         verdict = data["verdict"]
@@ -145,5 +140,56 @@ def _common_text(configs: list[dict]) -> list[str]:
     step, missing = configs[0].get("common_step"), configs[0].get("common_missing")
     if missing:
         return ["", f"at the common step: n/a ({missing})"]
-    return ["", f"at step {step}, the last eval step every member reached (the daemon's per-line scores there)",
-            text_table(CONFIG_HEADER, config_rows(configs, common=True))] + _paired_text(configs, common=True)
+    return (["", f"at step {step}, the last eval step every member reached (the daemon's per-line scores there)",
+             text_table(CONFIG_HEADER, config_rows(configs, common=True))] + _sets_text(configs, common=True)
+            + _paired_text(configs, common=True))
+
+
+HELD_OUT_HEADER = ["config", "set", "step", "change [95% CI]", "seed SD", "within SE", "MDE"]
+HELD_OUT_NOTE = "held-out sets (every eval set beyond the three roles): ppl change vs step 0, over seeds (crossed CIs)"
+CATEGORY_HEADER = ["config", "set", "category", "step", "change [95% CI]", "seed SD", "within SE"]
+CATEGORY_NOTE = ("word categories (Apertium's tags, stored at data build): ppl change vs step 0 on the target tokens "
+                 "of each category, over the lines that have one, over seeds (crossed CIs)")
+
+
+def held_out_rows(configs: list[dict], common: bool = False) -> list[list[str]]:
+    rows = []
+    for c in configs:
+        for name, st in (c.get("stats_common" if common else "stats") or {}).items():
+            if name not in ("drift", "sftHeld"):
+                rows.append([c["key"], name, _step(c, common), _ci(st), _sd(st and st["seed_sd"]),
+                             _sd(st and st["within_se"]), _sd(st and st["mde"])])
+    return rows
+
+
+def category_rows(configs: list[dict], common: bool = False) -> list[list[str]]:
+    """One row per set, category and configuration, in that order (the configurations of one
+    category side by side)."""
+    where = "categories_common" if common else "categories"
+    pairs = list(dict.fromkeys((s, cat) for c in configs for s, per in (c.get(where) or {}).items() for cat in per))
+    rows = []
+    for set_name, category in pairs:
+        for c in configs:
+            st = ((c.get(where) or {}).get(set_name) or {}).get(category)
+            if st:
+                rows.append([c["key"], set_name, category, _step(c, common), _ci(st), _sd(st["seed_sd"]),
+                             _sd(st["within_se"])])
+    return rows
+
+
+def categories_missing(configs: list[dict]) -> bool:
+    """Categories at the end but none at the common step: the members' eval files predate them."""
+    return any(c.get("categories") for c in configs) and not any(c.get("categories_common") for c in configs)
+
+
+def _sets_text(configs: list[dict], common: bool) -> list[str]:
+    out = []
+    held, categories = held_out_rows(configs, common), category_rows(configs, common)
+    if held:
+        out += ["", HELD_OUT_NOTE, text_table(HELD_OUT_HEADER, held)]
+    if categories:
+        out += ["", CATEGORY_NOTE, text_table(CATEGORY_HEADER, categories)]
+    elif common and categories_missing(configs):
+        out += ["", "word categories at this step: n/a (the members' per-line eval files hold none: written before "
+                    "the daemon kept them)"]
+    return out
