@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from strict import cannot_run
-from sweep_world import plan_text
-from tiny_world import EN_WORDS, PT_WORDS, clean_environ, sentences
+from sweep_world import run_foreground, steps_plan_text
+from tiny_world import EN_WORDS, PT_WORDS, sentences
 
 from tatu.data.tags import tagger_problem
 from tatu.ops import cli
@@ -49,14 +47,9 @@ def sweep(tiny_trunk, tmp_path_factory):
                      "--eval", f"sftHeld={src / 'sft_held.jsonl'}", "--eval", f"ptVal={src / 'pt_val.txt'}",
                      "--eval", f"enRuler={src / 'en_ruler.txt'}",
                      *[a for n in EXTRA for a in ("--eval", f"{n}={root / (n + '.txt')}")], "--seq-len", "192"]) == 0
-    text = plan_text("held", data, tiny_trunk["trunk"], seeds=(1, 2), rule=RULE, extra=', TATU_SCHEDULE = "cosine"')
-    text = text.replace("MIX_STEPS_LIMIT = 4, ", "").replace("[axes]\nREPLAY_N = [0, 2]", "[axes]\nMIX_STEPS_LIMIT = [4, 6]")
     plan = root / "held.toml"
-    plan.write_text(text)
-    cmd = [sys.executable, "-m", "tatu.ops.cli", "sweep", "start", str(plan), "--foreground", "-K", "2", "--poll", "0.3",
-           "--sweeps", str(root / "sweeps")]
-    proc = subprocess.run(cmd, env=clean_environ(), capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    plan.write_text(steps_plan_text("held", data, tiny_trunk["trunk"], RULE))
+    run_foreground(plan, root / "sweeps")
     return root / "sweeps" / "held"
 
 
