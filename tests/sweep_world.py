@@ -2,6 +2,8 @@
 (conftest.py's `tiny_trunk`: tests/tiny_world.py's data and a trunk pretrained through the daemon)."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 
@@ -27,3 +29,21 @@ rule = "{rule}"
 """
 
 
+
+
+def steps_plan_text(name: str, data: Path, trunk: Path, rule: str) -> str:
+    """Two configurations that end at different steps (the axis MIX_STEPS_LIMIT = [4, 6], the way an
+    aborted member's end and a finished one's differ), two seeds each; a cosine schedule (to
+    MIX_STEPS_LIMIT), so the two train differently before step 4 too."""
+    text = plan_text(name, data, trunk, seeds=(1, 2), replay=(1,), rule=rule, extra=', TATU_SCHEDULE = "cosine"')
+    return text.replace("MIX_STEPS_LIMIT = 4, ", "").replace("[axes]\nREPLAY_N = [1]", "[axes]\nMIX_STEPS_LIMIT = [4, 6]")
+
+
+def run_foreground(plan: Path, sweeps: Path) -> None:
+    """`tatu sweep start PLAN --foreground -K 2` to its end, in the tests' clean environment."""
+    from tiny_world import clean_environ
+
+    cmd = [sys.executable, "-m", "tatu.ops.cli", "sweep", "start", str(plan), "--foreground", "-K", "2", "--poll", "0.3",
+           "--sweeps", str(sweeps)]
+    proc = subprocess.run(cmd, env=clean_environ(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
