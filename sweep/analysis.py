@@ -4,8 +4,8 @@ comparisons with the baseline, the tune stage's choice and the locked rule's ver
 Everything here is a pure function of the lock, the members' run dirs and checkpoints: the
 same files give the same numbers (fixed resampling seeds), however often and by whatever
 coordinator the sweep was run. Statistics (tatu.evals.seeds) are on the log scale of the
-paired perplexity ratio end/start and shown as relative changes: drift (enRuler) and the
-sftHeld change. With a tune stage, sftHeld is judged on its judge half only (odd line
+paired perplexity ratio end/start and shown as relative changes: drift (enRuler), the
+sftHeld change, every held-out set's change and each word category's (sweep/sets.py). With a tune stage, sftHeld is judged on its judge half only (odd line
 indices); the tune stage chose on the dev half (even ones); the ruler never chooses. Every
 comparison is made at the members' ends and at the common step (sweep/common.py); the rule
 judges the one it names.
@@ -25,13 +25,15 @@ from tatu.sweep.lock import locked_configs
 from tatu.sweep.rule import CONFIG, held_out_set, parse_rule
 from tatu.sweep import common as common_step_
 from tatu.sweep.scores import end_checkpoint, score_checkpoint
-from tatu.sweep.stats import config_stats, paired_stats
+from tatu.sweep.sets import set_stats
+from tatu.sweep.stats import paired_stats
 
 COMMON_LINES = (common_step_.START, common_step_.AT_COMMON)  # the base/end keys of the common-step lines
 
 
-def member_result(member: Member, sweep_dir: Path, extra_sets: tuple[str, ...] = ()) -> dict:
-    """Status, verdict, per-line start/end scores, the worst drift over its evals."""
+def member_result(member: Member, sweep_dir: Path, required: tuple[str, ...] = ()) -> dict:
+    """Status, verdict, per-line start/end scores (every set and category, sweep/scores.py; the
+    held-out sets a rule names `required`), the worst drift over its evals."""
     from tatu.daemon.logs import read_events
 
     status = member_status(member, UnitState("absent"))
@@ -42,8 +44,8 @@ def member_result(member: Member, sweep_dir: Path, extra_sets: tuple[str, ...] =
         return result
     cache = Path(sweep_dir) / "scores"
     end = end_checkpoint(directory)
-    result["base"] = score_checkpoint(Path(member.env["TATU_SEED_CKPT"]), member.env, cache, extra_sets)
-    result["end"] = score_checkpoint(end, member.env, cache, extra_sets)
+    result["base"] = score_checkpoint(Path(member.env["TATU_SEED_CKPT"]), member.env, cache, required)
+    result["end"] = score_checkpoint(end, member.env, cache, required)
     # what trained, as the daemon said it ("trainable 1.3M of 27.1M (4.8%): h.6-7, ln_f"); None for older runs
     result["trainable"] = ((read_json(end / "meta.json") or {}).get("trainable") or {}).get("line") if end else None
     evals = {}
@@ -181,24 +183,21 @@ def stage_table(lock: dict, members: list[Member], sweep_dir: Path, stage: str) 
         grouped.setdefault(m.config_key, []).append(m)
     from tatu.daemon.config import load_config
 
-    # the held-out sets the rule names are scored with the members' ends (the rule judges them at the end)
+    # every held-out set of the members' data is scored; the ones the rule names must be there
     rule = _locked_rule(lock)
-    held_out = tuple(dict.fromkeys(n for n in (held_out_set(c.metric) for c in rule.conditions) if n))
-    grouped_results = {key: [member_result(m, sweep_dir, held_out) for m in group] for key, group in grouped.items()}
+    named = tuple(dict.fromkeys(n for n in (held_out_set(c.metric) for c in rule.conditions) if n))
+    grouped_results = {key: [member_result(m, sweep_dir, named) for m in group] for key, group in grouped.items()}
     common = common_step_.common_step([r for results in grouped_results.values() for r in results])
     why_not = common_step_.attach([r for rs in grouped_results.values() for r in rs],
                                   {m.name: m.run_dir for m in members}, common)
     configs = []
     for index, (key, group) in enumerate(grouped.items()):
         results = grouped_results[key]
-        stats = {"drift": config_stats(results, "enRuler", None, index),
-                 "sftHeld": config_stats(results, "sftHeld", half_sft, index),
-                 **{name: config_stats(results, name, None, index) for name in held_out}}
-        at_common = None if why_not else {
-            "drift": config_stats(results, "enRuler", None, index, *COMMON_LINES),
-            "sftHeld": config_stats(results, "sftHeld", half_sft, index, *COMMON_LINES)}
+        stats, categories = set_stats(results, half_sft, index)
+        at_common, categories_common = (None, None) if why_not else set_stats(results, half_sft, index, *COMMON_LINES)
         effective = load_config(group[0].env)[0].to_json()
         configs.append({"key": key, "values": group[0].values, "results": results, "stats": stats,
+                        "categories": categories, "categories_common": categories_common,
                         "stats_common": at_common, "common_step": common, "common_missing": why_not,
                         "end_steps": sorted({r["steps"] for r in results if "end" in r}),
                         "trainable": next((r["trainable"] for r in results if r.get("trainable")), None),

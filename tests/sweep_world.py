@@ -31,6 +31,14 @@ rule = "{rule}"
 """
 
 
+def steps_plan_text(name: str, data: Path, trunk: Path, rule: str) -> str:
+    """Two configurations that end at different steps (the axis MIX_STEPS_LIMIT = [4, 6], the way an
+    aborted member's end and a finished one's differ), two seeds each; a cosine schedule (to
+    MIX_STEPS_LIMIT), so the two train differently before step 4 too."""
+    text = plan_text(name, data, trunk, seeds=(1, 2), replay=(1,), rule=rule, extra=', TATU_SCHEDULE = "cosine"')
+    return text.replace("MIX_STEPS_LIMIT = 4, ", "").replace("[axes]\nREPLAY_N = [1]", "[axes]\nMIX_STEPS_LIMIT = [4, 6]")
+
+
 def start_foreground(plan: Path, sweeps: Path, *extra: str, wait: bool = True):
     """`tatu sweep start PLAN --foreground -K 2` under `sweeps`: its CompletedProcess, or with
     wait=False the running coordinator (stdout and stderr together)."""
@@ -41,11 +49,11 @@ def start_foreground(plan: Path, sweeps: Path, *extra: str, wait: bool = True):
     return subprocess.Popen(cmd, env=clean_environ(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def run_through(plan: Path, sweeps: Path, finished: str) -> str:
-    """A foreground sweep to its end: exit 0 and its `sweep finished: ...` line asserted; its stdout."""
+def run_through(plan: Path, sweeps: Path, finished: str | None = None) -> str:
+    """A foreground sweep to its end: exit 0 (and its `sweep finished: FINISHED` line) asserted; its stdout."""
     proc = start_foreground(plan, sweeps)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"sweep finished: {finished}" in proc.stdout, proc.stdout
+    assert finished is None or f"sweep finished: {finished}" in proc.stdout, proc.stdout
     return proc.stdout
 
 

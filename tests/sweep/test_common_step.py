@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sweep_world import plan_text, plan_world, run_through
+from sweep_world import plan_world, run_through, steps_plan_text
 
 from tatu.sweep.lock import members, read_lock
 
@@ -24,11 +24,8 @@ RULE = "smallest MIX_STEPS_LIMIT such that drift < 50% at the common step"
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory, tiny_trunk):
-    # A cosine schedule (to MIX_STEPS_LIMIT): the two configurations train differently before step 4 too.
-    text = plan_text("steps", tiny_trunk["data"], tiny_trunk["trunk"], seeds=(1, 2), replay=(1,), rule=RULE,
-                     extra=', TATU_SCHEDULE = "cosine"')
-    text = text.replace("MIX_STEPS_LIMIT = 4, ", "").replace("[axes]\nREPLAY_N = [1]", "[axes]\nMIX_STEPS_LIMIT = [4, 6]")
-    root, plan = plan_world(tmp_path_factory, tiny_trunk, "steps", text=text)
+    root, plan = plan_world(tmp_path_factory, tiny_trunk, "steps",
+                            text=steps_plan_text("steps", tiny_trunk["data"], tiny_trunk["trunk"], RULE))
     run_through(plan, root / "sweeps", "4/4 done")
     return root / "sweeps" / "steps"
 
@@ -58,7 +55,7 @@ def _naive_t(diffs: list[float]) -> float:
 
 def test_every_comparison_is_also_made_at_the_common_step_and_the_rule_judges_there(sweep):
     from tatu.sweep.analysis import analyze
-    from tatu.sweep.report import closing_text
+    from tatu.sweep.tables import closing_text
 
     data = analyze(sweep)
     configs = {c["key"]: c for c in data["compare"]["configs"]}

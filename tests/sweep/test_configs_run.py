@@ -56,7 +56,7 @@ def test_each_member_ran_its_configurations_variables(sweep):
 
 def test_the_report_compares_the_configurations_against_the_baseline(sweep):
     from tatu.sweep.analysis import analyze
-    from tatu.sweep.report import closing_text
+    from tatu.sweep.tables import closing_text
     from tatu.sweep.scores import score_checkpoint
 
     data = analyze(sweep)

@@ -237,7 +237,7 @@ def test_a_tune_stage_tunes_the_baseline_configuration_and_every_configuration_r
 
 
 def test_the_legend_shows_configurations_and_a_train_axis_but_leaves_other_tables_as_they_were():
-    from tatu.sweep.report import configs_legend
+    from tatu.sweep.tables import configs_legend
 
     replay = [{"key": f"replay-n{n}", "values": {"REPLAY_N": str(n)}, "trainable": "trainable 1.1M of 1.1M (100.0%): h.0-3"}
               for n in (0, 2)]
