@@ -18,9 +18,9 @@ from typing import BinaryIO, Callable, Iterator
 
 import numpy as np
 
-from tatu.data.documents import Document, documents_in, is_jsonl
+from tatu.data.documents import Document, documents_in, is_jsonl, plain_texts
 from tatu.data.sft import BadLine
-from tatu.model.encoders import Encoder, tiktoken_encoding
+from tatu.model.encoders import Encoder, named_encoder
 from tatu.model.tokenizer import Tokenizer
 from tatu.model.tokenizer_json import tokenizer_from_dict
 
@@ -85,25 +85,35 @@ class ChunkEncoder:
         with open(chunk.path, "rb") as handle:
             handle.seek(chunk.offset)
             data = handle.read(chunk.length)
+        texts = None if is_jsonl(chunk.path) else plain_texts(data, self.one_per_line)
+        if texts is None:  # JSONL, or a line that is not UTF-8: a line at a time
+            return self._line_by_line(data, chunk)
+        ids = self.encoder.encode_documents(texts)
+        return ChunkResult(ids.astype(self.dtype).tobytes(), len(texts), len(ids) - 2 * len(texts),
+                           sum(map(len, texts)), [], chunk.length)
+
+    def _line_by_line(self, data: bytes, chunk: Chunk) -> ChunkResult:
         docs: list[Document] = []
         bad: list[BadLine] = []
         for item in documents_in(data, chunk.path, chunk.first_line, self.one_per_line):
             if isinstance(item, BadLine):
                 bad.append(item)
                 if not self.skip_bad:
-                    break
+                    return ChunkResult(b"", bad=bad, n_bytes=chunk.length)
                 continue
             docs.append(item)
-        if bad and not self.skip_bad:
-            return ChunkResult(b"", bad=bad, n_bytes=chunk.length)
-        flat: list[int] = []
-        bos, eos = self.tok.bos_id, self.tok.eos_id
-        encoded = iter(self.encoder.encode_batch([d.text for d in docs if d.pair is None]))
+        parts, texts = [], []
         for doc in docs:
+            if doc.pair is None:
+                texts.append(doc.text)
+                continue
             # A pair is the SFT layout (BOS <|user|> prompt <|assistant|> response EOS), every
             # token a target: a trunk pretrained on it knows the chat format before SFT.
-            flat.extend(doc.pair.encode(self.tok)[0] if doc.pair is not None else [bos, *next(encoded), eos])
-        return ChunkResult(np.asarray(flat, dtype=self.dtype).tobytes(), len(docs), len(flat) - 2 * len(docs),
+            parts += [self.encoder.encode_documents(texts), np.asarray(doc.pair.encode(self.tok)[0], dtype=np.uint32)]
+            texts = []
+        parts.append(self.encoder.encode_documents(texts))
+        ids = np.concatenate(parts)
+        return ChunkResult(ids.astype(self.dtype).tobytes(), len(docs), len(ids) - 2 * len(docs),
                            sum(len(d.text) for d in docs), bad, chunk.length)
 
 
@@ -111,15 +121,10 @@ _WORKER: ChunkEncoder | None = None
 
 
 def _start_worker(tok_dict: dict, encoder_name: str, dtype: str, one_per_line: bool, skip_bad: bool) -> None:
-    """A worker's own tokenizer and encoder, serial: the parallelism is the processes."""
+    """A worker's own tokenizer and encoder."""
     global _WORKER
     tok = tokenizer_from_dict(tok_dict)
-    if encoder_name == "tiktoken":
-        encoding, _ = tiktoken_encoding(tok)
-        encoder = Encoder("tiktoken", "", lambda texts: [encoding.encode_ordinary(t) for t in texts])
-    else:
-        encoder = Encoder(encoder_name, "", lambda texts: [tok.encode(t) for t in texts])
-    _WORKER = ChunkEncoder(tok, encoder, np.dtype(dtype), one_per_line, skip_bad)
+    _WORKER = ChunkEncoder(tok, named_encoder(tok, encoder_name), np.dtype(dtype), one_per_line, skip_bad)
 
 
 def _work(chunk: Chunk) -> ChunkResult:
