@@ -14,7 +14,8 @@ from hypothesis import given, settings, strategies as st
 from strict import cannot_run
 
 from tatu.data import text_shards
-from tatu.data.build import BuildSpec, build_data, token_dtype
+from tatu.data.build import BuildSpec, build_data
+from tatu.data.manifest import token_dtype
 from tatu.data.documents import documents_in, plain_texts, read_documents
 from tatu.model.chat import encode_messages, encode_pair
 from tatu.model.tokenizer import BPETokenizer, CharTokenizer
