@@ -21,8 +21,9 @@ from tatu.data.sft import BadLine, SFTExample, file_lines, parse_sft_line, split
 
 Lines = Iterable[tuple[int, bytes]]
 # one or more blank lines (empty, or whitespace as str.strip sees it: \s is the same set) between
-# two lines of text, in a text with a "\n" added at each end
-_BLANK_LINES = re.compile(r"\n(?:[^\S\n]*\n)+")
+# two lines of text, in a text with a "\n" added at each end: the greedy \s* backs up to the last
+# "\n" of the run, so the next line's leading whitespace stays with it
+_BLANK_LINES = re.compile(r"\n\s*\n")
 
 
 def is_jsonl(path: str | Path) -> bool:

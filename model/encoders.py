@@ -148,9 +148,11 @@ def tiktoken_encoder(tok: Tokenizer, encoding, reason: str) -> Encoder:
     def encode_documents(texts: list[str]) -> np.ndarray:
         if not texts:
             return np.empty(0, dtype=np.uint32)
-        body = FRAME_BOS + (FRAME_EOS + FRAME_BOS).join(texts) + FRAME_EOS
-        if body.count(FRAME_BOS) == len(texts) and body.count(FRAME_EOS) == len(texts):
-            return encoding.encode_to_numpy(body, allowed_special=frames)
+        ids = encoding.encode_to_numpy(FRAME_BOS + (FRAME_EOS + FRAME_BOS).join(texts) + FRAME_EOS,
+                                       allowed_special=frames)
+        # every frame character gives its id: exactly one BOS and one EOS per text when no text holds one
+        if np.count_nonzero(ids == bos) == len(texts) and np.count_nonzero(ids == eos) == len(texts):
+            return ids
         # one call per text: encode_ordinary_batch's thread pool costs a future per text, more than
         # it gains (the data build's parallelism is worker processes, model/../data/text_shards.py)
         return framed((encoding.encode_ordinary(text) for text in texts), bos, eos)
