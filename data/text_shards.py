@@ -81,7 +81,10 @@ def chunks(path: str, one_per_line: bool, chunk_bytes: int = CHUNK_BYTES) -> Ite
         while True:
             block = handle.read(chunk_bytes)
             pending += block
-            cut = max((pending.rfind(m) + len(m) for m in markers if m in pending), default=0)
+            cut = 0
+            for marker in markers:  # the last boundary; each later marker is looked for after it only
+                at = pending.rfind(marker, max(cut - len(marker) + 1, 0))
+                cut = at + len(marker) if at >= 0 else cut
             if not block:
                 cut = len(pending)
             if cut:
