@@ -22,8 +22,10 @@ The tokenizer: byte-level BPE of --vocab ids trained on the demo sources once.
 
     .venv/bin/python bench/data_build.py [--mb 32] [--vocab 8192] [--jobs N] [--no-train] [--keep DIR]
 
---sizes 100,1000 instead times only the build (wall, CPU, peak RSS) at each size in MB: the raw
-encoders would hold every document's ids as Python lists, gigabytes at 1 GB.
+--sizes 100,1000 instead times the build (wall, CPU, peak RSS) at each size in MB, and the two
+leanest raw encoders (tiktoken's framed call, and encode_ordinary a document at a time, 1 thread
+each) on its documents, checked against its shard ~1 MB at a time: holding every document's ids
+as the full run does would take gigabytes at 1 GB.
 """
 from __future__ import annotations
 
@@ -43,13 +45,15 @@ import psutil
 
 from tatu.data.documents import read_documents
 from tatu.data.text_shards import usable_cores
-from tatu.model.encoders import tiktoken_encoder, tiktoken_encoding
+from tatu.model.encoders import framed, tiktoken_encoder, tiktoken_encoding
 from tatu.model.tokenizer_json import load_tokenizer
 
 TATU = [sys.executable, "-m", "tatu.ops.cli"]
 
 
-def make_corpus(sources: Path, out: Path, mb: float, seed: int) -> list[str]:
+def corpus_documents(sources: Path, mb: float, seed: int) -> list[str]:
+    """The corpus's documents: the demo sources' documents repeated in a seeded shuffle up to `mb` MB
+    (the same str objects over and over: a 1 GB list of them costs little memory)."""
     docs = [d.text for name in ("pt_corpus.txt", "en_corpus.txt") for d in read_documents(sources / name)]
     rng, written, chosen = random.Random(seed), 0, []
     while written < mb * 1e6:
@@ -60,7 +64,14 @@ def make_corpus(sources: Path, out: Path, mb: float, seed: int) -> list[str]:
             written += len(text.encode()) + 2
             if written >= mb * 1e6:
                 break
-    out.write_text("\n\n".join(chosen) + "\n", encoding="utf-8")
+    return chosen
+
+
+def make_corpus(sources: Path, out: Path, mb: float, seed: int) -> list[str]:
+    chosen = corpus_documents(sources, mb, seed)
+    with open(out, "w", encoding="utf-8") as handle:
+        for i, text in enumerate(chosen):
+            handle.write(text + ("\n\n" if i + 1 < len(chosen) else "\n"))
     return chosen
 
 
@@ -111,18 +122,18 @@ def raw_encoders(tok, docs: list[str], jobs: int) -> tuple[dict[str, tuple[float
 
     cores = usable_cores()
     encoding, _ = tiktoken_encoding(tok)
-    framed = tiktoken_encoder(tok, encoding, "").encode_documents
+    framed_call = tiktoken_encoder(tok, encoding, "").encode_documents
     groups = _framed_groups(docs)
 
     def framed_in_threads() -> list:
         with ThreadPoolExecutor(jobs) as pool:
-            return list(pool.map(framed, groups))
+            return list(pool.map(framed_call, groups))
 
     runs = {
         f"tokenizers encode_batch ({cores} cores)": lambda: tok.encode_batch(docs),
         f"tiktoken encode_ordinary_batch ({jobs} threads)": lambda: encoding.encode_ordinary_batch(docs, num_threads=jobs),
         "tiktoken encode_ordinary, 1 doc a call (1 thread)": lambda: [encoding.encode_ordinary(d) for d in docs],
-        "tiktoken framed, 1 call per MB (1 thread)": lambda: [framed(g) for g in groups],
+        "tiktoken framed, 1 call per MB (1 thread)": lambda: [framed_call(g) for g in groups],
         f"tiktoken framed, 1 call per MB ({jobs} threads)": framed_in_threads,
     }
     results, reference, expected = {}, None, None
@@ -140,9 +151,33 @@ def raw_encoders(tok, docs: list[str], jobs: int) -> tuple[dict[str, tuple[float
     return results, expected
 
 
+def raw_against_shard(tok, docs: list[str], shard: np.ndarray) -> dict[str, tuple[float, bool, float]]:
+    """tiktoken's framed call and its encode_ordinary a document at a time (1 thread each) on `docs`,
+    timed per ~1 MB group and checked against the shard group by group (nothing held)."""
+    encoding, _ = tiktoken_encoding(tok)
+    framed_call = tiktoken_encoder(tok, encoding, "").encode_documents
+    runs = {"tiktoken framed, 1 call per MB (1 thread)": framed_call,
+            "tiktoken encode_ordinary, 1 doc a call (1 thread)": lambda g: [encoding.encode_ordinary(d) for d in g]}
+    results = {}
+    for name, run in runs.items():
+        wall = cpu = 0.0
+        position, same = 0, True
+        for group in _framed_groups(docs):
+            started, cpu_started = time.perf_counter(), time.process_time()
+            output = run(group)
+            wall, cpu = wall + time.perf_counter() - started, cpu + time.process_time() - cpu_started
+            ids = output if isinstance(output, np.ndarray) else framed(output, tok.bos_id, tok.eos_id)
+            same = same and np.array_equal(shard[position:position + len(ids)], ids)
+            position += len(ids)
+        results[name] = (wall, same and position == len(shard), cpu)
+    return results
+
+
 def build_only(args, work: Path, tok_path: Path, sources: Path) -> None:
-    """--sizes: the build alone at each size (wall, CPU, peak RSS of the process tree)."""
+    """--sizes: the build at each size (wall, CPU, peak RSS of the process tree), and the two
+    leanest raw encoders on its documents, checked against its shard."""
     jobs = args.jobs or usable_cores()
+    tok = load_tokenizer(tok_path)
     for mb in (float(x) for x in args.sizes.split(",")):
         corpus = work / f"corpus-{mb:g}mb.txt"
         if not corpus.is_file():
@@ -154,10 +189,17 @@ def build_only(args, work: Path, tok_path: Path, sources: Path) -> None:
         if proc.returncode != 0:
             sys.exit(f"tatu data build exited {proc.returncode}: {proc.stderr[-2000:]}")
         size = corpus.stat().st_size / 1e6
-        tokens = (out / "pretrain" / "tokens.bin").stat().st_size // 2
-        print(f"tatu data build --jobs {jobs} on {size:.1f} MB ({tokens} tokens): wall {seconds:.1f} s "
+        shard = np.memmap(out / "pretrain" / "tokens.bin", dtype=np.uint16, mode="r")
+        print(f"tatu data build --jobs {jobs} on {size:.1f} MB ({len(shard)} tokens): wall {seconds:.1f} s "
               f"({size / seconds:.2f} MB/s), CPU {cpu:.1f} s, peak RSS {rss:.0f} MB; load average {load:.1f} "
-              f"-> {os.getloadavg()[0]:.1f}")
+              f"-> {os.getloadavg()[0]:.1f}", flush=True)
+        if not args.no_raw:
+            for name, (raw_wall, same, raw_cpu) in raw_against_shard(tok, corpus_documents(sources, mb, args.seed),
+                                                                    shard).items():
+                print(f"  raw {name}: wall {raw_wall:.1f} s, CPU {raw_cpu:.1f} s, ids == the shard's: "
+                      f"{'yes' if same else 'no'}; tatu vs it: wall {raw_wall / seconds:.2f}, CPU {raw_cpu / cpu:.2f}",
+                      flush=True)
+        del shard
         shutil.rmtree(out, ignore_errors=True)
 
 
@@ -171,6 +213,7 @@ def main() -> None:
     parser.add_argument("--no-train", action="store_true", help="skip timing `tatu tokenizer train`")
     parser.add_argument("--keep", type=Path, default=None, help="work here and keep it (default: a temp dir)")
     parser.add_argument("--sizes", default=None, help="MB,MB,...: time only the build at each size (see above)")
+    parser.add_argument("--no-raw", action="store_true", help="with --sizes: skip the raw encoders")
     args = parser.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="tatu-bench-data-"))
     work.mkdir(parents=True, exist_ok=True)
