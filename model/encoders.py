@@ -188,7 +188,8 @@ def choose_encoder(tok: Tokenizer, sample: Iterable[str], wanted: str = "auto") 
     # the texts that hold a frame character go through the one-text-at-a-time path: checked apart
     framing = [t for t in [*ADVERSARIAL, *sample] if FRAME_BOS in t or FRAME_EOS in t]
     plain = [t for t in [*ADVERSARIAL, *sample] if not (FRAME_BOS in t or FRAME_EOS in t)]
-    differs = first_difference(tok, candidate.encode_batch, plain) or first_difference(tok, candidate.encode_batch, framing)
+    differs = (first_difference(tok, candidate.encode_batch, plain)
+               or first_difference(tok, candidate.encode_batch, framing))
     if differs is not None:
         if wanted == "tiktoken":
             raise EncoderMismatch(f"tiktoken's ids differ from tokenizers' on {differs}")
