@@ -88,7 +88,8 @@ class RunActions:
             path = eval_lines_path(config.run_dir, state.step)
             with self.saving("evals"):
                 path.parent.mkdir(exist_ok=True)
-                write_json_atomic(path, {"step": state.step, "sets": results_to_json(results)})
+                write_json_atomic(path, {"step": state.step, "sets": results_to_json(results),
+                                         "categories": {name: results_to_json(per) for name, per in categories.items()}})
         if decision.best:
             key = best_set(config.mode)
             state.best = {"step": state.step, "set": key, "ppl": results[key].ppl}

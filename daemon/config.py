@@ -54,7 +54,8 @@ class RunConfig(BaseModel):
     eval_en_lines_per_batch: int = Field(2, alias="EVAL_BATCH", ge=1, le=100_000,
                                          description="ruler lines per EVAL_EN_BATCHES when EVAL_EN_ALL=0")
     eval_lines: bool = Field(False, alias="TATU_EVAL_LINES",
-                             description="keep each eval's per-line scores in RUN_DIR/evals/step-N.json (sweeps set it)")
+                             description="keep each eval's per-line scores (every set and its word categories) "
+                                         "in RUN_DIR/evals/step-N.json (sweeps set it)")
     # --- run identity and paths ---
     run: str = Field("run", alias="TATU_RUN", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     out: Path = Field(Path("runs"), alias="TATU_OUT", description="parent directory of run directories")

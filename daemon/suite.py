@@ -55,10 +55,12 @@ def _load_tasks(suite: Suite, manifest: dict, data_dir) -> None:
         suite.tasks[name] = read_task(path)
 
 
-def _load_categories(suite: Suite, manifest: dict, data_dir, tokenizer) -> None:
-    """The stored tags of every set, checked against the manifest's hash (an edited tag file is
-    exit 65); sets without tags leave a one-line note and no category metrics."""
-    for name, eval_set in suite.sets.items():
+def set_categories(sets: dict[str, EvalSet], manifest: dict, data_dir, tokenizer) -> tuple[dict, dict, str | None]:
+    """(each tagged set's per-token categories, its words' characters, the one-line note on the
+    sets without tags) from the tags stored at data build, checked against the manifest's hash (an
+    edited tag file is exit 65). For the daemon's suite and whatever re-scores a run's checkpoints."""
+    categories, chars = {}, {}
+    for name, eval_set in sets.items():
         tags = manifest["evals"][name].get("tags") or {}
         if "file" not in tags:
             continue
@@ -66,10 +68,9 @@ def _load_categories(suite: Suite, manifest: dict, data_dir, tokenizer) -> None:
         if len(units) != eval_set.n_lines_total:
             raise DataError(f"{data_dir / tags['file']}: {len(units)} tagged lines for {eval_set.n_lines_total} "
                             f"scored lines of {name}; rebuild the data dir")
-        categories = token_categories(eval_set, tokenizer, units)
-        suite.categories[name] = categories
-        suite.category_chars[name] = word_chars(eval_set, tokenizer, categories)
-    suite.category_note = untagged_line({name: manifest["evals"][name] for name in suite.sets})
+        categories[name] = token_categories(eval_set, tokenizer, units)
+        chars[name] = word_chars(eval_set, tokenizer, categories[name])
+    return categories, chars, untagged_line({name: manifest["evals"][name] for name in sets})
 
 
 def load_eval_sets(config: RunConfig, manifest: dict, tokenizer, names: tuple[str, ...] | None = None,
@@ -117,7 +118,7 @@ def load_suite(config: RunConfig, manifest: dict, tokenizer) -> Suite:
         except ValueError as exc:
             raise DataError(str(exc)) from None
     suite = Suite(sets, notes, hashes, gen_pairs, dictionary)
-    _load_categories(suite, manifest, data_dir, tokenizer)
+    suite.categories, suite.category_chars, suite.category_note = set_categories(sets, manifest, data_dir, tokenizer)
     _load_tasks(suite, manifest, data_dir)
     return suite
 

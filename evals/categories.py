@@ -63,6 +63,15 @@ def word_chars(eval_set: EvalSet, tokenizer: Tokenizer, categories: list[list[st
     return {c: (chars[c], n_bytes[c]) for c in CATEGORIES}
 
 
+def category_lines(token_nll: Sequence[np.ndarray], categories: list[list[str | None]], category: str
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(NLL sum, token count) per line over the target tokens of `category`, from per-token NLLs."""
+    masks = [np.asarray([c == category for c in line], dtype=bool) for line in categories]
+    n_tokens = np.asarray([int(m.sum()) for m in masks], dtype=np.int64)
+    nll = np.asarray([float(np.asarray(nll_line)[m].sum()) for nll_line, m in zip(token_nll, masks)], dtype=np.float64)
+    return nll, n_tokens
+
+
 def category_results(whole: SetResult, categories: list[list[str | None]], chars: dict, n_resamples: int,
                      seed: int, only: Sequence[str] = CATEGORIES) -> dict[str, SetResult]:
     """The per-category results of a set scored with per-token NLLs (score_lines(per_token=True));
@@ -72,11 +81,9 @@ def category_results(whole: SetResult, categories: list[list[str | None]], chars
         raise ValueError(f"{whole.name}: scored without per-token NLLs; categories need score_lines(per_token=True)")
     out = {}
     for category in only:
-        masks = [np.asarray([c == category for c in line], dtype=bool) for line in categories]
-        n_tokens = np.asarray([int(m.sum()) for m in masks], dtype=np.int64)
+        nll, n_tokens = category_lines(token_nll, categories, category)
         if not n_tokens.any():
             continue
-        nll = np.asarray([float(nll_line[m].sum()) for nll_line, m in zip(token_nll, masks)], dtype=np.float64)
         line_chars, line_bytes = chars[category]
         scores = LineScores(nll, n_tokens, line_chars, line_bytes)
         out[category] = build_result(whole.name, whole.kind, scores, whole.line_index, whole.n_lines_total,

@@ -4,8 +4,8 @@ comparisons with the baseline, the tune stage's choice and the locked rule's ver
 Everything here is a pure function of the lock, the members' run dirs and checkpoints: the
 same files give the same numbers (fixed resampling seeds), however often and by whatever
 coordinator the sweep was run. Statistics (tatu.evals.seeds) are on the log scale of the
-paired perplexity ratio end/start and shown as relative changes: drift (enRuler) and the
-sftHeld change. With a tune stage, sftHeld is judged on its judge half only (odd line
+paired perplexity ratio end/start and shown as relative changes: drift (enRuler), the
+sftHeld change, every held-out set's change and each word category's (sweep/sets.py). With a tune stage, sftHeld is judged on its judge half only (odd line
 indices); the tune stage chose on the dev half (even ones); the ruler never chooses. Every
 comparison is made at the members' ends and at the common step (sweep/common.py); the rule
 judges the one it names.
@@ -18,19 +18,22 @@ from pathlib import Path
 
 from tatu.evals import seeds as st
 from tatu.evals.tdist import t_ppf
-from tatu.sweep.members import TERMINAL, member_status, run_dir
+from tatu.sweep.members import TERMINAL, member_status, read_json, run_dir
 from tatu.sweep.backends import UnitState
 from tatu.sweep.plan import Member
-from tatu.sweep.rule import held_out_set, parse_rule
+from tatu.sweep.lock import locked_configs
+from tatu.sweep.rule import CONFIG, held_out_set, parse_rule
 from tatu.sweep import common as common_step_
 from tatu.sweep.scores import end_checkpoint, score_checkpoint
-from tatu.sweep.stats import config_stats, paired_stats
+from tatu.sweep.sets import set_stats
+from tatu.sweep.stats import paired_stats
 
 COMMON_LINES = (common_step_.START, common_step_.AT_COMMON)  # the base/end keys of the common-step lines
 
 
-def member_result(member: Member, sweep_dir: Path, extra_sets: tuple[str, ...] = ()) -> dict:
-    """Status, verdict, per-line start/end scores, the worst drift over its evals."""
+def member_result(member: Member, sweep_dir: Path, required: tuple[str, ...] = ()) -> dict:
+    """Status, verdict, per-line start/end scores (every set and category, sweep/scores.py; the
+    held-out sets a rule names `required`), the worst drift over its evals."""
     from tatu.daemon.logs import read_events
 
     status = member_status(member, UnitState("absent"))
@@ -40,8 +43,11 @@ def member_result(member: Member, sweep_dir: Path, extra_sets: tuple[str, ...] =
     if status.state not in ("done", "aborted"):
         return result
     cache = Path(sweep_dir) / "scores"
-    result["base"] = score_checkpoint(Path(member.env["TATU_SEED_CKPT"]), member.env, cache, extra_sets)
-    result["end"] = score_checkpoint(end_checkpoint(directory), member.env, cache, extra_sets)
+    end = end_checkpoint(directory)
+    result["base"] = score_checkpoint(Path(member.env["TATU_SEED_CKPT"]), member.env, cache, required)
+    result["end"] = score_checkpoint(end, member.env, cache, required)
+    # what trained, as the daemon said it ("trainable 1.3M of 27.1M (4.8%): h.6-7, ln_f"); None for older runs
+    result["trainable"] = ((read_json(end / "meta.json") or {}).get("trainable") or {}).get("line") if end else None
     evals = {}
     for event in read_events(directory / "events.jsonl"):
         if event.get("event") == "eval" and event.get("step", 0) > 0:
@@ -83,10 +89,14 @@ def _fmt_metric(name: str, value: float) -> str:
 
 def decide(lock: dict, configs: list[dict]) -> dict:
     """The locked rule over the comparison stage's configurations."""
-    rule = parse_rule(lock["rule"], lock["axes"], Path(lock["plan_file"]))
-    axis_values = lock["axes"][rule.axis]
-    ordered = sorted(configs, key=lambda c: float(c["values"][rule.axis]) if _is_number(c["values"][rule.axis])
-                     else axis_values.index(c["values"][rule.axis]), reverse=rule.choose == "largest")
+    rule = _locked_rule(lock)
+    if rule.axis == CONFIG:  # `first config`: the plan's order of its configurations
+        order = list(locked_configs(lock))
+        ordered = sorted(configs, key=lambda c: order.index(c["values"][CONFIG]))
+    else:
+        axis_values = lock["axes"][rule.axis]
+        ordered = sorted(configs, key=lambda c: float(c["values"][rule.axis]) if _is_number(c["values"][rule.axis])
+                         else axis_values.index(c["values"][rule.axis]), reverse=rule.choose == "largest")
     checks = []
     judged = "metrics_common" if rule.at == "common" else "metrics"
     for config in ordered:
@@ -107,6 +117,10 @@ def decide(lock: dict, configs: list[dict]) -> dict:
     return {"rule": rule.text, "axis": rule.axis, "at": rule.at,
             "at_step": next((c.get("common_step") for c in configs), None) if rule.at == "common" else None, "chosen": chosen and chosen["value"], "line": line,
             "checks": checks, "would_change": _would_change(rule, ordered, checks, chosen)}
+
+
+def _locked_rule(lock: dict):
+    return parse_rule(lock["rule"], lock["axes"], Path(lock["plan_file"]), list(locked_configs(lock)))
 
 
 def _is_number(text: str) -> bool:
@@ -169,26 +183,24 @@ def stage_table(lock: dict, members: list[Member], sweep_dir: Path, stage: str) 
         grouped.setdefault(m.config_key, []).append(m)
     from tatu.daemon.config import load_config
 
-    # the held-out sets the rule names are scored with the members' ends (the rule judges them at the end)
-    rule = parse_rule(lock["rule"], lock["axes"], Path(lock["plan_file"]))
-    held_out = tuple(dict.fromkeys(n for n in (held_out_set(c.metric) for c in rule.conditions) if n))
-    grouped_results = {key: [member_result(m, sweep_dir, held_out) for m in group] for key, group in grouped.items()}
+    # every held-out set of the members' data is scored; the ones the rule names must be there
+    rule = _locked_rule(lock)
+    named = tuple(dict.fromkeys(n for n in (held_out_set(c.metric) for c in rule.conditions) if n))
+    grouped_results = {key: [member_result(m, sweep_dir, named) for m in group] for key, group in grouped.items()}
     common = common_step_.common_step([r for results in grouped_results.values() for r in results])
     why_not = common_step_.attach([r for rs in grouped_results.values() for r in rs],
                                   {m.name: run_dir(m) for m in members}, common)
     configs = []
     for index, (key, group) in enumerate(grouped.items()):
         results = grouped_results[key]
-        stats = {"drift": config_stats(results, "enRuler", None, index),
-                 "sftHeld": config_stats(results, "sftHeld", half_sft, index),
-                 **{name: config_stats(results, name, None, index) for name in held_out}}
-        at_common = None if why_not else {
-            "drift": config_stats(results, "enRuler", None, index, *COMMON_LINES),
-            "sftHeld": config_stats(results, "sftHeld", half_sft, index, *COMMON_LINES)}
+        stats, categories = set_stats(results, half_sft, index)
+        at_common, categories_common = (None, None) if why_not else set_stats(results, half_sft, index, *COMMON_LINES)
         effective = load_config(group[0].env)[0].to_json()
         configs.append({"key": key, "values": group[0].values, "results": results, "stats": stats,
+                        "categories": categories, "categories_common": categories_common,
                         "stats_common": at_common, "common_step": common, "common_missing": why_not,
                         "end_steps": sorted({r["steps"] for r in results if "end" in r}),
+                        "trainable": next((r["trainable"] for r in results if r.get("trainable")), None),
                         "effective": effective, "half": half_sft})
     for config in configs:
         config["metrics"] = _metrics(config["stats"], config["results"])
@@ -256,7 +268,7 @@ def analyze(sweep_dir: Path) -> dict:
     out = {"name": lock["name"], "question": lock["question"], "rule": lock["rule"], "plan_hash": lock["plan_hash"],
            # a lock written before the portable hash existed shows its own
            "plan_portable_hash": lock.get("plan_portable_hash", lock["plan_hash"]),
-           "seeds": lock["seeds"], "tune": None, "tuned": lock.get("tuned"), "compare": None, "verdict": None}
+           "seeds": lock["seeds"], "configs": lock.get("configs"), "tune": None, "tuned": lock.get("tuned"), "compare": None, "verdict": None}
     if lock.get("tune"):
         out["tune"] = {"var": lock["tune"]["var"], "configs": _strip(stage_table(lock, locked_members(lock, "tune"), sweep_dir, "tune"))}
     compare = locked_members(lock, "compare")

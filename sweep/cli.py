@@ -63,6 +63,7 @@ def _sweep_dir(args, name: str) -> Path:
 def plan_main(args) -> int:
     from tatu.daemon.config import describe, load_config
     from tatu.formats import fmt_duration
+    from tatu.sweep.configs import describe_configs
     from tatu.sweep.cost import estimate
     from tatu.sweep.plan import load_plan
 
@@ -76,6 +77,8 @@ def plan_main(args) -> int:
     if plan.question:
         print(f"question: {plan.question}")
     print(f"decision rule: {plan.rule.text}")
+    for name, sets in describe_configs(plan.configs).items():
+        print(f"configuration {name}: {sets}")
     print(f"baseline: {', '.join(f'{k}={v}' for k, v in plan.baseline.items())}   seeds: {plan.seeds}")
     if plan.tune_var:
         print(f"tune stage: {plan.tune_var} in {plan.tune_values}, seeds {plan.tune_seeds}, chosen on the dev half "
@@ -99,6 +102,9 @@ def plan_main(args) -> int:
         print(f"cost: {len(shown)} members, {fmt_duration(total)} of runs in all (measured by {cost.source}: "
               f"{cost.seconds_per_slot * 1e6:.2f} us per token slot, {cost.eval_seconds:.1f} s per eval); "
               f"K=1 -> {fmt_duration(total)}, K=2 -> {fmt_duration(total / 2)} wall")
+        if any(m.env.get("TATU_TRAIN", "all") != "all" for m in shown):
+            print("  (members with TATU_TRAIN=top:K or lora are counted at a full step's cost: an upper bound, "
+                  "their steps measured no slower in docs/benchmarks.md)")
     return 0
 
 

@@ -14,19 +14,25 @@ import json
 from pathlib import Path
 
 from tatu.daemon.actions import eval_lines_path
-from tatu.sweep.scores import SETS
+from tatu.sweep.scores import category_entries
 
 START, AT_COMMON = "start@0", "end@common"  # the keys of a member result that hold these lines
 
 
 def lines_at(run_dir: Path, step: int) -> dict | None:
-    """{set: {"nll_sum", "line_tokens", "line_index"}} as the daemon scored them at `step`; None if not kept."""
+    """{set: {"nll_sum", "line_tokens", "line_index"}} as the daemon scored them at `step`, every set
+    and each tagged set's categories ("sftHeld/noun", the lines with a token of it); None if not kept."""
     path = eval_lines_path(Path(run_dir), step)
     if not path.is_file():
         return None
-    sets = json.loads(path.read_text())["sets"]
-    return {name: {"nll_sum": sets[name]["lines"]["nll_sum"], "line_tokens": sets[name]["lines"]["n_tokens"],
-                   "line_index": sets[name]["lines"]["index"]} for name in SETS if name in sets}
+    doc = json.loads(path.read_text())
+    out = {name: {"nll_sum": s["lines"]["nll_sum"], "line_tokens": s["lines"]["n_tokens"],
+                  "line_index": s["lines"]["index"]} for name, s in doc["sets"].items()}
+    for name, per in (doc.get("categories") or {}).items():  # absent in files written before categories were kept
+        for category, r in per.items():
+            lines = r["lines"]
+            out.update(category_entries(name, {category: (lines["nll_sum"], lines["n_tokens"])}, lines["index"]))
+    return out
 
 
 def common_step(results: list[dict]) -> int | None:

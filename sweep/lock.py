@@ -54,7 +54,8 @@ def _entry(member: Member) -> dict:
 def new_lock(plan: Plan, sweep_dir: Path) -> dict:
     out = Path(sweep_dir).absolute() / "runs"
     listed = plan.tune_members(out) + plan.compare_members(out, None)
-    return {
+    configs = {"configs": plan.core()["configs"]} if plan.configs else {}  # absent without [configs], as in core()
+    return {**configs,
         "version": VERSION, "name": plan.name, "plan_hash": plan.hash, "plan_portable_hash": plan.portable_hash,
         "plan_file": str(plan.path.absolute()),
         "question": plan.question, "rule": plan.rule.text, "axes": plan.axes, "baseline": plan.baseline,
@@ -97,7 +98,13 @@ def _locked_core(lock: dict) -> dict:
     tune = lock.get("tune")
     return {"name": lock["name"], "question": lock["question"], "base_env": lock["base_env"], "axes": lock["axes"],
             "baseline": lock["baseline"], "rule": lock["rule"],
-            "tune": {k: tune[k] for k in ("var", "values", "seeds")} if tune else None}
+            "tune": {k: tune[k] for k in ("var", "values", "seeds")} if tune else None,
+            **({"configs": lock["configs"]} if lock.get("configs") else {})}
+
+
+def locked_configs(lock: dict) -> dict[str, dict[str, str]]:
+    """The lock's named configurations, name -> the variables it sets, in the plan's order."""
+    return {name: dict(sets) for name, sets in lock.get("configs") or []}
 
 
 def add_seeds(lock: dict, plan: Plan, added: list[int], sweep_dir: Path) -> dict:
@@ -128,9 +135,10 @@ def plan_from_lock(lock: dict) -> Plan:
     from tatu.sweep.plan import parse_rule
 
     source = Path(lock["plan_file"])
+    configs = locked_configs(lock)
     plan = Plan(source, lock["name"], lock["question"], list(lock["seeds"]), dict(lock["base_env"]),
                 {k: list(v) for k, v in lock["axes"].items()}, dict(lock["baseline"]),
-                parse_rule(lock["rule"], lock["axes"], source))
+                parse_rule(lock["rule"], lock["axes"], source, list(configs)), configs=configs)
     if lock.get("tune"):
         plan.tune_var, plan.tune_values, plan.tune_seeds = lock["tune"]["var"], list(lock["tune"]["values"]), list(lock["tune"]["seeds"])
     return plan

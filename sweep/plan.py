@@ -8,8 +8,12 @@
     vars = { TATU_DATA = "../demo/data", SFT_GE = 8, MIX_STEPS_LIMIT = 24 }
     [axes]
     REPLAY_N = [0, 2, 6]                    # any run variable; several axes -> their product
+    [configs]                               # optional: named configurations, each setting several
+    lora-r8 = { TATU_TRAIN = "lora", TATU_LORA_RANK = 8 }   # variables (tatu.sweep.configs); with
+    full = {}                               # axes too, each runs at every combination of them
     [decision]
-    baseline = { REPLAY_N = 0 }             # compared with (default: each axis's first value)
+    baseline = { REPLAY_N = 0 }             # compared with (default: each axis's first value;
+                                            # a configuration: config = "full", default the first)
     rule = "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT and sftHeld_change_hi < 0"
                                             # optional tail: "at the end" (default) | "at the common step"
     [tune]                                  # optional: tune one variable for the baseline first
@@ -19,7 +23,7 @@
 Relative paths (env_file, TATU_DATA, TATU_SEED_CKPT, TATU_TRUNK_CKPT) are relative to the
 plan file's directory, so a plan means the same wherever `tatu sweep` runs; the lock holds
 them absolute. TATU_RUN and TATU_OUT belong to the sweep: members are named from their axis
-values (`replay-n6-s3`), run as `<sweep>.<member>`, in sweeps/<name>/runs/.
+values (`replay-n6-s3`, `lora-r8-s3`), run as `<sweep>.<member>`, in sweeps/<name>/runs/.
 Every problem is a TatuExit(78) naming the file and the key; the TOML's shape is the pydantic
 model PlanFile, as the run config's is RunConfig.
 """
@@ -28,18 +32,14 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import math
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from tatu.sweep.configs import check_distinct, config_variables, read_configs
 from tatu.sweep.plan_file import PlanFile, read_plan_file, seed_list
-from tatu.sweep.rule import Rule, parse_rule, plan_error  # noqa: F401  (parse_rule: the lock and the analysis read rules)
-
-PATH_VARIABLES = ("TATU_DATA", "TATU_SEED_CKPT", "TATU_TRUNK_CKPT")
-SWEEP_OWNED = ("TATU_RUN", "TATU_OUT")
+from tatu.sweep.rule import CONFIG, Rule, parse_rule, plan_error  # noqa: F401  (parse_rule: the lock and the analysis read rules)
+from tatu.sweep.values import PATH_VARIABLES, SWEEP_OWNED, config_label, env_value as _env_value, resolve_paths as _resolve_paths
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Member:
     run: str          # <sweep>.<name>: TATU_RUN, the unit instance, the run dir
     stage: str        # "tune" or "compare"
     config_key: str   # replay-n6: the configuration without its seed
-    values: dict      # axis variable -> value (strings, as the environment holds them)
+    values: dict      # axis variable -> value (strings, as the environment holds them); CONFIG -> its name
     seed: int
     env: dict         # every variable the member's env file holds
 
@@ -77,12 +77,16 @@ class Plan:
     tune_var: str | None = None
     tune_values: list[str] = field(default_factory=list)
     tune_seeds: list[int] = field(default_factory=list)
+    configs: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> the variables it sets, in order
 
     def core(self) -> dict:
         """Everything pre-registered except the comparison seeds (which may only grow)."""
-        return {"name": self.name, "question": self.question, "base_env": self.base_env, "axes": self.axes,
+        core = {"name": self.name, "question": self.question, "base_env": self.base_env, "axes": self.axes,
                 "baseline": self.baseline, "rule": self.rule.text,
                 "tune": {"var": self.tune_var, "values": self.tune_values, "seeds": self.tune_seeds} if self.tune_var else None}
+        if self.configs:  # absent without [configs], so a plan without them hashes as it always did
+            core["configs"] = configs_json(self.configs)
+        return core
 
     @property
     def hash(self) -> str:
@@ -99,6 +103,8 @@ class Plan:
         core = self.core()
         axes = {var: [os.path.relpath(v, here) for v in values] if var in PATH_VARIABLES else values
                 for var, values in core["axes"].items()}
+        if "configs" in core:
+            core["configs"] = [[name, relative(sets)] for name, sets in core["configs"]]
         return {**core, "base_env": relative(core["base_env"]), "axes": axes, "baseline": relative(core["baseline"])}
 
     @property
@@ -107,9 +113,16 @@ class Plan:
         hashes the same wherever it lies (the inputs' contents are the run dirs' to record)."""
         return _digest(self.portable_core())
 
-    def configurations(self) -> list[dict[str, str]]:
+    def configurations(self) -> list[tuple[str, dict[str, str]]]:
+        """(key, values) per configuration: each named one (if any) at every combination of the axes."""
         names = list(self.axes)
-        return [dict(zip(names, combo)) for combo in itertools.product(*(self.axes[n] for n in names))]
+        out = []
+        for config in self.configs or [None]:
+            for combo in itertools.product(*(self.axes[n] for n in names)):
+                values = dict(zip(names, combo))
+                key = "-".join(part for part in (config, config_label(values)) if part)
+                out.append((key, {CONFIG: config, **values} if config else values))
+        return out
 
     def tune_members(self, sweep_out: Path) -> list[Member]:
         if not self.tune_var:
@@ -126,8 +139,7 @@ class Plan:
         if self.tune_var and not tuned:
             return []
         members = []
-        for values in self.configurations():
-            key = config_label(values)
+        for key, values in self.configurations():
             for seed in seeds or self.seeds:
                 members.append(self._member(key, {**(tuned or {}), **values}, seed, "compare", sweep_out))
         return members
@@ -138,48 +150,24 @@ class Plan:
         name = f"{key}-s{seed}"
         run = f"{self.name}.{name}"
         # TATU_EVAL_LINES: every eval's per-line scores, so members can be compared at a common step.
-        env = {**self.base_env, **values, "TATU_SEED": str(seed), "TATU_RUN": run, "TATU_OUT": str(sweep_out),
-               "TATU_EVAL_LINES": "1"}
+        env = {**self.base_env, **config_variables(values, self.configs), "TATU_SEED": str(seed), "TATU_RUN": run,
+               "TATU_OUT": str(sweep_out), "TATU_EVAL_LINES": "1"}
         try:
             load_config(env)
         except ConfigError as exc:
-            raise plan_error(self.path, f"member {name}", str(exc))
-        shown = {k: v for k, v in values.items() if k in self.axes or k == self.tune_var}
+            where = f"[configs] {values[CONFIG]}: member {name}" if CONFIG in values else f"member {name}"
+            raise plan_error(self.path, where, str(exc))
+        shown = {k: v for k, v in values.items() if k in self.axes or k == self.tune_var or k == CONFIG}
         return Member(name, run, stage, key, shown, seed, env)
+
+
+def configs_json(configs: dict[str, dict[str, str]]) -> list:
+    """[[name, variables], ...]: a list, so the plan's order survives sorted JSON (the lock, the hash)."""
+    return [[name, dict(sets)] for name, sets in configs.items()]
 
 
 def _digest(doc: dict) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def config_label(values: dict[str, str]) -> str:
-    """REPLAY_N=6 -> replay-n6; TATU_LR=0.001 -> lr0.001; several joined with '-'."""
-    parts = []
-    for var, value in values.items():
-        label = var.lower().removeprefix("tatu_").replace("_", "-")
-        parts.append(re.sub(r"[^A-Za-z0-9.-]", "-", f"{label}{value}"))
-    return "-".join(parts)
-
-
-def _env_value(value, path: Path, where: str) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, (int, str)):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise plan_error(path, where, f"{value} is not a finite number")
-        return repr(value)
-    raise plan_error(path, where, f"expected a number or a string, got {type(value).__name__}")
-
-
-def _resolve_paths(env: dict[str, str], base_dir: Path) -> dict[str, str]:
-    out = dict(env)
-    for var in PATH_VARIABLES:
-        if out.get(var):
-            p = Path(out[var])
-            out[var] = str((p if p.is_absolute() else base_dir / p).resolve())
-    return out
 
 
 def _base_env(doc: PlanFile, path: Path, known: set[str]) -> dict[str, str]:
@@ -201,8 +189,8 @@ def _base_env(doc: PlanFile, path: Path, known: set[str]) -> dict[str, str]:
 
 
 def _axes(doc: PlanFile, path: Path, known: set[str]) -> dict[str, list[str]]:
-    if not doc.axes:
-        raise plan_error(path, "[axes]", "at least one axis, e.g. REPLAY_N = [0, 2, 6]")
+    if not doc.axes and doc.configs is None:
+        raise plan_error(path, "[axes]", "at least one axis, e.g. REPLAY_N = [0, 2, 6] (or [configs])")
     axes: dict[str, list[str]] = {}
     for var, values in doc.axes.items():
         if var not in known or var in SWEEP_OWNED or var == "TATU_SEED":
@@ -216,17 +204,21 @@ def _axes(doc: PlanFile, path: Path, known: set[str]) -> dict[str, list[str]]:
     return axes
 
 
-def _baseline(doc: PlanFile, path: Path, axes: dict[str, list[str]]) -> dict[str, str]:
-    baseline = {var: values[0] for var, values in axes.items()}
+def _baseline(doc: PlanFile, path: Path, axes: dict[str, list[str]], configs: dict) -> dict[str, str]:
+    baseline = ({CONFIG: next(iter(configs))} if configs else {}) | {var: values[0] for var, values in axes.items()}
     for var, value in doc.decision.baseline.items():
         shown = _env_value(value, path, f"[decision] baseline.{var}")
-        if var not in axes or shown not in axes[var]:
+        if var == CONFIG and shown not in configs:
+            raise plan_error(path, f"[decision] baseline.{var}", f"{shown} is not a configuration of [configs] "
+                                                                 f"({', '.join(configs) or 'none'})")
+        if var != CONFIG and (var not in axes or shown not in axes[var]):
             raise plan_error(path, f"[decision] baseline.{var}", f"{shown} is not a value of an axis")
         baseline[var] = shown
     return baseline
 
 
 def _add_tune(plan: Plan, tune: dict, path: Path, known: set[str]) -> None:
+    """The [tune] stage: one variable, tuned at the baseline, that no axis or configuration sets."""
     tune = dict(tune)
     try:
         tune_seeds = seed_list(tune.pop("seeds", plan.seeds))
@@ -237,6 +229,9 @@ def _add_tune(plan: Plan, tune: dict, path: Path, known: set[str]) -> None:
     (var, values), = tune.items()
     if var not in known or var in SWEEP_OWNED or var == "TATU_SEED" or var in plan.axes:
         raise plan_error(path, f"[tune] {var}", "must be a run variable that is not an axis")
+    setting = [name for name, sets in plan.configs.items() if var in sets]
+    if setting:
+        raise plan_error(path, f"[tune] {var}", f"is set by the configuration {setting[0]}: the tuned value would not reach it")
     if not isinstance(values, list) or len(values) < 2:
         raise plan_error(path, f"[tune] {var}", "expected at least two values to choose from")
     plan.tune_var, plan.tune_values, plan.tune_seeds = var, [_env_value(v, path, f"[tune] {var}") for v in values], tune_seeds
@@ -251,15 +246,19 @@ def load_plan(path: str | Path) -> Plan:
     known = set(known_variables())
     env = _base_env(doc, path, known)
     axes = _axes(doc, path, known)
-    baseline = _baseline(doc, path, axes)
+    configs = read_configs(doc, path, known, axes)
+    baseline = _baseline(doc, path, axes, configs)
     if doc.decision.rule is None:
         raise plan_error(path, "[decision] rule", "missing: write the decision rule before the results")
-    rule = parse_rule(doc.decision.rule, axes, path)
-    plan = Plan(path, doc.name, doc.question, doc.seeds, env, axes, baseline, rule)
+    rule = parse_rule(doc.decision.rule, axes, path, list(configs))
+    plan = Plan(path, doc.name, doc.question, doc.seeds, env, axes, baseline, rule, configs=configs)
     if doc.tune is not None:
         _add_tune(plan, doc.tune, path, known)
     # Every member's config is checked now: a bad one is refused before anything runs.
     out = Path("/nonexistent-sweep-out")
     plan.tune_members(out)
-    plan.compare_members(out, {plan.tune_var: plan.tune_values[0]} if plan.tune_var else None)
+    compare = plan.compare_members(out, {plan.tune_var: plan.tune_values[0]} if plan.tune_var else None)
+    if configs:
+        first_seed = [m for m in compare if m.seed == plan.seeds[0]]
+        check_distinct(path, [(m.config_key, m.env) for m in first_seed])
     return plan

@@ -37,6 +37,7 @@ class PlanFile(_Section):
     seeds: list[int]
     base: _Base = _Base()
     axes: dict[str, list[Any]] = {}
+    configs: dict[str, dict[str, Any]] | None = None  # name -> { VAR = value, ... } (tatu.sweep.configs)
     decision: _Decision = _Decision()
     tune: dict[str, Any] | None = None
 
@@ -61,7 +62,7 @@ def seed_list(seeds) -> list[int]:
     return list(seeds)
 
 
-_SECTIONS = {"base": "[base]", "axes": "[axes]", "decision": "[decision]", "tune": "[tune]"}
+_SECTIONS = {"base": "[base]", "axes": "[axes]", "configs": "[configs]", "decision": "[decision]", "tune": "[tune]"}
 
 
 def _validation_error(path: Path, exc: ValidationError) -> TatuExit:

@@ -1,5 +1,6 @@
 """A sweep's decision rule, written before the results: `smallest|largest AXIS such that
-METRIC < VALUE and ...`, parsed once, judged by the analysis on every configuration."""
+METRIC < VALUE and ...` (or `first config such that ...`: the named configurations in the plan's
+order), parsed once, judged by the analysis on every configuration."""
 from __future__ import annotations
 
 import re
@@ -15,8 +16,11 @@ METRICS = ("drift", "drift_lo", "drift_hi", "sftHeld_change", "sftHeld_change_lo
 HELD_OUT_METRIC = re.compile(r"^([A-Za-z][A-Za-z0-9]*)_change(_lo|_hi)?$")
 # "... such that CONDITIONS [at the end | at the common step]": which comparison the rule judges
 # (default the end; the common step is the last eval step every member reached).
-RULE = re.compile(r"^\s*(smallest|largest)\s+([A-Z][A-Z0-9_]*)\s+such\s+that\s+(.+?)"
+RULE = re.compile(r"^\s*(smallest|largest|first)\s+([A-Z][A-Z0-9_]*|config)\s+such\s+that\s+(.+?)"
                   r"(?:\s+at\s+the\s+(end|common\s+step))?\s*$")
+# The key naming a member's configuration (`[configs]`) in its values, the baseline and the rule:
+# lowercase, so it can never be a run variable.
+CONFIG = "config"
 CONDITION = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(<=|<)\s*([A-Z][A-Z0-9_]*|[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?%?)\s*$")
 
 
@@ -47,8 +51,8 @@ class Condition:
 @dataclass(frozen=True)
 class Rule:
     text: str
-    choose: str  # smallest | largest
-    axis: str
+    choose: str  # smallest | largest (an axis's values) | first (the configurations in the plan's order)
+    axis: str    # an axis, or CONFIG
     conditions: tuple[Condition, ...]
     at: str = "end"  # "end" (each member's last step) | "common" (the last eval step every member reached)
 
@@ -61,16 +65,22 @@ def held_out_set(metric: str) -> str | None:
     return match.group(1)
 
 
-def parse_rule(text: str, axes: dict, path: Path) -> Rule:
+def parse_rule(text: str, axes: dict, path: Path, configs=()) -> Rule:
+    """`configs`: the names of the plan's configurations (what `first config` chooses among)."""
     from tatu.daemon.config import known_variables
 
     match = RULE.match(text)
     if not match:
         raise plan_error(path, "[decision] rule", f"{text!r} is not 'smallest|largest AXIS such that METRIC < VALUE and ... "
-                                               f"[at the end | at the common step]'")
+                                               f"[at the end | at the common step]' (or 'first config such that ...')")
     choose, axis, rest, at = match.groups()
-    if axis not in axes:
-        raise plan_error(path, "[decision] rule", f"{axis} is not an axis of the plan (axes: {', '.join(axes)})")
+    if (choose == "first") != (axis == CONFIG):
+        raise plan_error(path, "[decision] rule", f"'{choose} {axis}': write 'smallest|largest AXIS' or 'first config'")
+    if axis == CONFIG and not configs:
+        raise plan_error(path, "[decision] rule", "'first config' chooses among [configs], and the plan has none")
+    if axis != CONFIG and axis not in axes:
+        also = " or 'first config'" if configs else ""
+        raise plan_error(path, "[decision] rule", f"{axis} is not an axis of the plan (axes: {', '.join(axes) or 'none'}){also}")
     conditions = []
     for part in re.split(r"\s+and\s+", rest):
         cond = CONDITION.match(part)

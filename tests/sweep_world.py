@@ -2,12 +2,16 @@
 (conftest.py's `tiny_trunk`: tests/tiny_world.py's data and a trunk pretrained through the daemon)."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 
 def plan_text(name: str, data: Path, trunk: Path, seeds=(1, 2), replay=(0, 2), steps: int = 4, tune: str = "",
               rule: str = "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT and sftHeld_change_hi < 0",
-              extra: str = "") -> str:
+              extra: str = "", configs: str = "", baseline: str = "") -> str:
+    """`configs`: a [configs] section's lines, replacing the REPLAY_N axis; `baseline`: [decision]'s."""
+    axes = f"[configs]\n{configs}" if configs else f"[axes]\nREPLAY_N = [{', '.join(str(r) for r in replay)}]"
     return f"""
 name = "{name}"
 question = "Does replay hold the ruler while sftHeld improves?"
@@ -16,12 +20,30 @@ seeds = [{", ".join(str(s) for s in seeds)}]
 [base]
 vars = {{ TATU_DATA = "{data}", TATU_SEED_CKPT = "{trunk}", TATU_DEVICE = "cpu", TATU_PRECISION = "fp32", TATU_MICRO_BATCH = 2, TATU_SEQ_LEN = 192, TATU_EVAL_RESAMPLES = 200, TATU_MEM_FLOOR_MB = 0, TATU_GEN_PROMPTS = 2, TATU_GEN_TOKENS = 4, SFT_GE = 2, MIX_STEPS_LIMIT = {steps}, EVAL_EVERY = 2, TATU_CKPT_EVERY = 1, TATU_LR = 3e-3{extra} }}
 
-[axes]
-REPLAY_N = [{", ".join(str(r) for r in replay)}]
+{axes}
 
 [decision]
 rule = "{rule}"
+{baseline}
 {tune}
 """
 
 
+
+
+def steps_plan_text(name: str, data: Path, trunk: Path, rule: str) -> str:
+    """Two configurations that end at different steps (the axis MIX_STEPS_LIMIT = [4, 6], the way an
+    aborted member's end and a finished one's differ), two seeds each; a cosine schedule (to
+    MIX_STEPS_LIMIT), so the two train differently before step 4 too."""
+    text = plan_text(name, data, trunk, seeds=(1, 2), replay=(1,), rule=rule, extra=', TATU_SCHEDULE = "cosine"')
+    return text.replace("MIX_STEPS_LIMIT = 4, ", "").replace("[axes]\nREPLAY_N = [1]", "[axes]\nMIX_STEPS_LIMIT = [4, 6]")
+
+
+def run_foreground(plan: Path, sweeps: Path) -> None:
+    """`tatu sweep start PLAN --foreground -K 2` to its end, in the tests' clean environment."""
+    from tiny_world import clean_environ
+
+    cmd = [sys.executable, "-m", "tatu.ops.cli", "sweep", "start", str(plan), "--foreground", "-K", "2", "--poll", "0.3",
+           "--sweeps", str(sweeps)]
+    proc = subprocess.run(cmd, env=clean_environ(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

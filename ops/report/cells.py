@@ -2,14 +2,10 @@
 raw value, so the page can be checked against the events cell by cell."""
 from __future__ import annotations
 
-import html
 import json
 
 from tatu.ops.report.runs import FORMATS, fmt_ppl
-
-
-def esc(text) -> str:
-    return html.escape(str(text), quote=True)
+from tatu.pages.markup import esc
 
 
 def cell(value, kind: str, path: str, set_name: str = "") -> str:
@@ -19,17 +15,7 @@ def cell(value, kind: str, path: str, set_name: str = "") -> str:
             f'data-value="{esc(json.dumps(value))}">{esc(text)}</td>')
 
 
-def text_cell(text) -> str:
-    return f"<td>{esc(text)}</td>"
-
-
 def row(cells: str, run: str | None = None, title: str | None = None) -> str:
     """A table row; data-run names the run its numbers belong to."""
     attrs = (f' data-run="{esc(run)}"' if run is not None else "") + (f' title="{esc(title)}"' if title else "")
     return f"<tr{attrs}>{cells}</tr>"
-
-
-def table(header: list[str], rows: list[str], table_id: str) -> str:
-    head = "".join(f"<th>{esc(h)}</th>" for h in header)
-    body = "\n".join(rows)
-    return f'<table id="{table_id}">\n<tr>{head}</tr>\n{body}\n</table>'

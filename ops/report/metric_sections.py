@@ -2,8 +2,9 @@
 at the last eval with its change vs step 0."""
 from __future__ import annotations
 
-from tatu.ops.report.cells import cell, esc, row, table, text_cell
+from tatu.ops.report.cells import cell, row
 from tatu.ops.report.runs import RunRecord
+from tatu.pages.markup import esc, table, text_cell
 
 
 def categories_section(runs: list[RunRecord]) -> str:

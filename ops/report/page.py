@@ -10,14 +10,15 @@ test or a script can check the page against events.jsonl cell by cell.
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 from pathlib import Path
 
-from tatu.ops.report.cells import cell, esc, row, table, text_cell
+from tatu.ops.report.cells import cell, row
 from tatu.ops.report.metric_sections import categories_section, tasks_section
-from tatu.ops.report.plots import DPI, FIGSIZE, PLOT_SIZE, PlotFile, render_plots
+from tatu.ops.report.plots import render_plots
 from tatu.ops.report.runs import RunRecord, fmt_int, load_run, report_sets
+from tatu.pages.figures import DPI, FIGSIZE, PlotFile
+from tatu.pages.markup import esc, figures, page, table, text_cell
 
 __all__ = ["build_report", "load_run", "render_plots", "RunRecord", "FIGSIZE", "DPI", "add_args", "main"]
 
@@ -186,19 +187,7 @@ def _generations_section(runs: list[RunRecord]) -> str:
 def _plots_section(plots: list[PlotFile], out_dir: Path) -> str:
     if not plots:
         return "<h2>Plots</h2><p>no eval events yet: nothing to plot</p>"
-    figures = []
-    for plot in plots:
-        name, caption = plot.name, plot.caption
-        data = base64.b64encode((out_dir / name).read_bytes()).decode("ascii")
-        figures.append(f'<figure><a href="{esc(name)}"><img src="data:image/png;base64,{data}" '
-                       f'width="{PLOT_SIZE[0]}" height="{PLOT_SIZE[1]}" alt="{esc(caption)}"></a>'
-                       f'<figcaption>{esc(caption)} (<a href="{esc(name)}">{esc(name)}</a>)</figcaption></figure>')
-    return "<h2>Plots</h2>\n" + "\n".join(figures)
-
-
-STYLE = """body{font-family:sans-serif;max-width:1200px;margin:1em auto;padding:0 1em}
-table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:2px 6px;vertical-align:top}
-td.num{text-align:right;font-family:monospace}th{background:#f3f3f3}figure{display:inline-block;margin:0 1em 1em 0}"""
+    return "<h2>Plots</h2>\n" + figures(plots, out_dir)
 
 
 def _unique_names(runs: list[RunRecord]) -> None:
@@ -220,18 +209,15 @@ def build_report(run_dirs: list[Path | str], out_dir: Path | str) -> Path:
     plots = render_plots(runs, out_dir)
     sources = "".join(f"<li>{esc(r.name)}: {esc(r.run_dir / 'events.jsonl')} ({len(r.evals)} evals, "
                       f"last step {fmt_int(r.last_step)}; {esc(r.status)})</li>" for r in runs)
-    page = "\n".join([
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>tatu report: {esc(', '.join(r.name for r in runs))}</title><style>{STYLE}</style></head><body>",
-        f"<h1>tatu report: {esc(', '.join(r.name for r in runs))}</h1>",
+    html_text = page(f"tatu report: {', '.join(r.name for r in runs)}", [
         f"<p>Every number below is read from these events.jsonl files:</p><ul>{sources}</ul>",
         _verdict_section(runs), _comparison_section(runs), categories_section(runs), tasks_section(runs),
         _plots_section(plots, out_dir),
         _config_section(runs),
-        _generations_section(runs), _history_section(runs), "</body></html>", "",
+        _generations_section(runs), _history_section(runs),
     ])
     index = out_dir / "index.html"
-    index.write_text(page, encoding="utf-8")
+    index.write_text(html_text, encoding="utf-8")
     return index
 
 

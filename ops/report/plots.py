@@ -2,22 +2,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 from tatu.ops.report.runs import RunRecord, fmt_int, fmt_pct, number, report_sets
+from tatu.pages.figures import ABORT_MARK, PlotFile, colour as _colour, new_axes, save
 
-FIGSIZE = (7.0, 4.0)
-DPI = 100
-PLOT_SIZE = (round(FIGSIZE[0] * DPI), round(FIGSIZE[1] * DPI))  # PNG width, height in pixels
 # A forget limit this far above every plotted drift would flatten the curves into a line at 0:
 # it is then written on the plot instead of drawn.
 LIMIT_OFF_SCALE = 3.0
-
-
-def _colour(index: int) -> str:
-    palette = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
-    return palette[index % len(palette)]
 
 
 def _series(run: RunRecord, getter) -> tuple[list[int], list[float], list[float], list[float]]:
@@ -36,17 +28,6 @@ def _series(run: RunRecord, getter) -> tuple[list[int], list[float], list[float]
         lows.append(value if lo is None else lo)
         highs.append(value if hi is None else hi)
     return steps, values, lows, highs
-
-
-@dataclass
-class PlotFile:
-    """One PNG written, with what its legend and axes say (so the page and tests can tell what was drawn)."""
-
-    name: str
-    caption: str
-    legend: list[str]  # the legend's labels, in order
-    notes: list[str]  # text written on the axes (limits too far above the curves to draw)
-    yscale: str  # "log" or "linear", as the axes ended up
 
 
 def _limit_groups(runs: list[RunRecord]) -> list[tuple[float, list[int]]]:
@@ -83,8 +64,7 @@ def _draw_run(ax, index: int, run: RunRecord, getter, scale: float) -> float | N
         x = steps[at] if step is None else step
         ax.axvline(x, color="red", linestyle=":", linewidth=1.0)
         # drawn under the best star (an abort often happens at the best step) and larger, so both show
-        ax.plot([x], [values[at] * scale], marker="X", markersize=18, color="red", markeredgecolor="black",
-                linestyle="none", zorder=3,
+        ax.plot([x], [values[at] * scale], markersize=18, zorder=3, **ABORT_MARK,
                 label=f"{run.name} aborted at step {fmt_int(step)}: {reason}")
     return max([-math.inf, *(h * scale for h in highs if math.isfinite(h))])
 
@@ -119,12 +99,7 @@ def _log_axis(ax) -> None:
 def _plot(runs: list[RunRecord], getter, title: str, ylabel: str, path: Path, caption: str, scale: float = 1.0,
           draw_limits: bool = False, log_y: bool = False) -> PlotFile | None:
     """One PNG of a metric per eval step, every run overlaid; None when no run has the metric."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=FIGSIZE, dpi=DPI)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
+    fig, ax = new_axes()
     tops = [t for index, run in enumerate(runs) if (t := _draw_run(ax, index, run, getter, scale)) is not None]
     if not tops:
         return None
@@ -135,10 +110,7 @@ def _plot(runs: list[RunRecord], getter, title: str, ylabel: str, path: Path, ca
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel + (" (log scale)" if log_y else ""))
     ax.grid(True, which="both" if log_y else "major", alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
-    fig.savefig(path, format="png", dpi=DPI)
-    return PlotFile(name=path.name, caption=caption, legend=ax.get_legend_handles_labels()[1], notes=notes,
-                    yscale=ax.get_yscale())
+    return save(fig, ax, path, caption, notes)
 
 
 def render_plots(runs: list[RunRecord], out_dir: Path) -> list[PlotFile]:

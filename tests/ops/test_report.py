@@ -398,3 +398,12 @@ def test_a_limit_far_above_the_curves_is_written_not_drawn(runs, tmp_path):
     limits, notes = _drift_legend([runs["finished"], runs["running"]], tmp_path)
     assert limits == ["MIX_FORGET_LIMIT +10.0% (sft-noreplay)"]
     assert notes == ["MIX_FORGET_LIMIT +1000.0% (sft-replay) (above the plot)"]
+
+
+def test_the_run_report_and_the_sweep_page_share_one_style(runs):
+    """One look (tatu.pages): the run report's page carries the shared style and no other
+    (tests/sweep/test_report_page.py checks the sweep page the same way)."""
+    from tatu.pages.markup import STYLE
+
+    styles = re.findall(r"<style>(.*?)</style>", runs["index"].read_text(encoding="utf-8"), re.S)
+    assert styles == [STYLE]

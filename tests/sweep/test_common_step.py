@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from sweep_world import plan_text
-from tiny_world import clean_environ
+from sweep_world import run_foreground, steps_plan_text
 
 from tatu.sweep.lock import members, read_lock
 
@@ -28,16 +25,9 @@ RULE = "smallest MIX_STEPS_LIMIT such that drift < 50% at the common step"
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory, tiny_trunk):
     root = tmp_path_factory.mktemp("common-step")
-    data, trunk = tiny_trunk["data"], tiny_trunk["trunk"]
-    # A cosine schedule (to MIX_STEPS_LIMIT): the two configurations train differently before step 4 too.
-    text = plan_text("steps", data, trunk, seeds=(1, 2), replay=(1,), rule=RULE, extra=', TATU_SCHEDULE = "cosine"')
-    text = text.replace("MIX_STEPS_LIMIT = 4, ", "").replace("[axes]\nREPLAY_N = [1]", "[axes]\nMIX_STEPS_LIMIT = [4, 6]")
     plan = root / "steps.toml"
-    plan.write_text(text)
-    cmd = [sys.executable, "-m", "tatu.ops.cli", "sweep", "start", str(plan), "--foreground", "-K", "2", "--poll", "0.3",
-           "--sweeps", str(root / "sweeps")]
-    proc = subprocess.run(cmd, env=clean_environ(), capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    plan.write_text(steps_plan_text("steps", tiny_trunk["data"], tiny_trunk["trunk"], RULE))
+    run_foreground(plan, root / "sweeps")
     return root / "sweeps" / "steps"
 
 
@@ -66,7 +56,7 @@ def _naive_t(diffs: list[float]) -> float:
 
 def test_every_comparison_is_also_made_at_the_common_step_and_the_rule_judges_there(sweep):
     from tatu.sweep.analysis import analyze
-    from tatu.sweep.report import closing_text
+    from tatu.sweep.tables import closing_text
 
     data = analyze(sweep)
     configs = {c["key"]: c for c in data["compare"]["configs"]}

@@ -48,12 +48,3 @@ def test_a_lora_setting_crossed_with_full_training_is_refused_78_naming_the_memb
         load_plan(plan_file(tmp_path, 'TATU_TRAIN = ["all", "lora"]\nTATU_LORA_RANK = [4]\nREPLAY_N = [0]'))
     assert refused.value.code == BAD_CONFIG
     assert "member train" in str(refused.value) and "TATU_LORA_RANK" in str(refused.value)
-
-
-def test_the_shipped_forgetting_plan_loads_with_a_train_axis():
-    from pathlib import Path
-
-    plan = load_plan(Path(__file__).resolve().parents[2] / "examples" / "sweep-forgetting.toml")
-    members = plan.compare_members(Path("/nonexistent"), None)
-    assert sorted({m.env["TATU_TRAIN"] for m in members}) == ["all", "lora", "top:1"]
-    assert len(members) == 9 and plan.baseline == {"TATU_TRAIN": "all"} and plan.rule.axis == "TATU_TRAIN"

@@ -1,0 +1,66 @@
+"""The sweep report's HTML page, in the run report's look (tatu.pages): the same tables as the
+closing text (sweep/tables.py), the verdict wrapped to the page, the plots embedded."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tatu.pages.figures import PlotFile
+from tatu.pages.markup import esc, figures, page, plain_table
+from tatu.sweep import tables
+
+
+def _comparison(configs: list[dict]) -> list[str]:
+    parts = ["<h2>Comparison stage</h2><p>* = baseline; CIs carry seed and line variance (crossed: seeds x shared "
+             f"lines). {esc(tables.OUTLIER_NOTE)}.</p>",
+             plain_table(tables.CONFIG_HEADER, tables.config_rows(configs), "configs")]
+    parts += _sets(configs, common=False)
+    paired = tables.paired_rows(configs)
+    if paired:
+        parts += ["<h2>Paired by seed and line vs the baseline (Holm)</h2>",
+                  plain_table(tables.PAIRED_HEADER, paired, "paired")]
+    step, missing = (configs[0].get("common_step"), configs[0].get("common_missing")) if configs else (None, None)
+    if missing:
+        parts.append(f"<h2>At the common step</h2><p>n/a ({esc(missing)})</p>")
+    elif configs:
+        parts += [f"<h2>At step {esc(step)}, the last eval step every member reached</h2>",
+                  plain_table(tables.CONFIG_HEADER, tables.config_rows(configs, common=True), "configs-common")]
+        parts += _sets(configs, common=True)
+        common_paired = tables.paired_rows(configs, common=True)
+        if common_paired:
+            parts.append(plain_table(tables.PAIRED_HEADER, common_paired, "paired-common"))
+    return parts
+
+
+def _sets(configs: list[dict], common: bool) -> list[str]:
+    """The held-out sets' and the word categories' changes vs step 0 (at the end, or the common step)."""
+    parts, where = [], "-common" if common else ""
+    held, categories = tables.held_out_rows(configs, common), tables.category_rows(configs, common)
+    if held:
+        parts += [f"<h3>Held-out sets</h3><p>{esc(tables.HELD_OUT_NOTE)}.</p>",
+                  plain_table(tables.HELD_OUT_HEADER, held, f"held-out{where}")]
+    if categories:
+        parts += [f"<h3>Word categories</h3><p>{esc(tables.CATEGORY_NOTE)}.</p>",
+                  plain_table(tables.CATEGORY_HEADER, categories, f"categories{where}")]
+    elif common and tables.categories_missing(configs):
+        parts.append("<p>Word categories at this step: n/a (the members' per-line eval files hold none: written "
+                     "before the daemon kept them).</p>")
+    return parts
+
+
+def write_page(data: dict, closing: str, plots: list[PlotFile], out_dir: Path) -> Path:
+    """index.html in out_dir: every table of the closing text, the verdict, the plots."""
+    sections = [f"<p>{esc(data['question'])}</p>",
+                f"<p>Locked rule: <code>{esc(data['rule'])}</code> (plan {esc(data['plan_portable_hash'])}; "
+                f"with this checkout's absolute paths {esc(data['plan_hash'])})</p>"]
+    if data.get("tune"):
+        sections += ["<h2>Tune stage</h2>", plain_table(tables.TUNE_HEADER, tables.tune_rows(data["tune"], data.get("tuned")), "tune")]
+    if data.get("compare"):
+        sections += _comparison(data["compare"]["configs"])
+        # the last block of the closing text: the verdict line, the failed checks, what would change it
+        verdict = closing.split("\n\n")[-1]
+        sections.append(f'<h2>Verdict</h2>\n<pre class="verdict" id="verdict">{esc(verdict)}</pre>')
+    if plots:
+        sections += ["<h2>Plots</h2>", figures(plots, out_dir)]
+    index = Path(out_dir) / "index.html"
+    index.write_text(page(f"sweep {data['name']}", sections), encoding="utf-8")
+    return index

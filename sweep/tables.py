@@ -1,0 +1,208 @@
+"""The sweep report's tables, as text: the closing text `tatu sweep report` prints, and the rows
+the HTML page (sweep/page.py) shows.
+
+Per configuration across seeds: drift and sftHeld change (the mean over seeds with a CI that
+carries seed and line variance), the seed SD beside the mean within-run SE, the MDE across
+seeds, aborted seeds, outlier seeds (leave-one-out t, shown, never dropped); paired by seed and
+line against the baseline with Holm-adjusted p-values; all of it at the members' ends and again
+at the common step (each row prints its step); the locked rule's verdict, where it judged, and
+what would change it.
+With a tune stage, its table comes first.
+"""
+from __future__ import annotations
+
+import math
+
+from tatu.formats import fmt_p_formula as _p, fmt_pct as _pct, fmt_share as _sd
+from tatu.sweep.configs import describe_configs
+
+
+def _ci(stats) -> str:
+    return "n/a" if not stats else f"{_pct(stats['value'])} [{_pct(stats['lo'])},{_pct(stats['hi'])}]"
+
+
+def _log_pct(x) -> str:
+    return _pct(None if x is None else math.expm1(x))
+
+
+def _step(c: dict, common: bool) -> str:
+    """The step a row compares at: the common step, or the members' last eval steps."""
+    if common:
+        return str(c.get("common_step"))
+    return ",".join(str(s) for s in c.get("end_steps", [])) or "-"
+
+
+def config_rows(configs: list[dict], common: bool = False) -> list[list[str]]:
+    rows = []
+    for c in configs:
+        where = c.get("stats_common") if common else c["stats"]
+        if where is None:
+            continue
+        d, s = where["drift"], where["sftHeld"]
+        results = c["results"]
+        aborted = sum(r["state"] == "aborted" for r in results)
+        diverged = sum(r["state"] == "diverged" for r in results)
+        waiting = sum(r["state"] not in ("done", "aborted", "diverged") for r in results)
+        outl = [f"s{o['seed']} (t={o['t']:+.1f})" for o in (d or {}).get("outliers", []) + (s or {}).get("outliers", [])]
+        rows.append([c["key"] + (" *" if c.get("is_baseline") else ""), f"{(d or s or {}).get('n_seeds', 0)}/{len(results)}",
+                     _step(c, common), _ci(d), _sd(d and d["seed_sd"]), _sd(d and d["within_se"]), _sd(d and d["mde"]), _ci(s),
+                     _sd(s and s["seed_sd"]), _sd(s and s["within_se"]),
+                     f"{aborted}" + (f" +{diverged} diverged" if diverged else "") + (f" ({waiting} not done)" if waiting else ""),
+                     ", ".join(sorted(set(outl))) or "-"])
+    return rows
+
+
+CONFIG_HEADER = ["config", "seeds", "step", "drift [95% CI]", "seed SD", "within SE", "MDE", "sftHeld change [95% CI]",
+                 "seed SD", "within SE", "aborted", "outlier seeds"]
+OUTLIER_NOTE = ("outlier seeds: leave-one-out t beyond a Bonferroni cut (normal seeds: at most 4% of "
+                "config-metrics flagged); no flag below 3 seeds")
+PAIRED_HEADER = ["config vs baseline", "seeds", "step", "drift diff [95% CI]", "p", "p Holm", "sftHeld diff [95% CI]", "p", "p Holm"]
+
+
+def paired_rows(configs: list[dict], common: bool = False) -> list[list[str]]:
+    rows = []
+    for c in configs:
+        paired = c.get("paired_common" if common else "paired")
+        if c.get("is_baseline") or not paired:
+            continue
+        d, s = paired.get("drift"), paired.get("sftHeld")
+
+        def diff(p):
+            return "n/a" if not p else f"{_log_pct(p['diff'])} [{_log_pct(p['lo'])},{_log_pct(p['hi'])}]"
+
+        rows.append([c["key"], str((d or {}).get("n_seeds", 0)), _step(c, common), diff(d), _p(d and d["p_value"]), _p(d and d.get("p_holm")),
+                     diff(s), _p(s and s["p_value"]), _p(s and s.get("p_holm"))])
+    return rows
+
+
+def tune_rows(tune: dict, tuned: dict | None) -> list[list[str]]:
+    rows = []
+    var = tune["var"]
+    for c in tune["configs"]:
+        s = c["stats"]["sftHeld"]
+        chosen = tuned is not None and c["values"].get(var) == tuned["value"]
+        states = ", ".join(sorted({r["state"] for r in c["results"]}))
+        rows.append([f"{var}={c['values'].get(var)}" + (" <- chosen" if chosen else ""), f"{(s or {}).get('n_seeds', 0)}/{len(c['results'])}",
+                     _ci(s), _sd(s and s["seed_sd"]), _ci(c["stats"]["drift"]), states])
+    return rows
+
+
+TUNE_HEADER = ["tune value", "seeds", "sftHeld change, dev half [95% CI]", "seed SD", "drift (shown, not used)", "states"]
+
+
+def text_table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def closing_text(data: dict) -> str:
+    out = [f"sweep {data['name']} (plan {data['plan_portable_hash']}): {data['question']}".rstrip(": ")]
+    if data.get("tune"):
+        out += ["", f"tune stage: {data['tune']['var']}, chosen on the dev half of sftHeld (never the ruler, never the judge half)",
+                text_table(TUNE_HEADER, tune_rows(data["tune"], data.get("tuned")))]
+        if not data.get("tuned"):
+            out.append("(the tune stage has not finished: the comparison stage has not started)")
+    if data.get("compare"):
+        cmp = data["compare"]
+        half = " (sftHeld: judge half)" if data.get("tune") else ""
+        out += configs_legend(data.get("configs"), cmp["configs"])
+        out += ["", f"comparison stage{half}; * = baseline; CIs carry seed and line variance (crossed: seeds x shared lines)",
+                text_table(CONFIG_HEADER, config_rows(cmp["configs"])), OUTLIER_NOTE]
+        out += _sets_text(cmp["configs"], common=False)
+        out += _paired_text(cmp["configs"], common=False)
+        out += _common_text(cmp["configs"])
+        verdict = data["verdict"]
+        judged = (f" (judged at step {verdict.get('at_step')}, the common step)" if verdict.get("at") == "common"
+                  else " (judged at the end)")
+        out += ["", ("VERDICT (locked rule): " if cmp["complete"] else "PROVISIONAL (members still running): ") + verdict["line"]
+                + judged]
+        for check in verdict["checks"]:
+            if check["failed"]:
+                out.append(f"  {verdict['axis']}={check['value']} fails " + "; ".join(f"{f['condition']} ({f['shown']})" for f in check["failed"]))
+        out += [f"  what would change it: {note}" for note in verdict["would_change"]]
+    return "\n".join(out)
+
+
+def configs_legend(named: list | None, configs: list[dict]) -> list[str]:
+    """What each named configuration sets and what trained in it; for axes alone, only when what
+    trained differs between configurations (a TATU_TRAIN axis), so other tables read as before."""
+    if not named and len({c.get("trainable") for c in configs}) < 2:
+        return []
+    sets = describe_configs(dict(named or []))
+    rows = [[c["key"], sets.get(c["values"].get("config"), "-"), c.get("trainable") or "n/a"] for c in configs]
+    return ["", "configurations (each over [base]) and what trains in each (the daemon's line)",
+            text_table(["config", "sets", "trains"], rows)]
+
+
+def _paired_text(configs: list[dict], common: bool) -> list[str]:
+    rows = paired_rows(configs, common)
+    if not rows:
+        return []
+    where = "paired_common" if common else "paired"
+    n = max(((c.get(where) or {}).get("drift") or {}).get("n_compared", 0) for c in configs)
+    return ["", f"paired by seed and line vs the baseline (log-ratio differences; paired t over seeds; Holm over {n} comparisons)",
+            text_table(PAIRED_HEADER, rows)]
+
+
+def _common_text(configs: list[dict]) -> list[str]:
+    """The same comparisons at the last eval step every member reached (the ends may differ)."""
+    if not configs:
+        return []
+    step, missing = configs[0].get("common_step"), configs[0].get("common_missing")
+    if missing:
+        return ["", f"at the common step: n/a ({missing})"]
+    return (["", f"at step {step}, the last eval step every member reached (the daemon's per-line scores there)",
+             text_table(CONFIG_HEADER, config_rows(configs, common=True))] + _sets_text(configs, common=True)
+            + _paired_text(configs, common=True))
+
+
+HELD_OUT_HEADER = ["config", "set", "step", "change [95% CI]", "seed SD", "within SE", "MDE"]
+HELD_OUT_NOTE = "held-out sets (every eval set beyond the three roles): ppl change vs step 0, over seeds (crossed CIs)"
+CATEGORY_HEADER = ["config", "set", "category", "step", "change [95% CI]", "seed SD", "within SE"]
+CATEGORY_NOTE = ("word categories (Apertium's tags, stored at data build): ppl change vs step 0 on the target tokens "
+                 "of each category, over the lines that have one, over seeds (crossed CIs)")
+
+
+def held_out_rows(configs: list[dict], common: bool = False) -> list[list[str]]:
+    rows = []
+    for c in configs:
+        for name, st in (c.get("stats_common" if common else "stats") or {}).items():
+            if name not in ("drift", "sftHeld"):
+                rows.append([c["key"], name, _step(c, common), _ci(st), _sd(st and st["seed_sd"]),
+                             _sd(st and st["within_se"]), _sd(st and st["mde"])])
+    return rows
+
+
+def category_rows(configs: list[dict], common: bool = False) -> list[list[str]]:
+    """One row per set, category and configuration, in that order (the configurations of one
+    category side by side)."""
+    where = "categories_common" if common else "categories"
+    pairs = list(dict.fromkeys((s, cat) for c in configs for s, per in (c.get(where) or {}).items() for cat in per))
+    rows = []
+    for set_name, category in pairs:
+        for c in configs:
+            st = ((c.get(where) or {}).get(set_name) or {}).get(category)
+            if st:
+                rows.append([c["key"], set_name, category, _step(c, common), _ci(st), _sd(st["seed_sd"]),
+                             _sd(st["within_se"])])
+    return rows
+
+
+def categories_missing(configs: list[dict]) -> bool:
+    """Categories at the end but none at the common step: the members' eval files predate them."""
+    return any(c.get("categories") for c in configs) and not any(c.get("categories_common") for c in configs)
+
+
+def _sets_text(configs: list[dict], common: bool) -> list[str]:
+    out = []
+    held, categories = held_out_rows(configs, common), category_rows(configs, common)
+    if held:
+        out += ["", HELD_OUT_NOTE, text_table(HELD_OUT_HEADER, held)]
+    if categories:
+        out += ["", CATEGORY_NOTE, text_table(CATEGORY_HEADER, categories)]
+    elif common and categories_missing(configs):
+        out += ["", "word categories at this step: n/a (the members' per-line eval files hold none: written before "
+                    "the daemon kept them)"]
+    return out

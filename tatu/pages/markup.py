@@ -1,0 +1,57 @@
+"""The HTML both reports write: one page shell and style, escaped tables, figures embedded.
+
+A page is opened straight from disk in a browser, so it is one file: each PNG is embedded
+(base64) and linked to its file beside the page. Long lines wrap and wide tables scroll inside
+the page's width instead of pushing it wider (a sweep's verdict line is one long sentence).
+"""
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+from tatu.pages.figures import PLOT_SIZE, PlotFile
+
+STYLE = """body{font-family:sans-serif;max-width:1200px;margin:1em auto;padding:0 1em}
+table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:2px 6px;vertical-align:top}
+td.num{text-align:right;font-family:monospace}th{background:#f3f3f3}figure{display:inline-block;margin:0 1em 1em 0}
+.scroll{max-width:100%;overflow-x:auto}pre,.verdict{white-space:pre-wrap;overflow-wrap:anywhere}
+img{max-width:100%;height:auto}"""
+
+
+def esc(text) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def text_cell(text) -> str:
+    return f"<td>{esc(text)}</td>"
+
+
+def table(header: list[str], rows: list[str], table_id: str) -> str:
+    """A table of pre-rendered rows (`<tr>...</tr>`), its header escaped."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = "\n".join(rows)
+    return f'<table id="{table_id}">\n<tr>{head}</tr>\n{body}\n</table>'
+
+
+def plain_table(header: list[str], rows: list[list[str]], table_id: str) -> str:
+    """A table of plain text cells, in a box that scrolls sideways when it is wider than the page."""
+    return f'<div class="scroll">{table(header, ["<tr>" + "".join(text_cell(c) for c in r) + "</tr>" for r in rows], table_id)}</div>'
+
+
+def figures(plots: list[PlotFile], out_dir: Path) -> str:
+    """Each PNG embedded and linked to its file, with its caption."""
+    parts = []
+    for plot in plots:
+        data = base64.b64encode((Path(out_dir) / plot.name).read_bytes()).decode("ascii")
+        parts.append(f'<figure><a href="{esc(plot.name)}"><img src="data:image/png;base64,{data}" '
+                     f'width="{PLOT_SIZE[0]}" height="{PLOT_SIZE[1]}" alt="{esc(plot.caption)}"></a>'
+                     f'<figcaption>{esc(plot.caption)} (<a href="{esc(plot.name)}">{esc(plot.name)}</a>)</figcaption></figure>')
+    return "\n".join(parts)
+
+
+def page(title: str, sections: list[str]) -> str:
+    """The whole document: the shared head and style, the title as its heading, the sections."""
+    return "\n".join(["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+                      f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>",
+                      f"<h1>{esc(title)}</h1>", *sections, "</body></html>", ""])

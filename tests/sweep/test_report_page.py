@@ -1,0 +1,107 @@
+"""The sweep page in the run report's look: the shared shell and style (tatu.pages), every table
+of the closing text, the verdict wrapping inside the page, aborted members marked on the plots.
+
+The analysis numbers are made up here (the page only renders them; test_common_step.py checks
+the numbers of a real sweep): two configurations, three seeds each, two of the first aborted."""
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+from tatu.pages.markup import STYLE
+from tatu.sweep.page import write_page
+from tatu.sweep.plots import drift_axes, render_plots, tradeoff_axes
+from tatu.sweep.tables import closing_text
+
+DRIFT = {"replay-n0": {"1": 0.18, "2": 0.19, "3": 0.09}, "replay-n6": {"1": 0.03, "2": 0.04, "3": 0.035}}
+CHANGE = {"replay-n0": {"1": -0.98, "2": -0.97, "3": -0.96}, "replay-n6": {"1": -0.99, "2": -0.995, "3": -0.99}}
+ABORTED = {("replay-n0", "1"), ("replay-n0", "2")}
+LONG_RULE = ("smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT and every_eval_drift_hi < MIX_FORGET_LIMIT "
+             "and sftHeld_change_hi < 0 and ptFaq_change_hi < 0.05")
+
+
+def _stats(per_seed: dict) -> dict:
+    mean = sum(per_seed.values()) / len(per_seed)
+    return {"value": mean, "lo": mean - 0.02, "hi": mean + 0.02, "seed_sd": 0.01, "within_se": 0.008, "mde": 0.03,
+            "n_seeds": len(per_seed), "per_seed": per_seed, "outliers": []}
+
+
+def _config(key: str, replay: str) -> dict:
+    results = [{"member": f"{key}-s{s}", "seed": int(s), "state": "aborted" if (key, s) in ABORTED else "done"}
+               for s in DRIFT[key]]
+    return {"key": key, "values": {"REPLAY_N": replay}, "results": results,
+            "stats": {"drift": _stats(DRIFT[key]), "sftHeld": _stats(CHANGE[key])}, "stats_common": None,
+            "common_step": None, "common_missing": "no per-line scores kept at step 8", "end_steps": [8, 24],
+            "effective": {"MIX_FORGET_LIMIT": 0.1}, "is_baseline": key == "replay-n0", "paired": None}
+
+
+def _data() -> dict:
+    verdict_line = f"REPLAY_N=6: the {LONG_RULE.split(' such that')[0]} such that {LONG_RULE.split('such that ')[1]}"
+    return {"name": "dose", "question": "Does replay hold the ruler?", "rule": LONG_RULE, "plan_hash": "a" * 16,
+            "plan_portable_hash": "b" * 16, "tune": None,
+            "compare": {"configs": [_config("replay-n0", "0"), _config("replay-n6", "6")], "complete": True},
+            "verdict": {"line": verdict_line, "axis": "REPLAY_N", "at": "end", "would_change": [],
+                        "checks": [{"config": "replay-n0", "value": "0", "missing": [],
+                                    "failed": [{"condition": "drift_hi < MIX_FORGET_LIMIT", "shown": "+17.7%"}]}]}}
+
+
+class _Page(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.styles, self.tables, self.verdict, self._in = [], [], None, None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "table":
+            self.tables.append(attrs.get("id"))
+        if tag in ("style", "pre"):
+            self._in = tag if tag == "style" or attrs.get("class") == "verdict" else None
+
+    def handle_endtag(self, tag):
+        self._in = None
+
+    def handle_data(self, data):
+        if self._in == "style":
+            self.styles.append(data)
+        elif self._in == "pre":
+            self.verdict = (self.verdict or "") + data
+
+
+def _rules(css: str) -> dict[str, str]:
+    return {sel.strip(): body for sels, body in re.findall(r"([^{}]+)\{([^}]*)\}", css) for sel in sels.split(",")}
+
+
+def test_the_page_has_the_shared_look_every_table_and_a_verdict_that_wraps(tmp_path):
+    data = _data()
+    text = closing_text(data)
+    index = write_page(data, text, render_plots(data, tmp_path), tmp_path)
+    parsed = _Page()
+    parsed.feed(index.read_text(encoding="utf-8"))
+    assert parsed.styles == [STYLE]  # the run report's style, and no other
+    assert parsed.tables == ["configs"]  # no baseline pairing or common step in these numbers: said, not tabled
+    # the verdict block of the closing text, whole, in an element that wraps within the page's width
+    assert parsed.verdict == text.split("\n\n")[-1] and data["verdict"]["line"] in parsed.verdict
+    rules = _rules(STYLE)
+    assert "white-space:pre-wrap" in rules[".verdict"] and "overflow-wrap:anywhere" in rules[".verdict"]
+    assert "max-width:1200px" in rules["body"] and "overflow-x:auto" in rules[".scroll"]
+    assert index.read_text().count('<div class="scroll"><table') == len(parsed.tables)
+    assert 'src="data:image/png;base64,' in index.read_text() and {p.name for p in render_plots(data, tmp_path)} == {
+        "drift_vs_axis.png", "tradeoff.png"}
+
+
+def _marked(ax) -> set[tuple[float, float]]:
+    """The points drawn with the abort mark (an X)."""
+    return {(round(x, 6), round(y, 6)) for line in ax.get_lines() if line.get_marker() == "X"
+            for x, y in zip(line.get_xdata(), line.get_ydata())}
+
+
+def test_aborted_members_and_only_they_are_marked_on_both_plots():
+    data = _data()
+    _, ax = tradeoff_axes(data)
+    expected = {(round(DRIFT[k][s] * 100, 6), round(CHANGE[k][s] * 100, 6)) for k, s in ABORTED}
+    assert _marked(ax) == expected
+    assert ax.get_legend_handles_labels()[1].count("aborted member (its abort's eval)") == 1
+    _, ax = drift_axes(data)
+    assert _marked(ax) == {(0.0, round(DRIFT[k][s] * 100, 6)) for k, s in ABORTED}
+    data["compare"]["configs"][0]["results"] = [{**r, "state": "done"} for r in data["compare"]["configs"][0]["results"]]
+    assert _marked(tradeoff_axes(data)[1]) == set() and _marked(drift_axes(data)[1]) == set()
