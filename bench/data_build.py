@@ -1,9 +1,16 @@
 """Does `tatu data build` keep up with the encoder, in flat memory? One run prints:
 
-  - tatu vs the fastest raw encoder on the same documents: `tatu data build` (a fresh process:
-    start, hashing, the encoder check, reading, encoding, writing) against the best of
-    tokenizers' encode_batch (all cores), tiktoken's encode_ordinary_batch (all cores) and
-    tiktoken one document at a time, each given the documents already in memory. Target >= 0.95.
+  - tatu vs the fastest raw encoder on the same documents. tatu: `tatu data build --jobs N` as a
+    fresh process, the whole command (interpreter starts, hashing the inputs, the encoder's check,
+    reading and splitting the source, encoding in N worker processes, writing the shard and the
+    manifest). The raw encoders are given the very documents the build finds, already split and in
+    this process's memory, and only encode them (nothing read, nothing written):
+      tokenizers' encode_batch (its own thread pool over every core), tiktoken's
+      encode_ordinary_batch (N threads), tiktoken's encode_ordinary one document at a time
+      (1 thread), and tiktoken's encode_to_numpy on the documents of each ~1 MB joined with BOS/EOS
+      special tokens: the call tatu's workers make, in 1 thread and in N threads.
+    Ratios: the fastest raw encoder's wall / tatu's wall (target >= 0.95), and CPU seconds (raw /
+    tatu's whole process tree), what a loaded host distorts least.
   - identical tokens (yes/no): the shard against BOS + tokenizers' ids + EOS of every document.
   - peak RSS of the build (its whole process tree, workers included, sampled every 20 ms) at two
     corpus sizes, and what one more MB of source costs;
@@ -14,6 +21,11 @@ root): their documents repeated in a seeded shuffle up to --mb MB (the small siz
 The tokenizer: byte-level BPE of --vocab ids trained on the demo sources once.
 
     .venv/bin/python bench/data_build.py [--mb 32] [--vocab 8192] [--jobs N] [--no-train] [--keep DIR]
+
+--sizes 100,1000 instead times the build (wall, CPU, peak RSS) at each size in MB, and the two
+leanest raw encoders (tiktoken's framed call, and encode_ordinary a document at a time, 1 thread
+each) on its documents, checked against its shard ~1 MB at a time: holding every document's ids
+as the full run does would take gigabytes at 1 GB.
 """
 from __future__ import annotations
 
@@ -33,13 +45,15 @@ import psutil
 
 from tatu.data.documents import read_documents
 from tatu.data.text_shards import usable_cores
-from tatu.model.encoders import tiktoken_encoding
+from tatu.model.encoders import framed, tiktoken_encoder, tiktoken_encoding
 from tatu.model.tokenizer_json import load_tokenizer
 
 TATU = [sys.executable, "-m", "tatu.ops.cli"]
 
 
-def make_corpus(sources: Path, out: Path, mb: float, seed: int) -> list[str]:
+def corpus_documents(sources: Path, mb: float, seed: int) -> list[str]:
+    """The corpus's documents: the demo sources' documents repeated in a seeded shuffle up to `mb` MB
+    (the same str objects over and over: a 1 GB list of them costs little memory)."""
     docs = [d.text for name in ("pt_corpus.txt", "en_corpus.txt") for d in read_documents(sources / name)]
     rng, written, chosen = random.Random(seed), 0, []
     while written < mb * 1e6:
@@ -50,7 +64,14 @@ def make_corpus(sources: Path, out: Path, mb: float, seed: int) -> list[str]:
             written += len(text.encode()) + 2
             if written >= mb * 1e6:
                 break
-    out.write_text("\n\n".join(chosen) + "\n", encoding="utf-8")
+    return chosen
+
+
+def make_corpus(sources: Path, out: Path, mb: float, seed: int) -> list[str]:
+    chosen = corpus_documents(sources, mb, seed)
+    with open(out, "w", encoding="utf-8") as handle:
+        for i, text in enumerate(chosen):
+            handle.write(text + ("\n\n" if i + 1 < len(chosen) else "\n"))
     return chosen
 
 
@@ -82,20 +103,104 @@ def build_cmd(tok: Path, corpus: Path, out: Path, jobs: int | None) -> list[str]
             "--progress", "never", *(["--jobs", str(jobs)] if jobs else [])]
 
 
-def raw_encoders(tok, docs: list[str]) -> dict[str, tuple[float, list[list[int]], float]]:
+def _framed_groups(docs: list[str], group_bytes: int = 1 << 20) -> list[list[str]]:
+    """The documents in groups of about `group_bytes`, as the build's chunks hold them."""
+    groups, group, size = [], [], 0
+    for doc in docs:
+        group.append(doc)
+        size += len(doc) + 2
+        if size >= group_bytes:
+            groups.append(group)
+            group, size = [], 0
+    return groups + ([group] if group else [])
+
+
+def raw_encoders(tok, docs: list[str], jobs: int) -> tuple[dict[str, tuple[float, bool, float]], np.ndarray]:
+    """({name: (wall seconds, whether its ids equal tokenizers', CPU seconds)}, BOS + tokenizers' ids + EOS
+    of every document: what the shard must hold). tokenizers runs first: its ids are the reference."""
+    from concurrent.futures import ThreadPoolExecutor
+
     cores = usable_cores()
     encoding, _ = tiktoken_encoding(tok)
+    framed_call = tiktoken_encoder(tok, encoding, "").encode_documents
+    groups = _framed_groups(docs)
+
+    def framed_in_threads() -> list:
+        with ThreadPoolExecutor(jobs) as pool:
+            return list(pool.map(framed_call, groups))
+
     runs = {
         f"tokenizers encode_batch ({cores} cores)": lambda: tok.encode_batch(docs),
-        f"tiktoken encode_ordinary_batch ({cores} threads)": lambda: encoding.encode_ordinary_batch(docs, num_threads=cores),
-        "tiktoken encode_ordinary (1 thread)": lambda: [encoding.encode_ordinary(d) for d in docs],
+        f"tiktoken encode_ordinary_batch ({jobs} threads)": lambda: encoding.encode_ordinary_batch(docs, num_threads=jobs),
+        "tiktoken encode_ordinary, 1 doc a call (1 thread)": lambda: [encoding.encode_ordinary(d) for d in docs],
+        "tiktoken framed, 1 call per MB (1 thread)": lambda: [framed_call(g) for g in groups],
+        f"tiktoken framed, 1 call per MB ({jobs} threads)": framed_in_threads,
     }
-    results = {}
+    results, reference, expected = {}, None, None
     for name, run in runs.items():
         started, cpu = time.perf_counter(), time.process_time()
-        ids = run()
-        results[name] = (time.perf_counter() - started, ids, time.process_time() - cpu)
+        output = run()
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+        if reference is None:
+            reference = output
+            expected = np.concatenate([np.asarray([tok.bos_id, *ids, tok.eos_id], dtype=np.uint16) for ids in output])
+        # checked and dropped at once: every output held together would be gigabytes at 128 MB
+        same = np.array_equal(np.concatenate(output), expected) if "framed" in name else output == reference
+        results[name] = (seconds, same, cpu)
+        del output
+    return results, expected
+
+
+def raw_against_shard(tok, docs: list[str], shard: np.ndarray) -> dict[str, tuple[float, bool, float]]:
+    """tiktoken's framed call and its encode_ordinary a document at a time (1 thread each) on `docs`,
+    timed per ~1 MB group and checked against the shard group by group (nothing held)."""
+    encoding, _ = tiktoken_encoding(tok)
+    framed_call = tiktoken_encoder(tok, encoding, "").encode_documents
+    runs = {"tiktoken framed, 1 call per MB (1 thread)": framed_call,
+            "tiktoken encode_ordinary, 1 doc a call (1 thread)": lambda g: [encoding.encode_ordinary(d) for d in g]}
+    results = {}
+    for name, run in runs.items():
+        wall = cpu = 0.0
+        position, same = 0, True
+        for group in _framed_groups(docs):
+            started, cpu_started = time.perf_counter(), time.process_time()
+            output = run(group)
+            wall, cpu = wall + time.perf_counter() - started, cpu + time.process_time() - cpu_started
+            ids = output if isinstance(output, np.ndarray) else framed(output, tok.bos_id, tok.eos_id)
+            same = same and np.array_equal(shard[position:position + len(ids)], ids)
+            position += len(ids)
+        results[name] = (wall, same and position == len(shard), cpu)
     return results
+
+
+def build_only(args, work: Path, tok_path: Path, sources: Path) -> None:
+    """--sizes: the build at each size (wall, CPU, peak RSS of the process tree), and the two
+    leanest raw encoders on its documents, checked against its shard."""
+    jobs = args.jobs or usable_cores()
+    tok = load_tokenizer(tok_path)
+    for mb in (float(x) for x in args.sizes.split(",")):
+        corpus = work / f"corpus-{mb:g}mb.txt"
+        if not corpus.is_file():
+            make_corpus(sources, corpus, mb, args.seed)
+        out = work / f"data-{mb:g}mb"
+        shutil.rmtree(out, ignore_errors=True)
+        load = os.getloadavg()[0]
+        seconds, rss, proc, cpu = peak_rss_of(build_cmd(tok_path, corpus, out, jobs))
+        if proc.returncode != 0:
+            sys.exit(f"tatu data build exited {proc.returncode}: {proc.stderr[-2000:]}")
+        size = corpus.stat().st_size / 1e6
+        shard = np.memmap(out / "pretrain" / "tokens.bin", dtype=np.uint16, mode="r")
+        print(f"tatu data build --jobs {jobs} on {size:.1f} MB ({len(shard)} tokens): wall {seconds:.1f} s "
+              f"({size / seconds:.2f} MB/s), CPU {cpu:.1f} s, peak RSS {rss:.0f} MB; load average {load:.1f} "
+              f"-> {os.getloadavg()[0]:.1f}", flush=True)
+        if not args.no_raw:
+            for name, (raw_wall, same, raw_cpu) in raw_against_shard(tok, corpus_documents(sources, mb, args.seed),
+                                                                    shard).items():
+                print(f"  raw {name}: wall {raw_wall:.1f} s, CPU {raw_cpu:.1f} s, ids == the shard's: "
+                      f"{'yes' if same else 'no'}; tatu vs it: wall {raw_wall / seconds:.2f}, CPU {raw_cpu / cpu:.2f}",
+                      flush=True)
+        del shard
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def main() -> None:
@@ -107,6 +212,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-train", action="store_true", help="skip timing `tatu tokenizer train`")
     parser.add_argument("--keep", type=Path, default=None, help="work here and keep it (default: a temp dir)")
+    parser.add_argument("--sizes", default=None, help="MB,MB,...: time only the build at each size (see above)")
+    parser.add_argument("--no-raw", action="store_true", help="with --sizes: skip the raw encoders")
     args = parser.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="tatu-bench-data-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -125,6 +232,8 @@ def run(args, work: Path) -> None:
     if not tok_path.is_file():
         subprocess.run([*TATU, "tokenizer", "train", "--kind", "bpe", "--vocab", str(args.vocab), "--out", str(tok_path),
                         str(sources / "pt_corpus.txt"), str(sources / "en_corpus.txt")], check=True, stdout=subprocess.DEVNULL)
+    if args.sizes:
+        return build_only(args, work, tok_path, sources)
     tok = load_tokenizer(tok_path)
     rows, trained = {}, {}
     for mb in (args.mb / 4, args.mb):
@@ -144,25 +253,27 @@ def run(args, work: Path) -> None:
                 sys.exit(f"tatu tokenizer train exited {proc.returncode}: {proc.stderr[-2000:]}")
             trained[mb] = (train_seconds, train_rss, corpus.stat().st_size / 1e6)
     seconds, rss, size_mb, docs, out, printed, cpu = rows[args.mb]
-    raw = raw_encoders(tok, docs)
-    fastest = min(raw, key=lambda name: raw[name][0])
-    leanest = min(raw, key=lambda name: raw[name][2])
-    reference = raw[next(n for n in raw if n.startswith("tokenizers"))][1]
-    expected = np.concatenate([np.asarray([tok.bos_id, *ids, tok.eos_id], dtype=np.uint16) for ids in reference])
+    jobs = args.jobs or usable_cores()
+    raw, expected = raw_encoders(tok, docs, jobs)
     shard = np.fromfile(out / "pretrain" / "tokens.bin", dtype=np.uint16)
     identical = shard.shape == expected.shape and bool((shard == expected).all())
+    raw_same = all(same for _, same, _ in raw.values())
     encoder_line = next((line for line in printed.splitlines() if line.startswith("encoder ")), "encoder ?")
     print(f"corpus {size_mb:.1f} MB, {len(docs)} documents, {len(shard)} tokens; vocab {tok.vocab_size}; "
           f"{usable_cores()} cores; load average {os.getloadavg()[0]:.1f}")
-    print(f"tatu data build --jobs {args.jobs or usable_cores()}: {encoder_line}")
-    print(f"  {'':<50} {'wall':>8} {'MB/s':>7} {'CPU s':>7}")
+    print(f"tatu data build --jobs {jobs}: {encoder_line}")
+    print(f"  {'':<55} {'wall':>8} {'MB/s':>7} {'CPU s':>7}")
     for name, (raw_seconds, _, raw_cpu) in raw.items():
-        print(f"  raw {name:<46} {raw_seconds:7.2f}s {size_mb / raw_seconds:7.2f} {raw_cpu:7.2f}")
-    print(f"  {'tatu data build (the whole command)':<50} {seconds:7.2f}s {size_mb / seconds:7.2f} {cpu:7.2f}")
-    print(f"tatu vs the fastest raw encoder, wall ({fastest}): {raw[fastest][0] / seconds:.2f} (target >= 0.95)")
-    print(f"tatu vs the leanest raw encoder, CPU seconds ({leanest}): {raw[leanest][2] / cpu:.2f} "
-          f"(what a loaded host cannot distort)")
-    print(f"identical tokens (shard == tokenizers' ids of every document): {'yes' if identical else 'no'}")
+        print(f"  raw {name:<51} {raw_seconds:7.2f}s {size_mb / raw_seconds:7.2f} {raw_cpu:7.2f}")
+    print(f"  {'tatu data build (the whole command)':<55} {seconds:7.2f}s {size_mb / seconds:7.2f} {cpu:7.2f}")
+    library = [name for name in raw if "framed" not in name]
+    for label, names in (("the fastest raw encoder", list(raw)), ("the libraries' own calls", library)):
+        fastest = min(names, key=lambda name: raw[name][0])
+        leanest = min(names, key=lambda name: raw[name][2])
+        print(f"tatu vs {label}: wall {raw[fastest][0] / seconds:.2f} ({fastest}; target >= 0.95), "
+              f"CPU seconds {raw[leanest][2] / cpu:.2f} ({leanest})")
+    print(f"identical tokens (shard == tokenizers' ids of every document): {'yes' if identical else 'no'}; "
+          f"every raw encoder's ids == tokenizers': {'yes' if raw_same else 'no'}")
     (_, rss_small, mb_small, *_), (_, rss_big, mb_big, *_) = rows[args.mb / 4], rows[args.mb]
     slope = (rss_big - rss_small) / (mb_big - mb_small)
     print(f"peak RSS of the build: {rss_small:.0f} MB at {mb_small:.1f} MB of source, {rss_big:.0f} MB at "

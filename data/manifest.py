@@ -9,8 +9,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+
 FORMAT = "tatu-data-1"
 MANIFEST = "manifest.json"
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """What a token file holds: raw little-endian uint16 up to 65535 ids, else uint32."""
+    return np.dtype(np.uint16) if vocab_size <= 65535 else np.dtype(np.uint32)
+
+
+def chars_per_token_ratio(chars: int, tokens: int) -> float | None:
+    """A source's `chars_per_token` in the manifest."""
+    return round(chars / tokens, 6) if tokens else None
 
 
 class DataError(ValueError):

@@ -6,7 +6,7 @@ Two forms per line:
 
 Every problem is reported as `FILE:LINE: reason` (BadLine), so an operator can open the file
 at the line. Nothing here decides whether a bad line stops the build or is skipped: the
-caller (data/build.py) does, and always counts what it skipped.
+caller (data/bad_lines.py, for `tatu data build`) does, and the build always counts what it skipped.
 """
 from __future__ import annotations
 

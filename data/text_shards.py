@@ -5,7 +5,8 @@ Each chunk is a byte range of one source that ends where a document ends (after 
 after any line for one-per-line text and JSONL), with the line number it starts at, so a worker
 reports FILE:LINE exactly as a reader of the whole file would, and the shard is the same bytes
 whichever way and wherever the chunks were encoded. At most 2 chunks per worker are in flight:
-memory stays flat in the corpus size.
+memory stays flat in the corpus size. The encoder is chosen here too: tiktoken where it gives
+the tokenizer's ids on adversarial strings and on a sample of these sources (model/encoders.py).
 """
 from __future__ import annotations
 
@@ -14,19 +15,47 @@ import os
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import BinaryIO, Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 import numpy as np
 
-from tatu.data.documents import Document, documents_in, is_jsonl
+from tatu.data.bad_lines import BadLines
+from tatu.data.documents import Document, documents_in, is_jsonl, plain_texts, read_documents
+from tatu.data.manifest import DataConfigError, DataError, chars_per_token_ratio
 from tatu.data.sft import BadLine
-from tatu.model.encoders import Encoder, tiktoken_encoding
+from tatu.model.encoders import Encoder, EncoderMismatch, choose_encoder, named_encoder
 from tatu.model.tokenizer import Tokenizer
 from tatu.model.tokenizer_json import tokenizer_from_dict
 
 CHUNK_BYTES = 1 << 20
 # below this many source bytes, starting worker processes costs more than it gains
 PARALLEL_BYTES = 16 << 20
+SAMPLE_BYTES = 256 << 10  # per text source, the fast encoder's check against the tokenizer
+
+
+def verification_sample(paths: Iterable[str], one_per_line: bool, per_source: int = SAMPLE_BYTES) -> list[str]:
+    """The first documents of every text source, about `per_source` bytes of each: what a fast
+    encoder must encode as the tokenizer does before it encodes them all."""
+    sample: list[str] = []
+    for path in dict.fromkeys(paths):
+        taken = 0
+        for item in read_documents(path, one_per_line):
+            if taken >= per_source:
+                break
+            if isinstance(item, Document):
+                sample.append(item.text)
+                taken += item.n_bytes
+    return sample
+
+
+def encoder_for(tok: Tokenizer, text_paths: list[str], one_per_line: bool, wanted: str) -> Encoder:
+    """The text channels' encoder (SFT pairs and eval sets are encoded by the tokenizer itself)."""
+    sample = verification_sample(text_paths, one_per_line) if text_paths and wanted != "tokenizers" else []
+    try:
+        return choose_encoder(tok, sample, wanted)
+    except EncoderMismatch as exc:
+        raise DataConfigError(f"--encoder tiktoken: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -52,7 +81,10 @@ def chunks(path: str, one_per_line: bool, chunk_bytes: int = CHUNK_BYTES) -> Ite
         while True:
             block = handle.read(chunk_bytes)
             pending += block
-            cut = max((pending.rfind(m) + len(m) for m in markers if m in pending), default=0)
+            cut = 0
+            for marker in markers:  # the last boundary; each later marker is looked for after it only
+                at = pending.rfind(marker, max(cut - len(marker) + 1, 0))
+                cut = at + len(marker) if at >= 0 else cut
             if not block:
                 cut = len(pending)
             if cut:
@@ -85,25 +117,35 @@ class ChunkEncoder:
         with open(chunk.path, "rb") as handle:
             handle.seek(chunk.offset)
             data = handle.read(chunk.length)
+        texts = None if is_jsonl(chunk.path) else plain_texts(data, self.one_per_line)
+        if texts is None:  # JSONL, or a line that is not UTF-8: a line at a time
+            return self._line_by_line(data, chunk)
+        ids = self.encoder.encode_documents(texts)
+        return ChunkResult(ids.astype(self.dtype).tobytes(), len(texts), len(ids) - 2 * len(texts),
+                           sum(map(len, texts)), [], chunk.length)
+
+    def _line_by_line(self, data: bytes, chunk: Chunk) -> ChunkResult:
         docs: list[Document] = []
         bad: list[BadLine] = []
         for item in documents_in(data, chunk.path, chunk.first_line, self.one_per_line):
             if isinstance(item, BadLine):
                 bad.append(item)
                 if not self.skip_bad:
-                    break
+                    return ChunkResult(b"", bad=bad, n_bytes=chunk.length)
                 continue
             docs.append(item)
-        if bad and not self.skip_bad:
-            return ChunkResult(b"", bad=bad, n_bytes=chunk.length)
-        flat: list[int] = []
-        bos, eos = self.tok.bos_id, self.tok.eos_id
-        encoded = iter(self.encoder.encode_batch([d.text for d in docs if d.pair is None]))
+        parts, texts = [], []
         for doc in docs:
+            if doc.pair is None:
+                texts.append(doc.text)
+                continue
             # A pair is the SFT layout (BOS <|user|> prompt <|assistant|> response EOS), every
             # token a target: a trunk pretrained on it knows the chat format before SFT.
-            flat.extend(doc.pair.encode(self.tok)[0] if doc.pair is not None else [bos, *next(encoded), eos])
-        return ChunkResult(np.asarray(flat, dtype=self.dtype).tobytes(), len(docs), len(flat) - 2 * len(docs),
+            parts += [self.encoder.encode_documents(texts), np.asarray(doc.pair.encode(self.tok)[0], dtype=np.uint32)]
+            texts = []
+        parts.append(self.encoder.encode_documents(texts))
+        ids = np.concatenate(parts)
+        return ChunkResult(ids.astype(self.dtype).tobytes(), len(docs), len(ids) - 2 * len(docs),
                            sum(len(d.text) for d in docs), bad, chunk.length)
 
 
@@ -111,15 +153,10 @@ _WORKER: ChunkEncoder | None = None
 
 
 def _start_worker(tok_dict: dict, encoder_name: str, dtype: str, one_per_line: bool, skip_bad: bool) -> None:
-    """A worker's own tokenizer and encoder, serial: the parallelism is the processes."""
+    """A worker's own tokenizer and encoder."""
     global _WORKER
     tok = tokenizer_from_dict(tok_dict)
-    if encoder_name == "tiktoken":
-        encoding, _ = tiktoken_encoding(tok)
-        encoder = Encoder("tiktoken", "", lambda texts: [encoding.encode_ordinary(t) for t in texts])
-    else:
-        encoder = Encoder(encoder_name, "", lambda texts: [tok.encode(t) for t in texts])
-    _WORKER = ChunkEncoder(tok, encoder, np.dtype(dtype), one_per_line, skip_bad)
+    _WORKER = ChunkEncoder(tok, named_encoder(tok, encoder_name), np.dtype(dtype), one_per_line, skip_bad)
 
 
 def _work(chunk: Chunk) -> ChunkResult:
@@ -167,3 +204,27 @@ def write_source(path: str, shard: BinaryIO, local: ChunkEncoder, jobs: int, on_
         counts["chars"] += result.chars
         progress(result.n_bytes)
     return counts
+
+
+def write_text_channel(name: str, paths: list[str], local: ChunkEncoder, jobs: int, work: Path,
+                       hashes: dict[str, str], bad: BadLines, progress: Callable[[int], None]) -> dict:
+    """Write channel `name`'s shard under `work`; its manifest entry."""
+    (work / name).mkdir()
+    rel = f"{name}/tokens.bin"
+    sources, total_tokens, total_docs = [], 0, 0
+    with open(work / rel, "wb") as shard:
+        for path in paths:
+            counts = write_source(path, shard, local, jobs, bad.handle, progress)
+            n_docs, n_tokens, n_chars = counts["documents"], counts["tokens"], counts["chars"]
+            sources.append({"path": str(Path(path).resolve()), "sha256": hashes[path], "bytes": os.path.getsize(path),
+                            "documents": n_docs, "tokens": n_tokens, "chars": n_chars,
+                            "chars_per_token": chars_per_token_ratio(n_chars, n_tokens)})
+            total_tokens += n_tokens + 2 * n_docs
+            total_docs += n_docs
+    if total_docs == 0:
+        raise DataError(f"channel {name!r}: no documents in {', '.join(paths)}")
+    return {"kind": "text", "sources": sources, "files": {"tokens": rel}, "dtype": local.dtype.name,
+            "documents": total_docs, "tokens": total_tokens,
+            # every token but a BOS is predicted (BOS starts a document; nothing predicts it)
+            "targets": total_tokens - total_docs,
+            "skipped_lines": bad.record()}

@@ -8,12 +8,18 @@ differ: a vocabulary may hold a token with two splits into tokens (most trained 
 thousands), and tiktoken may reach it where `tokenizers` cannot. So tiktoken is used only
 after it gave the same ids as `tokenizers` on adversarial strings and on a sample of the texts
 it is about to encode; otherwise `tokenizers` encodes, and the build says why.
+
+What the data build asks of an encoder is `encode_documents`: BOS + ids + EOS of every text,
+concatenated. tiktoken does that in one call for all the texts of a chunk (see FRAME_BOS), and
+the check above runs through that very call.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from typing import Callable, Iterable
+
+import numpy as np
 
 from tatu.model.tokenizer import _BYTE_OF_CHAR, Tokenizer
 
@@ -32,18 +38,44 @@ ADVERSARIAL = (
 )
 
 
+# Two noncharacters (Unicode keeps U+FDD0..U+FDEF for a program's internal use) stand for BOS
+# and EOS around every document of one tiktoken call: tiktoken cuts the text at its special
+# tokens before its regex runs, so each document is pre-tokenized alone, exactly as if encoded
+# by itself, and the ids come back as one buffer, without a Python int per token. Texts that
+# hold either character are encoded one at a time instead.
+FRAME_BOS, FRAME_EOS = "\ufdd0", "\ufdd1"
+ADVERSARIAL += (f"a{FRAME_BOS}b{FRAME_EOS}c {FRAME_EOS}",)
+
+
 class EncoderMismatch(ValueError):
     pass
+
+
+def framed(ids_of_texts: Iterable[list[int]], bos: int, eos: int) -> np.ndarray:
+    """BOS + ids + EOS of every text, concatenated, as uint32."""
+    flat: list[int] = []
+    for ids in ids_of_texts:
+        flat.append(bos)
+        flat.extend(ids)
+        flat.append(eos)
+    return np.asarray(flat, dtype=np.uint32)
 
 
 @dataclass(frozen=True)
 class Encoder:
     name: str  # "tiktoken" or "tokenizers"
     reason: str  # why this one
-    encode_batch: Callable[[list[str]], list[list[int]]]
+    encode_documents: Callable[[list[str]], np.ndarray]  # framed(): BOS + ids + EOS of each text
+    eos_id: int
 
     def describe(self) -> dict:
         return {"name": self.name, "reason": self.reason}
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Each text's ids, cut out of encode_documents' output (what the check compares)."""
+        flat = self.encode_documents(list(texts))
+        ends = np.flatnonzero(flat == self.eos_id) + 1  # BOS/EOS never come out of a text
+        return [flat[start + 1:end - 1].tolist() for start, end in zip([0, *ends[:-1]], ends)]
 
 
 def _plain_byte_level_bpe(hf: dict) -> str | None:
@@ -83,24 +115,60 @@ def tiktoken_encoding(tok: Tokenizer):
     import tiktoken
 
     ranks = {bytes(_BYTE_OF_CHAR[ch] for ch in piece): idx for piece, idx in hf["model"]["vocab"].items()}
+    # encode_ordinary ignores the special tokens; encode_documents' one call per chunk uses them
     return tiktoken.Encoding(f"tatu-{tok.hash[:12]}", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
-                             special_tokens={}), None
+                             special_tokens={FRAME_BOS: tok.bos_id, FRAME_EOS: tok.eos_id}), None
 
 
 def first_difference(tok: Tokenizer, encode_batch: Callable[[list[str]], list[list[int]]],
                      texts: Iterable[str]) -> str | None:
     """The first text whose ids differ from `tok.encode_batch`'s, shown briefly; None when none does."""
     texts = list(texts)
-    for text, mine, theirs in zip(texts, encode_batch(texts), tok.encode_batch(texts)):
+    mine_all = encode_batch(texts)
+    if len(mine_all) != len(texts):
+        return f"{len(texts)} texts (they came back as {len(mine_all)})"
+    for text, mine, theirs in zip(texts, mine_all, tok.encode_batch(texts)):
         if mine != theirs:
             return json.dumps(text[:60], ensure_ascii=False)
     return None
 
 
-def tokenizers_encoder(tok: Tokenizer, reason: str) -> Encoder:
-    batch = getattr(tok, "encode_batch", None)
+def tokenizers_encoder(tok: Tokenizer, reason: str, serial: bool = False) -> Encoder:
+    """The tokenizer itself: its batched encoder (a thread pool), or one text at a time (`serial`)."""
+    batch = (None if serial else getattr(tok, "encode_batch", None)) or (lambda texts: [tok.encode(t) for t in texts])
     return Encoder("tokenizers" if tok.kind == "bpe" else tok.kind, reason,
-                   batch if batch is not None else (lambda texts: [tok.encode(t) for t in texts]))
+                   lambda texts: framed(batch(texts), tok.bos_id, tok.eos_id), tok.eos_id)
+
+
+def tiktoken_encoder(tok: Tokenizer, encoding, reason: str) -> Encoder:
+    """`encoding` (tiktoken_encoding's) as an Encoder: one call for all the texts it is given."""
+    frames = frozenset((FRAME_BOS, FRAME_EOS))
+    bos, eos = tok.bos_id, tok.eos_id
+
+    def encode_documents(texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.empty(0, dtype=np.uint32)
+        ids = encoding.encode_to_numpy(FRAME_BOS + (FRAME_EOS + FRAME_BOS).join(texts) + FRAME_EOS,
+                                       allowed_special=frames)
+        # every frame character gives its id: exactly one BOS and one EOS per text when no text holds one
+        if np.count_nonzero(ids == bos) == len(texts) and np.count_nonzero(ids == eos) == len(texts):
+            return ids
+        # one call per text: encode_ordinary_batch's thread pool costs a future per text, more than
+        # it gains (the data build's parallelism is worker processes, model/../data/text_shards.py)
+        return framed((encoding.encode_ordinary(text) for text in texts), bos, eos)
+
+    return Encoder("tiktoken", reason, encode_documents, eos)
+
+
+def named_encoder(tok: Tokenizer, name: str) -> Encoder:
+    """The encoder `name` as choose_encoder made it, unchecked and serial: for a worker process
+    (the parallelism is the processes) whose parent checked it."""
+    if name == "tiktoken":
+        encoding, why = tiktoken_encoding(tok)
+        if encoding is None:
+            raise EncoderMismatch(f"tiktoken cannot encode this tokenizer: {why}")
+        return tiktoken_encoder(tok, encoding, "")
+    return tokenizers_encoder(tok, "", serial=True)
 
 
 def choose_encoder(tok: Tokenizer, sample: Iterable[str], wanted: str = "auto") -> Encoder:
@@ -115,17 +183,16 @@ def choose_encoder(tok: Tokenizer, sample: Iterable[str], wanted: str = "auto") 
         if wanted == "tiktoken":
             raise EncoderMismatch(f"tiktoken cannot encode this tokenizer: {why}")
         return tokenizers_encoder(tok, f"tiktoken cannot stand in: {why}")
-
-    def batch(texts: list[str]) -> list[list[int]]:
-        # one call per text: encode_ordinary_batch's thread pool costs a future per text, more than
-        # it gains (the data build's parallelism is worker processes, model/../data/text_shards.py)
-        return [encoding.encode_ordinary(text) for text in texts]
-
+    candidate = tiktoken_encoder(tok, encoding, "")
     sample = list(sample)
-    differs = first_difference(tok, batch, [*ADVERSARIAL, *sample])
+    # the texts that hold a frame character go through the one-text-at-a-time path: checked apart
+    framing = [t for t in [*ADVERSARIAL, *sample] if FRAME_BOS in t or FRAME_EOS in t]
+    plain = [t for t in [*ADVERSARIAL, *sample] if not (FRAME_BOS in t or FRAME_EOS in t)]
+    differs = (first_difference(tok, candidate.encode_batch, plain)
+               or first_difference(tok, candidate.encode_batch, framing))
     if differs is not None:
         if wanted == "tiktoken":
             raise EncoderMismatch(f"tiktoken's ids differ from tokenizers' on {differs}")
         return tokenizers_encoder(tok, f"tiktoken's ids differ from tokenizers' on {differs}")
-    return Encoder("tiktoken", f"same ids as tokenizers on {len(ADVERSARIAL)} adversarial strings "
-                               f"and {len(sample)} sampled documents", batch)
+    return tiktoken_encoder(tok, encoding, f"same ids as tokenizers on {len(ADVERSARIAL)} adversarial strings "
+                                           f"and {len(sample)} sampled documents")

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from tatu.data.build import token_dtype
+from tatu.data.manifest import token_dtype
 from tatu.model.chat import encode_pair
 from tatu.model.tokenizer import CharTokenizer
 from tatu.model.tokenizer_json import load_tokenizer
@@ -425,7 +425,7 @@ def test_a_huge_pair_is_refused_by_its_length_before_it_is_tokenized(sources, tm
 def test_length_bound_never_exceeds_the_real_length():
     """The pre-check may only refuse what the exact check would: min_ids <= len(ids) for both
     tokenizers, equal for a char tokenizer on known characters."""
-    from tatu.data.build import max_chars_per_token
+    from tatu.data.sft_shards import max_chars_per_token
     from tatu.data.sft import SFTExample
     from tatu.model.tokenizer import BPETokenizer
 

@@ -14,8 +14,9 @@ from hypothesis import given, settings, strategies as st
 from strict import cannot_run
 
 from tatu.data import text_shards
-from tatu.data.build import BuildSpec, build_data, token_dtype
-from tatu.data.documents import documents_in, read_documents
+from tatu.data.build import BuildSpec, build_data
+from tatu.data.manifest import token_dtype
+from tatu.data.documents import documents_in, plain_texts, read_documents
 from tatu.model.chat import encode_messages, encode_pair
 from tatu.model.tokenizer import BPETokenizer, CharTokenizer
 
@@ -169,3 +170,33 @@ def test_the_demo_sources_build_the_same_bytes_streamed_and_in_workers(tmp_path,
     result = build({}, tok, tmp_path / "data", paths, jobs=2)
     assert result.manifest["encoder"]["name"] == "tiktoken"
     assert (tmp_path / "data" / "pretrain" / "tokens.bin").read_bytes() == whole_file_shard(paths, tok)[0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=st.lists(st.sampled_from(["a", "ção", " ", "\n", "\r", "\r\n", "\r\r\n", "\n\n", " \n", "\t", "\x0b",
+                                        "\x0c", "\x1c", "\x85", "\u00a0", "\u2028", "\u3000", "\ufdd0", "😀", "x\ny"]),
+                       max_size=50),
+       one_per_line=st.booleans())
+def test_plain_texts_are_the_line_readers_documents(pieces, one_per_line):
+    data = "".join(pieces).encode()
+    line_reader = [d.text for d in documents_in(data, "s.txt", 1, one_per_line)]
+    assert plain_texts(data, one_per_line) == line_reader
+
+
+def test_plain_texts_leave_a_chunk_that_is_not_utf8_to_the_line_reader():
+    assert plain_texts(b"ok\n\nbad \xff\n", False) is None
+    assert plain_texts(b"ok\n\nbad \xff\n", True) is None
+
+
+def test_a_source_holding_the_frame_characters_builds_the_same_bytes(sources, tmp_path):
+    """tiktoken's one call per chunk frames documents with two noncharacters; a chunk that holds
+    one is encoded a document at a time, and the shard is still the tokenizer's ids."""
+    from tatu.model.encoders import FRAME_BOS, FRAME_EOS
+
+    path = tmp_path / "frames.txt"
+    path.write_text(f"plain words here\n\nword {FRAME_BOS} inside {FRAME_EOS}x\n\n{FRAME_EOS}{FRAME_BOS}\n\nend\n",
+                    encoding="utf-8")
+    result = build(sources, sources["bpe"], tmp_path / "data", [str(path)])
+    assert result.manifest["encoder"]["name"] == "tiktoken"
+    expected = whole_file_shard([str(path)], sources["bpe"])[0]
+    assert (tmp_path / "data" / "pretrain" / "tokens.bin").read_bytes() == expected

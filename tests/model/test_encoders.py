@@ -93,3 +93,17 @@ def test_the_build_falls_back_on_a_sample_that_differs_and_refuses_a_forced_tikt
     shard = np.fromfile(tmp_path / "data" / "pretrain" / "tokens.bin", dtype=np.uint16).tolist()
     expected = [tok.bos_id, *tok.encode("abcd abc"), tok.eos_id, tok.bos_id, *tok.encode("bcd"), tok.eos_id]
     assert shard == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(texts=st.lists(st.text(st.characters(codec="utf-8"), max_size=40)
+                      | st.sampled_from(list(ADVERSARIAL)), max_size=12))
+def test_one_call_for_many_documents_gives_each_documents_own_ids(bpe, texts):
+    """encode_documents frames the texts in one tiktoken call (two noncharacters as BOS/EOS
+    special tokens) and must give BOS + the tokenizer's ids + EOS of each, also for texts that
+    hold those characters (encoded one at a time)."""
+    encoder = choose_encoder(bpe, [])
+    assert encoder.name == "tiktoken"
+    expected = [i for text in texts for i in (bpe.bos_id, *bpe.encode(text), bpe.eos_id)]
+    assert encoder.encode_documents(texts).tolist() == expected
+    assert encoder.encode_batch(texts) == [bpe.encode(text) for text in texts]
