@@ -25,7 +25,7 @@ from pathlib import Path
 
 from tatu.data.demo_split import Split, held_out_lines, split_documents
 from tatu.data.demo_text import SourceText, decode_lines, focalinux_documents, fortune_documents, pydoc_documents
-from tatu.data.sft_gen import generate_format_pairs, generate_pairs
+from tatu.data.sft_gen import generate_pairs, generate_pretraining_pairs
 from tatu.data.task_gen import TASKS, generate_task, language_task, source_task
 
 # The one list of Debian packages the demo reads (the README names these).
@@ -59,20 +59,21 @@ class DemoScale:
     eval_max_chars: int = 300
     held_out_lines: int = 200  # lines of HELD_OUT_FILE
     task_items: int = 40  # items of each multiple-choice task (what they cost per eval: bench/categories.py)
-    # chat-formatted word games the trunk pretrains on (chat_format.jsonl): it knows the chat
-    # layout before SFT, so sftHeld's change measures the pairs' tasks, not the format
-    format_pairs: int = 0
+    # pairs of the SFT tasks in other phrasings, in the chat layout, that the trunk pretrains on
+    # (chat_pretrain.jsonl): it knows the format and the tasks before SFT, so sftHeld's change
+    # measures learning the pairs, not the format
+    chat_pretrain_pairs: int = 0
 
 
 SCALES: dict[str, DemoScale] = {
     # the operator's eval sizes; corpora small enough to tokenize and train on 2 cores in minutes
     "demo": DemoScale(pt_corpus_max_chars=4_000_000, en_corpus_max_chars=2_500_000,
                       pt_val_lines=390, en_ruler_lines=166, sft_train_pairs=4000,
-                      sft_held_pairs=100, words=None, format_pairs=8000),
+                      sft_held_pairs=100, words=None, chat_pretrain_pairs=8000),
     # for tests: seconds
     "tiny": DemoScale(pt_corpus_max_chars=40_000, en_corpus_max_chars=40_000,
                       pt_val_lines=24, en_ruler_lines=16, sft_train_pairs=200,
-                      sft_held_pairs=20, words=2000, held_out_lines=12, task_items=10, format_pairs=200),
+                      sft_held_pairs=20, words=2000, held_out_lines=12, task_items=10, chat_pretrain_pairs=200),
 }
 
 
@@ -224,7 +225,7 @@ def build_demo_sources(out_dir: Path, seed: int = 0, scale: str = "demo") -> dic
     """Write the demo's raw text files into out_dir; return what sources.json records.
 
     Files: pt_corpus.txt, en_corpus.txt (documents separated by blank lines), pt_val.txt,
-    en_ruler.txt, pt_faq.txt (one line each), sft_train.jsonl, sft_held.jsonl, chat_format.jsonl,
+    en_ruler.txt, pt_faq.txt (one line each), sft_train.jsonl, sft_held.jsonl, chat_pretrain.jsonl,
     pt_words.txt, sources.json.
     """
     if scale not in SCALES:
@@ -265,11 +266,12 @@ def build_demo_sources(out_dir: Path, seed: int = 0, scale: str = "demo") -> dic
         "package": "wbrazilian", "version": versions["wbrazilian"], "path": WORDLIST_FILE,
         "lines_dropped_undecodable_or_control_chars": dropped}]}
 
-    format_pairs = generate_format_pairs(words, sizes.format_pairs, seed)
-    files["chat_format.jsonl"] = _write(out_dir / "chat_format.jsonl", "".join(
-        json.dumps(pair, ensure_ascii=False) + "\n" for pair in format_pairs))
-    files["chat_format.jsonl"] |= {"pairs": len(format_pairs), "source": "tatu.data.sft_gen.generate_format_pairs",
-                                   "note": "pretraining text in the chat layout; no task of the SFT pairs"}
+    chat = generate_pretraining_pairs(sizes.chat_pretrain_pairs, seed, after=sizes.sft_held_pairs + sizes.sft_train_pairs)
+    files["chat_pretrain.jsonl"] = _write(out_dir / "chat_pretrain.jsonl", "".join(
+        json.dumps(pair, ensure_ascii=False) + "\n" for pair in chat))
+    files["chat_pretrain.jsonl"] |= {"pairs": len(chat), "source": "tatu.data.sft_gen.generate_pretraining_pairs",
+                                     "note": "pretraining text in the chat layout: the SFT tasks in other phrasings, "
+                                             "no question of sft_train.jsonl or sft_held.jsonl"}
 
     record = {"seed": seed, "scale": scale, "sizes": asdict(sizes), "packages": versions,
               "files": files}

@@ -89,11 +89,51 @@ def format_date(day: dt.date) -> str:
 
 
 # --- tasks: each draws operands, returns (key identifying the question, prompt, response) ---
+# Every task phrases its question from one of two disjoint template sets: "sft" for the SFT and
+# held-out pairs, "pretrain" for the chat-formatted text a trunk pretrains on. A trunk that saw
+# the pretraining phrasings knows the chat layout and the tasks before SFT, so what SFT still
+# changes on sftHeld is learning these pairs' phrasings and operands, not the format.
 
 Pair = tuple[tuple, str, str]
+STYLES = ("sft", "pretrain")
+
+TEMPLATES: dict[str, dict[str, list[str]]] = {
+    "arithmetic": {"sft": ["Quanto é {a} {op} {b}?", "Calcule {a} {op} {b}.",
+                           "Qual é o resultado de {a} {op} {b}?", "{a} {op} {b} é igual a quanto?"],
+                   "pretrain": ["Faça a conta: {a} {op} {b}.", "Resolva {a} {op} {b}.",
+                                "Quanto dá {a} {op} {b}?"]},
+    "number_words": {"sft": ["Escreva {n} por extenso.", "Como se escreve o número {n} por extenso?",
+                             "Escreva o número {n} em palavras.", "Por extenso, como fica {n}?"],
+                     "pretrain": ["Qual é a grafia por extenso de {n}?", "Como se lê o número {n}?",
+                                  "Passe {n} para palavras."]},
+    "words_number": {"sft": ["Escreva em algarismos: {w}.", "Que número é \"{w}\"?",
+                             "Converta para algarismos: {w}.", "Como se escreve \"{w}\" com algarismos?"],
+                     "pretrain": ["Escreva com dígitos: {w}.", "Qual é o número \"{w}\" em dígitos?",
+                                  "Passe para dígitos: {w}."]},
+    "next_day": {"sft": ["Que dia vem depois de {d}?", "Qual é o dia seguinte a {d}?",
+                         "Se hoje é {d}, que dia será amanhã?"],
+                 "pretrain": ["Depois de {d}, que data vem?", "Diga a data que segue {d}."]},
+    "previous_day": {"sft": ["Que dia vem antes de {d}?", "Qual é o dia anterior a {d}?",
+                             "Se hoje é {d}, que dia foi ontem?"],
+                     "pretrain": ["Antes de {d}, que data vem?", "Diga a data que precede {d}."]},
+    "days_later": {"sft": ["Que data será {k} dias depois de {d}?", "Somando {k} dias a {d}, que data dá?",
+                           "Qual é a data {k} dias após {d}?"],
+                   "pretrain": ["Contando {k} dias a partir de {d}, em que data se chega?",
+                                "Diga a data que fica {k} dias adiante de {d}."]},
+    "weekday": {"sft": ["Em que dia da semana cai {d}?", "Que dia da semana foi {d}?",
+                        "{d} é que dia da semana?"],
+                "pretrain": ["Diga o dia da semana de {d}.", "Qual era o dia da semana em {d}?"]},
+    "month_ordinal": {"sft": ["Qual é o {o} mês do ano?", "Que mês é o {o} do ano?"],
+                      "pretrain": ["Diga o {o} mês do ano.", "No calendário, qual é o {o} mês?"]},
+    "month_step": {"sft": ["Que mês vem {w} {m}?", "Qual é o mês que vem {w} {m}?"],
+                   "pretrain": ["Diga o mês que fica {w} {m}.", "No calendário, que mês está {w} {m}?"]},
+    "compare": {"sft": ["Qual é {w}, {a} ou {b}?", "Entre {a} e {b}, qual número é {w}?",
+                        "Qual desses números é {w}: {a} ou {b}?"],
+                "pretrain": ["Diga qual é {w}: {a} ou {b}.", "Dos números {a} e {b}, qual é o {w}?"]},
+}
 
 
-def _arithmetic(rng: random.Random) -> Pair:
+def _arithmetic(rng: random.Random, style: str) -> Pair:
     op = rng.choice(["mais", "menos", "vezes"])
     if op == "vezes":
         a, b = rng.randint(2, 30), rng.randint(2, 30)
@@ -103,24 +143,18 @@ def _arithmetic(rng: random.Random) -> Pair:
         if op == "menos" and b > a:
             a, b = b, a  # keep results non-negative: the answers stay plain digits
         result = a + b if op == "mais" else a - b
-    templates = ["Quanto é {a} {op} {b}?", "Calcule {a} {op} {b}.",
-                 "Qual é o resultado de {a} {op} {b}?", "{a} {op} {b} é igual a quanto?"]
-    prompt = rng.choice(templates).format(a=a, op=op, b=b)
+    prompt = rng.choice(TEMPLATES["arithmetic"][style]).format(a=a, op=op, b=b)
     return ("arithmetic", op, a, b), prompt, str(result)
 
 
-def _number_words(rng: random.Random) -> Pair:
+def _number_words(rng: random.Random, style: str) -> Pair:
     n = _random_number(rng)
-    templates = ["Escreva {n} por extenso.", "Como se escreve o número {n} por extenso?",
-                 "Escreva o número {n} em palavras.", "Por extenso, como fica {n}?"]
-    return ("number_words", n), rng.choice(templates).format(n=n), number_to_words(n)
+    return ("number_words", n), rng.choice(TEMPLATES["number_words"][style]).format(n=n), number_to_words(n)
 
 
-def _words_number(rng: random.Random) -> Pair:
+def _words_number(rng: random.Random, style: str) -> Pair:
     n = _random_number(rng)
-    templates = ["Escreva em algarismos: {w}.", "Que número é \"{w}\"?",
-                 "Converta para algarismos: {w}.", "Como se escreve \"{w}\" com algarismos?"]
-    return ("words_number", n), rng.choice(templates).format(w=number_to_words(n)), str(n)
+    return ("words_number", n), rng.choice(TEMPLATES["words_number"][style]).format(w=number_to_words(n)), str(n)
 
 
 def _random_number(rng: random.Random) -> int:
@@ -139,59 +173,47 @@ def _random_date(rng: random.Random) -> dt.date:
     return dt.date.fromordinal(rng.randint(start, end))
 
 
-def _next_day(rng: random.Random) -> Pair:
+def _next_day(rng: random.Random, style: str) -> Pair:
     day = _random_date(rng)
-    templates = ["Que dia vem depois de {d}?", "Qual é o dia seguinte a {d}?",
-                 "Se hoje é {d}, que dia será amanhã?"]
-    prompt = rng.choice(templates).format(d=format_date(day))
+    prompt = rng.choice(TEMPLATES["next_day"][style]).format(d=format_date(day))
     return ("next_day", day), prompt, format_date(day + dt.timedelta(days=1))
 
 
-def _previous_day(rng: random.Random) -> Pair:
+def _previous_day(rng: random.Random, style: str) -> Pair:
     day = _random_date(rng) + dt.timedelta(days=1)
-    templates = ["Que dia vem antes de {d}?", "Qual é o dia anterior a {d}?",
-                 "Se hoje é {d}, que dia foi ontem?"]
-    prompt = rng.choice(templates).format(d=format_date(day))
+    prompt = rng.choice(TEMPLATES["previous_day"][style]).format(d=format_date(day))
     return ("previous_day", day), prompt, format_date(day - dt.timedelta(days=1))
 
 
-def _days_later(rng: random.Random) -> Pair:
+def _days_later(rng: random.Random, style: str) -> Pair:
     day, offset = _random_date(rng), rng.randint(2, 60)
-    templates = ["Que data será {k} dias depois de {d}?", "Somando {k} dias a {d}, que data dá?",
-                 "Qual é a data {k} dias após {d}?"]
-    prompt = rng.choice(templates).format(k=offset, d=format_date(day))
+    prompt = rng.choice(TEMPLATES["days_later"][style]).format(k=offset, d=format_date(day))
     return ("days_later", day, offset), prompt, format_date(day + dt.timedelta(days=offset))
 
 
-def _weekday(rng: random.Random) -> Pair:
+def _weekday(rng: random.Random, style: str) -> Pair:
     day = _random_date(rng)
-    templates = ["Em que dia da semana cai {d}?", "Que dia da semana foi {d}?",
-                 "{d} é que dia da semana?"]
-    prompt = rng.choice(templates).format(d=format_date(day))
+    prompt = rng.choice(TEMPLATES["weekday"][style]).format(d=format_date(day))
     return ("weekday", day), _capitalize(prompt), WEEKDAYS[day.weekday()]
 
 
-def _month(rng: random.Random) -> Pair:
+def _month(rng: random.Random, style: str) -> Pair:
     kind = rng.choice(["ordinal", "next", "previous"])
     index = rng.randrange(12)
     if kind == "ordinal":
-        prompt = rng.choice(["Qual é o {o} mês do ano?", "Que mês é o {o} do ano?"]).format(
-            o=ORDINAL_MONTH[index])
+        prompt = rng.choice(TEMPLATES["month_ordinal"][style]).format(o=ORDINAL_MONTH[index])
         return ("month", kind, index), prompt, MONTHS[index]
     step = 1 if kind == "next" else -1
     word = "depois de" if kind == "next" else "antes de"
-    prompt = rng.choice(["Que mês vem {w} {m}?", "Qual é o mês que vem {w} {m}?"]).format(
-        w=word, m=MONTHS[index])
+    prompt = rng.choice(TEMPLATES["month_step"][style]).format(w=word, m=MONTHS[index])
     return ("month", kind, index), prompt, MONTHS[(index + step) % 12]
 
 
-def _compare(rng: random.Random) -> Pair:
+def _compare(rng: random.Random, style: str) -> Pair:
     a, b = rng.sample(range(0, 10_000), 2)
     larger = rng.random() < 0.5
     word = "maior" if larger else "menor"
-    templates = ["Qual é {w}, {a} ou {b}?", "Entre {a} e {b}, qual número é {w}?",
-                 "Qual desses números é {w}: {a} ou {b}?"]
-    prompt = rng.choice(templates).format(w=word, a=a, b=b)
+    prompt = rng.choice(TEMPLATES["compare"][style]).format(w=word, a=a, b=b)
     return ("compare", word, a, b), prompt, str(max(a, b) if larger else min(a, b))
 
 
@@ -200,7 +222,7 @@ def _capitalize(text: str) -> str:
 
 
 # task name -> (generator, weight); weights favour the tasks with large question spaces
-TASKS: dict[str, tuple[Callable[[random.Random], Pair], int]] = {
+TASKS: dict[str, tuple[Callable[[random.Random, str], Pair], int]] = {
     "arithmetic": (_arithmetic, 5),
     "number_words": (_number_words, 4),
     "words_number": (_words_number, 2),
@@ -213,14 +235,10 @@ TASKS: dict[str, tuple[Callable[[random.Random], Pair], int]] = {
 }
 
 
-def generate_pairs(n: int, seed: int) -> list[dict]:
-    """n distinct instruction pairs `{"prompt", "response", "task"}`, deterministic for seed."""
-    if not isinstance(n, int) or n < 0:
-        raise ValueError(f"generate_pairs: n must be a non-negative int, got {n!r}")
-    rng = random.Random(seed)
+def _draw(rng: random.Random, n: int, style: str, seen: set[tuple]) -> list[dict]:
+    """n pairs phrased in `style` whose questions are not in `seen` (which they are added to)."""
     names = list(TASKS)
     weights = [TASKS[name][1] for name in names]
-    seen: set[tuple] = set()
     pairs: list[dict] = []
     # the small tasks (months: 36 questions) run out first; repeats are redrawn, so the
     # limit below only trips if n exceeds the whole question space
@@ -230,7 +248,7 @@ def generate_pairs(n: int, seed: int) -> list[dict]:
             raise ValueError(f"generate_pairs: could not find n={n} distinct questions")
         attempts_left -= 1
         name = rng.choices(names, weights)[0]
-        key, prompt, response = TASKS[name][0](rng)
+        key, prompt, response = TASKS[name][0](rng, style)
         if key in seen:
             continue
         seen.add(key)
@@ -238,52 +256,23 @@ def generate_pairs(n: int, seed: int) -> list[dict]:
     return pairs
 
 
-# --- the chat format, without the tasks ------------------------------------------------------
-# Conversations a trunk pretrains on so that it knows the chat layout (the role markers, an
-# answer ended by EOS) before SFT: word games over a word list (answers are the word, its
-# letters or counts: no invented words), a template set that shares no
-# template and no task with TASKS, so none of them teaches an SFT or held-out answer.
-
-def _word_task(name: str, templates: list[str], answer: Callable[[str], str]):
-    def task(rng: random.Random, word: str) -> Pair:
-        return (name, word), rng.choice(templates).format(w=word), answer(word)
-    return task
+def _check_count(function: str, n: object) -> None:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"{function}: n must be a non-negative int, got {n!r}")
 
 
-VOWELS = set("aeiouáéíóúâêôãõàü")
-
-FORMAT_TASKS = {
-    "letters": _word_task("letters", ["Quantas letras tem a palavra \"{w}\"?", "Conte as letras de \"{w}\"."],
-                          lambda w: str(len(w))),
-    "vowels": _word_task("vowels", ["Quantas vogais tem \"{w}\"?", "Conte as vogais da palavra \"{w}\"."],
-                         lambda w: str(sum(ch in VOWELS for ch in w.lower()))),
-    "upper": _word_task("upper", ["Escreva \"{w}\" em maiúsculas.", "Passe \"{w}\" para letras maiúsculas."],
-                        str.upper),
-    "first": _word_task("first", ["Qual é a primeira letra de \"{w}\"?", "Com que letra começa \"{w}\"?"],
-                        lambda w: w[0]),
-    "last": _word_task("last", ["Qual é a última letra de \"{w}\"?", "Com que letra termina \"{w}\"?"],
-                       lambda w: w[-1]),
-    "repeat": _word_task("repeat", ["Repita a palavra \"{w}\".", "Diga \"{w}\" de novo."], lambda w: w),
-}
+def generate_pairs(n: int, seed: int) -> list[dict]:
+    """n distinct instruction pairs `{"prompt", "response", "task"}` in the SFT phrasings,
+    deterministic for seed."""
+    _check_count("generate_pairs", n)
+    return _draw(random.Random(seed), n, "sft", set())
 
 
-def generate_format_pairs(words: list[str], n: int, seed: int) -> list[dict]:
-    """n distinct chat pairs `{"prompt", "response", "task"}` of FORMAT_TASKS over `words`,
-    deterministic for (words, seed)."""
-    if not isinstance(n, int) or n < 0:
-        raise ValueError(f"generate_format_pairs: n must be a non-negative int, got {n!r}")
-    usable = sorted({w for w in words if w.isalpha() and 2 <= len(w) <= 16})
-    if n > len(usable) * len(FORMAT_TASKS):
-        raise ValueError(f"generate_format_pairs: n={n} exceeds {len(usable)} words x {len(FORMAT_TASKS)} tasks")
-    rng = random.Random(f"format:{seed}")
-    names = list(FORMAT_TASKS)
-    seen: set[tuple] = set()
-    pairs: list[dict] = []
-    while len(pairs) < n:
-        name = rng.choice(names)
-        key, prompt, response = FORMAT_TASKS[name](rng, rng.choice(usable))
-        if key in seen:
-            continue
-        seen.add(key)
-        pairs.append({"prompt": prompt, "response": response, "task": f"format_{name}"})
-    return pairs
+def generate_pretraining_pairs(n: int, seed: int, after: int) -> list[dict]:
+    """n pairs in the pretraining phrasings, none asking a question of `generate_pairs(after,
+    seed)` (the same random stream continued past those), deterministic for (n, seed, after)."""
+    _check_count("generate_pretraining_pairs", n)
+    _check_count("generate_pretraining_pairs", after)
+    rng, seen = random.Random(seed), set()
+    _draw(rng, after, "sft", seen)
+    return [pair | {"task": f"pretrain_{pair['task']}"} for pair in _draw(rng, n, "pretrain", seen)]

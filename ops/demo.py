@@ -75,9 +75,9 @@ def prepare_data(sources: Path, work: Path, kind: str, vocab: int, seq_len: int)
     tokenizer = work / "tokenizer.json"
     data = work / "data"
     pt, en = sources / "pt_corpus.txt", sources / "en_corpus.txt"
-    # The chat layout's word games (data/demo.py), in pretraining only: the trunk knows the format
-    # before SFT. A sources dir without them (an older one, the tests' own) pretrains on text alone.
-    chat = [sources / "chat_format.jsonl"] if (sources / "chat_format.jsonl").is_file() else []
+    # The SFT tasks in other phrasings (data/demo.py), in pretraining only: the trunk knows the
+    # format and the tasks before SFT. A sources dir without them (the tests' own) pretrains on text alone.
+    chat = [sources / "chat_pretrain.jsonl"] if (sources / "chat_pretrain.jsonl").is_file() else []
     vocab_args = ["--vocab", str(vocab)] if vocab else []
     check(tatu(["tokenizer", "train", "--kind", kind, *vocab_args, "--out", str(tokenizer),
                 str(pt), str(en), str(sources / "sft_train.jsonl"), *map(str, chat)]), "tokenizer train")

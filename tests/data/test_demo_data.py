@@ -11,7 +11,7 @@ from strict import cannot_run
 
 from tatu.data import demo, demo_text
 from tatu.ops import packages
-from tatu.data.sft_gen import generate_format_pairs, generate_pairs, number_to_words
+from tatu.data.sft_gen import MONTHS, TEMPLATES, generate_pairs, generate_pretraining_pairs, number_to_words
 
 # Written by hand from Portuguese grammar, not from the implementation.
 KNOWN_WORDS = {
@@ -164,31 +164,35 @@ def test_generate_pairs_deterministic_distinct_and_varied():
     assert len(arithmetic_shapes) >= 3  # several phrasings, not one template
 
 
-WORDS = ["casa", "ação", "pé", "informação", "Brasil", "x", "guarda-chuva", "árvore", "sol", "lua", "mar"]
+def _shape(prompt: str) -> str:
+    """A prompt with its operands masked: the template it was phrased from."""
+    return re.sub(r"\d+|\b(mais|menos|vezes|maior|menor)\b", "X", prompt)
 
 
-def test_format_pairs_are_right_distinct_and_share_nothing_with_the_sft_tasks():
-    pairs = generate_format_pairs(WORDS, 40, seed=0)
-    assert pairs == generate_format_pairs(WORDS, 40, seed=0) != generate_format_pairs(WORDS, 40, seed=1)
-    assert len({(p["task"], p["prompt"].split('"')[1]) for p in pairs}) == 40  # no question twice
-    vowels = set("aeiouáéíóúâêôãõàü")
-    answers = {"format_letters": lambda w: str(len(w)), "format_vowels": lambda w: str(sum(c in vowels for c in w.lower())),
-               "format_upper": lambda w: w.upper(), "format_first": lambda w: w[0], "format_last": lambda w: w[-1],
-               "format_repeat": lambda w: w}
-    assert {p["task"] for p in pairs} == set(answers)
-    for pair in pairs:
-        word = pair["prompt"].split('"')[1]
-        assert word in WORDS and word.isalpha() and len(word) >= 2  # "x" and "guarda-chuva" are not used
-        assert pair["response"] == answers[pair["task"]](word), pair
-    assert answers["format_vowels"]("ação") == "3"  # the check itself: ã counts as a vowel
-    # Disjoint from the SFT pairs by task and by template: none of their prompts has a quoted word
-    # game's shape, and no SFT task name is a format task's.
+def test_pretraining_pairs_ask_the_sft_tasks_in_other_phrasings_and_other_questions():
     sft = generate_pairs(3000, seed=0)
-    assert not {p["task"] for p in sft} & {p["task"] for p in pairs}
-    shapes = {re.sub(r'"[^"]*"', "W", p["prompt"]) for p in pairs}
-    assert not shapes & {re.sub(r'"[^"]*"', "W", p["prompt"]) for p in sft}
-    with pytest.raises(ValueError, match="exceeds"):
-        generate_format_pairs(WORDS, 1000, seed=0)
+    pretrain = generate_pretraining_pairs(2000, seed=0, after=3000)
+    assert pretrain == generate_pretraining_pairs(2000, seed=0, after=3000) != generate_pretraining_pairs(2000, seed=1, after=3000)
+    # the same tasks (a months question space of 36 is used up by the SFT pairs first)
+    assert {p["task"].removeprefix("pretrain_") for p in pretrain} <= {p["task"] for p in sft}
+    assert len({p["task"] for p in pretrain}) >= 7
+    # no question twice across both lists, even phrased otherwise: operands + task identify one
+    operand = re.compile(r"\d+|maior|menor|mais|menos|vezes|" + "|".join(MONTHS))
+
+    def question(pair):
+        task, operands = pair["task"].removeprefix("pretrain_"), operand.findall(pair["prompt"])
+        return task, tuple(sorted(operands) if task == "compare" else operands), pair["response"]
+    assert not {question(p) for p in sft} & {question(p) for p in pretrain}
+    # the template sets are disjoint, and each list uses only its own
+    for task, styles in TEMPLATES.items():
+        assert not set(styles["sft"]) & set(styles["pretrain"]), task
+    assert not {_shape(p["prompt"]) for p in sft} & {_shape(p["prompt"]) for p in pretrain}
+    # answers are computed the same way: a pretraining number_words answer spells its number
+    for pair in pretrain:
+        if pair["task"] == "pretrain_number_words":
+            assert pair["response"] == number_to_words(int(re.search(r"\d+", pair["prompt"]).group()))
+    with pytest.raises(ValueError, match="non-negative int"):
+        generate_pretraining_pairs(-1, seed=0, after=10)
 
 
 # --- decoding and extraction ---------------------------------------------------------------
@@ -225,7 +229,7 @@ def test_missing_packages_without_root_name_the_command(monkeypatch):
 
 # --- the demo files (tiny scale) ----------------------------------------------------------
 
-FILES = ["pt_corpus.txt", "en_corpus.txt", "sft_train.jsonl", "sft_held.jsonl", "chat_format.jsonl", "pt_val.txt",
+FILES = ["pt_corpus.txt", "en_corpus.txt", "sft_train.jsonl", "sft_held.jsonl", "chat_pretrain.jsonl", "pt_val.txt",
          "en_ruler.txt", "pt_words.txt", "sources.json"]
 
 
@@ -301,9 +305,9 @@ def test_sft_files_parse_and_are_disjoint(built):
         assert all(row["prompt"].strip() and row["response"].strip() for row in rows)
         prompts[name] = {row["prompt"] for row in rows}
     assert not prompts["sft_train.jsonl"] & prompts["sft_held.jsonl"]
-    chat = [json.loads(line) for line in _lines(built["a"] / "chat_format.jsonl")]
-    assert len(chat) == demo.SCALES["tiny"].format_pairs
-    assert all(row["task"].startswith("format_") for row in chat)
+    chat = [json.loads(line) for line in _lines(built["a"] / "chat_pretrain.jsonl")]
+    assert len(chat) == demo.SCALES["tiny"].chat_pretrain_pairs
+    assert all(row["task"].startswith("pretrain_") for row in chat)
     assert not {row["prompt"] for row in chat} & (prompts["sft_train.jsonl"] | prompts["sft_held.jsonl"])
 
 
