@@ -71,11 +71,15 @@ def test_the_portable_hash_is_the_same_on_every_checkout_the_lock_hash_is_not(tm
     assert (lock["plan_hash"], lock["plan_portable_hash"]) == (a.hash, a.portable_hash)
 
 
-def test_the_demo_sweep_table_in_the_docs_is_from_the_shipped_plan():
+@pytest.mark.parametrize("doc, sweep, plan", [
+    ("sweeps.md", "replay-dose", "sweep-replay.toml"),
+    ("partial-training.md", "forgetting", "sweep-forgetting.toml"),
+])
+def test_the_demo_sweep_table_in_the_docs_is_from_the_shipped_plan(doc, sweep, plan):
     root = Path(__file__).resolve().parents[2]
-    documented = re.findall(r"^sweep replay-dose \(plan ([0-9a-f]{16})\)", (root / "docs" / "sweeps.md").read_text(), re.M)
+    documented = re.findall(rf"^sweep {sweep} \(plan ([0-9a-f]{{16}})\)", (root / "docs" / doc).read_text(), re.M)
     assert len(documented) == 1
-    assert documented[0] == load_plan(root / "examples" / "sweep-replay.toml").portable_hash
+    assert documented[0] == load_plan(root / "examples" / plan).portable_hash
 
 
 @pytest.mark.parametrize("edit, message", [
