@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from tatu import systemctl
+from tatu import exitcodes, systemctl
 from tatu.atomic import write_atomic
 from tatu.daemon.config import PREFIXES as RUN_PREFIXES
 from tatu.daemon.control_client import ControlError, answers, request, resolve_socket
@@ -113,11 +113,14 @@ class ForegroundBackend:
                 return UnitState("running", detail=f"pid {child.pid}")
             del self.children[member.run]
             code = 128 - code if code < 0 else code
-            if code not in (0, 10, 11, 65, 78):
-                self.crashes[member.run] = self.crashes.get(member.run, 0) + 1
-                if self.crashes[member.run] <= CRASH_RESTARTS:
-                    return UnitState("absent", detail=f"crashed with {code}; restarting")
-            return UnitState("exited", code)
+            # 75: another daemon holds the run dir, and that one is the member's: the lock below says
+            # whether it still runs
+            if code != exitcodes.RUN_DIR_BUSY:
+                if code not in (exitcodes.OK, *exitcodes.NOT_RESTARTED):
+                    self.crashes[member.run] = self.crashes.get(member.run, 0) + 1
+                    if self.crashes[member.run] <= CRASH_RESTARTS:
+                        return UnitState("absent", detail=f"crashed with {code}; restarting")
+                return UnitState("exited", code)
         # A member of an earlier coordinator: its daemon holds the run dir's lock from its start to
         # its death (loading and shutting down too, when its socket does not answer).
         holder = holder_pid(member.run_dir)

@@ -1,15 +1,15 @@
-"""Exit codes (a design contract; units set RestartPreventExitStatus=10 11 65 74 78)."""
+"""Exit codes (a design contract; units set RestartPreventExitStatus=10 11 65 74 75 78)."""
 OK = 0
 FORGET_ABORT = 10  # MIX_FORGET_LIMIT tripped
 NONFINITE_LOSS = 11  # a non-finite loss, gradient, weight or eval: nothing non-finite is ever saved
 CRASH = 1  # a bug: the traceback is logged and systemd restarts the run
 BAD_DATA = 65  # EX_DATAERR
-RUN_DIR_BUSY = 75  # EX_TEMPFAIL: another daemon holds the run dir (restarted: it may be about to exit)
+RUN_DIR_BUSY = 75  # EX_TEMPFAIL: another daemon holds the run dir (two units or a unit and a foreground run on one run)
 IO_ERROR = 74  # EX_IOERR: the disk refused a save or a log write (full, read-only); the previous state is intact
 BAD_CONFIG = 78  # EX_CONFIG
 USAGE = 2
 # What a restart cannot fix: the unit's RestartPreventExitStatus= lists exactly these.
-NOT_RESTARTED = (FORGET_ABORT, NONFINITE_LOSS, BAD_DATA, IO_ERROR, BAD_CONFIG)
+NOT_RESTARTED = (FORGET_ABORT, NONFINITE_LOSS, BAD_DATA, IO_ERROR, RUN_DIR_BUSY, BAD_CONFIG)
 
 
 class TatuExit(Exception):

@@ -95,3 +95,24 @@ def test_the_foreground_backend_sees_a_locked_member_as_running(held, tmp_path):
     proc.kill()
     proc.wait()
     assert backend.poll(member).kind == "absent"
+
+
+@pytest.mark.parametrize("code, first, after", [
+    (exitcodes.RUN_DIR_BUSY, "running", "absent"),  # the holder is the member's daemon: watched, not counted
+    (1, "absent", "absent"),                        # a crash: restarted (counted), whatever holds the dir
+    (exitcodes.BAD_CONFIG, "exited", "absent"),     # what a restart cannot fix ends the member
+])
+def test_the_foreground_backend_watches_the_holder_when_its_own_child_exits_75(held, tmp_path, code, first, after):
+    # The backend's child is a real process that exits with the code a second daemon would.
+    run_dir, proc = held
+    member = Member("m-s1", run_dir.name, "compare", "m", {}, 1, {"TATU_OUT": str(run_dir.parent)})
+    backend = ForegroundBackend(tmp_path / "sweep")
+    child = subprocess.Popen([sys.executable, "-c", f"raise SystemExit({code})"])
+    child.wait()
+    backend.children[member.run] = child
+    state = backend.poll(member)
+    assert state.kind == first, state
+    assert backend.crashes.get(member.run, 0) == (1 if code == 1 else 0)
+    proc.kill()
+    proc.wait()
+    assert backend.poll(member).kind == after
