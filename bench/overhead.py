@@ -87,7 +87,7 @@ def bare_run(env: dict[str, str], steps: int) -> tuple[list[float], list[float]]
     model_config = GPTConfig(**{**seed.model_config.to_dict(), "dropout": config.dropout, "attn": "sdpa"})
     torch.manual_seed(config.seed)
     model = GPT(model_config)
-    load_model_state(model, seed.model_state, str(config.seed_ckpt))
+    load_model_state(model, seed.plain_state(), str(config.seed_ckpt))
     return bare_loop(model, config, steps, torch.device("cpu"))
 
 

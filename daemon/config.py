@@ -127,6 +127,9 @@ class RunConfig(BaseModel):
             raise ValueError("SFT_GE + REPLAY_N must be at least 1 (a step needs micro-batches)")
         if self.mode == "pretrain" and self.replay_n:
             raise ValueError("REPLAY_N must be 0 when TATU_MODE=pretrain (one channel)")
+        if self.train != "all" and self.seed_ckpt is None:
+            raise ValueError(f"TATU_TRAIN={self.train} trains part of a model and needs TATU_SEED_CKPT "
+                             "(a trunk from scratch trains every weight: TATU_TRAIN=all)")
         if self.min_lr > self.lr:
             raise ValueError(f"TATU_MIN_LR ({self.min_lr}) must not exceed TATU_LR ({self.lr})")
         if self.n_embd % self.n_head:

@@ -54,7 +54,7 @@ def starting_point(config: RunConfig, manifest: dict) -> Start:
     if config.seed_ckpt is not None:
         seed = load_checkpoint_or_gpt2(config.seed_ckpt)
         gpt_config = GPTConfig(**{**seed.model_config.to_dict(), "dropout": config.dropout, "attn": "sdpa"})
-        return Start(gpt_config, seed.model_state, str(config.seed_ckpt), seed.tokenizer, seed.meta, None)
+        return Start(gpt_config, seed.plain_state(), str(config.seed_ckpt), seed.tokenizer, seed.meta, None)
     tokenizer = load_tokenizer(config.data / manifest.get("tokenizer", "tokenizer.json"))
     gpt_config = GPTConfig(
         vocab_size=tokenizer.vocab_size, block_size=config.block_size, n_layer=config.n_layer,

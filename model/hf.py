@@ -189,7 +189,7 @@ def export_hf(ckpt: Checkpoint, out: str | Path) -> Path:
         "config.json": _json_bytes(config_to_hf(cfg, tok)),
         "generation_config.json": _json_bytes({"bos_token_id": tok.bos_id, "eos_token_id": tok.eos_id,
                                                "pad_token_id": tok.pad_id}),
-        "model.safetensors": st_save(state_to_hf(ckpt.model_state), metadata={"format": "pt"}),
+        "model.safetensors": st_save(state_to_hf(ckpt.plain_state()), metadata={"format": "pt"}),
         "tokenizer.json": _json_bytes(tokenizer_to_hf(tok)),
         "tokenizer_config.json": _json_bytes(tokenizer_config(tok, cfg.block_size)),
         "special_tokens_map.json": _json_bytes({"bos_token": "<|bos|>", "eos_token": "<|eos|>", "pad_token": "<|pad|>",

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tatu.exitcodes import BAD_CONFIG, TatuExit
-from tatu.formats import eval_name_problem
+from tatu.formats import SET_NAMES, eval_name_problem
 
 METRICS = ("drift", "drift_lo", "drift_hi", "sftHeld_change", "sftHeld_change_lo", "sftHeld_change_hi",
            "every_eval_drift", "every_eval_drift_hi", "aborted")
@@ -58,9 +58,10 @@ class Rule:
 
 
 def held_out_set(metric: str) -> str | None:
-    """The eval set a `<SET>_change[_lo|_hi]` metric names, other than the judged sftHeld (None if none)."""
+    """The held-out set a `<SET>_change[_lo|_hi]` metric names (None if none): not one of the three
+    roles, whose judged metrics are sftHeld_change and drift (ptVal is shown, not judged)."""
     match = HELD_OUT_METRIC.match(metric)
-    if match is None or match.group(1) in ("sftHeld", "drift") or eval_name_problem(match.group(1)):
+    if match is None or match.group(1) in (*SET_NAMES, "drift") or eval_name_problem(match.group(1)):
         return None
     return match.group(1)
 
@@ -89,7 +90,7 @@ def parse_rule(text: str, axes: dict, path: Path, configs=()) -> Rule:
         metric, op, value = cond.groups()
         if metric not in METRICS and held_out_set(metric) is None:
             raise plan_error(path, "[decision] rule", f"unknown metric {metric!r} (known: {', '.join(METRICS)}, "
-                                                     "or SET_change[_lo|_hi] of an eval set of the data dir)")
+                                                     "or SET_change[_lo|_hi] of a held-out set of the data dir: not ptVal, shown and not judged; enRuler is drift)")
         if value[0].isalpha() and value not in known_variables():
             raise plan_error(path, "[decision] rule", f"{value} is neither a number nor a run variable")
         conditions.append(Condition(metric, op, value))

@@ -66,6 +66,7 @@ def atomic_directory(out: str | Path, documents: dict[str, bytes] | None = None)
                 handle.flush()
                 os.fsync(handle.fileno())
         yield tmp
+        fsync_dir(tmp)  # its entries, before the rename publishes them
         tmp.rename(out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

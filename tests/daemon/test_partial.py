@@ -42,6 +42,9 @@ def sft_env(world, out, **extra):
     ({"TATU_LORA_RANK": "4"}, "TATU_LORA_RANK"),  # a LoRA variable with TATU_TRAIN=all
     ({"TATU_TRAIN": "top:1", "TATU_LORA_ALPHA": "8"}, "TATU_LORA_ALPHA"),
     ({"TATU_TRAIN_EMBEDDINGS": "1"}, "TATU_TRAIN_EMBEDDINGS"),
+    # a trunk from scratch with part of it frozen: no seed to freeze (an empty value is unset)
+    ({"TATU_MODE": "pretrain", "TATU_TRAIN": "lora", "TATU_SEED_CKPT": ""}, "TATU_SEED_CKPT"),
+    ({"TATU_MODE": "pretrain", "TATU_TRAIN": "top:1", "TATU_SEED_CKPT": ""}, "TATU_SEED_CKPT"),
 ])
 def test_bad_train_settings_exit_78_naming_the_variable_before_torch(tmp_path, settings, named):
     out = tmp_path / "out"

@@ -86,6 +86,25 @@ def test_the_merged_hf_export_of_a_lora_run_gives_tatus_logits(lora_runs):
     assert (theirs - ours).abs().max() <= 1e-5
 
 
+def test_the_hf_export_of_a_lora_runs_resume_state_is_merged(lora_runs):
+    # state/ holds the base and the adapters unmerged (what a resume needs); every other reader
+    # gets them merged, the export too: no lora_ key in the file, tatu's logits
+    from safetensors.torch import load_file
+    from transformers import GPT2LMHeadModel
+
+    state = lora_runs["lora"].parent / "state"
+    out = lora_runs["root"] / "state-hf"
+    assert tatu_export(state, out, fmt="hf").returncode == 0
+    assert not [k for k in load_file(out / "model.safetensors") if "lora" in k]
+    x = ids(state)
+    with torch.no_grad():
+        theirs = GPT2LMHeadModel.from_pretrained(out).eval()(x).logits
+        ours, _ = load_checkpoint(state).build_model().eval()(x)
+        seed_logits, _ = load_checkpoint(lora_runs["seed"]).build_model().eval()(x)
+    assert (theirs - seed_logits).abs().max() > 1e-3  # the adapter is in the exported weights
+    assert (theirs - ours).abs().max() <= 1e-5
+
+
 def test_trained_embeddings_cannot_go_into_an_adapter_65(lora_runs):
     proc = tatu_export(lora_runs["emb"], lora_runs["root"] / "emb-adapter")
     assert proc.returncode == 65 and "TATU_TRAIN_EMBEDDINGS=1" in proc.stderr and "--format hf" in proc.stderr
