@@ -41,6 +41,8 @@ WORDLIST_FILE = "/usr/share/dict/brazilian"
 # answers), not to more of the training distribution.
 FAQ_FILE = "/usr/share/doc/debian/FAQ/debian-faq.pt.txt.gz"
 HELD_OUT_FILE = "pt_faq.txt"
+# the SFT tasks in other phrasings, in the chat layout: pretraining text only (ops/demo.py)
+CHAT_PRETRAIN_FILE = "chat_pretrain.jsonl"
 FORTUNES_DIR = "/usr/share/games/fortunes"
 # fortune files that are pictures or meta-notes rather than sentences
 FORTUNES_SKIP = {"ascii-art", "translate-me", "disclaimer"}
@@ -267,9 +269,9 @@ def build_demo_sources(out_dir: Path, seed: int = 0, scale: str = "demo") -> dic
         "lines_dropped_undecodable_or_control_chars": dropped}]}
 
     chat = generate_pretraining_pairs(sizes.chat_pretrain_pairs, seed, after=sizes.sft_held_pairs + sizes.sft_train_pairs)
-    files["chat_pretrain.jsonl"] = _write(out_dir / "chat_pretrain.jsonl", "".join(
+    files[CHAT_PRETRAIN_FILE] = _write(out_dir / CHAT_PRETRAIN_FILE, "".join(
         json.dumps(pair, ensure_ascii=False) + "\n" for pair in chat))
-    files["chat_pretrain.jsonl"] |= {"pairs": len(chat), "source": "tatu.data.sft_gen.generate_pretraining_pairs",
+    files[CHAT_PRETRAIN_FILE] |= {"pairs": len(chat), "source": "tatu.data.sft_gen.generate_pretraining_pairs",
                                      "note": "pretraining text in the chat layout: the SFT tasks in other phrasings, "
                                              "no question of sft_train.jsonl or sft_held.jsonl"}
 

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tatu.data.demo import CHAT_PRETRAIN_FILE, HELD_OUT_FILE
 from tatu.formats import fmt_p, fmt_pct
 from tatu.ops.cli import main as tatu
 from tatu.systemctl import SystemctlError, systemctl_user
@@ -62,8 +63,8 @@ def check(code: int, what: str) -> None:
 
 
 # Held-out domains the demo scores beside the three roles when its sources have them: no training
-# channel reads these files (tatu.data.demo.HELD_OUT_FILE).
-HELD_OUT = {"ptFaq": "pt_faq.txt"}
+# channel reads these files.
+HELD_OUT = {"ptFaq": HELD_OUT_FILE}
 HELD_OUT_ABOUT = {"ptFaq": "European Portuguese Debian FAQ, read by no training source"}
 
 
@@ -77,7 +78,7 @@ def prepare_data(sources: Path, work: Path, kind: str, vocab: int, seq_len: int)
     pt, en = sources / "pt_corpus.txt", sources / "en_corpus.txt"
     # The SFT tasks in other phrasings (data/demo.py), in pretraining only: the trunk knows the
     # format and the tasks before SFT. A sources dir without them (the tests' own) pretrains on text alone.
-    chat = [sources / "chat_pretrain.jsonl"] if (sources / "chat_pretrain.jsonl").is_file() else []
+    chat = [sources / CHAT_PRETRAIN_FILE] if (sources / CHAT_PRETRAIN_FILE).is_file() else []
     vocab_args = ["--vocab", str(vocab)] if vocab else []
     check(tatu(["tokenizer", "train", "--kind", kind, *vocab_args, "--out", str(tokenizer),
                 str(pt), str(en), str(sources / "sft_train.jsonl"), *map(str, chat)]), "tokenizer train")
