@@ -3,6 +3,7 @@
 verbatim to tasks/<NAME>.jsonl, hashed in the manifest; a bad line is FILE:LINE and exit 65."""
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -24,11 +25,15 @@ def item_problem(payload) -> str | None:
     return None
 
 
-def read_items(path: str | Path) -> list[tuple[int, dict]]:
-    """(line, item) of every non-blank line; DataError "FILE:LINE: reason" at the first bad one."""
+def read_items(path: str | Path, sha256: str | None = None) -> list[tuple[int, dict]]:
+    """(line, item) of every non-blank line; DataError "FILE:LINE: reason" at the first bad one.
+    With `sha256` (the manifest's), the bytes read are checked against it first."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
+        if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+            raise DataError(f"{path}: its sha256 is not the manifest's: the task was edited after `tatu data build`")
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: cannot read the task ({exc})") from None
     items = []

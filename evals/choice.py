@@ -44,9 +44,10 @@ class ChoiceItem:
     answer: int
 
 
-def read_task(path: str | Path) -> list[ChoiceItem]:
-    """The items of a task file (tatu.data.tasks' rule; a bad line is FILE:LINE, exit 65)."""
-    return [ChoiceItem(number, p["context"], tuple(p["choices"]), p["answer"]) for number, p in read_items(path)]
+def read_task(path: str | Path, sha256: str | None = None) -> list[ChoiceItem]:
+    """The items of a task file (tatu.data.tasks' rule; a bad line is FILE:LINE, exit 65), checked
+    against the manifest's `sha256` when given."""
+    return [ChoiceItem(number, p["context"], tuple(p["choices"]), p["answer"]) for number, p in read_items(path, sha256)]
 
 
 def request(tokenizer: Tokenizer, context: str, choice: str) -> EvalLine:

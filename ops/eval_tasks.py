@@ -9,20 +9,20 @@ from tatu.data.manifest import DataError, load_manifest
 from tatu.exitcodes import BAD_DATA, TatuExit
 
 
-def task_specs(args: argparse.Namespace) -> dict[str, Path]:
-    """name -> task file: --data's tasks, then every --task."""
-    tasks: dict[str, Path] = {}
+def task_specs(args: argparse.Namespace) -> dict[str, tuple[Path, str | None]]:
+    """name -> (task file, the manifest's sha256 of it): --data's tasks, then every --task (no hash)."""
+    tasks: dict[str, tuple[Path, str | None]] = {}
     if args.data is not None:
         try:
             manifest = load_manifest(args.data)
-            tasks.update({name: args.data / entry["file"] for name, entry in manifest.get("tasks", {}).items()})
+            tasks.update({name: (args.data / entry["file"], entry["sha256"]) for name, entry in manifest.get("tasks", {}).items()})
         except (DataError, KeyError, TypeError, AttributeError):
             pass  # set_specs names the unreadable manifest
     for spec in args.tasks:
         name, sep, file = spec.partition("=")
         if not sep or not name or not file:
             raise TatuExit(BAD_DATA, f"--task {spec!r}: expected NAME=FILE")
-        tasks[name] = Path(file)
+        tasks[name] = (Path(file), None)
     return tasks
 
 
@@ -30,8 +30,8 @@ def score_tasks(model, tokenizer, args) -> dict:
     from tatu.evals.choice import read_task, score_task
 
     try:
-        return {name: score_task(model, read_task(path), tokenizer, name, args.device)
-                for name, path in task_specs(args).items()}
+        return {name: score_task(model, read_task(path, sha256), tokenizer, name, args.device)
+                for name, (path, sha256) in task_specs(args).items()}
     except (DataError, ValueError) as exc:
         raise TatuExit(BAD_DATA, str(exc)) from None
 

@@ -87,3 +87,18 @@ def test_a_bad_task_line_names_the_file_and_line(tmp_path):
     path.write_text('{"context": "x", "choices": ["a", "b"], "answer": 0}\n{"context": "y", "choices": ["a"], "answer": 0}\n')
     with pytest.raises(DataError, match=r"bad.jsonl:2: 'choices' must be a list of at least 2"):
         read_task(path)
+
+
+def test_a_task_is_checked_against_the_manifests_sha256_in_the_one_read(tmp_path):
+    import hashlib
+
+    path = tmp_path / "task.jsonl"
+    path.write_text('{"context": "x", "choices": ["a", "b"], "answer": 1}\n')
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert [item.answer for item in read_task(path, digest)] == [1]
+    path.write_text('{"context": "x", "choices": ["a", "b"], "answer": 0}\n')  # edited after the build
+    with pytest.raises(DataError, match=r"task.jsonl: its sha256 is not the manifest's"):
+        read_task(path, digest)
+    path.unlink()
+    with pytest.raises(DataError, match=r"task.jsonl: cannot read the task"):
+        read_task(path, digest)  # a missing file is bad data (65), not a crash
