@@ -3,9 +3,10 @@ bench/scale.py time it against.
 
 The same AdamW groups (decay on weights of 2+ dims), the same MixedStream, each micro-batch's
 NLL sum divided by the step's target tokens, the loss summed in float64 on the device, clipping
-when TATU_GRAD_CLIP is set, the run's autocast: daemon/trainer.py operation for operation, so the
-per-step losses equal the daemon's (both benches print that as evidence). No evals, logging,
-socket, memory samples or checkpoints.
+when TATU_GRAD_CLIP is set, the run's autocast: daemon/trainer.py operation for operation at the
+benches' settings (the defaults TATU_TRAIN=all, TATU_SCHEDULE=constant, TATU_WARMUP_STEPS=0:
+this loop has no schedule and trains every weight), so the per-step losses equal the daemon's there (both benches print that
+as evidence). No evals, logging, socket, memory samples or checkpoints.
 """
 from __future__ import annotations
 

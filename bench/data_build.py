@@ -44,6 +44,7 @@ import numpy as np
 import psutil
 
 from tatu.data.documents import read_documents
+from tatu.data.manifest import load_manifest
 from tatu.data.text_shards import usable_cores
 from tatu.model.encoders import framed, tiktoken_encoder, tiktoken_encoding
 from tatu.model.tokenizer_json import load_tokenizer
@@ -189,7 +190,8 @@ def build_only(args, work: Path, tok_path: Path, sources: Path) -> None:
         if proc.returncode != 0:
             sys.exit(f"tatu data build exited {proc.returncode}: {proc.stderr[-2000:]}")
         size = corpus.stat().st_size / 1e6
-        shard = np.memmap(out / "pretrain" / "tokens.bin", dtype=np.uint16, mode="r")
+        channel = load_manifest(out)["channels"]["pretrain"]
+        shard = np.memmap(out / "pretrain" / "tokens.bin", dtype=channel["dtype"], mode="r")
         print(f"tatu data build --jobs {jobs} on {size:.1f} MB ({len(shard)} tokens): wall {seconds:.1f} s "
               f"({size / seconds:.2f} MB/s), CPU {cpu:.1f} s, peak RSS {rss:.0f} MB; load average {load:.1f} "
               f"-> {os.getloadavg()[0]:.1f}", flush=True)

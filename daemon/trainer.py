@@ -21,8 +21,8 @@ import torch
 from tatu.daemon.config import ConfigError, RunConfig
 from tatu.daemon.distributed import SINGLE, World
 from tatu.data.stream import StepBatch
-from tatu.model.adapters import (adapter_state, apply_train_spec, is_adapter_key, merged_state, split_adapter_state,
-                                 state_sha256, trainable_parameters, trainable_summary)
+from tatu.model.adapters import (apply_train_spec, is_adapter_key, merge_state, split_adapter_state, state_sha256,
+                                 trainable_parameters, trainable_summary)
 from tatu.model.checkpoint import TIED_KEYS, CheckpointError, load_model_state, model_state_for_saving
 from tatu.model.gpt import GPT, GPTConfig
 from tatu.model.precision import PrecisionError, resolve_precision
@@ -106,11 +106,12 @@ class Trainer:
         them, with the base it applies to named by sha256 (what `tatu export --format peft` needs)."""
         if self.train_spec.lora is None:
             return model_state_for_saving(self.model), {}, {}
-        merged = {k: v.contiguous().cpu() for k, v in merged_state(self.model).items() if k not in TIED_KEYS}
-        base = {k: v for k, v in split_adapter_state(self.model.state_dict())[0].items() if k not in TIED_KEYS}
+        state = {k: v.detach() for k, v in self.model.state_dict().items() if k not in TIED_KEYS}
+        base, adapters = split_adapter_state(state)
+        merged = {k: v.contiguous().cpu() for k, v in merge_state(state, self.train_spec.lora.scaling).items()}
         meta = self.adapter_meta()
         meta["adapter"].update(base_sha256=state_sha256(base), base=str(Path(self.config.seed_ckpt).absolute()))
-        return merged, {"adapter": {k: v.contiguous().cpu() for k, v in adapter_state(self.model).items()}}, meta
+        return merged, {"adapter": {k: v.contiguous().cpu() for k, v in adapters.items()}}, meta
 
     def adapter_meta(self) -> dict:
         """meta.json's "adapter" of a LoRA run (what a reader needs to merge or export it); {} otherwise."""

@@ -95,7 +95,6 @@ def format_date(day: dt.date) -> str:
 # changes on sftHeld is learning these pairs' phrasings and operands, not the format.
 
 Pair = tuple[tuple, str, str]
-STYLES = ("sft", "pretrain")
 
 TEMPLATES: dict[str, dict[str, list[str]]] = {
     "arithmetic": {"sft": ["Quanto é {a} {op} {b}?", "Calcule {a} {op} {b}.",
@@ -245,7 +244,7 @@ def _draw(rng: random.Random, n: int, style: str, seen: set[tuple]) -> list[dict
     attempts_left = 50 * n + 1000
     while len(pairs) < n:
         if attempts_left == 0:
-            raise ValueError(f"generate_pairs: could not find n={n} distinct questions")
+            raise ValueError(f"{style} pairs: could not find n={n} distinct questions")
         attempts_left -= 1
         name = rng.choices(names, weights)[0]
         key, prompt, response = TASKS[name][0](rng, style)

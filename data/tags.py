@@ -9,7 +9,7 @@ stored beside the eval file as evals/<name>.tags.jsonl and hashed in the manifes
 One JSON line per scored line of the set (the non-blank lines, in order): {"line": N,
 "units": [[start, end, category, tag], ...]}: each lexical unit Apertium found, with its
 character span in the scored text (the line; for pairs the response), the category it maps to
-(CATEGORIES) and Apertium's first tag. tatu.evals.categories turns units into per-token masks.
+(CATEGORIES) and Apertium's first tag. tatu.evals.categories turns units into per-token category labels.
 
 Without the packages there are no tags: the manifest says why and how to install them, and a
 run reports no category metrics (one line), never a crash.

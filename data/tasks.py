@@ -1,5 +1,5 @@
 """Multiple-choice tasks in the data dir: `tatu data build --task NAME=FILE` checks each file
-(tatu.data.tasks.check_item: the one item rule, also what tatu.evals.choice reads) and copies it
+(item_problem: the one item rule, also what tatu.evals.choice reads) and copies it
 verbatim to tasks/<NAME>.jsonl, hashed in the manifest; a bad line is FILE:LINE and exit 65."""
 from __future__ import annotations
 

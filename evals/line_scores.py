@@ -167,10 +167,11 @@ def score_lines(
     def score_batch(batch) -> np.ndarray:
         x, y = _batch_arrays(batch)
         _, nll = model(torch.from_numpy(x).to(device), torch.from_numpy(y).to(device))
-        sums = nll.double().sum(dim=1).cpu().numpy()
+        nll = nll.double()
+        sums = nll.sum(dim=1).cpu().numpy()
         if not per_token:
             return sums
-        tokens = nll.double().cpu().numpy()
+        tokens = nll.cpu().numpy()
         return sums, [tokens[r][y[r] != IGNORE_INDEX] for r in range(len(batch))]
 
     was_training = model.training

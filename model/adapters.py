@@ -4,7 +4,7 @@ LoRA as the field does it (Hu et al. 2021; PEFT's defaults): a frozen Linear W g
 matrices A (rank x in, Kaiming-uniform) and B (out x rank, zeros), and computes
 W x + (alpha / rank) * B A dropout(x). B = 0 makes step 0 equal the seed exactly. A LoRALinear
 keeps the Linear's own `weight` and `bias` names, so a state dict is the base GPT's plus
-`<module>.lora_A` / `<module>.lora_B`; `merged_state` folds the adapters into plain GPT weights
+`<module>.lora_A` / `<module>.lora_B`; `merge_state` folds the adapters into plain GPT weights
 (W + scaling * B @ A), which every checkpoint reader loads unchanged.
 """
 from __future__ import annotations
@@ -42,9 +42,6 @@ class LoRALinear(nn.Linear):
         # The scaling and the sum inside one GEMM (beta=1): on CPU the separate scale and add passes
         # over the (tokens x out) output cost as much as the rank-r products themselves.
         return torch.addmm(y.flatten(0, -2), h.flatten(0, -2), self.lora_B.t(), alpha=self.scaling).view(y.shape)
-
-    def merged_weight(self) -> torch.Tensor:
-        return merge_weight(self.weight, self.lora_A, self.lora_B, self.scaling)
 
 
 def merge_weight(weight: torch.Tensor, lora_A: torch.Tensor, lora_B: torch.Tensor, scaling: float) -> torch.Tensor:
@@ -97,14 +94,6 @@ def split_adapter_state(state: dict[str, torch.Tensor]) -> tuple[dict, dict]:
     return {k: v for k, v in state.items() if k not in adapter}, adapter
 
 
-def merged_state(model: GPT) -> dict[str, torch.Tensor]:
-    """The plain GPT weights the model computes with: each adapter folded into its Linear."""
-    state = {k: v.detach() for k, v in model.state_dict().items() if not is_adapter_key(k)}
-    for name, module in lora_modules(model).items():
-        state[f"{name}.weight"] = module.merged_weight().detach()
-    return state
-
-
 def merge_state(state: dict[str, torch.Tensor], scaling: float) -> dict[str, torch.Tensor]:
     """A state dict with adapters (a LoRA run's resume state) as plain GPT weights."""
     base, adapters = split_adapter_state(state)
@@ -115,10 +104,6 @@ def merge_state(state: dict[str, torch.Tensor], scaling: float) -> dict[str, tor
             merged[f"{module}.weight"] = merge_weight(base[f"{module}.weight"], adapters[key],
                                                       adapters[f"{module}.lora_B"], scaling)
     return merged
-
-
-def adapter_state(model: GPT) -> dict[str, torch.Tensor]:
-    return {k: v.detach() for k, v in model.state_dict().items() if is_adapter_key(k)}
 
 
 def state_sha256(state: dict[str, torch.Tensor]) -> str:
