@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
@@ -27,6 +26,7 @@ from tatu.data.demo_split import Split, held_out_lines, split_documents
 from tatu.data.demo_text import SourceText, decode_lines, focalinux_documents, fortune_documents, pydoc_documents
 from tatu.data.sft_gen import generate_pairs, generate_pretraining_pairs
 from tatu.data.task_gen import TASKS, generate_task, language_task, source_task
+from tatu.debian import dpkg_available, installed_version
 
 # The one list of Debian packages the demo reads (the README names these).
 DEMO_PACKAGES: tuple[str, ...] = ("focalinux-text", "fortunes-br", "wbrazilian", "fortunes",
@@ -85,22 +85,13 @@ class DemoPackagesError(RuntimeError):
 
 # --- Debian packages ----------------------------------------------------------------------
 
-def _dpkg_query(fmt: str, package: str) -> str | None:
-    if shutil.which("dpkg-query") is None:
+def package_version(package: str) -> str | None:
+    """Installed version of a Debian package, None when it is not installed."""
+    if not dpkg_available():
         raise DemoPackagesError(
             "dpkg-query not found: the demo data needs a Debian-based system with the packages "
             + " ".join(DEMO_PACKAGES))
-    done = subprocess.run(["dpkg-query", "-W", f"-f={fmt}", package],
-                          capture_output=True, text=True, check=False)
-    return done.stdout if done.returncode == 0 else None
-
-
-def package_version(package: str) -> str | None:
-    """Installed version of a Debian package, None when it is not installed."""
-    status = _dpkg_query("${db:Status-Abbrev}", package)
-    if status is None or not status.startswith("ii"):
-        return None
-    return _dpkg_query("${Version}", package)
+    return installed_version(package)
 
 
 def missing_demo_packages() -> list[str]:

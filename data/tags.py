@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tatu.data.manifest import DataError
+from tatu.debian import installed_version
 
 TAGGER_PACKAGES: tuple[str, ...] = ("apertium-por-cat", "apertium-eng-spa")
 APERTIUM_DIR = Path("/usr/share/apertium")
@@ -96,16 +97,7 @@ def untagged_line(entries: dict) -> str | None:
 def tagger_versions() -> dict[str, str | None]:
     """{package: installed version or None}: part of the build key, so installing or upgrading
     the tagger rebuilds the tags."""
-    versions = {}
-    for package in TAGGER_PACKAGES:
-        version = None
-        if shutil.which("dpkg-query"):
-            done = subprocess.run(["dpkg-query", "-W", "-f=${db:Status-Abbrev} ${Version}", package],
-                                  capture_output=True, text=True, check=False)
-            if done.returncode == 0 and done.stdout.startswith("ii"):
-                version = done.stdout.split()[-1]
-        versions[package] = version
-    return versions
+    return {package: installed_version(package) for package in TAGGER_PACKAGES}
 
 
 def _escape(text: str) -> str:

@@ -18,14 +18,9 @@ def ensure_demo_packages() -> dict[str, str]:
 
     Not root and something missing: DemoPackagesError naming the packages and the command.
     """
-    global _apt_updated
     missing = missing_demo_packages()
     if missing and os.geteuid() == 0:
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        if not _apt_updated:
-            _run_apt(["apt-get", "update", "-q"], env)
-            _apt_updated = True
-        _run_apt(["apt-get", "install", "-y", "-q", *missing], env)
+        _apt_install(missing)
         still_missing = missing_demo_packages()
         if still_missing:
             raise DemoPackagesError(f"apt-get did not install: {', '.join(still_missing)}")
@@ -37,19 +32,14 @@ def ensure_tagger_packages() -> str | None:
     missing; returns None when they are there, else one line saying how to install them."""
     from tatu.data.tags import TAGGER_PACKAGES, tagger_versions
 
-    global _apt_updated
     missing = [p for p, version in tagger_versions().items() if version is None]
     if not missing:
         return None
     command = f"apt-get install -y {' '.join(TAGGER_PACKAGES)}"
     if os.geteuid() != 0:
         return f"Apertium's taggers are not installed ({', '.join(missing)}): run `sudo {command}`"
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     try:
-        if not _apt_updated:
-            _run_apt(["apt-get", "update", "-q"], env)
-            _apt_updated = True
-        _run_apt(["apt-get", "install", "-y", "-q", *missing], env)
+        _apt_install(missing)
     except DemoPackagesError as exc:
         return f"{exc}; install them with `{command}`"
     still = [p for p, version in tagger_versions().items() if version is None]
@@ -68,6 +58,16 @@ def main(argv: list[str] | None = None) -> int:
     problem = ensure_tagger_packages()
     print(problem or "Apertium taggers installed", file=sys.stderr if problem else sys.stdout)
     return 0
+
+
+def _apt_install(packages: list[str]) -> None:
+    """apt-get install `packages` (the package lists updated once per process)."""
+    global _apt_updated
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    if not _apt_updated:
+        _run_apt(["apt-get", "update", "-q"], env)
+        _apt_updated = True
+    _run_apt(["apt-get", "install", "-y", "-q", *packages], env)
 
 
 def _run_apt(argv: list[str], env: dict[str, str]) -> None:
