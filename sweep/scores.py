@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from tatu.atomic import write_json_atomic
@@ -42,10 +43,12 @@ def held_out_names(manifest: dict) -> tuple[str, ...]:
     return tuple(name for name in ordered_sets(manifest.get("evals", {})) if name not in SET_NAMES)
 
 
-def _lines_to_score(ckpt_tokenizer, env: dict, required: tuple[str, ...] = ()) -> tuple[dict, dict, dict]:
-    """(sets, categories, tag hashes): {set: EvalSet}, the lines the member's daemon scores (its data,
+def _lines_to_score(ckpt_tokenizer, env: dict, required: tuple[str, ...] = ()) -> tuple[dict, dict, Callable[[], dict]]:
+    """(sets, tag hashes, categories): {set: EvalSet}, the lines the member's daemon scores (its data,
     its EVAL_EN_* and TATU_SEED), for SETS and every held-out set of its data (the ones a decision
-    rule names, `required`, must be there); each tagged set's per-token categories and its tags' sha256."""
+    rule names, `required`, must be there); each tagged set's tags' sha256 (from the manifest: what
+    the cache key needs); a call that reads the tags into each tagged set's per-token categories
+    (only when the scores are not cached)."""
     from tatu.daemon.config import load_config
     from tatu.daemon.suite import load_eval_sets, set_categories
     from tatu.data.manifest import DataError, load_manifest
@@ -61,8 +64,9 @@ def _lines_to_score(ckpt_tokenizer, env: dict, required: tuple[str, ...] = ()) -
         if name not in sets:
             raise TatuExit(BAD_CONFIG, f"the decision rule names {name}_change, but {config.data / 'manifest.json'} "
                                        f"has no eval set {name}")
-    categories = set_categories(sets, manifest, config.data, ckpt_tokenizer)[0]
-    return sets, categories, {name: manifest["evals"][name]["tags"]["sha256"] for name in categories}
+    tags = {name: manifest["evals"][name]["tags"]["sha256"] for name in sets
+            if "file" in (manifest["evals"][name].get("tags") or {})}
+    return sets, tags, lambda: set_categories(sets, manifest, config.data, ckpt_tokenizer)[0]
 
 
 def category_key(set_name: str, category: str) -> str:
@@ -104,7 +108,7 @@ def score_checkpoint(ckpt: Path, env: dict, cache_dir: Path, required: tuple[str
     from tatu.model.hf import load_checkpoint_or_gpt2
 
     loaded = load_checkpoint_or_gpt2(ckpt)
-    sets, categories, tags = _lines_to_score(loaded.tokenizer, env, required)
+    sets, tags, read_categories = _lines_to_score(loaded.tokenizer, env, required)
     key = {"weights": weights_hash(ckpt), "lines": {name: _lines_identity(s) for name, s in sets.items()}, "tags": tags}
     key_hash = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     cache = cache_dir / f"{Path(ckpt).parent.name}-{Path(ckpt).name}-{key_hash}.json"
@@ -112,6 +116,7 @@ def score_checkpoint(ckpt: Path, env: dict, cache_dir: Path, required: tuple[str
         doc = json.loads(cache.read_text())
         if doc.get("key") == key and all(doc["scores"][n]["line_index"] == list(s.line_index) for n, s in sets.items()):
             return doc["scores"]
+    categories = read_categories()
     model = loaded.build_model("cpu").eval()
     scores = {}
     for name, eval_set in sets.items():
