@@ -81,11 +81,12 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def peak_rss_of(cmd: list[str]) -> tuple[float, float, subprocess.CompletedProcess, float]:
-    """(wall seconds, peak RSS in MB of the process and its children together, the result, CPU seconds)."""
+def peak_rss_of(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, subprocess.CompletedProcess, float]:
+    """(wall seconds, peak RSS in MB of the process and its children together, the result, CPU seconds);
+    `env`: the child's whole environment (default: this process's)."""
     cpu_before = children_cpu()
     started = time.perf_counter()
-    proc = psutil.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = psutil.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     peak = 0
     while proc.poll() is None:
         try:

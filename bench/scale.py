@@ -87,14 +87,7 @@ def daemon(env: dict[str, str], threads: int) -> tuple[float, float, float, list
     runtime.mkdir(mode=0o700, exist_ok=True)
     child = {**clean_environ(), **env, "OMP_NUM_THREADS": str(threads), "XDG_RUNTIME_DIR": str(runtime)}
     child.pop("RUNTIME_DIRECTORY", None)
-    saved = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(child)  # peak_rss_of starts the child with this process's environment
-    try:
-        seconds, rss, proc, _ = peak_rss_of([sys.executable, "-m", "tatu.daemon"])
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    seconds, rss, proc, _ = peak_rss_of([sys.executable, "-m", "tatu.daemon"], env=child)
     if proc.returncode != 0:
         sys.exit(f"scale: daemon run {env['TATU_RUN']} exited {proc.returncode}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     events = read_events(Path(env["TATU_OUT"]) / env["TATU_RUN"] / "events.jsonl")
