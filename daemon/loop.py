@@ -28,6 +28,7 @@ from tatu.daemon.suite import load_suite
 from tatu.daemon.trainer import Trainer
 from tatu.data.manifest import check_tokenizer, load_manifest
 from tatu.data.stream import MixedStream
+from tatu.model import cpu_sums
 from tatu.model.device import DeviceError, resolve_device, set_threads
 from tatu.model.train_spec import TrainSpecError
 
@@ -55,6 +56,8 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
         log.info(line)
     threads, threads_source = set_threads(config.threads)
     log.info(f"torch threads: {threads} ({threads_source})")
+    sums, sums_line = cpu_sums.settle()  # before the run's first matmul
+    log.info(sums_line)
     manifest = load_manifest(config.data)
     lock.take_existing()  # before the resume state is read
     start = starting_point(config, manifest)
@@ -104,7 +107,7 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
         supervisor.status["trainable"] = trainable["line"]
         meta_base = {"config": config.to_json(), "mode": config.mode, "run": config.run,
                      "seed_meta_step": start.seed_meta.get("step"), "trainable": trainable, "threads": threads,
-                     "precision": trainer.precision.name}
+                     "mkl_cbwr": sums, "precision": trainer.precision.name}
         return train(RunActions(config, log, supervisor, trainer, stream, suite, start.tokenizer, state, meta_base, world))
 
 

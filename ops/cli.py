@@ -13,6 +13,7 @@ import sys
 
 from tatu import __version__
 from tatu.exitcodes import USAGE, TatuExit
+from tatu.model import cpu_sums
 
 # name -> (module, add-arguments function, main function, one-line help)
 COMMANDS: dict[str, tuple[str, str, str, str]] = {
@@ -83,6 +84,7 @@ def _main(argv: list[str] | None) -> int:
         print(f"tatu: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return USAGE
     module_name, add_name, main_name, help_text = COMMANDS[name]
+    cpu_sums.request()  # before any matmul of the command: scores and runs reproduce to the bit
     module = importlib.import_module(module_name)
     parser = argparse.ArgumentParser(prog=f"tatu {name}", description=help_text)
     getattr(module, add_name)(parser)

@@ -4,6 +4,12 @@ import tempfile
 import pytest
 from hypothesis import settings
 
+from tatu.model import cpu_sums
+
+# Before any test's first matmul, as `tatu` and the daemon do in their own processes: in-process
+# runs and scores then sum as theirs do (MKL reads the variable once).
+cpu_sums.request()
+
 # CI (CI=true) draws the same examples on every run, so a red CI is reproducible and never a
 # dice roll; a developer's run keeps exploring new ones.
 settings.register_profile("ci", derandomize=True, print_blob=True)

@@ -86,21 +86,27 @@ def test_run_prints_config_evals_and_baseline_drift_zero(tiny_trunk, tmp_path):
         assert load_checkpoint(tmp_path / "run" / name).meta["config"]["REPLAY_N"] == 1
 
 
-def test_thread_count_is_printed_with_its_source_and_kept_in_every_checkpoint(tiny_trunk, tmp_path):
+def test_thread_count_and_sum_order_are_printed_with_their_sources_and_kept_in_every_checkpoint(tiny_trunk, tmp_path):
     # CPU float sums follow the thread count, so a run says which it computed with: TATU_THREADS
     # wins over the OMP_NUM_THREADS a launcher (Ray, torchrun) sets; unset, the launcher's count is
-    # kept, and named.
+    # kept, and named. Likewise MKL's sum order, as MKL reports it: strict unless the environment
+    # says otherwise (an empty value is unset).
     fixed = daemon({**sft_env(tiny_trunk, tmp_path / "fixed", MIX_STEPS_LIMIT=2), "TATU_THREADS": "2",
-                    "OMP_NUM_THREADS": "1"})
+                    "OMP_NUM_THREADS": "1", "MKL_CBWR": ""})
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert re.search(r"TATU_THREADS\s+= 2\s+\[env\]", fixed.stdout)
     assert "torch threads: 2 (TATU_THREADS)" in fixed.stdout
+    assert "CPU matmul sums: MKL_CBWR=AUTO,STRICT (tatu's default)" in fixed.stdout
     for name in ("best", "final", "state"):
-        assert load_checkpoint(tmp_path / "fixed" / "run" / name).meta["threads"] == 2
-    launcher = daemon({**sft_env(tiny_trunk, tmp_path / "omp", MIX_STEPS_LIMIT=2), "OMP_NUM_THREADS": "1"})
+        meta = load_checkpoint(tmp_path / "fixed" / "run" / name).meta
+        assert (meta["threads"], meta["mkl_cbwr"]) == (2, "AUTO,STRICT")
+    launcher = daemon({**sft_env(tiny_trunk, tmp_path / "omp", MIX_STEPS_LIMIT=2), "OMP_NUM_THREADS": "1",
+                       "MKL_CBWR": "COMPATIBLE"})
     assert launcher.returncode == 0, launcher.stdout + launcher.stderr
     assert "torch threads: 1 (OMP_NUM_THREADS=1)" in launcher.stdout
-    assert load_checkpoint(tmp_path / "omp" / "run" / "final").meta["threads"] == 1
+    assert "CPU matmul sums: MKL_CBWR=COMPATIBLE (env)" in launcher.stdout
+    meta = load_checkpoint(tmp_path / "omp" / "run" / "final").meta
+    assert (meta["threads"], meta["mkl_cbwr"]) == (1, "COMPATIBLE")
 
 
 def test_drift_tronco_is_na_without_a_trunk_reference(tiny_trunk, tmp_path):

@@ -1,0 +1,65 @@
+"""The order of torch's CPU matmul sums: oneMKL's strict reproducible mode, asked for before the
+process's first matmul and read back from MKL itself.
+
+torch's CPU build links oneMKL, whose gemm splits a product's inner dimension across threads and,
+left to itself, may sum the parts in an order that changes from run to run (a sweep member once
+ended 1 ulp-level apart from its twin, same threads, same inputs). In its strict conditional
+numerical reproducibility mode (MKL_CBWR=AUTO,STRICT) gemm sums in an order fixed by the shapes
+alone, whatever the thread count: docs/precision.md. MKL reads MKL_CBWR once, at its first call,
+so request() runs before any matmul of the process (the daemon's start, the `tatu` command, the
+tests' conftest); a value already in the environment wins. request() imports no torch: `tatu` calls it
+before a subcommand decides whether to load torch.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+MKL_CBWR = "AUTO,STRICT"
+_STRICT = 0x10000  # MKL_CBWR_STRICT, a flag beside the branch in what MKL reports
+# MKL's branch numbers (mkl_cbwr.h), the ones an x86 machine may report
+_BRANCHES = {1: "OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1", 8: "SSE4_2",
+             9: "AVX", 10: "AVX2", 12: "AVX512", 14: "AVX512_E1"}
+
+
+def request() -> str:
+    """Set MKL_CBWR to the strict mode unless the environment has a value; where the value came from."""
+    if os.environ.get("MKL_CBWR"):
+        return "env"
+    os.environ["MKL_CBWR"] = MKL_CBWR
+    return "tatu's default"
+
+
+def active_mode() -> str | None:
+    """The mode MKL runs with in this process ("AUTO,STRICT", "OFF", ...), None where torch has no
+    oneMKL. Reading it fixes it for the process: call it after request(). libtorch links oneMKL
+    statically and exports its service getter, not the public mkl_cbwr_get it stands behind."""
+    import torch  # the library torch loaded, found from torch itself; `tatu` imports this module without it
+
+    lib = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
+    try:
+        getter = ctypes.CDLL(str(lib)).mkl_serv_cbwr_get
+    except (OSError, AttributeError):
+        return None
+    getter.restype = ctypes.c_int
+    mode = getter(ctypes.c_int(-1)) & 0xFFFFFFFF  # MKL_CBWR_ALL: the branch and its flags
+    branch = _BRANCHES.get(mode & 0xFFFF, str(mode & 0xFFFF))
+    return f"{branch},STRICT" if mode & _STRICT else branch
+
+
+def describe(mode: str | None, source: str) -> str:
+    """The line a run prints at start, for active_mode()'s answer and request()'s."""
+    if mode is None:
+        return "CPU matmul sums: torch has no oneMKL here (its own kernels' order)"
+    if mode == "OFF":
+        why = "env" if source == "env" else "a matmul ran before MKL_CBWR was set"
+        return f"CPU matmul sums: MKL's default order, which may change from run to run ({why})"
+    return f"CPU matmul sums: MKL_CBWR={mode} ({source})"
+
+
+def settle() -> tuple[str | None, str]:
+    """request(), then what MKL runs with: (active_mode(), the line a run prints at start)."""
+    source = request()
+    mode = active_mode()
+    return mode, describe(mode, source)
