@@ -100,7 +100,7 @@ class SetResult:
         take = np.asarray([position[int(line)] for line in line_index], dtype=np.int64)
         return _result(self.name, self.kind, self.scores.select(take), np.asarray(line_index, dtype=np.int64),
                        self.n_lines_total, lines_sha256, self.tokenizer_hash, self.category, n_resamples, seed,
-                       self.extra)
+                       self.extra, self.bpc is not None)  # a category with its words' chars keeps its bpc
 
     def to_json(self) -> dict:
         return {
@@ -145,6 +145,7 @@ class SetResult:
             payload["name"], payload["kind"], scores, np.asarray(per_line["index"], dtype=np.int64),
             payload["n_lines_total"], payload["lines_sha256"], payload.get("tokenizer_hash", ""),
             payload.get("category"), n_resamples, seed, payload.get("extra", {}),
+            payload.get("bpc") is not None,  # a category scored with its words' chars had one
         )
         result.n_blank, result.sample_seed = payload.get("n_blank", 0), payload.get("sample_seed")
         return result

@@ -5,6 +5,8 @@ masks and fails a mask shifted by one token. Units are written by hand: no tagge
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
 import math
 import re
 
@@ -114,6 +116,21 @@ def test_masked_ppl_and_bpc_equal_the_naive_float64_reference(world):
         assert result.bpc == pytest.approx(bpc, rel=1e-6), category
     # the per-token NLLs add up to the whole-set sums the rig has always computed
     assert np.allclose([t.sum() for t in whole.scores.token_nll], whole.scores.nll_sum, rtol=1e-12)
+
+
+def test_a_categorys_bpc_survives_its_json_and_a_restriction_to_its_lines(world):
+    # what a resumed run and the sweep's crossed report read back: the same bpc, not None
+    tok, model, eval_set, all_units = world
+    _, _, results = rig(tok, model, eval_set, all_units)
+    noun = results["noun"]
+    again = type(noun).from_json(json.loads(json.dumps(noun.to_json())), n_resamples=200, seed=0)
+    assert noun.bpc is not None and again.bpc == noun.bpc and again.bpb == noun.bpb and again.ppl == noun.ppl
+    same = noun.restricted_to(noun.line_index.tolist(), noun.lines_sha256, n_resamples=200, seed=0)
+    assert same.bpc == noun.bpc and same.ppl == noun.ppl
+    # a plain position mask's chars are the whole line's: its bpc stays None both ways
+    plain = dataclasses.replace(noun, bpc=None, bpb=None)
+    assert type(plain).from_json(json.loads(json.dumps(plain.to_json())), n_resamples=200).bpc is None
+    assert plain.restricted_to(noun.line_index.tolist(), noun.lines_sha256, n_resamples=200).bpc is None
 
 
 def test_the_reference_catches_a_mask_shifted_by_one_token(world):
