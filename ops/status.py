@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from tatu.daemon.control_client import ControlError, request, resolve_socket
-from tatu.formats import fmt_pct
+from tatu.formats import fmt_duration, fmt_pct
 
 # -- formatting ---------------------------------------------------------------------
 
@@ -23,12 +23,7 @@ def _num(value, digits: int = 4) -> str:
 
 
 def _duration(seconds) -> str:
-    if not isinstance(seconds, (int, float)) or seconds < 0:
-        return "n/a"
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+    return fmt_duration(seconds) if isinstance(seconds, (int, float)) and seconds >= 0 else "n/a"
 
 
 def _interval(lo, hi, fmt) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from tatu.atomic import write_json_atomic
 from tatu.exitcodes import BAD_CONFIG, TatuExit
 from tatu.sweep.plan import Member, Plan
+from tatu.sweep.rule import parse_rule
 
 LOCK_NAME = "plan.lock.json"
 VERSION = 1
@@ -132,8 +133,6 @@ def record_tuned(sweep_dir: Path, lock: dict, plan: Plan, value: str, selection:
 
 def plan_from_lock(lock: dict) -> Plan:
     """The locked plan itself (the coordinator never reads the plan file again)."""
-    from tatu.sweep.plan import parse_rule
-
     source = Path(lock["plan_file"])
     configs = locked_configs(lock)
     plan = Plan(source, lock["name"], lock["question"], list(lock["seeds"]), dict(lock["base_env"]),

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from tatu.sweep.configs import check_distinct, config_variables, read_configs
 from tatu.sweep.plan_file import PlanFile, read_plan_file, seed_list
-from tatu.sweep.rule import CONFIG, Rule, parse_rule, plan_error  # noqa: F401  (parse_rule: the lock and the analysis read rules)
+from tatu.sweep.rule import CONFIG, Rule, parse_rule, plan_error
 from tatu.sweep.values import PATH_VARIABLES, SWEEP_OWNED, config_label, env_value as _env_value, resolve_paths as _resolve_paths
 
 

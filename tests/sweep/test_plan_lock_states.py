@@ -381,7 +381,7 @@ def test_an_unresolved_neighbour_says_how_many_seeds_would_resolve_it(tmp_path):
 
 
 def test_a_rule_names_the_comparison_it_judges_end_by_default(tmp_path):
-    from tatu.sweep.plan import parse_rule
+    from tatu.sweep.rule import parse_rule
 
     axes = {"REPLAY_N": ["0", "2"]}
     path = tmp_path / "p.toml"
