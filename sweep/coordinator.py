@@ -24,7 +24,7 @@ from tatu.atomic import write_json_atomic
 from tatu.envfile import parse_env_file
 from tatu.exitcodes import TatuExit
 from tatu.formats import fmt_duration
-from tatu.sweep.backends import Backend, ForegroundBackend, SystemdBackend, UnitState
+from tatu.sweep.backends import Backend, ForegroundBackend, SystemdBackend
 from tatu.sweep.lock import members as locked_members
 from tatu.sweep.lock import plan_from_lock, read_lock, record_tuned
 from tatu.sweep.members import TERMINAL, MemberStatus, member_status, member_wall_seconds, read_json, summary
