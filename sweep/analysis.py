@@ -12,6 +12,7 @@ judges the one it names.
 """
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 from pathlib import Path
@@ -99,6 +100,8 @@ def decide(lock: dict, configs: list[dict]) -> dict:
                          else axis_values.index(c["values"][rule.axis]), reverse=rule.choose == "largest")
     checks = []
     judged = "metrics_common" if rule.at == "common" else "metrics"
+    # configurations crossed with axes share values of the rule's axis: a shared one is named with its key
+    shared = collections.Counter(config["values"][rule.axis] for config in ordered)
     for config in ordered:
         failed, missing = [], []
         for cond in rule.conditions:
@@ -108,10 +111,12 @@ def decide(lock: dict, configs: list[dict]) -> dict:
             elif not cond.holds(value, config["effective"]):
                 failed.append({"condition": cond.text(), "measured": value, "threshold": cond.threshold(config["effective"]),
                                "shown": _fmt_metric(cond.metric, value)})
-        checks.append({"config": config["key"], "value": config["values"][rule.axis], "failed": failed, "missing": missing})
+        value = config["values"][rule.axis]
+        label = f"{value} ({config['key']})" if shared[value] > 1 else value
+        checks.append({"config": config["key"], "value": value, "label": label, "failed": failed, "missing": missing})
     chosen = next((c for c in checks if not c["failed"] and not c["missing"]), None)
     if chosen:
-        line = f"{rule.axis}={chosen['value']}: the {rule.choose} {rule.axis} such that {rule.text.split('such that', 1)[1].strip()}"
+        line = f"{rule.axis}={chosen['label']}: the {rule.choose} {rule.axis} such that {rule.text.split('such that', 1)[1].strip()}"
     else:
         line = f"no {rule.axis} satisfies the rule ({rule.text})"
     return {"rule": rule.text, "axis": rule.axis, "at": rule.at,
@@ -156,7 +161,7 @@ def _would_change(rule, ordered: list[dict], checks: list[dict], chosen: dict | 
             if passes_point and margin > 0 and sd > 0:
                 need = next((n for n in range(2, 1001) if t_ppf(0.975, n - 1) * sd / math.sqrt(n) < margin), None)
                 more = f"about {need - stats['n_seeds']} more seeds" if need else "more than 1000 seeds"
-                notes.append(f"{rule.axis}={check['value']}: its {base} point estimate {_fmt_metric(base, point)} passes; "
+                notes.append(f"{rule.axis}={check['label']}: its {base} point estimate {_fmt_metric(base, point)} passes; "
                              f"{more} would narrow {metric} enough to pass (if the estimate and the spread hold)")
     if chosen is not None:
         # The chosen value against the one just before it (the cheaper dose it beat): is the
@@ -170,7 +175,7 @@ def _would_change(rule, ordered: list[dict], checks: list[dict], chosen: dict | 
                 if p and p["p_value"] > 0.05:
                     more = (f"{max(1, p['seeds_needed'] - p['n_seeds'])} more seeds would resolve it" if p["seeds_needed"]
                             else "more than 1000 seeds would be needed")
-                    notes.append(f"{rule.axis}={checks[position - 1]['value']} vs {chosen['value']}: drift difference "
+                    notes.append(f"{rule.axis}={checks[position - 1]['label']} vs {chosen['label']}: drift difference "
                                  f"not resolved (paired p={p['p_value']:.2f}); {more}")
     return notes
 

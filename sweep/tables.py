@@ -120,7 +120,7 @@ def closing_text(data: dict) -> str:
                 + judged]
         for check in verdict["checks"]:
             if check["failed"]:
-                out.append(f"  {verdict['axis']}={check['value']} fails " + "; ".join(f"{f['condition']} ({f['shown']})" for f in check["failed"]))
+                out.append(f"  {verdict['axis']}={check.get('label', check['value'])} fails " + "; ".join(f"{f['condition']} ({f['shown']})" for f in check["failed"]))
         out += [f"  what would change it: {note}" for note in verdict["would_change"]]
     return "\n".join(out)
 

@@ -186,6 +186,24 @@ def test_first_config_judges_in_the_plans_order(tmp_path):
     assert decide(lock, configs)["chosen"] == "lora-r4"
 
 
+def test_a_verdict_over_configurations_crossed_with_an_axis_names_the_member_key(tmp_path):
+    # lora at SFT_GE=2 and at SFT_GE=4 share the value "lora" of the rule's axis: the key says which passed
+    lock = {"rule": RULE, "axes": {"SFT_GE": ["2", "4"]}, "plan_file": str(tmp_path / "p.toml"),
+            "configs": [["lora", {}], ["full", {}]]}
+    configs = []
+    for key, drift_hi, change_hi in (("full-sft-ge2", 0.30, -0.5), ("lora-sft-ge2", 0.15, -0.3),
+                                     ("lora-sft-ge4", 0.05, -0.3), ("full-sft-ge4", 0.30, -0.5)):
+        config = _config(key, drift_hi, change_hi)
+        config["values"] = {"config": key.split("-")[0], "SFT_GE": key[-1]}
+        configs.append(config)
+    verdict = decide(lock, configs)
+    assert verdict["line"].startswith("config=lora (lora-sft-ge4): the first config such that")
+    assert [c["label"] for c in verdict["checks"]] == ["lora (lora-sft-ge2)", "lora (lora-sft-ge4)",
+                                                     "full (full-sft-ge2)", "full (full-sft-ge4)"]
+    # unshared values keep the plain value, as every shipped plan's verdict shows
+    assert decide({**lock, "axes": {}}, configs[1:2] + configs[0:1])["checks"][0]["label"] == "lora"
+
+
 def test_the_shipped_forgetting_plan_compares_four_methods_against_full_training_without_replay():
     plan = load_plan(EXAMPLES / "sweep-forgetting.toml")
     listed = plan.compare_members(Path("/nonexistent"), None)
