@@ -54,10 +54,15 @@ def write_page(data: dict, closing: str, plots: list[PlotFile], out_dir: Path) -
                 f"with this checkout's absolute paths {esc(data['plan_hash'])})</p>"]
     if data.get("tune"):
         sections += ["<h2>Tune stage</h2>", plain_table(tables.TUNE_HEADER, tables.tune_rows(data["tune"], data.get("tuned")), "tune")]
+        if not data.get("tuned"):
+            sections.append(f"<p>{esc(tables.TUNE_PENDING)}</p>")
     if data.get("compare"):
+        legend = tables.configs_rows(data.get("configs"), data["compare"]["configs"])
+        if legend:
+            sections += [f"<h2>Configurations</h2><p>{esc(tables.CONFIGS_TITLE)}.</p>",
+                         plain_table(tables.CONFIGS_HEADER, legend, "configurations")]
         sections += _comparison(data["compare"]["configs"])
-        # the last block of the closing text: the verdict line, the failed checks, what would change it
-        verdict = closing.split("\n\n")[-1]
+        verdict = "\n".join(tables.verdict_lines(data))
         sections.append(f'<h2>Verdict</h2>\n<pre class="verdict" id="verdict">{esc(verdict)}</pre>')
     if plots:
         sections += ["<h2>Plots</h2>", figures(plots, out_dir)]

@@ -103,7 +103,7 @@ def closing_text(data: dict) -> str:
         out += ["", f"tune stage: {data['tune']['var']}, chosen on the dev half of sftHeld (never the ruler, never the judge half)",
                 text_table(TUNE_HEADER, tune_rows(data["tune"], data.get("tuned")))]
         if not data.get("tuned"):
-            out.append("(the tune stage has not finished: the comparison stage has not started)")
+            out.append(TUNE_PENDING)
     if data.get("compare"):
         cmp = data["compare"]
         half = " (sftHeld: judge half)" if data.get("tune") else ""
@@ -113,27 +113,43 @@ def closing_text(data: dict) -> str:
         out += _sets_text(cmp["configs"], common=False)
         out += _paired_text(cmp["configs"], common=False)
         out += _common_text(cmp["configs"])
-        verdict = data["verdict"]
-        judged = (f" (judged at step {verdict.get('at_step')}, the common step)" if verdict.get("at") == "common"
-                  else " (judged at the end)")
-        out += ["", ("VERDICT (locked rule): " if cmp["complete"] else "PROVISIONAL (members still running): ") + verdict["line"]
-                + judged]
-        for check in verdict["checks"]:
-            if check["failed"]:
-                out.append(f"  {verdict['axis']}={check.get('label', check['value'])} fails " + "; ".join(f"{f['condition']} ({f['shown']})" for f in check["failed"]))
-        out += [f"  what would change it: {note}" for note in verdict["would_change"]]
+        out += ["", *verdict_lines(data)]
     return "\n".join(out)
 
 
-def configs_legend(named: list | None, configs: list[dict]) -> list[str]:
+CONFIGS_TITLE = "configurations (each over [base]) and what trains in each (the daemon's line)"
+CONFIGS_HEADER = ["config", "sets", "trains"]
+
+
+def configs_rows(named: list | None, configs: list[dict]) -> list[list[str]]:
     """What each named configuration sets and what trained in it; for axes alone, only when what
     trained differs between configurations (a TATU_TRAIN axis), so other tables read as before."""
     if not named and len({c.get("trainable") for c in configs}) < 2:
         return []
     sets = describe_configs(dict(named or []))
-    rows = [[c["key"], sets.get(c["values"].get("config"), "-"), c.get("trainable") or "n/a"] for c in configs]
-    return ["", "configurations (each over [base]) and what trains in each (the daemon's line)",
-            text_table(["config", "sets", "trains"], rows)]
+    return [[c["key"], sets.get(c["values"].get("config"), "-"), c.get("trainable") or "n/a"] for c in configs]
+
+
+def configs_legend(named: list | None, configs: list[dict]) -> list[str]:
+    rows = configs_rows(named, configs)
+    return ["", CONFIGS_TITLE, text_table(CONFIGS_HEADER, rows)] if rows else []
+
+
+def verdict_lines(data: dict) -> list[str]:
+    """The verdict line, the failed checks, what would change it (the text's last block, the page's verdict)."""
+    verdict = data["verdict"]
+    judged = (f" (judged at step {verdict.get('at_step')}, the common step)" if verdict.get("at") == "common"
+              else " (judged at the end)")
+    lines = [("VERDICT (locked rule): " if data["compare"]["complete"] else "PROVISIONAL (members still running): ")
+             + verdict["line"] + judged]
+    for check in verdict["checks"]:
+        if check["failed"]:
+            lines.append(f"  {verdict['axis']}={check.get('label', check['value'])} fails "
+                         + "; ".join(f"{f['condition']} ({f['shown']})" for f in check["failed"]))
+    return lines + [f"  what would change it: {note}" for note in verdict["would_change"]]
+
+
+TUNE_PENDING = "(the tune stage has not finished: the comparison stage has not started)"
 
 
 def _paired_text(configs: list[dict], common: bool) -> list[str]:
