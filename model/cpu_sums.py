@@ -24,11 +24,12 @@ _BRANCHES = {1: "OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SS
 
 
 def request() -> str:
-    """Set MKL_CBWR to the strict mode unless the environment has a value; where the value came from."""
-    if os.environ.get("MKL_CBWR"):
-        return "env"
-    os.environ["MKL_CBWR"] = MKL_CBWR
-    return "tatu's default"
+    """Set MKL_CBWR to the strict mode unless the environment has a value; where the value came
+    from. tatu's own value is "tatu's default" in every process: the one that set it, and the
+    daemons and members it starts, which inherit it."""
+    if not os.environ.get("MKL_CBWR"):
+        os.environ["MKL_CBWR"] = MKL_CBWR
+    return "tatu's default" if os.environ["MKL_CBWR"] == MKL_CBWR else "env"
 
 
 def active_mode() -> str | None:

@@ -43,6 +43,8 @@ def test_strict_sums_keep_a_gemms_bits_whatever_the_thread_count_and_the_default
     mode, source, one, two = gemm_in_fresh_process(None)
     assert (mode, source) == ("AUTO,STRICT", "tatu's default")
     assert one == two
+    # a process tatu started inherits the value, and it is still tatu's default, not the user's
+    assert gemm_in_fresh_process(cpu_sums.MKL_CBWR)[:2] == ["AUTO,STRICT", "tatu's default"]
     # The other direction, so the check above could fail: the environment's value wins, and in
     # a mode that is not strict this same product does change with the thread count.
     mode, source, one, two = gemm_in_fresh_process("AUTO")
