@@ -6,8 +6,9 @@ a daemon still loading, or already shutting down, does not answer on it. The loc
 before the resume state is read (a restart) or when the run dir is created (a fresh run), on
 rank 0 only (the other ranks of a torchrun job read the state under rank 0's lock). A flock
 belongs to the open file, so the kernel drops it the moment the process dies, kill -9
-included: a killed daemon never blocks its restart. A second daemon exits 75 (EX_TEMPFAIL,
-restarted: the holder may be about to exit) with one line naming the dir and the holder's pid.
+included: a killed daemon never blocks its restart. A second daemon exits 75 (EX_TEMPFAIL, not
+restarted by the units: a restart would only race the holder) with one line naming the dir and
+the holder's pid.
 
 `holder_pid(run_dir)` reads /proc/locks without taking the lock: the foreground sweep backend
 asks it whether a member started by an earlier coordinator still runs.
@@ -18,12 +19,11 @@ import fcntl
 import os
 from pathlib import Path
 
-# What only a daemon that has run here leaves (the resume state, or its `.old` copy mid-swap).
-STATE_DIRS = ("state", "state.old")
+from tatu.daemon.resume import has_resume
 
 
 class RunDirBusy(RuntimeError):
-    """Another process holds this run dir (exit 75, restarted)."""
+    """Another process holds this run dir (exit 75, not restarted)."""
 
 
 def holder_pid(run_dir: Path) -> int | None:
@@ -67,13 +67,13 @@ class RunDirLock:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._take()
-        if not resumed and any((self.run_dir / name).exists() for name in STATE_DIRS):
+        if not resumed and has_resume(self.run_dir):  # what only a daemon that ran here leaves
             self.release()
             raise RunDirBusy(f"run dir {self.run_dir} gained a resume state while this daemon started (another "
                              f"daemon ran on it meanwhile); starting again resumes it")
 
     def _take(self) -> None:
-        fd = os.open(self.run_dir, os.O_RDONLY | os.O_DIRECTORY)  # O_CLOEXEC: no child inherits the lock
+        fd = os.open(self.run_dir, os.O_RDONLY | os.O_DIRECTORY)  # non-inheritable (Python's default): no child holds the lock
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
