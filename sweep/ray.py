@@ -44,7 +44,9 @@ from tatu.sweep.plan import Member
 from tatu.envfile import env_file_text
 
 EXTRA_MISSING = "--backend ray needs Ray, which is not installed here: pip install 'tatu[ray]'"
-RESULT_CODES = (exitcodes.OK, exitcodes.FORGET_ABORT, exitcodes.NONFINITE_LOSS, exitcodes.BAD_DATA, exitcodes.BAD_CONFIG)
+# A member's result, as for the units: what a restart cannot fix. 75 (another daemon on the run dir:
+# a predecessor task still saving) is the one Ray retries, as the foreground backend waits it out.
+RESULT_CODES = tuple(c for c in (exitcodes.OK, *exitcodes.NOT_RESTARTED) if c != exitcodes.RUN_DIR_BUSY)
 PROBE_SECONDS = 5.0  # a head that does not accept a TCP connection in this long is not there
 LOCK_WAIT_SECONDS = 600  # a predecessor saving a big model on a slow disk; then the attempt fails and Ray retries
 # Loaded once in the worker: the child between fork and exec must not dlopen (another thread may hold its lock).
