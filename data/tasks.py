@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from pathlib import Path
 
 from tatu.data.manifest import DataError
@@ -28,13 +27,23 @@ def item_problem(payload) -> str | None:
 def read_items(path: str | Path, sha256: str | None = None) -> list[tuple[int, dict]]:
     """(line, item) of every non-blank line; DataError "FILE:LINE: reason" at the first bad one.
     With `sha256` (the manifest's), the bytes read are checked against it first."""
-    path = Path(path)
+    return _items(Path(path), _verified_bytes(Path(path), sha256, "was edited after `tatu data build`"))
+
+
+def _verified_bytes(path: Path, sha256: str | None, changed: str) -> bytes:
     try:
         data = path.read_bytes()
-        if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
-            raise DataError(f"{path}: its sha256 is not the manifest's: the task was edited after `tatu data build`")
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read the task ({exc})") from None
+    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+        raise DataError(f"{path}: its sha256 is not the manifest's: the task {changed}")
+    return data
+
+
+def _items(path: Path, data: bytes) -> list[tuple[int, dict]]:
+    try:
         text = data.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         raise DataError(f"{path}: cannot read the task ({exc})") from None
     items = []
     for number, raw in enumerate(text.split("\n"), start=1):
@@ -58,8 +67,10 @@ def copy_tasks(tasks: dict[str, str], work: Path, hashes: dict[str, str]) -> dic
     if tasks:
         (work / "tasks").mkdir()
     for name, path in tasks.items():
-        n_items = len(read_items(path))
+        # the bytes hashed for the manifest are the bytes checked and the bytes copied
+        data = _verified_bytes(Path(path), hashes[path], "changed while `tatu data build` read it")
+        n_items = len(_items(Path(path), data))
         rel = f"tasks/{name}.jsonl"
-        shutil.copyfile(path, work / rel)
+        (work / rel).write_bytes(data)
         out[name] = {"file": rel, "items": n_items, "sha256": hashes[path], "source": str(Path(path).resolve())}
     return out

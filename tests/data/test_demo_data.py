@@ -354,3 +354,24 @@ def test_the_held_out_domain_is_read_by_no_training_source_and_the_tasks_check_o
             if kind in expected:  # the answer is the list the line came from
                 line = item["context"].removeprefix("Frase: ").rsplit("\n", 1)[0]
                 assert line in expected[kind][item["choices"][item["answer"]]]
+
+
+def test_a_task_is_copied_as_the_bytes_its_manifest_hash_covers(tmp_path):
+    import hashlib
+
+    from tatu.data.manifest import DataError
+    from tatu.data.task_gen import generate_task
+    from tatu.data.tasks import copy_tasks
+
+    source = tmp_path / "numbers.jsonl"
+    source.write_text("".join(json.dumps(i, ensure_ascii=False) + "\n" for i in generate_task("numbers", 5, 0)),
+                      encoding="utf-8")
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    (tmp_path / "ok").mkdir()
+    entry = copy_tasks({"numbers": str(source)}, tmp_path / "ok", {str(source): digest})["numbers"]
+    assert entry["items"] == 5 and entry["sha256"] == digest
+    assert (tmp_path / "ok" / entry["file"]).read_bytes() == source.read_bytes()
+    # a file that changed after it was hashed is refused, naming it, not copied under the old hash
+    (tmp_path / "late").mkdir()
+    with pytest.raises(DataError, match=r"numbers.jsonl: its sha256 is not the manifest.s: the task changed while"):
+        copy_tasks({"numbers": str(source)}, tmp_path / "late", {str(source): "0" * 64})
