@@ -241,7 +241,8 @@ def build_demo_sources(out_dir: Path, seed: int = 0, scale: str = "demo") -> dic
         files |= _text_outputs(out_dir, language, sources, split, corpus_file, eval_file)
 
     # Pairs never repeat a question, so the first sft_held_pairs are disjoint from the rest.
-    pairs = generate_pairs(sizes.sft_held_pairs + sizes.sft_train_pairs, seed)
+    n_sft = sizes.sft_held_pairs + sizes.sft_train_pairs
+    pairs = generate_pairs(n_sft, seed)
     for name, part in (("sft_held.jsonl", pairs[:sizes.sft_held_pairs]),
                        ("sft_train.jsonl", pairs[sizes.sft_held_pairs:])):
         files[name] = _write(out_dir / name, "".join(
@@ -259,7 +260,7 @@ def build_demo_sources(out_dir: Path, seed: int = 0, scale: str = "demo") -> dic
         "package": "wbrazilian", "version": versions["wbrazilian"], "path": WORDLIST_FILE,
         "lines_dropped_undecodable_or_control_chars": dropped}]}
 
-    chat = generate_pretraining_pairs(sizes.chat_pretrain_pairs, seed, after=sizes.sft_held_pairs + sizes.sft_train_pairs)
+    chat = generate_pretraining_pairs(sizes.chat_pretrain_pairs, seed, after=n_sft)  # past every SFT pair's question
     files[CHAT_PRETRAIN_FILE] = _write(out_dir / CHAT_PRETRAIN_FILE, "".join(
         json.dumps(pair, ensure_ascii=False) + "\n" for pair in chat))
     files[CHAT_PRETRAIN_FILE] |= {"pairs": len(chat), "source": "tatu.data.sft_gen.generate_pretraining_pairs",

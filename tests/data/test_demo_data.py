@@ -11,7 +11,7 @@ from strict import cannot_run
 
 from tatu.data import demo, demo_text
 from tatu.ops import packages
-from tatu.data.sft_gen import MONTHS, TEMPLATES, generate_pairs, generate_pretraining_pairs, number_to_words
+from tatu.data.sft_gen import TEMPLATES, generate_pairs, generate_pretraining_pairs, number_to_words
 
 # Written by hand from Portuguese grammar, not from the implementation.
 KNOWN_WORDS = {
@@ -169,6 +169,13 @@ def _shape(prompt: str) -> str:
     return re.sub(r"\d+|\b(mais|menos|vezes|maior|menor)\b", "X", prompt)
 
 
+def _question(pair: dict) -> tuple:
+    """What a pair asks, whatever its phrasing: its task, its operands and its answer."""
+    operand = re.compile(r"\d+|maior|menor|mais|menos|vezes|" + "|".join(MONTHS))
+    task, operands = pair["task"].removeprefix("pretrain_"), operand.findall(pair["prompt"])
+    return task, tuple(sorted(operands) if task == "compare" else operands), pair["response"]
+
+
 def test_pretraining_pairs_ask_the_sft_tasks_in_other_phrasings_and_other_questions():
     sft = generate_pairs(3000, seed=0)
     pretrain = generate_pretraining_pairs(2000, seed=0, after=3000)
@@ -176,13 +183,8 @@ def test_pretraining_pairs_ask_the_sft_tasks_in_other_phrasings_and_other_questi
     # the same tasks (a months question space of 36 is used up by the SFT pairs first)
     assert {p["task"].removeprefix("pretrain_") for p in pretrain} <= {p["task"] for p in sft}
     assert len({p["task"] for p in pretrain}) >= 7
-    # no question twice across both lists, even phrased otherwise: operands + task identify one
-    operand = re.compile(r"\d+|maior|menor|mais|menos|vezes|" + "|".join(MONTHS))
-
-    def question(pair):
-        task, operands = pair["task"].removeprefix("pretrain_"), operand.findall(pair["prompt"])
-        return task, tuple(sorted(operands) if task == "compare" else operands), pair["response"]
-    assert not {question(p) for p in sft} & {question(p) for p in pretrain}
+    # no question twice across both lists, even phrased otherwise
+    assert not {_question(p) for p in sft} & {_question(p) for p in pretrain}
     # the template sets are disjoint, and each list uses only its own
     for task, styles in TEMPLATES.items():
         assert not set(styles["sft"]) & set(styles["pretrain"]), task
@@ -309,6 +311,9 @@ def test_sft_files_parse_and_are_disjoint(built):
     assert len(chat) == demo.SCALES["tiny"].chat_pretrain_pairs
     assert all(row["task"].startswith("pretrain_") for row in chat)
     assert not {row["prompt"] for row in chat} & (prompts["sft_train.jsonl"] | prompts["sft_held.jsonl"])
+    # nor the same question in another phrasing: the built files continue the SFT pairs' stream
+    sft_rows = [json.loads(line) for name in ("sft_train.jsonl", "sft_held.jsonl") for line in _lines(built["a"] / name)]
+    assert not {_question(row) for row in chat} & {_question(row) for row in sft_rows}
 
 
 def test_same_seed_same_bytes_other_seed_differs(built):
