@@ -22,7 +22,7 @@ The tokenizer: byte-level BPE of --vocab ids trained on the demo sources once.
 
     .venv/bin/python bench/data_build.py [--mb 32] [--vocab 8192] [--jobs N] [--no-train] [--keep DIR]
 
---sizes 100,1000 instead times the build (wall, CPU, peak RSS) at each size in MB, and the two
+--sizes 100,1000 instead times the build (wall, CPU, peak RSS) at each size in MB, and the
 leanest raw encoders (tiktoken's framed call in 1 and in N threads, and encode_ordinary a
 document at a time, 1 thread) on its documents, checked against its shard ~1 MB at a time (the
 checks' time taken off the raw side's clocks): holding every document's ids as the full run does
@@ -69,11 +69,15 @@ def corpus_documents(sources: Path, mb: float, seed: int) -> list[str]:
     return chosen
 
 
+def write_corpus(out: Path, docs: list[str]) -> None:
+    with open(out, "w", encoding="utf-8") as handle:
+        for i, text in enumerate(docs):
+            handle.write(text + ("\n\n" if i + 1 < len(docs) else "\n"))
+
+
 def make_corpus(sources: Path, out: Path, mb: float, seed: int) -> list[str]:
     chosen = corpus_documents(sources, mb, seed)
-    with open(out, "w", encoding="utf-8") as handle:
-        for i, text in enumerate(chosen):
-            handle.write(text + ("\n\n" if i + 1 < len(chosen) else "\n"))
+    write_corpus(out, chosen)
     return chosen
 
 
@@ -146,7 +150,7 @@ def raw_encoders(tok, docs: list[str], jobs: int) -> tuple[dict[str, tuple[float
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
         if reference is None:
             reference = output
-            expected = np.concatenate([np.asarray([tok.bos_id, *ids, tok.eos_id], dtype=np.uint16) for ids in output])
+            expected = framed(output, tok.bos_id, tok.eos_id)
         # checked and dropped at once: every output held together would be gigabytes at 128 MB
         same = np.array_equal(np.concatenate(output), expected) if "framed" in name else output == reference
         results[name] = (seconds, same, cpu)
@@ -157,7 +161,8 @@ def raw_encoders(tok, docs: list[str], jobs: int) -> tuple[dict[str, tuple[float
 def raw_against_shard(tok, docs: list[str], shard: np.ndarray, jobs: int) -> dict[str, tuple[float, bool, float]]:
     """tiktoken's framed call (1 thread, and `jobs` threads: the fastest raw encoder) and its
     encode_ordinary a document at a time (1 thread) on `docs`, checked against the shard ~1 MB
-    group by group, in order (nothing held beyond the groups in flight)."""
+    group by group, in order. The threaded run's pool takes every group at once and keeps encoding
+    while a group is checked: the checks' time taken off its clocks flatters it, not tatu."""
     from concurrent.futures import ThreadPoolExecutor
 
     encoding, _ = tiktoken_encoding(tok)
@@ -192,14 +197,15 @@ def raw_against_shard(tok, docs: list[str], shard: np.ndarray, jobs: int) -> dic
 
 
 def build_only(args, work: Path, tok_path: Path, sources: Path) -> None:
-    """--sizes: the build at each size (wall, CPU, peak RSS of the process tree), and the two
-    leanest raw encoders on its documents, checked against its shard."""
+    """--sizes: the build at each size (wall, CPU, peak RSS of the process tree), and the leanest
+    raw encoders on its documents, checked against its shard."""
     jobs = args.jobs or usable_cores()
     tok = load_tokenizer(tok_path)
     for mb in (float(x) for x in args.sizes.split(",")):
-        corpus = work / f"corpus-{mb:g}mb.txt"
+        corpus = work / f"corpus-{mb:g}mb-seed{args.seed}.txt"  # the raw side re-draws the same documents
+        docs = corpus_documents(sources, mb, args.seed)
         if not corpus.is_file():
-            make_corpus(sources, corpus, mb, args.seed)
+            write_corpus(corpus, docs)
         out = work / f"data-{mb:g}mb"
         shutil.rmtree(out, ignore_errors=True)
         load = os.getloadavg()[0]
@@ -213,8 +219,7 @@ def build_only(args, work: Path, tok_path: Path, sources: Path) -> None:
               f"({size / seconds:.2f} MB/s), CPU {cpu:.1f} s, peak RSS {rss:.0f} MB; load average {load:.1f} "
               f"-> {os.getloadavg()[0]:.1f}", flush=True)
         if not args.no_raw:
-            for name, (raw_wall, same, raw_cpu) in raw_against_shard(tok, corpus_documents(sources, mb, args.seed),
-                                                                    shard, jobs).items():
+            for name, (raw_wall, same, raw_cpu) in raw_against_shard(tok, docs, shard, jobs).items():
                 print(f"  raw {name}: wall {raw_wall:.1f} s, CPU {raw_cpu:.1f} s, ids == the shard's: "
                       f"{'yes' if same else 'no'}; tatu vs it: wall {raw_wall / seconds:.2f}, CPU {raw_cpu / cpu:.2f}",
                       flush=True)
@@ -274,7 +279,7 @@ def run(args, work: Path) -> None:
     seconds, rss, size_mb, docs, out, printed, cpu = rows[args.mb]
     jobs = args.jobs or usable_cores()
     raw, expected = raw_encoders(tok, docs, jobs)
-    shard = np.fromfile(out / "pretrain" / "tokens.bin", dtype=np.uint16)
+    shard = np.fromfile(out / "pretrain" / "tokens.bin", dtype=load_manifest(out)["channels"]["pretrain"]["dtype"])
     identical = shard.shape == expected.shape and bool((shard == expected).all())
     raw_same = all(same for _, same, _ in raw.values())
     encoder_line = next((line for line in printed.splitlines() if line.startswith("encoder ")), "encoder ?")
