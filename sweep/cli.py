@@ -103,8 +103,8 @@ def plan_main(args) -> int:
               f"{cost.seconds_per_slot * 1e6:.2f} us per token slot, {cost.eval_seconds:.1f} s per eval); "
               f"K=1 -> {fmt_duration(total)}, K=2 -> {fmt_duration(total / 2)} wall")
         if any(m.env.get("TATU_TRAIN", "all") != "all" for m in shown):
-            print("  (members with TATU_TRAIN=top:K or lora are counted at a full step's cost: an upper bound, "
-                  "their steps measured no slower in docs/benchmarks.md)")
+            print("  (members with TATU_TRAIN=top:K or lora are counted at a full step's cost: an upper bound on "
+                  "their step cost, measured no slower in docs/benchmarks.md)")
     return 0
 
 
