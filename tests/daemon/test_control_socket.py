@@ -55,8 +55,11 @@ def server(short_dir):
 
 
 def raw_exchange(path, payload: bytes, sock=None) -> dict:
-    sock = sock or socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    if sock.fileno() >= 0 and not _connected(sock):
+    """One request's reply; on a socket of its own (closed after) unless the caller keeps one open."""
+    if sock is None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as own:
+            return raw_exchange(path, payload, own)
+    if not _connected(sock):
         sock.connect(str(path))
     sock.settimeout(5)
     sock.sendall(payload)
