@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tatu.daemon.run_lock import STATE_DIR
 from tatu.daemon.run_state import RunState
 from tatu.model.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 
-STATE_DIR = "state"
 
 
 def rng_state() -> tuple[dict, dict[str, torch.Tensor]]:
@@ -80,11 +80,6 @@ def save_resume(run_dir: Path, *, model, optimizer, gpt_config, tokenizer, run_s
         extra_tensors={"optimizer": flat, "rng": rng_tensors, **ranks_tensors},
         extra_json={"resume": resume},
     )
-
-
-def has_resume(run_dir: Path) -> bool:
-    state = run_dir / STATE_DIR
-    return state.is_dir() or (run_dir / f"{STATE_DIR}.old").is_dir()
 
 
 def load_resume(run_dir: Path, device) -> Checkpoint:

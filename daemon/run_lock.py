@@ -19,7 +19,13 @@ import fcntl
 import os
 from pathlib import Path
 
-from tatu.daemon.resume import has_resume
+STATE_DIR = "state"  # the resume state's directory in a run dir (tatu.daemon.resume writes it)
+
+
+def has_resume(run_dir: Path) -> bool:
+    """A resume state is there (or its `.old` copy mid-swap): what only a daemon that ran here
+    leaves. Here, not in resume.py, so the sweep coordinator reads run dirs without torch."""
+    return (run_dir / STATE_DIR).is_dir() or (run_dir / f"{STATE_DIR}.old").is_dir()
 
 
 class RunDirBusy(RuntimeError):
