@@ -33,7 +33,8 @@ from tatu.model.device import DeviceError, resolve_device, set_threads
 from tatu.model.train_spec import TrainSpecError
 
 
-def run(config: RunConfig, origins: dict[str, str], log: RunLog) -> int:
+def run(config: RunConfig, origins: dict[str, str], log: RunLog, fresh: bool = False) -> int:
+    """The run; `fresh` (tatu smoke): whatever its run dir holds is removed first, under its lock."""
     try:
         device = resolve_device(config.device)
     except DeviceError as exc:
@@ -41,7 +42,7 @@ def run(config: RunConfig, origins: dict[str, str], log: RunLog) -> int:
     world, device = distributed.join(config, device)  # alone: SINGLE, the device unchanged
     lock = RunDirLock(config.run_dir, active=world.is_main)  # rank 0 writes, so rank 0 holds the run dir
     try:
-        code = _run(config, origins, ranks.log_for(world, log), world, device, lock)
+        code = _run(config, origins, ranks.log_for(world, log), world, device, lock, fresh)
         world.barrier()  # no rank leaves (and gets its peers killed by torchrun) while rank 0 still writes
         return code
     finally:
@@ -50,7 +51,7 @@ def run(config: RunConfig, origins: dict[str, str], log: RunLog) -> int:
 
 
 def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distributed.World, device,
-         lock: RunDirLock) -> int:
+         lock: RunDirLock, fresh: bool) -> int:
     log.info(f"tatu run {config.run} ({config.mode}) -> {config.run_dir}  config {config.hash}")
     for line in describe(config, origins):
         log.info(line)
@@ -59,7 +60,7 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
     sums, sums_line = cpu_sums.settle()  # before the run's first matmul
     log.info(sums_line)
     manifest = load_manifest(config.data)
-    lock.take_existing()  # before the resume state is read
+    lock.take_existing(empty=fresh)  # before the resume state is read
     start = starting_point(config, manifest)
     check_tokenizer(manifest, config.data, start.tokenizer.hash, model=f"checkpoint {config.seed_ckpt}")
     try:

@@ -14,7 +14,6 @@ another run is a configuration error (78) instead of a silent run of that other 
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import traceback
 from typing import Mapping, Sequence
@@ -103,15 +102,13 @@ def _main(environ, overrides, smoke, layers, instance) -> int:
     from tatu.daemon.notify import Notifier
 
     Notifier().status("loading")  # before torch loads: `systemctl status` says what is taking time
-    if smoke and config.run_dir.exists():
-        shutil.rmtree(config.run_dir)
 
     from tatu.daemon.logs import RunLog
     from tatu.daemon.loop import run
 
     log = RunLog(None)
     try:
-        return run(config, origins, log)
+        return run(config, origins, log, fresh=smoke)
     except KeyboardInterrupt:
         raise
     except Exception as exc:

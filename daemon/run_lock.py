@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 from pathlib import Path
 
 STATE_DIR = "state"  # the resume state's directory in a run dir (tatu.daemon.resume writes it)
@@ -60,10 +61,21 @@ class RunDirLock:
     def held(self) -> bool:
         return self._fd is not None
 
-    def take_existing(self) -> None:
-        """Before the resume state is read: lock the run dir if it exists (a restart)."""
+    def take_existing(self, empty: bool = False) -> None:
+        """Before the resume state is read: lock the run dir if it exists (a restart); `empty`:
+        then remove what it holds, under the lock (`tatu smoke` starts over every time, and never
+        deletes a directory another daemon is using)."""
         if self.active and self.run_dir.is_dir():
             self._take()
+            if empty:
+                self._empty()
+
+    def _empty(self) -> None:
+        for child in self.run_dir.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
 
     def take_created(self, resumed: bool) -> None:
         """When the run dir is created for writing: lock it if `take_existing` found none. A fresh

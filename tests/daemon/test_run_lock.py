@@ -65,6 +65,24 @@ def test_a_second_daemon_on_a_held_run_dir_exits_75_and_writes_nothing(tiny_trun
     assert sorted(p.name for p in run_dir.iterdir()) == ["state"]  # no run.log, no events: nothing written
 
 
+def test_a_smoke_never_deletes_the_run_dir_of_a_smoke_still_running(tiny_trunk, tmp_path):
+    from tatu.daemon.main import main as daemon_main
+
+    smoke_dir = tmp_path / "run-smoke"  # where `tatu smoke` of TATU_RUN=run writes
+    (smoke_dir / "state").mkdir(parents=True)
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(smoke_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        assert daemon_main(sft_env(tiny_trunk, tmp_path), smoke=True) == exitcodes.RUN_DIR_BUSY
+        assert sorted(p.name for p in smoke_dir.iterdir()) == ["state"]  # the running smoke's files stay
+    finally:
+        proc.kill()
+        proc.wait()
+    # once nobody holds it, a smoke starts over: the old state is gone and a new run ran there
+    assert daemon_main(sft_env(tiny_trunk, tmp_path, MIX_STEPS_LIMIT=2), smoke=True) == 0
+    assert (smoke_dir / "final").is_dir() and '"resumed"' not in (smoke_dir / "events.jsonl").read_text()
+
+
 def test_a_fresh_start_does_not_start_over_a_state_that_appeared_meanwhile(tmp_path):
     run_dir = tmp_path / "run"
     lock = RunDirLock(run_dir)
