@@ -42,8 +42,9 @@ def bare_loop(model: torch.nn.Module, config, steps: int, device: torch.device,
         for micro in batch.micro_batches:
             with precision.autocast(device):
                 _, nll = forward(torch.from_numpy(micro.x).to(device), torch.from_numpy(micro.y).to(device))
-            (nll.sum() / total).backward()
-            loss_sum += nll.sum().detach().double()
+            micro_loss = nll.sum()
+            (micro_loss / total).backward()
+            loss_sum += micro_loss.detach().double()
         if config.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimizer.step()

@@ -4,6 +4,7 @@ finds a resume state appeared meanwhile does not start over it; the foreground s
 sees a member whose daemon holds its run dir as running. Real processes, real flocks."""
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -49,7 +50,7 @@ def test_the_holder_is_named_and_the_lock_dies_with_a_kill_9(held):
     assert holder_pid(run_dir) is None
     lock = RunDirLock(run_dir)
     lock.take_existing()
-    assert lock.held and holder_pid(run_dir) is not None
+    assert lock.held and holder_pid(run_dir) == os.getpid()
     lock.release()
     assert holder_pid(run_dir) is None
 
