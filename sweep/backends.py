@@ -113,13 +113,12 @@ class ForegroundBackend:
                 return UnitState("running", detail=f"pid {child.pid}")
             del self.children[member.run]
             code = 128 - code if code < 0 else code
-            # 75: another daemon holds the run dir, and that one is the member's: the lock below says
-            # whether it still runs
-            if code != exitcodes.RUN_DIR_BUSY:
-                if code not in (exitcodes.OK, *exitcodes.NOT_RESTARTED):
-                    self.crashes[member.run] = self.crashes.get(member.run, 0) + 1
-                    if self.crashes[member.run] <= CRASH_RESTARTS:
-                        return UnitState("absent", detail=f"crashed with {code}; restarting")
+            if code in (exitcodes.OK, *exitcodes.NOT_RESTARTED) and code != exitcodes.RUN_DIR_BUSY:
+                return UnitState("exited", code)
+            if code != exitcodes.RUN_DIR_BUSY:  # 75: the holder is the member's daemon; the lock below says if it runs
+                self.crashes[member.run] = self.crashes.get(member.run, 0) + 1
+                if self.crashes[member.run] <= CRASH_RESTARTS:
+                    return UnitState("absent", detail=f"crashed with {code}; restarting")
                 return UnitState("exited", code)
         # A member of an earlier coordinator: its daemon holds the run dir's lock from its start to
         # its death (loading and shutting down too, when its socket does not answer).
