@@ -10,7 +10,7 @@ from __future__ import annotations
 from tatu.data.tags import CATEGORIES
 from tatu.formats import SET_NAMES
 from tatu.sweep.scores import category_key
-from tatu.sweep.stats import HALVES, config_stats
+from tatu.sweep.stats import config_stats, half_of
 
 MIN_LINES = 2  # lines with a token of a category, for it to be compared (tatu.evals.seeds.crossed_ci)
 
@@ -19,8 +19,7 @@ def _shared_keys(usable: list[dict], base: str, end: str) -> list[str]:
     """The score keys every member has at its start and its end, in the first member's order."""
     if not usable:
         return []
-    keys = [k for k in usable[0][end] if k in usable[0][base]]
-    return [k for k in keys if all(k in r[base] and k in r[end] for r in usable)]
+    return [k for k in usable[0][end] if all(k in r[base] and k in r[end] for r in usable)]
 
 
 def held_out_sets(usable: list[dict], base: str = "base", end: str = "end") -> list[str]:
@@ -49,10 +48,7 @@ def set_stats(results: list[dict], half_sft: str | None, index: int, base: str =
     categories: dict[str, dict] = {}
     for set_name, category in category_sets(usable, base, end):
         half, key = (half_sft if set_name == "sftHeld" else None), category_key(set_name, category)
-        lines = [i for i in usable[0][base][key]["line_index"] if not half or i % 2 == HALVES[half]]
-        if len(lines) < MIN_LINES:
+        if len(half_of(usable[0][base][key], half)[2]) < MIN_LINES:
             continue  # a CI over lines needs two of them in the lines judged
-        found = config_stats(results, key, half, index, base, end)
-        if found is not None:
-            categories.setdefault(set_name, {})[category] = found
+        categories.setdefault(set_name, {})[category] = config_stats(results, key, half, index, base, end)
     return stats, categories

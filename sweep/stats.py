@@ -19,7 +19,8 @@ RESAMPLES = 2000
 HALVES = {"dev": 0, "judge": 1}
 
 
-def _half(scores: dict, half: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def half_of(scores: dict, half: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(nll sums, token counts, line indices) of one set's per-line scores, on `half` of its lines (None: all)."""
     nll, tok, index = np.asarray(scores["nll_sum"]), np.asarray(scores["line_tokens"]), np.asarray(scores["line_index"])
     if half is None:
         return nll, tok, index
@@ -28,8 +29,8 @@ def _half(scores: dict, half: str | None) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 def run_lines(result: dict, set_name: str, half: str | None = None, base: str = "base", end: str = "end") -> st.RunLines:
-    nb, tb, ib = _half(result[base][set_name], half)
-    ne, te, ie = _half(result[end][set_name], half)
+    nb, tb, ib = half_of(result[base][set_name], half)
+    ne, te, ie = half_of(result[end][set_name], half)
     if not np.array_equal(ib, ie):
         raise ValueError(f"member {result['member']}: {set_name} scored on other lines at its start than at its end")
     return st.RunLines(nb, tb, ne, te)
@@ -38,9 +39,9 @@ def run_lines(result: dict, set_name: str, half: str | None = None, base: str = 
 def crossed_runs(results: list[dict], set_name: str, half: str | None, base: str = "base", end: str = "end"
                  ) -> list[st.RunLines]:
     """The members' runs on one set, checked to be scored on the same lines (by line index)."""
-    first = _half(results[0][base][set_name], half)[2]
+    first = half_of(results[0][base][set_name], half)[2]
     for r in results[1:]:
-        if not np.array_equal(_half(r[base][set_name], half)[2], first):
+        if not np.array_equal(half_of(r[base][set_name], half)[2], first):
             raise ValueError(f"member {r['member']}: {set_name} scored on other lines than member "
                              f"{results[0]['member']} (the seeds of a sweep must share their lines)")
     return [run_lines(r, set_name, half, base, end) for r in results]
