@@ -162,11 +162,12 @@ def _write_data_dir(spec: BuildSpec, tok: Tokenizer, work: Path, key: str, hashe
     for name, paths in spec.text.items():
         channels[name] = text_shards.write_text_channel(name, paths, local, jobs, work, hashes,
                                                         BadLines(spec.on_bad_line), progress.update)
+    # what lets a pair or an eval line be refused by its length before it is tokenized (sft_shards.py)
+    chars_per_token = max_chars_per_token(tok) if spec.sft or spec.evals else 0
     for name, paths in spec.sft.items():
         channels[name] = write_sft_channel(name, paths, tok, dtype, work, hashes, BadLines(spec.on_bad_line),
-                                           spec.seq_len, progress.update)
+                                           spec.seq_len, progress.update, chars_per_token)
     (work / "evals").mkdir()
-    chars_per_token = max_chars_per_token(tok) if spec.evals else 0
     evals = {name: copy_eval(name, path, tok, spec.seq_len, work, hashes, chars_per_token)
              for name, path in spec.evals.items()}
     tasks = copy_tasks(spec.tasks, work, hashes)

@@ -46,9 +46,9 @@ def encode_within(example: SFTExample, tok: Tokenizer, seq_len: int | None,
 
 def write_sft_channel(name: str, paths: list[str], tok: Tokenizer, dtype: np.dtype, work: Path,
                       hashes: dict[str, str], bad: BadLines, seq_len: int | None,
-                      progress: Callable[[int], None]) -> dict:
-    """Write channel `name`'s files under `work`; its manifest entry."""
-    chars_per_token = max_chars_per_token(tok)
+                      progress: Callable[[int], None], chars_per_token: int) -> dict:
+    """Write channel `name`'s files under `work`; its manifest entry (`chars_per_token`:
+    max_chars_per_token(tok), computed once per build)."""
     (work / name).mkdir()
     files = {"ids": f"{name}/ids.bin", "mask": f"{name}/mask.bin", "offsets": f"{name}/offsets.npy"}
     special = np.array(sorted(tok.special_ids))
