@@ -15,6 +15,7 @@ the check above runs through that very call.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Callable, Iterable
@@ -194,5 +195,5 @@ def choose_encoder(tok: Tokenizer, sample: Iterable[str], wanted: str = "auto") 
         if wanted == "tiktoken":
             raise EncoderMismatch(f"tiktoken's ids differ from tokenizers' on {differs}")
         return tokenizers_encoder(tok, f"tiktoken's ids differ from tokenizers' on {differs}")
-    return tiktoken_encoder(tok, encoding, f"same ids as tokenizers on {len(ADVERSARIAL)} adversarial strings "
-                                           f"and {len(sample)} sampled documents")
+    return dataclasses.replace(candidate, reason=f"same ids as tokenizers on {len(ADVERSARIAL)} adversarial strings "
+                                                 f"and {len(sample)} sampled documents")
