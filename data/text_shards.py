@@ -141,7 +141,9 @@ class ChunkEncoder:
                 continue
             # A pair is the SFT layout (BOS <|user|> prompt <|assistant|> response EOS), every
             # token a target: a trunk pretrained on it knows the chat format before SFT.
-            parts += [self.encoder.encode_documents(texts), np.asarray(doc.pair.encode(self.tok)[0], dtype=np.uint32)]
+            if texts:
+                parts.append(self.encoder.encode_documents(texts))
+            parts.append(np.asarray(doc.pair.encode(self.tok)[0], dtype=np.uint32))
             texts = []
         parts.append(self.encoder.encode_documents(texts))
         ids = np.concatenate(parts)
