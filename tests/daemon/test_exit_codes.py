@@ -29,7 +29,7 @@ def test_one_table_maps_each_layers_failure_and_leaves_bugs_alone(error, code):
 
 
 def test_a_bug_in_the_loop_is_a_crash_not_bad_data(monkeypatch, tmp_path, capsys):
-    def buggy_run(*_):
+    def buggy_run(*_, **__):
         raise KeyError("a bug")
 
     monkeypatch.setattr("tatu.daemon.loop.run", buggy_run)
