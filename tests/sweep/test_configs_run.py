@@ -26,7 +26,9 @@ RULE = "first config such that drift < 50% and sftHeld_change < 0"
 def sweep(tmp_path_factory, tiny_trunk):
     root, plan = plan_world(tmp_path_factory, tiny_trunk, "methods", seeds=(1, 2), rule=RULE, configs=CONFIGS,
                             baseline='baseline = { config = "full-replay2" }')
-    run_through(plan, root / "sweeps", "4/4 done")
+    out = run_through(plan, root / "sweeps", "4/4 done")
+    # This plan leaves the thread count to the backend, and the start says what that means.
+    assert "threads: not fixed by the plan, so each member takes its backend's count (torch's default)" in out
     return root / "sweeps" / "methods"
 
 
