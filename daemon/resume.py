@@ -16,7 +16,6 @@ from tatu.daemon.run_state import RunState
 from tatu.model.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 
 
-
 def rng_state() -> tuple[dict, dict[str, torch.Tensor]]:
     """(JSON-able Python/numpy states, tensors for torch CPU/CUDA)."""
     py_version, py_internal, py_gauss = random.getstate()

@@ -113,9 +113,9 @@ class ForegroundBackend:
                 return UnitState("running", detail=f"pid {child.pid}")
             del self.children[member.run]
             code = 128 - code if code < 0 else code
-            if code in (exitcodes.OK, *exitcodes.NOT_RESTARTED) and code != exitcodes.RUN_DIR_BUSY:
-                return UnitState("exited", code)
             if code != exitcodes.RUN_DIR_BUSY:  # 75: the holder is the member's daemon; the lock below says if it runs
+                if code in (exitcodes.OK, *exitcodes.NOT_RESTARTED):
+                    return UnitState("exited", code)
                 self.crashes[member.run] = self.crashes.get(member.run, 0) + 1
                 if self.crashes[member.run] <= CRASH_RESTARTS:
                     return UnitState("absent", detail=f"crashed with {code}; restarting")
