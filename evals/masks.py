@@ -10,8 +10,8 @@ Words are found with the same definition as the invented-word ruler (tatu.evals.
 text exactly as given (no normalisation, so byte offsets match what the tokenizer saw), and
 the predicate receives the word normalised by tatu.evals.words.normalize_word (NFC, case-folded).
 
-The built-in categories need no external model: function words (closed-class words of
-Portuguese and English) and content words (every other word). A POS tagger's output can be
+The built-in word lists (WORD_LISTS) need no external model: `function-words` (closed-class
+words of Portuguese and English) and `content-words` (every other word). A POS tagger's output can be
 plugged in as any other predicate over the word.
 """
 
@@ -81,9 +81,12 @@ def is_content_word(word: str) -> bool:
     return not is_function_word(word)
 
 
-CATEGORIES: dict[str, Callable[[str], bool]] = {
-    "function": is_function_word,
-    "content": is_content_word,
+# The word-list categories, named apart from the part-of-speech categories of Apertium's tags
+# (tatu.data.tags.CATEGORIES, whose `function` is a tagger's closed classes, not this list):
+# `tatu eval --category function-words` is this list whatever else is given.
+WORD_LISTS: dict[str, Callable[[str], bool]] = {
+    "function-words": is_function_word,
+    "content-words": is_content_word,
 }
 
 

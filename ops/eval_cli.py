@@ -20,21 +20,28 @@ import sys
 from pathlib import Path
 
 from tatu.data.tags import CATEGORIES as TAG_CATEGORIES
+from tatu.evals.masks import WORD_LISTS
 from tatu.exitcodes import BAD_DATA, USAGE, TatuExit
 from tatu.ops import eval_tags, eval_tasks
 from tatu.ops.eval_inputs import check_device, load_model, peek_meta, resolve_bootstrap, set_specs
 
 
-WORD_LIST_CATEGORIES = ("function", "content")  # tatu.evals.masks: without tags
-
-
 def _category_list(text: str) -> list[str]:
     names = [c.strip() for c in text.split(",") if c.strip()]
-    known = dict.fromkeys(TAG_CATEGORIES + WORD_LIST_CATEGORIES)
+    known = dict.fromkeys(TAG_CATEGORIES + tuple(WORD_LISTS))
     for name in names:
         if name not in known:
             raise argparse.ArgumentTypeError(f"unknown category {name!r} (known: {', '.join(known)})")
     return names
+
+
+def _check_categories(args: argparse.Namespace) -> None:
+    """A part-of-speech category needs the tags of a --data dir: refused before any checkpoint
+    loads, naming the word list that needs none (the two families share no name)."""
+    tagged = [c for group in args.category for c in group if c in TAG_CATEGORIES]
+    if tagged and args.data is None:
+        raise TatuExit(USAGE, f"--category {tagged[0]}: a part-of-speech category, from the Apertium tags of a "
+                              f"--data dir (give --data DIR); without tags use the word lists {', '.join(WORD_LISTS)}")
 
 
 def _common_args(parser: argparse.ArgumentParser) -> None:
@@ -50,8 +57,9 @@ def _common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=2, help="lines per batch for --en-batches (default 2, as EVAL_BATCH)")
     parser.add_argument("--category", action="append", default=[], type=_category_list, metavar="CAT[,CAT...]",
                         help="also report perplexity (and bpc) on the tokens of a word category (repeatable): "
-                             f"{', '.join(TAG_CATEGORIES)} from the tags of a --data dir (Apertium, built at data "
-                             "build; see docs/metrics.md), or function/content from the fixed word list")
+                             f"the parts of speech {', '.join(TAG_CATEGORIES)} from the tags of a --data dir "
+                             "(Apertium, built at data build; see docs/metrics.md), or the fixed word lists "
+                             f"{', '.join(WORD_LISTS)} (no tags needed)")
     parser.add_argument("--task", dest="tasks", action="append", default=[], metavar="NAME=FILE",
                         help="a multiple-choice task, JSONL {context, choices, answer}: acc and acc_norm by "
                              "log-likelihood (repeatable; --data adds the data dir's tasks)")
@@ -77,7 +85,6 @@ def add_compare_args(parser: argparse.ArgumentParser) -> None:
 
 def _score_all(model, tokenizer, specs, args) -> dict[str, list]:
     """name -> [whole-set result, then one result per --category]."""
-    from tatu.evals.masks import CATEGORIES
     from tatu.evals.scoring import evaluate
     from tatu.evals.sets import SUBSAMPLED_SET, load_eval_set, subsample, target_word_masks
 
@@ -97,14 +104,13 @@ def _score_all(model, tokenizer, specs, args) -> dict[str, list]:
             results[name] = [whole]
             by_tags = eval_tags.tag_categories(whole, eval_set, tokenizer, units, asked, args) if units is not None else {}
             for category in asked:
-                if units is not None and category in TAG_CATEGORIES:
-                    if category in by_tags:  # else no token of the set is of that category
-                        results[name].append(by_tags[category])
-                elif category in CATEGORIES:
-                    masks = target_word_masks(eval_set, tokenizer, CATEGORIES[category])
+                if category in WORD_LISTS:
+                    masks = target_word_masks(eval_set, tokenizer, WORD_LISTS[category])
                     results[name].append(evaluate(model, eval_set, position_mask=masks, category=category, **options))
-                else:
+                elif units is None:
                     raise TatuExit(BAD_DATA, f"--category {category}: set {name} has no tags: {eval_tags.why_untagged(args, name)}")
+                elif category in by_tags:  # else no token of the set is of that category
+                    results[name].append(by_tags[category])
         except ValueError as exc:
             raise TatuExit(BAD_DATA, f"{file}: {exc}")
     return results
@@ -149,6 +155,7 @@ def eval_main(args: argparse.Namespace) -> int:
 
         return harness_main(args)
     check_device(args)
+    _check_categories(args)
     specs = set_specs(args)
     _check_subsample(args, specs)
     model, tokenizer, meta = load_model(args.checkpoint, args.device)
@@ -204,6 +211,7 @@ def compare_main(args: argparse.Namespace) -> int:
     from tatu.formats import fmt_p
 
     check_device(args)
+    _check_categories(args)
     specs = set_specs(args)
     _check_subsample(args, specs)
     model_a, tok_a, meta_a = load_model(args.checkpoint_a, args.device)

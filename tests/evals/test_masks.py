@@ -6,7 +6,7 @@ import unicodedata
 import pytest
 
 from tatu.evals.masks import (
-    CATEGORIES,
+    WORD_LISTS,
     is_content_word,
     is_function_word,
     token_word_mask,
@@ -99,10 +99,10 @@ def test_hand_made_tokenization_of_a_portuguese_sentence():
 
 
 @pytest.mark.parametrize("text", TEXTS)
-@pytest.mark.parametrize("category", sorted(CATEGORIES))
+@pytest.mark.parametrize("category", sorted(WORD_LISTS))
 def test_random_tokenizations_match_the_naive_reference(text, category):
     rng = random.Random(f"{category}:{text}")
-    predicate = CATEGORIES[category]
+    predicate = WORD_LISTS[category]
     for _ in range(50):
         lens = random_cuts(text, rng)
         assert token_word_mask(text, lens, predicate) == naive_mask(text, lens, predicate)

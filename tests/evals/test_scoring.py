@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tatu.evals.masks import CATEGORIES
+from tatu.evals.masks import WORD_LISTS
 from tatu.evals.line_scores import score_lines
 from tatu.evals.scoring import compare_results, evaluate
 from tatu.evals.sets import EvalLine, EvalSet, load_eval_set, sample_lines, subsample, target_word_masks
@@ -165,8 +165,8 @@ def test_word_masks_follow_the_text_and_exclude_eos(tmp_path):
     path = tmp_path / "held.jsonl"
     path.write_text(json.dumps({"prompt": "oi", "response": "o gato"}) + "\n", encoding="utf-8")
     eval_set = load_eval_set(path, tok)
-    function = target_word_masks(eval_set, tok, CATEGORIES["function"])[0]
-    content = target_word_masks(eval_set, tok, CATEGORIES["content"])[0]
+    function = target_word_masks(eval_set, tok, WORD_LISTS["function-words"])[0]
+    content = target_word_masks(eval_set, tok, WORD_LISTS["content-words"])[0]
     # targets: "o", " ", "g", "a", "t", "o", EOS
     assert function == [True, False, False, False, False, False, False]
     assert content == [False, False, True, True, True, True, False]

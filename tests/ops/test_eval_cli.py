@@ -60,16 +60,16 @@ def test_eval_prints_table_and_writes_json_matching_the_rig(files, tmp_path, cap
     root, tok, base = files
     out = tmp_path / "e.json"
     rc = tatu(["eval", str(root / "base"), "--set", f"ptVal={root / 'pt.txt'}", "--set",
-               f"sftHeld={root / 'held.jsonl'}", "--json", str(out), "--resamples", "200", "--category", "function"])
+               f"sftHeld={root / 'held.jsonl'}", "--json", str(out), "--resamples", "200", "--category", "function-words"])
     assert rc == 0
     printed = capsys.readouterr().out
-    assert "ptVal" in printed and "sftHeld" in printed and "ptVal[function]" in printed and "bpc" in printed
+    assert "ptVal" in printed and "sftHeld" in printed and "ptVal[function-words]" in printed and "bpc" in printed
     payload = json.loads(out.read_text())
     expected = evaluate(base, load_eval_set(root / "pt.txt", tok, name="ptVal"), n_resamples=200)
     whole, function = payload["sets"]["ptVal"]
     assert whole["ppl"] == pytest.approx(expected.ppl, rel=1e-9)
     assert whole["n_lines"] == len(PT_LINES) and whole["bpc"] == pytest.approx(expected.bpc, rel=1e-9)
-    assert function["category"] == "function" and function["bpc"] is None
+    assert function["category"] == "function-words" and function["bpc"] is None
     assert 0 < function["n_tokens"] < whole["n_tokens"]
     assert f"{whole['n_lines']}/{whole['n_lines_total']}" in printed
     held = payload["sets"]["sftHeld"][0]
@@ -97,6 +97,18 @@ def test_eval_subsampling_draws_seeded_ruler_lines_says_k_of_n_and_warns(files, 
     capsys.readouterr()
     assert tatu([*args[:-1], "6"]) == 0
     assert json.loads(out.read_text())["sets"]["enRuler"][0]["lines"]["index"] == sample_lines(len(PT_LINES), 6, 6)
+
+
+@pytest.mark.parametrize("command", ["eval", "compare"])
+def test_a_part_of_speech_category_without_data_names_its_flag_and_the_word_lists(files, capsys, command):
+    """`function` is Apertium's part-of-speech class (tags of a --data dir), never the word list:
+    without --data it is refused before a checkpoint loads, naming where it comes from."""
+    root, _, _ = files
+    ckpts = [str(root / "base")] * (1 if command == "eval" else 2)
+    assert tatu([command, *ckpts, "--set", f"pt={root / 'pt.txt'}", "--category", "content-words,function"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--category function: a part-of-speech category" in err[0]
+    assert "--data" in err[0] and "function-words" in err[0]
 
 
 def test_en_batches_without_a_ruler_set_is_a_usage_error(files, capsys):
