@@ -6,6 +6,8 @@ sweep -> daemon, evals (and model, data, tatu core), never ops; ops -> sweep, da
 imports daemon except sweep and ops; model/ and evals/ never import torch.distributed, systemd
 or socket code."""
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -157,3 +159,18 @@ def test_functions_are_short():
     still_long = {name for name, _, n in lengths if n > MAX_FUNCTION_LINES}
     stale = [name for name in OVER_LONG if name not in still_long]
     assert not stale, f"no longer over {MAX_FUNCTION_LINES} lines, drop from OVER_LONG: {stale}"
+
+
+# What reads run dirs without training: the sweep's coordinator (a service of its own that only
+# starts members and reads their files) and the common step's reader never load torch, so a
+# sweep command is not seconds of torch start-up per call (they once did, for a path helper).
+TORCH_FREE = ("tatu.sweep.common", "tatu.sweep.coordinator", "tatu.daemon.run_paths")
+
+
+@pytest.mark.parametrize("module", TORCH_FREE)
+def test_run_dir_readers_load_no_torch(module):
+    probe = (f"import sys, {module}; "
+             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]", f"{module} loads {proc.stdout.strip()}"
