@@ -20,7 +20,6 @@ from tatu.model.gpt import GPT
 from tatu.model.train_spec import TrainSpec
 
 ADAPTER_SUFFIXES = (".lora_A", ".lora_B")
-EMBEDDINGS = ("transformer.wte.weight", "transformer.wpe.weight")
 
 
 class LoRALinear(nn.Linear):

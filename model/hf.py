@@ -39,8 +39,6 @@ LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, what tatu's GPT uses
 # both are the tanh approximation tatu's MLP uses; gelu_pytorch_tanh is the very same kernel
 _TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh")
 EXPORT_ACTIVATION = "gelu_pytorch_tanh"
-HF_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-            "tokenizer_config.json", "special_tokens_map.json", "tatu_meta.json")
 
 
 class HFFormatError(CheckpointError, HFTokenizerError):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-LEVELS = ("OK", "WARN", "FAIL")
 CAP_SYS_RESOURCE = 24  # linux/capability.h: the capability that lowers oom_score_adj
 # oomd's default SwapUsedLimit is 90%; warn well before it.
 SWAP_BUSY_FRACTION = 0.5
