@@ -12,8 +12,10 @@ import select
 import sys
 
 from tatu import __version__
+from tatu.envfile import EnvFileError
 from tatu.exitcodes import USAGE, TatuExit
 from tatu.model import cpu_sums
+from tatu.sweep.errors import SweepError
 
 # name -> (module, add-arguments function, main function, one-line help)
 COMMANDS: dict[str, tuple[str, str, str, str]] = {
@@ -93,6 +95,9 @@ def _main(argv: list[str] | None) -> int:
         return int(getattr(module, main_name)(args) or 0)
     except TatuExit as exc:
         print(f"tatu {name}: {exc.message}", file=sys.stderr)
+        return exc.code
+    except (EnvFileError, SweepError) as exc:  # the library layers' errors that carry their exit code
+        print(f"tatu {name}: {exc}", file=sys.stderr)
         return exc.code
     except Exception as exc:  # a layer's expected failure has its exit code; anything else is a bug
         from tatu.daemon.main import exit_code_for

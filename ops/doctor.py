@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from tatu.envfile import parse_env_file
+from tatu.envfile import EnvFileError, parse_env_file
 from tatu.exitcodes import USAGE, TatuExit
 from tatu import systemctl
 from tatu.ops.doctor_checks import CAP_SYS_RESOURCE, diagnose, format_findings, int_or_none, unreachable_manager
@@ -102,7 +102,7 @@ def run_dir_of(run: str, show: dict) -> Path:
         if path:
             try:
                 environment.update(parse_env_file(Path(path)))  # EnvironmentFile= wins over Environment=
-            except TatuExit:
+            except EnvFileError:
                 pass
     out = Path(environment.get("TATU_OUT") or RunConfig.model_fields["out"].default)
     workdir = Path(show.get("WorkingDirectory", "").lstrip("!-") or Path.home())

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from tatu import exitcodes
-from tatu.exitcodes import TatuExit
+from tatu.sweep.errors import SweepError
 
 COORDINATOR_UNIT = "tatu-sweep@{}.service"
 
@@ -154,12 +154,12 @@ def start_main(args) -> int:
     try:
         done, text = finished(sweep_dir, backend)
     except SystemctlError as exc:
-        raise TatuExit(1, f"{exc} (no user manager: `tatu sweep start --foreground` runs it without systemd)")
+        raise SweepError(1, f"{exc} (no user manager: `tatu sweep start --foreground` runs it without systemd)")
     if done:
         print(f"sweep {plan.name} already finished ({text}); nothing to do. `tatu sweep report {plan.name}`")
         return 0
     if args.K is not None and args.K < 1:
-        raise TatuExit(exitcodes.USAGE, f"-K {args.K}: at least 1 member at a time")
+        raise SweepError(exitcodes.USAGE, f"-K {args.K}: at least 1 member at a time")
     base_device = plan.base_env.get("TATU_DEVICE", "auto")
     if kind == "ray":  # Ray places members and gives each its GPU; K is what the cluster holds at once
         from tatu.sweep.ray import slots
@@ -208,7 +208,7 @@ def _start_unit(name: str, sweep_dir: Path, k: int) -> int:
     try:
         loaded = systemctl_user("show", unit, "-pLoadState", "--value").strip()
         if loaded != "loaded":
-            raise TatuExit(exitcodes.BAD_CONFIG, f"{unit} is not installed ({loaded}): run `tatu units install` first")
+            raise SweepError(exitcodes.BAD_CONFIG, f"{unit} is not installed ({loaded}): run `tatu units install` first")
         write_private(sweep_env_path(name), f"SWEEP_DIR={sweep_dir}\n")
         try:
             systemctl_user("enable", unit)  # a reboot starts it again (with lingering enabled)
@@ -216,7 +216,7 @@ def _start_unit(name: str, sweep_dir: Path, k: int) -> int:
             print(f"note: {exc} (the sweep runs, but will not restart after a reboot)", file=sys.stderr)
         systemctl_user("start", unit)
     except SystemctlError as exc:
-        raise TatuExit(1, str(exc))
+        raise SweepError(1, str(exc))
     print(f"started {unit} (K={k}): `tatu sweep status {name}`, `journalctl --user -u {unit} -f`")
     return 0
 

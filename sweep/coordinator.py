@@ -21,10 +21,10 @@ from pathlib import Path
 
 from tatu import exitcodes
 from tatu.atomic import write_json_atomic
-from tatu.envfile import parse_env_file
-from tatu.exitcodes import TatuExit
+from tatu.envfile import EnvFileError, parse_env_file
 from tatu.formats import fmt_duration
 from tatu.sweep.backends import Backend, ForegroundBackend, SystemdBackend
+from tatu.sweep.errors import SweepError
 from tatu.sweep.lock import members as locked_members
 from tatu.sweep.lock import plan_from_lock, read_lock, record_tuned
 from tatu.sweep.members import TERMINAL, MemberStatus, member_status, member_wall_seconds, read_json, summary
@@ -252,8 +252,8 @@ def main() -> int:
     backend = backend_for(conf.get("backend", "systemd"), Path(sweep_dir))
     try:
         return Coordinator(Path(sweep_dir), backend, k, conf.get("devices")).run()
-    except TatuExit as exc:
-        print(f"tatu sweep coordinator: {exc.message}", file=sys.stderr)
+    except (EnvFileError, SweepError) as exc:  # a member's env file, the lock: one line and its code
+        print(f"tatu sweep coordinator: {exc}", file=sys.stderr)
         return exc.code
 
 

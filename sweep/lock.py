@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from tatu.atomic import write_json_atomic
-from tatu.exitcodes import BAD_CONFIG, TatuExit
+from tatu.exitcodes import BAD_CONFIG
+from tatu.sweep.errors import SweepError
 from tatu.sweep.plan import Member, Plan
 from tatu.sweep.rule import parse_rule
 
@@ -31,11 +32,11 @@ def read_lock(sweep_dir: Path) -> dict:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise TatuExit(BAD_CONFIG, f"{path}: no such sweep (tatu sweep start PLAN writes it)")
+        raise SweepError(BAD_CONFIG, f"{path}: no such sweep (tatu sweep start PLAN writes it)")
     except (OSError, json.JSONDecodeError) as exc:
-        raise TatuExit(BAD_CONFIG, f"{path}: unreadable lock ({exc})")
+        raise SweepError(BAD_CONFIG, f"{path}: unreadable lock ({exc})")
     if doc.get("version") != VERSION:
-        raise TatuExit(BAD_CONFIG, f"{path}: lock version {doc.get('version')!r}, this tatu reads {VERSION}")
+        raise SweepError(BAD_CONFIG, f"{path}: lock version {doc.get('version')!r}, this tatu reads {VERSION}")
     return doc
 
 
@@ -71,7 +72,7 @@ def new_lock(plan: Plan, sweep_dir: Path) -> dict:
 def reconcile(plan: Plan, sweep_dir: Path) -> tuple[dict, str]:
     """(the lock to run by, what happened: 'locked' | 'unchanged' | 'added seeds [...]').
 
-    Raises TatuExit(78) when the plan differs from the locked one in anything but added seeds."""
+    Raises SweepError(78) when the plan differs from the locked one in anything but added seeds."""
     path = lock_path(sweep_dir)
     if not path.exists():
         lock = new_lock(plan, sweep_dir)
@@ -81,12 +82,12 @@ def reconcile(plan: Plan, sweep_dir: Path) -> tuple[dict, str]:
     lock = read_lock(sweep_dir)
     if lock["plan_hash"] != plan.hash:
         changed = [k for k, v in plan.core().items() if _locked_core(lock).get(k) != v]
-        raise TatuExit(BAD_CONFIG, f"{plan.path}: sweep {plan.name!r} is locked ({path}) with another plan "
+        raise SweepError(BAD_CONFIG, f"{plan.path}: sweep {plan.name!r} is locked ({path}) with another plan "
                                    f"(changed: {', '.join(changed) or 'hash'}); only adding seeds is allowed. "
                                    f"Use a new name for a new plan")
     removed = [s for s in lock["seeds"] if s not in plan.seeds]
     if removed:
-        raise TatuExit(BAD_CONFIG, f"{plan.path}: seeds {removed} are locked in {path} and cannot be removed")
+        raise SweepError(BAD_CONFIG, f"{plan.path}: seeds {removed} are locked in {path} and cannot be removed")
     added = [s for s in plan.seeds if s not in lock["seeds"]]
     if not added:
         return lock, "unchanged"

@@ -24,7 +24,7 @@ Relative paths (env_file, TATU_DATA, TATU_SEED_CKPT, TATU_TRUNK_CKPT) are relati
 plan file's directory, so a plan means the same wherever `tatu sweep` runs; the lock holds
 them absolute. TATU_RUN and TATU_OUT belong to the sweep: members are named from their axis
 values (`replay-n6-s3`, `lora-r8-s3`), run as `<sweep>.<member>`, in sweeps/<name>/runs/.
-Every problem is a TatuExit(78) naming the file and the key; the TOML's shape is the pydantic
+Every problem is a SweepError(78) naming the file and the key; the TOML's shape is the pydantic
 model PlanFile, as the run config's is RunConfig.
 """
 from __future__ import annotations

@@ -10,7 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from tatu.exitcodes import BAD_CONFIG, TatuExit
+from tatu.exitcodes import BAD_CONFIG
+from tatu.sweep.errors import SweepError
 from tatu.sweep.rule import plan_error
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,23}$")
@@ -65,7 +66,7 @@ def seed_list(seeds) -> list[int]:
 _SECTIONS = {"base": "[base]", "axes": "[axes]", "configs": "[configs]", "decision": "[decision]", "tune": "[tune]"}
 
 
-def _validation_error(path: Path, exc: ValidationError) -> TatuExit:
+def _validation_error(path: Path, exc: ValidationError) -> SweepError:
     """pydantic's first error as `FILE: [section] key: message`."""
     error = exc.errors()[0]
     loc = [str(part) for part in error["loc"]]
@@ -81,9 +82,9 @@ def read_plan_file(path: Path) -> PlanFile:
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise TatuExit(BAD_CONFIG, f"{path}: cannot read the plan ({exc.strerror})")
+        raise SweepError(BAD_CONFIG, f"{path}: cannot read the plan ({exc.strerror})")
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise TatuExit(BAD_CONFIG, f"{path}: not a TOML plan ({exc})")
+        raise SweepError(BAD_CONFIG, f"{path}: not a TOML plan ({exc})")
     try:
         return PlanFile.model_validate(doc)
     except ValidationError as exc:

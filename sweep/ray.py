@@ -37,9 +37,9 @@ import time
 from pathlib import Path
 
 from tatu import exitcodes
-from tatu.exitcodes import TatuExit
 from tatu.sweep.backends import (_NOT_INHERITED, CRASH_RESTARTS, RUN_PREFIXES, UnitState, _last_error_line,
                                      member_env, write_private)
+from tatu.sweep.errors import SweepError
 from tatu.sweep.plan import Member
 from tatu.envfile import env_file_text
 
@@ -57,7 +57,7 @@ def _ray():
     try:
         import ray
     except ImportError:
-        raise TatuExit(exitcodes.BAD_CONFIG, EXTRA_MISSING) from None
+        raise SweepError(exitcodes.BAD_CONFIG, EXTRA_MISSING) from None
     return ray
 
 
@@ -74,7 +74,7 @@ def connect(address: str | None) -> None:
     try:
         ray.init(address=address, logging_level="WARNING", log_to_driver=False)
     except ConnectionError as exc:
-        raise TatuExit(1, f"cannot reach the Ray cluster at {address or os.environ.get('RAY_ADDRESS') or 'auto'}: {exc}")
+        raise SweepError(1, f"cannot reach the Ray cluster at {address or os.environ.get('RAY_ADDRESS') or 'auto'}: {exc}")
 
 
 def probe(address: str, given_as: str) -> None:
@@ -85,12 +85,12 @@ def probe(address: str, given_as: str) -> None:
     shown = f"{given_as}{address}" if given_as.endswith("=") else f"{given_as} {address}"
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise TatuExit(exitcodes.BAD_CONFIG, f"{shown}: not HOST:PORT (the head's address, e.g. HEAD:6379), "
+        raise SweepError(exitcodes.BAD_CONFIG, f"{shown}: not HOST:PORT (the head's address, e.g. HEAD:6379), "
                                              f"ray://HOST:PORT or auto")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_SECONDS).close()
     except OSError as exc:
-        raise TatuExit(exitcodes.BAD_CONFIG, f"{shown}: no Ray cluster answers there ({exc.strerror or exc}); "
+        raise SweepError(exitcodes.BAD_CONFIG, f"{shown}: no Ray cluster answers there ({exc.strerror or exc}); "
                                              f"start one with `ray start --head` on that machine, or fix the address") from None
 
 
@@ -116,7 +116,7 @@ def task_options(member: Member, cpus_per_member: int) -> tuple[dict, str | None
         # Ray sets CUDA_VISIBLE_DEVICES to the GPU it gave the task, so that GPU is cuda (cuda:0).
         return {"num_cpus": 1, "num_gpus": 1}, "cuda"
     if device != "auto":
-        raise TatuExit(exitcodes.BAD_CONFIG, f"{member.name}: TATU_DEVICE={device}, but the Ray cluster has no GPU")
+        raise SweepError(exitcodes.BAD_CONFIG, f"{member.name}: TATU_DEVICE={device}, but the Ray cluster has no GPU")
     # auto on a cluster without GPUs: say cpu, so a CPU task never takes a GPU Ray did not give it.
     return {"num_cpus": cpus_per_member, "num_gpus": 0}, "cpu"
 
@@ -224,7 +224,7 @@ class RayBackend:
 
     def __init__(self, sweep_dir: Path, cpus_per_member: int = 1):
         if cpus_per_member < 1:
-            raise TatuExit(exitcodes.USAGE, f"--ray-cpus {cpus_per_member}: at least 1 CPU per member")
+            raise SweepError(exitcodes.USAGE, f"--ray-cpus {cpus_per_member}: at least 1 CPU per member")
         self.sweep_dir = Path(sweep_dir)
         self.cpus_per_member = cpus_per_member
         self.tasks: dict = {}  # run -> the ObjectRef of its task, for the tasks this coordinator started

@@ -7,8 +7,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tatu.exitcodes import BAD_CONFIG, TatuExit
+from tatu.exitcodes import BAD_CONFIG
 from tatu.formats import SET_NAMES, eval_name_problem
+from tatu.sweep.errors import SweepError
 
 METRICS = ("drift", "drift_lo", "drift_hi", "sftHeld_change", "sftHeld_change_lo", "sftHeld_change_hi",
            "every_eval_drift", "every_eval_drift_hi", "aborted")
@@ -24,9 +25,9 @@ CONFIG = "config"
 CONDITION = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(<=|<)\s*([A-Z][A-Z0-9_]*|[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?%?)\s*$")
 
 
-def plan_error(path: Path, where: str, message: str) -> TatuExit:
+def plan_error(path: Path, where: str, message: str) -> SweepError:
     """Every problem with a plan: exit 78, naming the file and the key."""
-    return TatuExit(BAD_CONFIG, f"{path}: {where}: {message}")
+    return SweepError(BAD_CONFIG, f"{path}: {where}: {message}")
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,9 @@ from pathlib import Path
 
 from tatu.atomic import write_json_atomic
 from tatu.data.tags import CATEGORIES
-from tatu.exitcodes import BAD_CONFIG, TatuExit
+from tatu.exitcodes import BAD_CONFIG
 from tatu.formats import SET_NAMES, ordered_sets
+from tatu.sweep.errors import SweepError
 
 SETS = ("sftHeld", "enRuler")
 
@@ -62,7 +63,7 @@ def _lines_to_score(ckpt_tokenizer, env: dict, required: tuple[str, ...] = ()) -
         raise DataError(f"{config.data / 'manifest.json'}: eval sets {missing} are required and missing")
     for name in required:
         if name not in sets:
-            raise TatuExit(BAD_CONFIG, f"the decision rule names {name}_change, but {config.data / 'manifest.json'} "
+            raise SweepError(BAD_CONFIG, f"the decision rule names {name}_change, but {config.data / 'manifest.json'} "
                                        f"has no eval set {name}")
     tags = {name: manifest["evals"][name]["tags"]["sha256"] for name in sets
             if "file" in (manifest["evals"][name].get("tags") or {})}

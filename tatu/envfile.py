@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tatu.exitcodes import BAD_CONFIG, TatuExit
+from tatu.exitcodes import BAD_CONFIG
+
+
+class EnvFileError(ValueError):
+    """An env file that cannot be read or is not KEY=VALUE lines: one line naming the file (and
+    line). Exit 78 wherever it ends a process: the entry points of its callers (ops/cli.py, the
+    sweep coordinator) exit with `code`; TatuExit is the command line's own."""
+
+    code = BAD_CONFIG
 
 
 def parse_env_file(path: Path) -> dict[str, str]:
@@ -13,14 +21,14 @@ def parse_env_file(path: Path) -> dict[str, str]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        raise TatuExit(BAD_CONFIG, f"{path}: cannot read ({exc})")
+        raise EnvFileError(f"{path}: cannot read ({exc})")
     for number, raw in enumerate(lines, 1):
         line = raw.strip()
         if not line or line.startswith(("#", ";")):
             continue
         key, sep, value = line.partition("=")
         if not sep or not key.strip().replace("_", "").isalnum():
-            raise TatuExit(BAD_CONFIG, f"{path}:{number}: expected KEY=VALUE")
+            raise EnvFileError(f"{path}:{number}: expected KEY=VALUE")
         value = value.strip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]

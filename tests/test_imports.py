@@ -174,3 +174,11 @@ def test_run_dir_readers_load_no_torch(module):
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "[]", f"{module} loads {proc.stdout.strip()}"
+
+
+def test_only_the_command_line_raises_tatu_exit():
+    """tatu/exitcodes.py: TatuExit is ops/'s; a library layer raises its own error (with its code
+    where it has several: tatu.sweep.errors.SweepError, tatu.envfile.EnvFileError)."""
+    bad = [name for name, path in modules().items()
+           if layer(name) != "ops" and name != "tatu.exitcodes" and "tatu.exitcodes.TatuExit" in imported_names(path, name)]
+    assert not bad, f"import TatuExit outside ops/: {bad}"

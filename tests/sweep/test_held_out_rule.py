@@ -9,9 +9,9 @@ import pytest
 
 from tiny_world import PT_WORDS, sentences
 
-from tatu.exitcodes import TatuExit
 from tatu.ops import cli
 from tatu.sweep import analysis
+from tatu.sweep.errors import SweepError
 from tatu.sweep.rule import held_out_set, parse_rule
 from tatu.sweep.scores import score_checkpoint
 from tatu.sweep.stats import config_stats
@@ -24,13 +24,13 @@ def test_the_rule_accepts_a_held_out_set_and_refuses_a_malformed_name():
     rule = parse_rule(RULE, AXES, Path("plan.toml"))
     assert [held_out_set(c.metric) for c in rule.conditions] == [None, "ptNews"]
     assert held_out_set("sftHeld_change_hi") is None and held_out_set("ptNews_change") == "ptNews"
-    with pytest.raises(TatuExit, match="unknown metric 'pt_news_change_hi'"):
+    with pytest.raises(SweepError, match="unknown metric 'pt_news_change_hi'"):
         parse_rule("smallest REPLAY_N such that pt_news_change_hi < 0.05", AXES, Path("plan.toml"))
     # the roles' own sets are not held-out sets: ptVal is shown, not judged, and enRuler is drift; a
     # rule naming them would find no such statistic and fail every configuration
     for metric in ("ptVal_change_hi", "enRuler_change"):
         assert held_out_set(metric) is None
-        with pytest.raises(TatuExit, match=f"unknown metric '{metric}'"):
+        with pytest.raises(SweepError, match=f"unknown metric '{metric}'"):
             parse_rule(f"smallest REPLAY_N such that {metric} < 0.05", AXES, Path("plan.toml"))
 
 

@@ -11,9 +11,10 @@ import pytest
 
 from sweep_world import plan_text
 
-from tatu.exitcodes import BAD_CONFIG, TatuExit
+from tatu.exitcodes import BAD_CONFIG
 from tatu.ops.cli import main as tatu
 from tatu.sweep.analysis import decide
+from tatu.sweep.errors import SweepError
 from tatu.sweep.lock import members, plan_from_lock, read_lock, reconcile
 from tatu.sweep.plan import load_plan
 
@@ -112,7 +113,7 @@ def test_the_lock_keeps_the_configurations_in_order_and_a_restart_rebuilds_the_p
     assert [m.env for m in members(lock, "compare")] == [m.env for m in again.compare_members(sweep_dir / "runs", None)]
     assert reconcile(plan, sweep_dir)[1] == "unchanged"
     changed = edited(tmp_path, lambda t: t.replace("TATU_LORA_RANK = 4", "TATU_LORA_RANK = 8"))
-    with pytest.raises(TatuExit, match=r"changed: configs\)"):
+    with pytest.raises(SweepError, match=r"changed: configs\)"):
         reconcile(load_plan(changed), sweep_dir)
 
 
@@ -138,7 +139,7 @@ def test_the_lock_keeps_the_configurations_in_order_and_a_restart_rebuilds_the_p
 ])
 def test_bad_configurations_are_refused_with_one_line_naming_file_and_key(tmp_path, edit, message):
     path = edited(tmp_path, edit)
-    with pytest.raises(TatuExit) as caught:
+    with pytest.raises(SweepError) as caught:
         load_plan(path)
     assert caught.value.code == BAD_CONFIG
     text = caught.value.message
@@ -148,7 +149,7 @@ def test_bad_configurations_are_refused_with_one_line_naming_file_and_key(tmp_pa
 def test_first_config_without_configurations_is_refused(tmp_path):
     path = tmp_path / "axes.toml"
     path.write_text(plan_text("axes", Path("data"), Path("trunk"), rule=RULE))
-    with pytest.raises(TatuExit, match=r"'first config' chooses among \[configs\], and the plan has none"):
+    with pytest.raises(SweepError, match=r"'first config' chooses among \[configs\], and the plan has none"):
         load_plan(path)
 
 

@@ -10,10 +10,11 @@ import pytest
 
 from sweep_world import plan_text
 
-from tatu.exitcodes import BAD_CONFIG, TatuExit
+from tatu.exitcodes import BAD_CONFIG
 from tatu.ops.cli import main as tatu
 from tatu.sweep.analysis import decide
 from tatu.sweep.backends import UnitState
+from tatu.sweep.errors import SweepError
 from tatu.sweep.members import member_status, summary
 from tatu.sweep.lock import lock_path, members, read_lock, reconcile
 from tatu.sweep.plan import config_label, load_plan
@@ -100,7 +101,7 @@ def test_the_demo_sweep_table_in_the_docs_is_from_the_shipped_plan(doc, sweep, p
 def test_bad_plans_are_refused_with_78_naming_file_and_key(tmp_path, edit, message):
     path = write_plan(tmp_path)
     path.write_text(edit(path.read_text()))
-    with pytest.raises(TatuExit) as caught:
+    with pytest.raises(SweepError) as caught:
         load_plan(path)
     assert caught.value.code == BAD_CONFIG
     assert str(path) in caught.value.message and message in caught.value.message, caught.value.message
@@ -123,12 +124,12 @@ def test_lock_is_written_once_and_a_changed_plan_is_refused(tmp_path):
     before = lock_path(sweep_dir).read_bytes()
     assert reconcile(load_plan(write_plan(tmp_path)), sweep_dir)[1] == "unchanged"
     assert lock_path(sweep_dir).read_bytes() == before
-    with pytest.raises(TatuExit, match=r"locked .* with another plan \(changed: axes\)") as caught:
+    with pytest.raises(SweepError, match=r"locked .* with another plan \(changed: axes\)") as caught:
         reconcile(load_plan(write_plan(tmp_path, replay=(0, 4))), sweep_dir)
     assert caught.value.code == BAD_CONFIG
-    with pytest.raises(TatuExit, match="changed: rule"):
+    with pytest.raises(SweepError, match="changed: rule"):
         reconcile(load_plan(write_plan(tmp_path, rule="largest REPLAY_N such that drift < 0.1")), sweep_dir)
-    with pytest.raises(TatuExit, match=r"seeds \[2\] are locked"):
+    with pytest.raises(SweepError, match=r"seeds \[2\] are locked"):
         reconcile(load_plan(write_plan(tmp_path, seeds=(1,))), sweep_dir)
     assert lock_path(sweep_dir).read_bytes() == before  # nothing half-written by a refusal
     assert not list(sweep_dir.glob(".*tmp*"))
@@ -390,7 +391,7 @@ def test_a_rule_names_the_comparison_it_judges_end_by_default(tmp_path):
     assert parse_rule("smallest REPLAY_N such that drift_hi < 5% at the end", axes, path).at == "end"
     common = parse_rule("smallest REPLAY_N such that drift_hi < 5% and sftHeld_change_hi < 0 at the common step", axes, path)
     assert common.at == "common" and [c.text() for c in common.conditions] == ["drift_hi < 5%", "sftHeld_change_hi < 0"]
-    with pytest.raises(TatuExit, match="at the common step"):
+    with pytest.raises(SweepError, match="at the common step"):
         parse_rule("smallest REPLAY_N such that at the common step", axes, path)
     # The common step is judged on metrics_common, n/a when members kept no per-line scores.
     lock = {"rule": "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT at the common step",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tatu.exitcodes import BAD_CONFIG, TatuExit
+from tatu.exitcodes import BAD_CONFIG
+from tatu.sweep.errors import SweepError
 from tatu.sweep.plan import load_plan
 
 PLAN = """
@@ -44,7 +45,7 @@ def test_a_lora_rank_axis_with_lora_in_the_base(tmp_path):
 
 
 def test_a_lora_setting_crossed_with_full_training_is_refused_78_naming_the_member(tmp_path):
-    with pytest.raises(TatuExit) as refused:
+    with pytest.raises(SweepError) as refused:
         load_plan(plan_file(tmp_path, 'TATU_TRAIN = ["all", "lora"]\nTATU_LORA_RANK = [4]\nREPLAY_N = [0]'))
     assert refused.value.code == BAD_CONFIG
     assert "member train" in str(refused.value) and "TATU_LORA_RANK" in str(refused.value)

@@ -302,12 +302,13 @@ def test_member_resources_follow_the_cluster(monkeypatch, resources, device, opt
 
 
 def test_a_cuda_member_on_a_cluster_without_gpus_is_a_config_error(monkeypatch):
-    from tatu.exitcodes import BAD_CONFIG, TatuExit
+    from tatu.exitcodes import BAD_CONFIG
     from tatu.sweep import ray as sweep_ray
+    from tatu.sweep.errors import SweepError
     from tatu.sweep.plan import Member
 
     monkeypatch.setattr(sweep_ray, "cluster_resources", lambda: {"CPU": 8})
     member = Member("replay-n0-s1", "x.replay-n0-s1", "compare", "replay-n0", {}, 1, {"TATU_DEVICE": "cuda:1"})
-    with pytest.raises(TatuExit) as error:
+    with pytest.raises(SweepError) as error:
         sweep_ray.task_options(member, 1)
     assert error.value.code == BAD_CONFIG and "TATU_DEVICE=cuda:1, but the Ray cluster has no GPU" in error.value.message
