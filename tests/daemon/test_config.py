@@ -37,6 +37,41 @@ def test_config_errors_are_decided_before_torch_is_imported(tmp_path):
     assert not [m for m in imported if m == "torch" or m.startswith("torch.")]
 
 
+@pytest.mark.parametrize("variable", ["TATU_SEED_CKPT", "TATU_TRUNK_CKPT"])
+def test_a_missing_seed_or_trunk_exits_65_naming_it_before_torch_is_imported(tmp_path, variable):
+    """A mistyped checkpoint path is refused as fast as a typo: the process never imports torch,
+    and the one error line names the variable, its value and where it came from."""
+    out, missing = tmp_path / "out", tmp_path / "no-such-ckpt"
+    env = {**clean_environ(), "TATU_DATA": str(tmp_path), "TATU_OUT": str(out), "TATU_SEED_CKPT": str(tmp_path),
+           variable: str(missing)}
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "tatu.daemon"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 65, proc.stderr[-2000:]
+    message = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
+    assert message == [f"tatu: {variable}={missing} [env]: no such checkpoint (no file or directory {missing})"]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    assert "pydantic" in imported and not [m for m in imported if m == "torch" or m.startswith("torch.")]
+    assert f"{variable}" in proc.stdout  # the configuration, with sources, as a started run prints it
+    assert not out.exists()
+
+
+def test_a_restart_does_not_need_its_seed(tmp_path):
+    """A restart starts from its own resume state: a seed moved since is no reason to refuse it;
+    a smoke (always a fresh run dir) reads its seed again, so it is checked."""
+    from tatu.daemon.main import check_start_paths
+    from tatu.daemon.run_lock import STATE_DIR
+    from tatu.data.manifest import DataError
+
+    config, origins = load_config({"TATU_DATA": str(tmp_path), "TATU_SEED_CKPT": str(tmp_path / "moved"),
+                                   "TATU_OUT": str(tmp_path / "runs"), "TATU_RUN": "r"})
+    with pytest.raises(DataError, match="TATU_SEED_CKPT="):
+        check_start_paths(config, origins, fresh=False)
+    (config.run_dir / STATE_DIR).mkdir(parents=True)
+    check_start_paths(config, origins, fresh=False)
+    with pytest.raises(DataError, match="TATU_SEED_CKPT="):
+        check_start_paths(config, origins, fresh=True)
+
+
 @pytest.mark.parametrize("name,value", [("REPLAY_N", "-1"), ("MIX_FORGET_LIMIT", "0"), ("EVAL_EVERY", "0"),
                                         ("TATU_LR", "nan"), ("TATU_DEVICE", "gpu")])
 def test_out_of_range_value_exits_78(tmp_path, name, value):
@@ -64,7 +99,7 @@ def test_empty_values_in_a_real_env_file_mean_unset(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     proc = daemon(parse_env_file(env_file), cwd=work)
-    assert proc.returncode == 65, proc.stderr[-2000:]  # the data dir does not exist
+    assert proc.returncode == 65, proc.stderr[-2000:]  # the seed (checked first, before torch) and the data dir do not exist
     assert re.search(r"TATU_OUT\s+= runs\s+\[default\]", proc.stdout), proc.stdout
     assert re.search(r"TATU_TRUNK_CKPT\s+= None\s+\[default\]", proc.stdout)
     assert re.search(r"TATU_DATA\s+= \S+no-data\s+\[env\]", proc.stdout)
