@@ -48,7 +48,8 @@ def _common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="NAME=FILE",
                         help="an eval set: a text file (one scored line per line) or pairs JSONL (repeatable)")
     parser.add_argument("--data", type=Path, help="a data dir: score every eval set in its manifest.json")
-    parser.add_argument("--json", type=Path, dest="json_out", help="where to write the JSON results")
+    parser.add_argument("--json", type=Path, dest="json_out", metavar="OUT",
+                        help="also write the results as JSON to OUT (nothing is written without it)")
     parser.add_argument("--device", default="cpu")
     lines = parser.add_mutually_exclusive_group()
     lines.add_argument("--all-lines", action="store_true", help="score every line (the default; EVAL_EN_ALL=1)")
@@ -173,8 +174,9 @@ def eval_main(args: argparse.Namespace) -> int:
     _warn(results)
     eval_tasks.print_tasks(tasks)
 
-    out = args.json_out or Path(f"eval-{args.checkpoint.resolve().name}.json")
-    _write_json(out, {
+    if args.json_out is None:  # a file only where asked: a bare `tatu eval` leaves no eval-final.json behind
+        return 0
+    _write_json(args.json_out, {
         "format": "tatu-eval-1",
         "checkpoint": str(args.checkpoint),
         "tokenizer_hash": tokenizer.hash,
@@ -251,8 +253,9 @@ def compare_main(args: argparse.Namespace) -> int:
     _warn(results_a)
     task_rows = eval_tasks.compare_tasks(tasks_a, tasks_b)
 
-    out = args.json_out or Path(f"compare-{args.checkpoint_a.resolve().name}-{args.checkpoint_b.resolve().name}.json")
-    _write_json(out, {
+    if args.json_out is None:
+        return 0
+    _write_json(args.json_out, {
         "format": "tatu-compare-1",
         "checkpoint_a": str(args.checkpoint_a),
         "checkpoint_b": str(args.checkpoint_b),

@@ -156,11 +156,17 @@ def test_seed_defaults_to_the_checkpoints_tatu_seed(files, tmp_path, capsys):
     assert (seeded_ci["lo"], seeded_ci["hi"]) == (expected.ci.lo, expected.ci.hi)
 
 
-def test_eval_default_json_path_is_named_after_the_checkpoint(files, tmp_path, monkeypatch):
+def test_eval_and_compare_write_a_file_only_where_asked(files, tmp_path, monkeypatch, capsys):
     root, _, _ = files
     monkeypatch.chdir(tmp_path)
     assert tatu(["eval", str(root / "base"), "--set", f"pt={root / 'pt.txt'}", "--resamples", "200"]) == 0
-    assert (tmp_path / "eval-base.json").exists()
+    assert tatu(["compare", str(root / "base"), str(root / "trained"), "--set", f"pt={root / 'pt.txt'}",
+                 "--resamples", "200"]) == 0
+    assert not list(tmp_path.iterdir()) and "wrote" not in capsys.readouterr().out
+    out = tmp_path / "sub" / "e.json"
+    out.parent.mkdir()
+    assert tatu(["eval", str(root / "base"), "--set", f"pt={root / 'pt.txt'}", "--resamples", "200", "--json", str(out)]) == 0
+    assert list(tmp_path.iterdir()) == [out.parent] and f"wrote {out}" in capsys.readouterr().out
 
 
 def test_bad_checkpoint_and_bad_eval_file_exit_65_with_one_line(files, tmp_path, capsys):
