@@ -25,8 +25,6 @@ from tatu.daemon.run_lock import has_resume
 from tatu.data.manifest import DataConfigError, DataError
 from tatu.storage import StorageError
 
-INTERRUPTED = 130  # a second Ctrl-C: the shell's code for "ended by SIGINT"
-
 Layers = Sequence[tuple[str, Mapping[str, str]]]
 
 
@@ -94,7 +92,7 @@ def main(environ: Mapping[str, str] | None = None, overrides: Mapping[str, str] 
         return _main(environ, overrides, smoke, layers, instance)
     except KeyboardInterrupt:
         print("tatu: interrupted twice: exiting without saving (the last saved state stays)", file=sys.stderr)
-        return INTERRUPTED
+        return exitcodes.INTERRUPTED
     finally:
         signals.uninstall()
 

@@ -13,7 +13,7 @@ import sys
 
 from tatu import __version__
 from tatu.envfile import EnvFileError
-from tatu.exitcodes import USAGE, TatuExit
+from tatu.exitcodes import CLOSED_PIPE, USAGE, TatuExit
 from tatu.model import cpu_sums
 from tatu.sweep.errors import SweepError
 
@@ -41,10 +41,6 @@ def _usage() -> str:
     lines += [f"  {name:<{width}}  {spec[3]}" for name, spec in COMMANDS.items()]
     lines += ["", "`tatu COMMAND --help` describes each command."]
     return "\n".join(lines)
-
-
-# 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away (`| head`)
-CLOSED_PIPE = 141
 
 
 def _stdout_reader_gone() -> bool:

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from tatu import exitcodes
 from tatu.daemon.control_client import ControlError, request, resolve_socket
 from tatu.formats import fmt_duration, fmt_pct
 
@@ -104,7 +105,7 @@ def status_main(args: argparse.Namespace, out=None) -> int:
     try:
         return _status_loop(path, args, out)
     except KeyboardInterrupt:
-        return 0 if args.watch is not None else 130
+        return 0 if args.watch is not None else exitcodes.INTERRUPTED
 
 
 def _status_loop(path: Path, args: argparse.Namespace, out) -> int:

@@ -8,6 +8,9 @@ RUN_DIR_BUSY = 75  # EX_TEMPFAIL: another daemon holds the run dir (two units or
 IO_ERROR = 74  # EX_IOERR: the disk refused a save or a log write (full, read-only); the previous state is intact
 BAD_CONFIG = 78  # EX_CONFIG
 USAGE = 2
+# A command's ends that are not a run's outcome (no unit lists them), the shell's 128 + signal:
+INTERRUPTED = 130  # SIGINT: a second Ctrl-C on a foreground `tatu run` (the first saves, exit 0); Ctrl-C on `tatu status`
+CLOSED_PIPE = 141  # SIGPIPE: a `tatu` command whose stdout reader went away (`tatu status --json | head -1`), quiet
 # What a restart cannot fix: the unit's RestartPreventExitStatus= lists exactly these.
 NOT_RESTARTED = (FORGET_ABORT, NONFINITE_LOSS, BAD_DATA, IO_ERROR, RUN_DIR_BUSY, BAD_CONFIG)
 
@@ -15,7 +18,9 @@ NOT_RESTARTED = (FORGET_ABORT, NONFINITE_LOSS, BAD_DATA, IO_ERROR, RUN_DIR_BUSY,
 class TatuExit(Exception):
     """An expected failure of a command line (ops/): one line for the operator and its exit code.
 
-    The library layers raise their own exceptions instead; tatu.daemon.main maps them."""
+    The library layers raise their own exceptions instead: tatu.daemon.main maps them, and the
+    few that carry their own code (tatu.envfile.EnvFileError, tatu.sweep.errors.SweepError) are
+    turned into the line and the code by ops/cli.py."""
 
     def __init__(self, code: int, message: str):
         super().__init__(message)
