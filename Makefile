@@ -35,6 +35,8 @@ test: $(STAMP)
 	$(PY) -m tatu.ops.packages tagger
 	$(VENV)/bin/pytest -q --durations=15
 
+# The quick ratio benchmarks that need nothing but a checkout; the others need data, taggers, hours
+# or older commits and are run by hand (docs/benchmarks.md says which and why).
 bench: $(STAMP)
 	$(PY) bench/attention.py
 	$(PY) bench/generate.py
