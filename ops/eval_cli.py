@@ -31,7 +31,8 @@ def _category_list(text: str) -> list[str]:
     known = dict.fromkeys(TAG_CATEGORIES + tuple(WORD_LISTS))
     for name in names:
         if name not in known:
-            raise argparse.ArgumentTypeError(f"unknown category {name!r} (known: {', '.join(known)})")
+            renamed = f"the word list is {name}-words; " if f"{name}-words" in WORD_LISTS else ""  # once `content`
+            raise argparse.ArgumentTypeError(f"unknown category {name!r} ({renamed}known: {', '.join(known)})")
     return names
 
 

@@ -109,6 +109,10 @@ def test_a_part_of_speech_category_without_data_names_its_flag_and_the_word_list
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--category function: a part-of-speech category" in err[0]
     assert "--data" in err[0] and "function-words" in err[0]
+    with pytest.raises(SystemExit) as usage:  # argparse's own usage error
+        tatu([command, *ckpts, "--set", f"pt={root / 'pt.txt'}", "--category", "content"])
+    assert usage.value.code == 2
+    assert "unknown category 'content' (the word list is content-words;" in capsys.readouterr().err
 
 
 def test_en_batches_without_a_ruler_set_is_a_usage_error(files, capsys):
