@@ -172,3 +172,15 @@ def test_mix_forget_limit_5_exits_78_before_anything_runs(tmp_path):
                    "TATU_OUT": str(tmp_path / "out")})
     assert proc.returncode == 78 and "did you mean 0.05?" in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "smoke"])
+def test_a_bad_env_file_line_is_78_in_one_line_naming_file_and_line(tmp_path, capsys, command):
+    """tatu/envfile.py raises its own EnvFileError (a library never raises the CLI's TatuExit);
+    the command line turns it into its one line and 78."""
+    from tatu.ops.cli import main as tatu
+
+    env_file = tmp_path / "run5.env"
+    env_file.write_text("TATU_RUN=run5\nnot a line\n")
+    assert tatu([command, "--env-file", str(env_file)]) == 78
+    assert capsys.readouterr().err.splitlines() == [f"tatu {command}: {env_file}:2: expected KEY=VALUE"]
