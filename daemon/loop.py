@@ -20,7 +20,8 @@ from tatu.daemon import distributed, ranks
 from tatu.daemon.actions import RunActions
 from tatu.daemon.config import ConfigError, RunConfig, describe
 from tatu.daemon.logs import RunLog
-from tatu.daemon.start import check_same_eval_files, check_same_precision, starting_point, trunk_reference_for
+from tatu.daemon.start import (check_same_eval_files, check_same_precision, lr_schedule_end, lr_schedule_note,
+                               starting_point, trunk_reference_for)
 from tatu.daemon.resume import restore_resume
 from tatu.daemon.run_lock import RunDirLock
 from tatu.daemon.run_state import RunState
@@ -92,11 +93,16 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
             restore_resume(start.resume, trainer.optimizer, stream)
             ranks.restore_rank_state(saved, start.resume.extra_tensors, stream, world)
             state = RunState.from_json(saved, config.eval_resamples, config.seed)
+            state.lr_schedule_end = lr_schedule_end(state.lr_schedule_end, start.resume.meta.get("config", {}), config)
             log.info(f"resumed from step {state.step}")
             log.event("resumed", step=state.step)
+            note = lr_schedule_note(state.lr_schedule_end, state.step, config)
+            if note:
+                log.warning(note)
         else:
             state = RunState(trunk_reference=trunk_reference_for(config, start, suite, device, log),
-                             eval_files=suite.file_hashes)
+                             eval_files=suite.file_hashes, lr_schedule_end=config.mix_steps_limit)
+        trainer.lr_schedule_end = state.lr_schedule_end
         # Every input is checked (data, eval sets, weights, the trunk): only now does the run leave a trace.
         lock.take_created(resumed=start.resume is not None)
         log.attach(config.run_dir)
