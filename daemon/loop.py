@@ -20,7 +20,8 @@ from tatu.daemon import distributed, ranks
 from tatu.daemon.actions import RunActions
 from tatu.daemon.config import ConfigError, RunConfig, describe
 from tatu.daemon.logs import RunLog
-from tatu.daemon.start import check_same_eval_files, check_same_precision, starting_point, trunk_reference_for
+from tatu.daemon.start import (check_same_eval_files, check_same_precision, lr_schedule_end, lr_schedule_note,
+                               starting_point, trunk_reference_for)
 from tatu.daemon.resume import restore_resume
 from tatu.daemon.run_lock import RunDirLock
 from tatu.daemon.run_state import RunState
@@ -85,18 +86,11 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
             log.info(f"all-reduce per step: {tensors} tensors, {size} bytes (frozen weights are not reduced)")
         log.info(f"precision {trainer.precision.name} [{_precision_source(trainer.precision, origins)}]")
         if start.resume is not None:
-            check_same_precision(start.resume.meta.get("precision"), trainer.precision, config.run)
-            saved = start.resume.extra_json["resume"]
-            check_same_eval_files(saved.get("eval_files"), suite)
-            ranks.check_resume_world(saved, world, config.run)
-            restore_resume(start.resume, trainer.optimizer, stream)
-            ranks.restore_rank_state(saved, start.resume.extra_tensors, stream, world)
-            state = RunState.from_json(saved, config.eval_resamples, config.seed)
-            log.info(f"resumed from step {state.step}")
-            log.event("resumed", step=state.step)
+            state = _resumed(config, start.resume, trainer, stream, suite, world, log)
         else:
             state = RunState(trunk_reference=trunk_reference_for(config, start, suite, device, log),
-                             eval_files=suite.file_hashes)
+                             eval_files=suite.file_hashes, lr_schedule_end=config.mix_steps_limit)
+        trainer.lr_schedule_end = state.lr_schedule_end
         # Every input is checked (data, eval sets, weights, the trunk): only now does the run leave a trace.
         lock.take_created(resumed=start.resume is not None)
         log.attach(config.run_dir)
@@ -110,6 +104,25 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
                      "seed_meta_step": start.seed_meta.get("step"), "trainable": trainable, "threads": threads,
                      "mkl_cbwr": sums, "precision": trainer.precision.name}
         return train(RunActions(config, log, supervisor, trainer, stream, suite, start.tokenizer, state, meta_base, world))
+
+
+def _resumed(config: RunConfig, resume, trainer: Trainer, stream: MixedStream, suite, world: distributed.World,
+             log: RunLog) -> RunState:
+    """The run as its resume state left it, once the restart is checked to continue the same run."""
+    check_same_precision(resume.meta.get("precision"), trainer.precision, config.run)
+    saved = resume.extra_json["resume"]
+    check_same_eval_files(saved.get("eval_files"), suite)
+    ranks.check_resume_world(saved, world, config.run)
+    restore_resume(resume, trainer.optimizer, stream)
+    ranks.restore_rank_state(saved, resume.extra_tensors, stream, world)
+    state = RunState.from_json(saved, config.eval_resamples, config.seed)
+    state.lr_schedule_end = lr_schedule_end(state.lr_schedule_end, resume.meta.get("config", {}), config)
+    log.info(f"resumed from step {state.step}")
+    log.event("resumed", step=state.step)
+    note = lr_schedule_note(state.lr_schedule_end, state.step, config)
+    if note:  # a changed MIX_STEPS_LIMIT under a cosine: what the steps past the curve's end get
+        log.warning(note)
+    return state
 
 
 def _precision_source(precision, origins: dict[str, str]) -> str:

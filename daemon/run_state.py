@@ -1,6 +1,6 @@
 """RunState: what a run has measured and decided (step, baseline, best, history, trunk reference,
-abort, eval files, the per-category and per-task baselines), with its JSON round trip. The
-resume state around it: daemon/resume.py."""
+abort, eval files, the per-category and per-task baselines, where the LR schedule ends), with its
+JSON round trip. The resume state around it: daemon/resume.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -35,6 +35,9 @@ class RunState:
     eval_files: dict[str, str] | None = None  # sha256 of each eval file the baseline was measured on
     category_baseline: dict[str, dict[str, SetResult]] | None = None  # the step-0 per-category results
     task_baseline: dict[str, dict] | None = None  # the step-0 per-item correctness of each task
+    # The step the LR schedule ends at (a cosine reaches TATU_MIN_LR there): the run's first
+    # MIX_STEPS_LIMIT, kept by every restart. None: a state saved before it was stored (start.py).
+    lr_schedule_end: int | None = None
 
     def to_json(self) -> dict:
         return {"step": self.step, "baseline": results_to_json(self.baseline), "best": self.best,
@@ -42,7 +45,7 @@ class RunState:
                 "aborted": self.aborted, "eval_files": self.eval_files,
                 "category_baseline": None if self.category_baseline is None else
                 {name: results_to_json(per) for name, per in self.category_baseline.items()},
-                "task_baseline": self.task_baseline}
+                "task_baseline": self.task_baseline, "lr_schedule_end": self.lr_schedule_end}
 
     @classmethod
     def from_json(cls, payload: dict, n_resamples: int, seed: int) -> "RunState":
@@ -57,4 +60,4 @@ class RunState:
                    aborted=payload["aborted"], eval_files=payload["eval_files"],
                    category_baseline=None if payload.get("category_baseline") is None else
                    {name: results_from_json(per, n_resamples, seed) for name, per in payload["category_baseline"].items()},
-                   task_baseline=payload.get("task_baseline"))
+                   task_baseline=payload.get("task_baseline"), lr_schedule_end=payload.get("lr_schedule_end"))

@@ -13,6 +13,7 @@ from tatu.daemon.resume import load_resume
 from tatu.daemon.run_lock import has_resume
 from tatu.daemon.run_state import is_results_json, results_from_json
 from tatu.daemon.suite import REFERENCE_SETS, Suite, score_suite
+from tatu.daemon.trainer import lr_at
 from tatu.data.manifest import DataConfigError, DataError
 from tatu.evals.scoring import SetResult
 from tatu.model.checkpoint import Checkpoint, CheckpointError
@@ -24,6 +25,7 @@ from tatu.model.tokenizer_json import load_tokenizer
 
 # What may change when a run is restarted: when and how often things happen, not what is
 # measured or how it is trained (a changed limit or LR would make the verdict meaningless).
+# MIX_STEPS_LIMIT moves the stop, not the LR curve: the state keeps the schedule's end (lr_schedule_end).
 # TATU_PRECISION may be spelled another way (auto -> bf16) as long as it resolves to the
 # precision the run trained in: check_same_precision compares what it resolved to.
 RESUMABLE_CHANGES = frozenset({"MIX_STEPS_LIMIT", "TATU_CKPT_EVERY", "TATU_MEM_FLOOR_MB", "TATU_DEVICE",
@@ -75,6 +77,40 @@ def check_same_config(saved_config: dict, config: RunConfig) -> None:
         shown = ", ".join(f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in changed[:4])
         raise ConfigError(f"run {config.run} was started with another configuration ({shown}); "
                           f"restore it, or start a new TATU_RUN")
+
+
+def lr_schedule_end(stored: int | None, saved_config: dict, config: RunConfig) -> int:
+    """The step a resumed run's LR schedule ends at: the one its state stored, never today's MIX_STEPS_LIMIT.
+
+    The limit may change on a restart (RESUMABLE_CHANGES), but a cosine re-spanned over a longer run
+    would jump up at the restart step: the curve stays, and a changed limit only moves the stop.
+    A state saved before the end was stored: the MIX_STEPS_LIMIT it was saved with, the curve its
+    last steps followed."""
+    if stored is not None:
+        return stored
+    if "MIX_STEPS_LIMIT" in saved_config:
+        return int(saved_config["MIX_STEPS_LIMIT"])
+    if config.schedule == "constant":  # the end moves nothing under a constant LR
+        return config.mix_steps_limit
+    raise ConfigError(f"run {config.run}'s resume state records neither its LR schedule's end nor its "
+                      f"MIX_STEPS_LIMIT, so TATU_SCHEDULE=cosine cannot continue its curve; start a new TATU_RUN "
+                      f"with TATU_SEED_CKPT={config.run_dir / 'state'}")
+
+
+def lr_schedule_note(end: int, step: int, config: RunConfig) -> str | None:
+    """The one line a restart prints when MIX_STEPS_LIMIT no longer ends where the LR curve does
+    (None under a constant LR, which the end does not move, or when nothing is left to train)."""
+    limit = config.mix_steps_limit
+    if config.schedule != "cosine" or limit == end or step >= limit:
+        return None
+    if limit > end:
+        first = max(step, end) + 1
+        return (f"MIX_STEPS_LIMIT={limit} is past the end of this run's cosine (step {end}, its first MIX_STEPS_LIMIT): "
+                f"the curve is kept, so steps {first}-{limit} get TATU_MIN_LR={config.min_lr:g}; for a new cosine, "
+                f"start a new TATU_RUN with TATU_SEED_CKPT={config.run_dir / 'state'}")
+    return (f"MIX_STEPS_LIMIT={limit} stops this run before the end of its cosine (step {end}, its first "
+            f"MIX_STEPS_LIMIT): the curve is kept, so its last step gets LR "
+            f"{lr_at(limit - 1, config, end):.3g}, not TATU_MIN_LR={config.min_lr:g}")
 
 
 def check_same_precision(saved: str | None, precision: Precision, run: str) -> None:

@@ -28,13 +28,14 @@ from tatu.model.gpt import GPT, GPTConfig
 from tatu.model.precision import PrecisionError, resolve_precision
 
 
-def lr_at(step: int, config: RunConfig) -> float:
-    """Linear warmup, then constant or cosine down to TATU_MIN_LR at MIX_STEPS_LIMIT."""
+def lr_at(step: int, config: RunConfig, end: int | None = None) -> float:
+    """Linear warmup, then constant or cosine down to TATU_MIN_LR at step `end` (default MIX_STEPS_LIMIT),
+    and TATU_MIN_LR after it. A restarted run passes the end its state stored (RunState.lr_schedule_end)."""
     if step < config.warmup_steps:
         return config.lr * (step + 1) / config.warmup_steps
     if config.schedule == "constant":
         return config.lr
-    span = max(1, config.mix_steps_limit - config.warmup_steps)
+    span = max(1, (config.mix_steps_limit if end is None else end) - config.warmup_steps)
     progress = min(1.0, (step - config.warmup_steps) / span)
     return config.min_lr + 0.5 * (config.lr - config.min_lr) * (1 + math.cos(math.pi * progress))
 
@@ -65,6 +66,9 @@ class Trainer:
     def __init__(self, config: RunConfig, gpt_config: GPTConfig, device: torch.device,
                  initial_state: dict | None = None, state_source: str = "", world: World = SINGLE):
         self.config = config
+        # Where the LR curve ends: the run's first MIX_STEPS_LIMIT, which a restart restores from its
+        # state (a changed limit moves when the run stops, not the curve: daemon/start.py).
+        self.lr_schedule_end = config.mix_steps_limit
         self.device = device
         self.world = world
         self.gpt_config = gpt_config
@@ -125,7 +129,7 @@ class Trainer:
     def step(self, batch: StepBatch, step: int) -> StepStats:
         """Optimizer step number `step` (1-based) on `batch`; a non-finite loss is not applied."""
         started = time.perf_counter()
-        lr = lr_at(step - 1, self.config)
+        lr = lr_at(step - 1, self.config, self.lr_schedule_end)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)

@@ -23,13 +23,17 @@ def test_run_state_json_round_trip():
     state = RunState(step=7, baseline={"enRuler": result("enRuler", [1.5, 2.25, 3.0])},
                      best={"step": 4, "set": "sftHeld", "ppl": 9.5}, history=[{"step": 0, "drift": {"value": 0.0}}],
                      trunk_reference={"enRuler": result("enRuler", [1.0, 2.0, 4.0])},
-                     aborted={"step": 7, "reason": "r", "code": 10}, eval_files={"enRuler": "abc"})
+                     aborted={"step": 7, "reason": "r", "code": 10}, eval_files={"enRuler": "abc"}, lr_schedule_end=14)
     payload = json.loads(json.dumps(state.to_json(), allow_nan=False))
     again = RunState.from_json(payload, n_resamples=100, seed=0)
     assert again.to_json() == state.to_json()
     assert again.baseline["enRuler"].ppl == state.baseline["enRuler"].ppl
     assert again.trunk_reference["enRuler"].extra == {"file_sha256": "f"}
     assert RunState.from_json(RunState().to_json(), 100, 0) == RunState()
+    assert again.lr_schedule_end == 14
+    # a state saved before the LR schedule's end was stored: None, which daemon/start.py resolves
+    older = {k: v for k, v in state.to_json().items() if k != "lr_schedule_end"}
+    assert RunState.from_json(older, 100, 0).lr_schedule_end is None
 
 
 def test_a_resume_state_of_the_older_format_is_refused_with_65_not_a_crash():
