@@ -1,5 +1,7 @@
 """tatu/ core: the one atomic write (its private mode, its cleanup), env files both ways, and
-the sweep's number formats, each against a naive rendering."""
+the sweep's number formats, each against literals written from their documented form
+(tatu/formats.py's docstrings: 0.012 -> "+1.2%" / "1.2%", p three decimals and "<0.001" below,
+"n/a" when unknown) and the README's exit-code table (78: bad configuration)."""
 import json
 import os
 import stat
@@ -8,7 +10,6 @@ import pytest
 
 from tatu.atomic import write_atomic, write_json_atomic
 from tatu.envfile import EnvFileError, env_file_text, parse_env_file
-from tatu.exitcodes import BAD_CONFIG
 from tatu.formats import fmt_p_formula, fmt_pct, fmt_share
 
 
@@ -42,13 +43,26 @@ def test_env_file_round_trip_and_a_bad_line_names_file_and_line(tmp_path):
     path.write_text("TATU_RUN=x\nnot a line\n")
     with pytest.raises(EnvFileError) as info:  # a library error, not the CLI's TatuExit
         parse_env_file(path)
-    assert info.value.code == BAD_CONFIG and str(info.value) == f"{path}:2: expected KEY=VALUE"
+    assert info.value.code == 78  # EX_CONFIG: README.md#exit-codes, bad configuration
+    assert str(info.value) == f"{path}:2: expected KEY=VALUE"
 
 
-@pytest.mark.parametrize("x", [0.0, 0.0123, -0.456, 1.5, 1e-9])
-def test_sweep_number_formats_match_a_naive_rendering(x):
-    assert fmt_pct(x) == ("+" if x >= 0 else "-") + f"{abs(x) * 100:.1f}%"
-    assert fmt_share(abs(x)) == f"{abs(x) * 100:.1f}%"
-    p = abs(x) % 1
-    assert fmt_p_formula(p) == ("<0.001" if p < 0.001 else "%.3f" % p)
-    assert fmt_pct(None) == fmt_share(None) == fmt_p_formula(None) == "n/a"
+@pytest.mark.parametrize("x, pct, share, p, p_text", [
+    (0.0, "+0.0%", "0.0%", 0.0, "<0.001"),
+    (0.012, "+1.2%", "1.2%", 0.012, "0.012"),
+    (0.0123, "+1.2%", "1.2%", 0.0123, "0.012"),
+    (-0.456, "-45.6%", "45.6%", 0.456, "0.456"),
+    (1.5, "+150.0%", "150.0%", 0.5, "0.500"),
+    (-0.0875, "-8.8%", "8.8%", 0.001, "0.001"),
+    (1e-9, "+0.0%", "0.0%", 0.000999, "<0.001"),
+    (2, "+200.0%", "200.0%", 1, "1.000"),
+])
+def test_sweep_number_formats_are_the_documented_strings(x, pct, share, p, p_text):
+    assert fmt_pct(x) == pct
+    assert fmt_share(abs(x)) == share
+    assert fmt_p_formula(p) == p_text
+
+
+@pytest.mark.parametrize("unknown", [None, float("nan"), float("inf"), float("-inf"), "0.1", True])
+def test_an_unknown_number_is_n_a(unknown):
+    assert fmt_pct(unknown) == fmt_share(unknown) == fmt_p_formula(unknown) == "n/a"

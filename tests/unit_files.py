@@ -3,12 +3,11 @@ import shutil
 
 from strict import cannot_run
 
-from tatu import exitcodes
-
 REQUIRED_SERVICE = {
     "Type": "notify", "NotifyAccess": "main", "OOMScoreAdjust": "-600", "ManagedOOMPreference": "avoid",
     "MemorySwapMax": "0", "KillMode": "mixed", "Restart": "on-failure",
-    "RestartPreventExitStatus": " ".join(str(code) for code in exitcodes.NOT_RESTARTED),
+    # README.md#exit-codes: "the run units set RestartPreventExitStatus=10 11 65 74 75 78"
+    "RestartPreventExitStatus": "10 11 65 74 75 78",
     "SyslogLevel": "err", "RuntimeDirectoryMode": "0700", "LimitCORE": "0",
 }
 

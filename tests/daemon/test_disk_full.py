@@ -9,13 +9,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from strict import cannot_run
-from tiny_world import all_finite, clean_environ, daemon, sft_env
+from tiny_world import all_finite, clean_environ, daemon, sft_env, wait_for
 
 from tatu.daemon.logs import read_events
 from tatu.model.checkpoint import load_checkpoint, save_checkpoint
@@ -96,32 +95,64 @@ def test_disk_full_during_a_run_exits_74_with_the_previous_state_intact(tiny_tru
     assert "fewer than 3 more saves fit" in out
 
 
-@pytest.mark.slow
-def test_status_reply_carries_the_disk_numbers(tiny_trunk, tmp_path):
-    """`disk_free_mb` / `last_save_mb` in the status reply, over the run's real socket."""
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.iterdir())
+
+
+def _status_once_saved(tiny_trunk, out: Path, runtime: Path, stop: signal.Signals) -> tuple[dict, dict, str]:
+    """A long run writing under `out`: its `status` reply over the run's real socket once the
+    baseline's state/ save is logged, the sizes of its best/ and state/ then, and its output
+    after `stop` (SIGTERM: a graceful stop that saves again, exit 0; SIGKILL: no more writes)."""
     from tatu.daemon.control_client import request
 
-    env = sft_env(tiny_trunk, tmp_path, TATU_RUN="disk", MIX_STEPS_LIMIT=100_000, EVAL_EVERY=1000, TATU_CKPT_EVERY=1000)
-    runtime = tmp_path / "rt"
+    env = sft_env(tiny_trunk, out, TATU_RUN="disk", MIX_STEPS_LIMIT=100_000, EVAL_EVERY=1000, TATU_CKPT_EVERY=1000,
+                  TATU_GEN_PROMPTS=0)
     runtime.mkdir(mode=0o700)
-    proc = subprocess.Popen([sys.executable, "-m", "tatu.daemon"], env={**clean_environ(), **env, "XDG_RUNTIME_DIR": str(runtime)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = out.parent / f"{out.name}-daemon.log"
+    with open(log, "w") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "tatu.daemon"], env={**clean_environ(), **env, "XDG_RUNTIME_DIR": str(runtime)},
+                                stdout=sink, stderr=subprocess.STDOUT, text=True)
     try:
-        sock = runtime / "tatu" / "disk.sock"
-        events_path = tmp_path / "disk" / "events.jsonl"
-        deadline = time.monotonic() + 120
+        events_path = out / "disk" / "events.jsonl"
         # best/ is saved before state/ at the baseline: ask once the state's own save is logged
         # (its size is recorded before the checkpoint event is written).
-        while time.monotonic() < deadline and proc.poll() is None:
-            if events_path.is_file() and any(e["event"] == "checkpoint" for e in read_events(events_path)):
-                break
-            time.sleep(0.2)
-        reply = request(sock, "status") if sock.exists() else {}
-        assert reply.get("ok"), (reply, proc.poll())
-        expected_free = shutil.disk_usage(tmp_path).free / 1e6
-        assert abs(reply["disk_free_mb"] - expected_free) < 50  # the same disk, a few writes apart
-        state_mb = sum(f.stat().st_size for f in (tmp_path / "disk" / "state").iterdir()) / 1e6
-        assert reply["last_save_mb"] >= state_mb * 0.99 and reply["disk_low"] in (True, False)
+        wait_for(lambda: proc.poll() is not None or (
+            events_path.is_file() and any(e["event"] == "checkpoint" for e in read_events(events_path))),
+            timeout=120, what="the baseline's checkpoint event")
+        assert proc.poll() is None, (proc.returncode, log.read_text()[-3000:])
+        reply = request(runtime / "tatu" / "disk.sock", "status")
+        assert reply.get("ok"), reply
+        # the next save is at step 1000: these are the saves the reply speaks of
+        sizes = {name: _dir_bytes(out / "disk" / name) for name in ("best", "state")}
     finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=120) == 0, proc.stderr.read()[-2000:]
+        proc.send_signal(stop)
+        code = proc.wait(timeout=120)
+    output = log.read_text()
+    assert code == (0 if stop == signal.SIGTERM else -stop), output[-3000:]
+    return reply, sizes, output
+
+
+@pytest.mark.slow
+def test_status_reply_carries_the_disk_numbers_and_says_low_exactly_when_under_3_saves_fit(tiny_trunk, tmp_path, small_tmpfs):
+    """`disk_free_mb` / `last_save_mb` / `disk_low` in the status reply, over the run's real socket,
+    on a disk with room (False) and on one where fewer than 3 more saves fit (True): the
+    documented rule, "fewer than 3 more saves fit" (README, daemon/supervisor.py's warning)."""
+    # 1. The test's own disk: plenty of room.
+    roomy = tmp_path / "roomy"
+    reply, sizes, output = _status_once_saved(tiny_trunk, roomy, tmp_path / "rt-roomy", signal.SIGTERM)
+    last = max(sizes.values())  # the largest of the saves so far
+    expected_free = shutil.disk_usage(tmp_path).free / 1e6
+    assert abs(reply["disk_free_mb"] - expected_free) < 50  # the same disk, a few writes apart
+    assert reply["last_save_mb"] == pytest.approx(last / 1e6, rel=0.01, abs=0.002), (reply, sizes)
+    assert expected_free > 10 * last / 1e6, "the test's disk itself is nearly full: the 'roomy' case is not"
+    assert reply["disk_low"] is False, reply
+    assert "more saves fit" not in output
+    # 2. A tmpfs with room for the baseline's best/ and state/, then about two more of the
+    #    largest: fewer than 3 more saves fit. SIGKILL at the end: a stop save may not fit.
+    disk = small_tmpfs(f"{(sizes['best'] + sizes['state'] + 2 * last) // 4096 * 4096 + 64 * 1024}")
+    reply, short_sizes, output = _status_once_saved(tiny_trunk, disk, tmp_path / "rt-short", signal.SIGKILL)
+    assert short_sizes == pytest.approx(sizes, rel=0.01)  # the same saves (their metadata names other paths)
+    assert 0 < reply["disk_free_mb"] < 3 * last / 1e6, (reply, sizes)  # as constructed
+    assert reply["last_save_mb"] == pytest.approx(last / 1e6, rel=0.01, abs=0.002), (reply, sizes)
+    assert reply["disk_low"] is True, reply
+    assert "fewer than 3 more saves fit" in output

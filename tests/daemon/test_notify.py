@@ -2,10 +2,10 @@
 the STATUS texts a whole run sends (the real-systemd half is tests/systemd/test_sft_unit.py)."""
 import os
 import re
+import select
 import socket
 import tempfile
 import threading
-import time
 
 import pytest
 
@@ -146,32 +146,43 @@ def test_watchdog_timeout_is_never_armed_for_a_unit_without_one(notify_socket, m
 
 @pytest.mark.slow
 def test_status_text_says_loading_then_each_baseline_set_then_step_0(tiny_trunk, tmp_path):
-    """Every STATUS= datagram in order, read from a real NOTIFY_SOCKET."""
+    """Every STATUS= datagram in order, read from a real NOTIFY_SOCKET.
+
+    No time is waited out: an AF_UNIX datagram is in the receiver's queue when its sendto()
+    returns, so once the daemon has exited everything it sent is queued, and the reader drains
+    that queue until it is empty (with a deadline), then stops."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     listener.bind(str(tmp_path / "notify.sock"))
-    listener.settimeout(0.5)
     messages: list[str] = []
-    finished = threading.Event()
+    sender_exited = threading.Event()
 
-    def receive():  # read as systemd does: a full datagram queue would block the sender
-        while not finished.is_set():
-            try:
+    def receive():  # read as systemd does while the run goes on: a full queue would block the sender
+        while True:
+            readable, _, _ = select.select([listener], [], [], 0.1)
+            if readable:
                 messages.append(listener.recv(4096).decode())
-            except TimeoutError:
-                continue
+            elif sender_exited.is_set():
+                return  # nothing readable after the sender's exit: the queue is empty for good
 
     reader = threading.Thread(target=receive, daemon=True)
     reader.start()
-    proc = daemon({**sft_env(tiny_trunk, tmp_path, MIX_STEPS_LIMIT=2, EVAL_EVERY=2), "NOTIFY_SOCKET": str(tmp_path / "notify.sock")})
-    time.sleep(0.6)
-    finished.set()
-    reader.join()
-    listener.close()
+    try:
+        proc = daemon({**sft_env(tiny_trunk, tmp_path, MIX_STEPS_LIMIT=2, EVAL_EVERY=2), "NOTIFY_SOCKET": str(tmp_path / "notify.sock")})
+    finally:
+        sender_exited.set()
+        reader.join(timeout=30)
+        listener.close()
+    assert not reader.is_alive(), "the reader did not drain the queue within 30 s"
     assert proc.returncode == 0, proc.stderr[-2000:]
     flow = [m for m in messages if m.startswith(("STATUS=", "READY=1")) or m == "WATCHDOG=1"]
     texts = [m.removeprefix("STATUS=") for m in flow if m.startswith("STATUS=")]
     assert texts[:4] == ["loading", "baseline eval 1/3 sets", "baseline eval 2/3 sets", "baseline eval 3/3 sets"], texts
+    assert flow.count("READY=1") == 1, flow
     ready = flow.index("READY=1")
     after_ready = flow[ready + 1]
     assert re.fullmatch(r"STATUS=step 0/2 sftHeld \d+\.\d\d drift \+0\.0% first step running", after_ready), flow[ready:]
-    assert "step 2/2 eval 2/3 sets" in texts  # the eval at the last step says so too
+    # Each finished step: its STATUS, then the watchdog fed; the eval at the last step says so too.
+    steps = [t for t in texts if re.fullmatch(r"step [12]/2 sftHeld \d+\.\d\d drift [+-]\d+\.\d% \d+ tok/s ETA \d+m", t)]
+    assert [t.split()[1] for t in steps] == ["1/2", "2/2"], texts
+    assert flow.count("WATCHDOG=1") >= 2, flow
+    assert texts[-3:] == ["step 2/2 eval 1/3 sets", "step 2/2 eval 2/3 sets", "step 2/2 eval 3/3 sets"], texts

@@ -68,11 +68,9 @@ def test_normal_seeds_are_flagged_in_at_most_5_percent_of_config_metrics(n_seeds
     print(f"false-flag rate at {n_seeds} seeds: {rate:.4f}")
     # Bonferroni at 4% bounds it by 4%; 4000 draws put a 4% rate at +-0.3 points (SD).
     assert rate <= 0.05, rate
-    # The old rule (median/MAD z > 3.5) on the same kind of seeds: far above, at 3 seeds.
-    if n_seeds == 3:
-        mad_z = [np.abs((x - np.median(x)) / (1.4826 * np.median(np.abs(x - np.median(x))))).max() > 3.5
-                 for x in rng.normal(0.05, 0.02, (4000, 3))]
-        assert np.mean(mad_z) > 0.2
+    # ... and the rule is live: the leave-one-out t of normal seeds is exactly t-distributed, so
+    # the flags come near the 4% it is built for (2% is over 6 SDs below), never a silent 0.
+    assert rate >= 0.02, rate
 
 
 def test_seeds_mde_and_seeds_needed():

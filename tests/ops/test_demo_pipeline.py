@@ -84,6 +84,7 @@ def test_tiny_demo_runs_through_systemd_when_a_user_manager_answers(tmp_path):
     if problem:
         cannot_run(f"demo packages unavailable: {problem}")
     out = tmp_path / "demo"
+    journals: dict[str, str] | None = None
     with user_manager_session() as um:
         env = {k: v for k, v in um.env.items() if not k.startswith(RUN_PREFIXES)}
         proc = subprocess.run([sys.executable, "-m", "tatu.ops.demo", "--scale", "tiny", "--out", str(out)],
@@ -91,10 +92,21 @@ def test_tiny_demo_runs_through_systemd_when_a_user_manager_answers(tmp_path):
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert "(systemd --user)" in proc.stdout
         for name in ("trunk", "sft-noreplay", "sft-replay"):
-            shown = um.systemctl("show", "-p", "ExecMainPID,LoadState", f"tatu-sft@{name}.service", check=False).stdout
-            assert "LoadState=loaded" in shown or "LoadState=not-found" in shown
+            # `tatu units install` put the template and the run's env file where this manager
+            # reads them: the instance loads, and it has ended (the demo waited for it).
+            shown = um.show(f"tatu-sft@{name}.service", "LoadState", "ActiveState", "FragmentPath")
+            assert shown == {"LoadState": "loaded", "ActiveState": "inactive",
+                             "FragmentPath": str(um.unit_dir / "tatu-sft@.service")}, shown
+            assert (um.config_home / "tatu" / f"{name}.env").is_file()
             assert (out / "runs" / name / "verdict.json").exists()
         if um.journal_available:
-            journal = um.journalctl("-t", "tatu-sft-sft-replay", "-o", "cat")
-            assert re.search(r"EVAL [0-9]+: sftHeld", journal)
+            # journald reads the units' stdout on its own time: wait for the lines, with a deadline.
+            journals = {name: um.wait_for(
+                lambda name=name: (lambda text: text if re.search(r"EVAL [0-9]+: sftHeld", text) else None)(
+                    um.journalctl("-t", f"tatu-sft-{name}", "-o", "cat")),
+                timeout=30, what=f"tatu-sft@{name}'s EVAL lines in the journal") for name in ("sft-noreplay", "sft-replay")}
     assert (out / "report" / "index.html").exists()
+    if journals is None:  # everything else was checked: only the journal half could not run
+        cannot_run("journald is not running and the harness could not start it: the units' journal is not checked")
+    for name, journal in journals.items():
+        assert "VERDICT " in journal, (name, journal[-2000:])

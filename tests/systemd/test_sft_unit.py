@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import stat
 import threading
 import time
@@ -169,8 +170,8 @@ def watch_status_texts(um, unit: str) -> tuple[list[str], threading.Event]:
     return seen, done
 
 
-# After READY the steps run on, and every EVAL_EVERY steps an eval shows its progress: on an
-# idle machine the first periodic eval falls inside the half second this test watches.
+# After READY the steps run on, and every EVAL_EVERY steps an eval shows its progress (it may
+# fall inside the time this test watches, until a finished step's text shows).
 STARTING_TEXT = re.compile(r"loading|baseline eval [1-3]/3 sets|step 0/\d+ .*first step running"
                            r"|step \d+/\d+ .*tok/s ETA.*|step \d+/\d+ eval [1-3]/3 sets")
 PERIODIC_EVAL_TEXT = re.compile(r"step ([0-9]+)/[0-9]+ eval [1-3]/3 sets")
@@ -181,7 +182,9 @@ def test_start_returns_once_ready_after_the_baseline_eval(setup, um):
     texts, done = watch_status_texts(um, UNIT)
     um.systemctl("start", UNIT)
     setup["start_seconds"] = time.monotonic() - started
-    time.sleep(0.5)
+    # Watched until a text of the running steps shows (after READY), not for a fixed time.
+    um.wait_for(lambda: any(STATUS_STEP.match(t) and "first step running" not in t for t in texts), timeout=60,
+                interval=0.05, what="a STATUS text of a finished step")
     done.set()
     # `systemctl --user status` says what the start is busy with (torch loads for seconds
     # under "loading"; each text is polled, so a short one may pass unseen, never out of order).
@@ -297,7 +300,12 @@ def test_doctor_reports_the_effective_oom_score_adj_of_the_live_unit(setup, um):
         if uid == 0 and not has_cap:
             assert "without CAP_SYS_RESOURCE" in oom.why and "user manager" not in oom.why
     disk = findings["disk"]
-    assert disk.level in ("OK", "WARN") and " MB free for " in disk.why and disk.why.split(" MB free for ")[1].split(";")[0].endswith("/tiny")
+    # WARN only when less is free than the last saved state takes: the test's disk has far more.
+    state_dir = setup["runs"] / "tiny" / "state"
+    state_bytes = sum(f.stat().st_size for f in state_dir.iterdir()) if state_dir.is_dir() else 0
+    assert shutil.disk_usage(setup["runs"]).free > 10 * state_bytes + 2**20, "the test's disk is nearly full"
+    assert disk.level == "OK", disk
+    assert " MB free for " in disk.why and disk.why.split(" MB free for ")[1].split(";")[0].endswith("/tiny")
 
 
 # --- stop, start again ------------------------------------------------------------------------
@@ -422,19 +430,25 @@ def test_forget_abort_leaves_the_unit_failed_with_10_and_not_restarted(setup, um
     um.systemctl("start", FORGET_UNIT)
 
     def ended():
-        shown = um.show(FORGET_UNIT, "ActiveState", "Result", "ExecMainStatus", "ExecMainCode", "NRestarts")
+        shown = um.show(FORGET_UNIT, "ActiveState", "SubState", "Result", "ExecMainStatus", "ExecMainCode", "NRestarts",
+                        "Restart", "RestartPreventExitStatus")
         return shown if shown["ActiveState"] in ("failed", "inactive") else None
 
+    # A restart the manager decides on is the auto-restart state (ActiveState=activating), entered
+    # instead of failed, and counted in NRestarts; restarts that run into the start limit end
+    # failed too, so failed/failed with NRestarts=0 and one recorded exit is what shows the first
+    # exit was final. (With 10 taken out of RestartPreventExitStatus this fails: 5 exits, 4 restarts.)
     shown = um.wait_for(ended, timeout=120, interval=0.2, what=f"{FORGET_UNIT} to end")
-    assert shown["ActiveState"] == "failed" and shown["Result"] == "exit-code", shown
+    assert (shown["ActiveState"], shown["SubState"], shown["Result"]) == ("failed", "failed", "exit-code"), shown
+    assert shown["NRestarts"] == "0", shown
     assert shown["ExecMainCode"] == "1" and shown["ExecMainStatus"] == "10"
     assert exits(setup, "forget") == [("exit-code", "exited", "10")]
     aborts = [e for e in events(setup, "forget") if e["event"] == "abort"]
     assert aborts and "MIX_FORGET_LIMIT" in aborts[-1]["reason"]
-    # RestartSec is 1s (the SIGKILL test saw restarts happen): well past it, still no restart.
-    time.sleep(3)
-    later = um.show(FORGET_UNIT, "ActiveState", "NRestarts")
-    assert later == {"ActiveState": "failed", "NRestarts": "0"}
+    # Why: the unit restarts on failure (the SIGKILL test saw it), except for the exit statuses
+    # it lists, and 10 (the forget abort, README's table: not restarted) is one of them.
+    assert shown["Restart"] == "on-failure" and "10" in shown["RestartPreventExitStatus"].split(), shown
+    assert FORGET_UNIT not in um.systemctl("list-jobs", "--no-legend").stdout  # no start queued either
     assert len(exits(setup, "forget")) == 1
     print(f"tatu-sft@ under systemd: first start took {setup.get('start_seconds', float('nan')):.1f}s; "
           f"the module so far (world, trunk, manager, all tests) {time.monotonic() - setup['started']:.1f}s")

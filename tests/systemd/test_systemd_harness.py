@@ -1,7 +1,8 @@
 """The harness itself: a real user manager runs a Type=notify unit, shows its STATUS, journald has its output."""
+import errno
 import os
+import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -10,21 +11,32 @@ from systemd_harness import user_manager  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.systemd
 
-# Sleeps before READY so that "start returned after READY" is observable; then a STATUS
-# with an accent (folded by our Notifier), a line on stdout, and it waits to be stopped.
+# Blocks before READY until the test writes a byte to its gate (a FIFO), so "start returns only
+# after READY" is shown by the order of events, not by a time; then a STATUS with an accent
+# (folded by our Notifier), a line on stdout, and it waits to be stopped.
 NOTIFY_PROGRAM = """
 import sys, time
 sys.path[:0] = {paths!r}
 from tatu.daemon.notify import Notifier
 n = Notifier()
 print("harness-probe starting", flush=True)
-time.sleep(1.5)
+with open({gate!r}, "rb") as gate:
+    assert gate.read(1) == b"g"
 n.ready()
 n.status("passo 3/10 régua ok")
 print("harness-probe ready", flush=True)
 while True:
     time.sleep(1)
 """
+
+
+def _open_for_writing(fifo: Path) -> int | None:
+    try:
+        return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # no reader yet
+            return None
+        raise
 
 
 def unit_text(program_path: Path) -> str:
@@ -41,14 +53,30 @@ TimeoutStartSec=30
 
 
 def test_notify_unit_start_waits_for_ready_and_status_and_journal_show(user_manager, tmp_path):
+    gate = user_manager.runtime_dir.parent / "probe.gate"
+    os.mkfifo(gate)
     program = user_manager.runtime_dir.parent / "probe.py"
-    program.write_text(NOTIFY_PROGRAM.format(paths=[p for p in sys.path if p]))
+    program.write_text(NOTIFY_PROGRAM.format(paths=[p for p in sys.path if p], gate=str(gate)))
     user_manager.install_unit("probe.service", unit_text(program))
 
-    started = time.monotonic()
-    user_manager.systemctl("start", "probe.service")
-    # Type=notify: start blocks until READY=1, which the probe sends after 1.5 s.
-    assert time.monotonic() - started >= 1.4
+    start = subprocess.Popen(["systemctl", "--user", "start", "probe.service"], env=user_manager.env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        # A FIFO opened for writing without blocking fails (ENXIO) until a reader holds it: the
+        # probe runs and waits at its gate, before READY=1.
+        writer = user_manager.wait_for(lambda: _open_for_writing(gate), timeout=30, interval=0.05,
+                                       what="the probe to open its gate")
+        # Type=notify: until READY=1 the unit is still starting and `systemctl start` still waits.
+        waiting = user_manager.show("probe.service", "ActiveState", "SubState")
+        assert waiting == {"ActiveState": "activating", "SubState": "start"}, waiting
+        assert start.poll() is None, start.communicate()
+        os.write(writer, b"g")
+        os.close(writer)
+        assert start.wait(timeout=30) == 0, start.communicate()
+    finally:
+        if start.poll() is None:
+            start.kill()
+            start.wait()
     shown = user_manager.show("probe.service", "ActiveState", "SubState", "StatusText", "MainPID")
     assert shown["ActiveState"] == "active" and shown["SubState"] == "running"
     assert shown["StatusText"] == "passo 3/10 regua ok"
