@@ -4,12 +4,17 @@ with the access rules of control_access.py.
 One thread runs a selector loop over all connections, so a flood of clients costs one
 thread and bounded memory, and never blocks the training loop. Handlers run in that
 thread: the daemon keeps them cheap (read a snapshot, or set a flag the loop acts on at
-the next step boundary). Used as a context manager: `with ControlServer(path, handlers):`.
+the next step boundary). That thread still shares the interpreter lock with the loop, so what
+clients may make it do is bounded too (control_protocol.py's limits): MAX_CONNECTIONS clients
+at once, and per connection a token bucket; a connection over its rate gets one error reply
+and is not read again until a token is back, so a flooding client waits in its own send or
+recv instead of spinning the server. Used as a context manager: `with ControlServer(path, handlers):`.
 """
 from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import selectors
 import socket
@@ -21,7 +26,8 @@ from tatu.daemon.control_access import (  # noqa: F401  (socket_path, peer_allow
     bind_private, ensure_private_dir, peer_allowed, peer_credentials, refuse_if_live, socket_path,
 )
 from tatu.daemon.control_protocol import (  # noqa: F401  (PROTOCOL_VERSION: the module's API)
-    MAX_CONNECTIONS, MAX_REQUEST_BYTES, MAX_REQUEST_DEPTH, PROTOCOL_VERSION, Handler, dispatch, error_reply,
+    MAX_CONNECTIONS, MAX_REQUEST_BYTES, MAX_REQUEST_DEPTH, PROTOCOL_VERSION, RATE_BURST, RATE_PER_S, Handler,
+    dispatch, error_reply, rate_limited_reply, too_many_clients_reply,
 )
 
 # A client that sends nothing for this long is dropped, freeing its slot.
@@ -33,13 +39,36 @@ LINGER_S = 2.0
 LINGER_MAX_BYTES = 1024 * 1024
 # A client that stops reading replies cannot make the daemon buffer without bound.
 MAX_PENDING_REPLY_BYTES = 8 * 1024 * 1024
+# Paused connections resume on a grid of this step, so many paused clients wake the server
+# thread together, a few times a second, rather than each on its own.
+RESUME_TICK_S = 0.05
 _UNIX_PATH_MAX = 107
 
 
-class _Connection:
-    __slots__ = ("sock", "inbox", "outbox", "closing", "last_active", "linger_until", "discarded")
+class TokenBucket:
+    """`burst` requests at once, then `rate` a second, on a clock the caller passes (tests pass
+    their own)."""
+    __slots__ = ("rate", "burst", "tokens", "stamp")
 
-    def __init__(self, sock: socket.socket):
+    def __init__(self, rate: float, burst: int, now: float):
+        self.rate, self.burst = rate, burst
+        self.tokens, self.stamp = float(burst), now
+
+    def take(self, now: float) -> float:
+        """Spend a token: 0.0 if there was one, else the seconds until there is one (none spent)."""
+        self.tokens = min(float(self.burst), self.tokens + max(now - self.stamp, 0.0) * self.rate)
+        self.stamp = max(now, self.stamp)
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return 0.0
+        return (1.0 - self.tokens) / self.rate
+
+
+class _Connection:
+    __slots__ = ("sock", "inbox", "outbox", "closing", "last_active", "linger_until", "discarded", "bucket",
+                 "paused_until", "served", "events")
+
+    def __init__(self, sock: socket.socket, served: bool):
         self.sock = sock
         self.inbox = bytearray()
         self.outbox = bytearray()
@@ -47,6 +76,10 @@ class _Connection:
         self.last_active = time.monotonic()
         self.linger_until: float | None = None  # set once the final reply is flushed
         self.discarded = 0
+        self.bucket = TokenBucket(RATE_PER_S, RATE_BURST, self.last_active)
+        self.paused_until: float | None = None  # over its rate: not read until then
+        self.served = served  # counts against MAX_CONNECTIONS (a refused one only lingers)
+        self.events = 0  # what the selector watches for it (0: not registered)
 
 
 class ControlServer:
@@ -62,8 +95,12 @@ class ControlServer:
         self._stop = threading.Event()
         self._wakeup_r, self._wakeup_w = -1, -1
         self._connections: dict[int, _Connection] = {}
+        self._served = 0  # connections counted against MAX_CONNECTIONS
+        self._accepting = False  # the listener is watched (not while refused ones fill their quota)
         self.requests_handled = 0
         self.refused_peers = 0
+        self.refused_clients = 0  # over MAX_CONNECTIONS
+        self.rate_limited = 0  # requests answered with rate_limited_reply
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> "ControlServer":
@@ -76,8 +113,8 @@ class ControlServer:
         self._wakeup_r, self._wakeup_w = os.pipe()
         os.set_blocking(self._wakeup_r, False)
         self._selector = selectors.DefaultSelector()
-        self._selector.register(self._listener, selectors.EVENT_READ, None)
         self._selector.register(self._wakeup_r, selectors.EVENT_READ, "wakeup")
+        self._accept_again()
         self._thread = threading.Thread(target=self._serve, name="tatu-control", daemon=True)
         self._thread.start()
         return self
@@ -121,7 +158,7 @@ class ControlServer:
     def _serve(self) -> None:
         selector = self._selector
         while not self._stop.is_set():
-            for key, events in selector.select(timeout=1.0):
+            for key, events in selector.select(timeout=self._select_timeout()):
                 if key.data == "wakeup":
                     continue
                 if key.data is None:
@@ -135,10 +172,33 @@ class ControlServer:
                         self._flush(conn)
                 except Exception:  # one bad connection must never end the server thread
                     self._drop(conn)
+            self._resume_due()
             self._drop_idle()
+
+    def _select_timeout(self) -> float:
+        """Sleep until the next paused connection may be read again (at most 1 s: idle checks)."""
+        due = min((c.paused_until for c in self._connections.values() if c.paused_until is not None), default=None)
+        return 1.0 if due is None else min(1.0, max(due - time.monotonic(), 0.0))
+
+    def _resume_due(self) -> None:
+        now = time.monotonic()
+        for conn in list(self._connections.values()):
+            if conn.paused_until is not None and conn.paused_until <= now and not conn.closing:
+                conn.paused_until = None
+                try:
+                    self._process(conn)  # the lines it sent before the pause first
+                    self._flush(conn)
+                except Exception:  # as in _serve: one bad connection never ends the thread
+                    self._drop(conn)
 
     def _accept(self) -> None:
         while True:
+            # Refused clients linger (as every closing connection does) so they read their
+            # refusal; past this many open connections the rest wait in the listen backlog.
+            if len(self._connections) >= 2 * MAX_CONNECTIONS:
+                self._selector.unregister(self._listener)
+                self._accepting = False
+                return
             try:
                 sock, _ = self._listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -147,23 +207,47 @@ class ControlServer:
                 if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                     return  # out of descriptors: try again on the next event
                 raise
-            if len(self._connections) >= MAX_CONNECTIONS:
-                sock.close()
-                continue
             try:
                 _, peer_uid, _ = peer_credentials(sock)
             except OSError:
                 sock.close()
                 continue
             sock.setblocking(False)
-            conn = _Connection(sock)
+            allowed = peer_allowed(peer_uid, self._own_uid)
+            conn = _Connection(sock, served=allowed and self._served < MAX_CONNECTIONS)
             self._connections[sock.fileno()] = conn
-            self._selector.register(sock, selectors.EVENT_READ, conn)
-            if not peer_allowed(peer_uid, self._own_uid):
+            if conn.served:
+                self._served += 1
+                self._watch(conn)
+                continue
+            if not allowed:
                 self.refused_peers += 1
                 self._queue(conn, error_reply(f"permission denied: peer uid {peer_uid} is not the daemon's uid {self._own_uid}"))
-                conn.closing = True
-                self._flush(conn)
+            else:
+                self.refused_clients += 1
+                self._queue(conn, too_many_clients_reply())
+            conn.closing = True
+            self._flush(conn)
+
+    def _accept_again(self) -> None:
+        if not self._accepting and self._listener is not None:
+            self._selector.register(self._listener, selectors.EVENT_READ, None)
+            self._accepting = True
+
+    def _watch(self, conn: _Connection) -> None:
+        """Have the selector watch `conn` for what it needs now: input unless paused, output
+        while replies wait; nothing at all while a paused connection has nothing to send."""
+        events = (0 if conn.paused_until is not None else selectors.EVENT_READ) | \
+            (selectors.EVENT_WRITE if conn.outbox else 0)
+        if events == conn.events:
+            return
+        if not events:
+            self._selector.unregister(conn.sock)
+        elif not conn.events:
+            self._selector.register(conn.sock, events, conn)
+        else:
+            self._selector.modify(conn.sock, events, conn)
+        conn.events = events
 
     def _read(self, conn: _Connection) -> None:
         try:
@@ -183,13 +267,29 @@ class ControlServer:
             return
         conn.last_active = time.monotonic()
         conn.inbox += data
-        while not conn.closing:
+        self._process(conn)
+        self._flush(conn)
+
+    def _process(self, conn: _Connection) -> None:
+        """Answer the complete lines in `conn`'s inbox while its bucket has tokens. The first
+        line over the rate is answered `rate limited` and the connection pauses: what it sent
+        after waits in the inbox (at most one read of it) or in the kernel's socket buffer,
+        where the client's own send blocks."""
+        now = time.monotonic()
+        while not conn.closing and conn.paused_until is None:
             newline = conn.inbox.find(b"\n")
             if newline < 0:
                 if len(conn.inbox) > MAX_REQUEST_BYTES:
                     self._queue(conn, error_reply(f"request line longer than {MAX_REQUEST_BYTES} bytes; closing"))
                     conn.inbox.clear()
                     conn.closing = True
+                break
+            wait = conn.bucket.take(now)
+            if wait:
+                del conn.inbox[: newline + 1]
+                conn.paused_until = math.ceil((now + wait) / RESUME_TICK_S) * RESUME_TICK_S
+                self.rate_limited += 1
+                self._queue(conn, rate_limited_reply(round(conn.paused_until - now, 3)))
                 break
             line = bytes(conn.inbox[:newline])
             del conn.inbox[: newline + 1]
@@ -198,7 +298,6 @@ class ControlServer:
                 conn.closing = True
                 break
             self._queue(conn, self.dispatch(line))
-        self._flush(conn)
 
     def dispatch(self, line: bytes) -> dict:
         """One request line -> one reply object. Never raises."""
@@ -226,31 +325,32 @@ class ControlServer:
                 self._drop(conn)
                 return
             del conn.outbox[:sent]
-        if conn.outbox:
-            self._selector.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
-        elif conn.closing:
-            if conn.linger_until is None:
-                conn.linger_until = time.monotonic() + LINGER_S
-                try:
-                    conn.sock.shutdown(socket.SHUT_WR)  # the client sees EOF after our reply
-                except OSError:
-                    self._drop(conn)
-                    return
-            self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
-        else:
-            self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
+        if not conn.outbox and conn.closing and conn.linger_until is None:
+            conn.paused_until = None  # a closing connection is read (and discarded) until it lingers out
+            conn.linger_until = time.monotonic() + LINGER_S
+            try:
+                conn.sock.shutdown(socket.SHUT_WR)  # the client sees EOF after our reply
+            except OSError:
+                self._drop(conn)
+                return
+        self._watch(conn)
 
     def _drop(self, conn: _Connection) -> None:
         conn.closing = True
         fd = conn.sock.fileno()
         if fd < 0:
             return
-        self._connections.pop(fd, None)
-        try:
-            self._selector.unregister(conn.sock)
-        except (KeyError, ValueError):
-            pass
+        if self._connections.pop(fd, None) is not None and conn.served:
+            self._served -= 1
+        if conn.events:
+            try:
+                self._selector.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+            conn.events = 0
         conn.sock.close()
+        if not self._stop.is_set() and self._selector is not None:
+            self._accept_again()  # a slot is free again (a no-op unless accepting had stopped)
 
     def _drop_idle(self) -> None:
         now = time.monotonic()

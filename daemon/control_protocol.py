@@ -16,15 +16,36 @@ PROTOCOL_VERSION = 1
 MAX_REQUEST_BYTES = 64 * 1024
 # Every command is a flat object; a little nesting is allowed for arguments to come.
 MAX_REQUEST_DEPTH = 16
-# Beyond this many open connections new ones are closed at once: same-uid clients are
-# trusted, but a runaway script must not exhaust the daemon's file descriptors.
-MAX_CONNECTIONS = 64
+# The limits on what clients may cost the daemon (docs/operations.md names them; nothing else
+# restates the numbers). Same-uid clients are trusted, but a runaway script must not slow the
+# run: the control thread shares the interpreter lock with the training loop.
+# At most this many clients are served at once; the next one gets a one-line refusal
+# (`too_many_clients_reply`), then EOF. 32: `tatu status --watch`, a sweep and a few scripts at
+# once, with room; the listen backlog has the same size.
+MAX_CONNECTIONS = 32
+# Per connection, a token bucket: RATE_BURST requests at once (a script pipelining a batch of
+# commands), then RATE_PER_S a second. Every request line spends a token, malformed or not; one
+# over the limit gets `rate_limited_reply` and the server reads nothing more from that
+# connection until a token is back. 10/s: a person or a polling script asks about once a second.
+RATE_PER_S = 10.0
+RATE_BURST = 64
 
 Handler = Callable[[dict], dict]
 
 
 def error_reply(message: str) -> dict:
     return {"v": PROTOCOL_VERSION, "ok": False, "error": message}
+
+
+def rate_limited_reply(retry_after_s: float) -> dict:
+    """A request over the connection's rate: not handled; the same request may be sent again
+    after `retry_after_s` seconds."""
+    return {**error_reply("rate limited"), "retry_after_s": retry_after_s}
+
+
+def too_many_clients_reply() -> dict:
+    """The only line a client over MAX_CONNECTIONS gets before the server closes its connection."""
+    return error_reply(f"too many clients: {MAX_CONNECTIONS} are connected; try again later")
 
 
 def nesting_depth(line: bytes) -> int:
