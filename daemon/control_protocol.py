@@ -10,6 +10,9 @@ client gets an error reply.
 from __future__ import annotations
 
 import json
+import re
+from array import array
+from itertools import accumulate
 from typing import Callable
 
 PROTOCOL_VERSION = 1
@@ -32,6 +35,11 @@ RATE_BURST = 64
 
 Handler = Callable[[dict], dict]
 
+# nesting_depth's tables: a JSON string (its end, or the line's), and [ { ] } as signed bytes +1/-1.
+_STRING = re.compile(rb'"(?:[^"\\]+|\\.)*(?:"|\\?\Z)', re.DOTALL)
+_BRACKET_STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
 
 def error_reply(message: str) -> dict:
     return {"v": PROTOCOL_VERSION, "ok": False, "error": message}
@@ -49,25 +57,14 @@ def too_many_clients_reply() -> dict:
 
 
 def nesting_depth(line: bytes) -> int:
-    """The deepest nesting of [ and { in a JSON text, outside strings (no parsing, no recursion)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for byte in line:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:  # quote
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):  # [ {
-            depth += 1
-            deepest = max(deepest, depth)
-        elif byte in (0x5D, 0x7D):  # ] }
-            depth -= 1
-    return deepest
+    """The deepest nesting of [ and { in a JSON text, outside strings (no parsing, no recursion).
+
+    In C-speed steps (a 64 KB line of brackets takes ~1.5 ms; a byte-by-byte Python loop took 15x
+    that, which a client could ask for at its full rate): strings removed (a backslash escapes the
+    next byte; an unclosed string runs to the end), brackets mapped to +1/-1, the running sum's
+    maximum. Brackets need not balance: a closer below depth 0 goes negative, as counted."""
+    steps = _STRING.sub(b"", line).translate(_BRACKET_STEPS, _NOT_BRACKETS)
+    return max(0, max(accumulate(array("b", steps)), default=0))
 
 
 def dispatch(handlers: dict[str, "Handler"], line: bytes) -> dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 import shutil
 import signal
 import socket
@@ -25,7 +26,7 @@ from tiny_world import clean_environ, sft_env, wait_for
 from tatu.daemon.control import RESUME_TICK_S, ControlServer, TokenBucket
 from tatu.daemon.control_access import socket_path
 from tatu.daemon.control_client import ControlError, request
-from tatu.daemon.control_protocol import MAX_CONNECTIONS, RATE_BURST, RATE_PER_S
+from tatu.daemon.control_protocol import MAX_CONNECTIONS, RATE_BURST, RATE_PER_S, nesting_depth
 from tatu.daemon.logs import read_events
 
 MALFORMED = (b"not json", b"{", b"[1,2]", b'{"v":1}', b'{"v":1,"cmd":"nope"}', b'{"v":2,"cmd":"status"}', b"\xff\xfe")
@@ -289,3 +290,35 @@ def test_a_live_run_keeps_training_while_many_clients_flood_its_socket(tiny_trun
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
+
+
+# -- the depth check's cost ------------------------------------------------------------------------
+
+def reference_depth(line: bytes) -> int:
+    """The definition, a byte at a time: [ and { open, ] and } close, outside JSON strings."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in line:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == ord("\\"):
+                escaped = True
+            elif byte == ord('"'):
+                in_string = False
+        elif byte == ord('"'):
+            in_string = True
+        elif byte in b"[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in b"]}":
+            depth -= 1
+    return deepest
+
+
+def test_nesting_depth_equals_the_byte_by_byte_definition():
+    rng = random.Random(28)
+    alphabet = b'[]{}"\\ax'
+    lines = [bytes(rng.choice(alphabet) for _ in range(rng.randrange(0, 40))) for _ in range(20_000)]
+    lines += [b"[" * 5000, b'"\\' + b"[" * 9, b'["\\"[[[', b'}}}[[', bytes(rng.randrange(256) for _ in range(5000))]
+    assert [nesting_depth(line) for line in lines] == [reference_depth(line) for line in lines]
