@@ -4,17 +4,15 @@ with the access rules of control_access.py.
 One thread runs a selector loop over all connections, so a flood of clients costs one
 thread and bounded memory, and never blocks the training loop. Handlers run in that
 thread: the daemon keeps them cheap (read a snapshot, or set a flag the loop acts on at
-the next step boundary). That thread still shares the interpreter lock with the loop, so what
-clients may make it do is bounded too (control_protocol.py's limits): MAX_CONNECTIONS clients
-at once, and per connection a token bucket; a connection over its rate gets one error reply
-and is not read again until a token is back, so a flooding client waits in its own send or
-recv instead of spinning the server. Used as a context manager: `with ControlServer(path, handlers):`.
+the next step boundary). That thread shares the interpreter lock with the loop, so what clients
+may make it do is bounded (control_protocol.py's limits): MAX_CONNECTIONS clients at once, and a
+connection over its rate gets one error reply and is not read again until a token is back (a
+flooding client waits in its own send or recv). Use: `with ControlServer(path, handlers):`.
 """
 from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import selectors
 import socket
@@ -25,61 +23,13 @@ from pathlib import Path
 from tatu.daemon.control_access import (  # noqa: F401  (socket_path, peer_allowed: the module's API)
     bind_private, ensure_private_dir, peer_allowed, peer_credentials, refuse_if_live, socket_path,
 )
+from tatu.daemon.control_connection import IDLE_TIMEOUT_S, LINGER_MAX_BYTES, LINGER_S, MAX_PENDING_REPLY_BYTES, Connection
 from tatu.daemon.control_protocol import (  # noqa: F401  (PROTOCOL_VERSION: the module's API)
-    MAX_CONNECTIONS, MAX_REQUEST_BYTES, MAX_REQUEST_DEPTH, PROTOCOL_VERSION, RATE_BURST, RATE_PER_S, Handler,
-    dispatch, error_reply, rate_limited_reply, too_many_clients_reply,
+    MAX_CONNECTIONS, MAX_REQUEST_BYTES, MAX_REQUEST_DEPTH, PROTOCOL_VERSION, Handler, dispatch, error_reply,
+    rate_limited_reply, too_many_clients_reply,
 )
 
-# A client that sends nothing for this long is dropped, freeing its slot.
-IDLE_TIMEOUT_S = 60.0
-# Closing a Unix socket with unread input makes the peer's recv fail with ECONNRESET
-# before it reads our last (error) reply; so a closing connection first shuts down its
-# write side and discards input for up to this long (or this many bytes), then closes.
-LINGER_S = 2.0
-LINGER_MAX_BYTES = 1024 * 1024
-# A client that stops reading replies cannot make the daemon buffer without bound.
-MAX_PENDING_REPLY_BYTES = 8 * 1024 * 1024
-# Paused connections resume on a grid of this step, so many paused clients wake the server
-# thread together, a few times a second, rather than each on its own.
-RESUME_TICK_S = 0.05
 _UNIX_PATH_MAX = 107
-
-
-class TokenBucket:
-    """`burst` requests at once, then `rate` a second, on a clock the caller passes (tests pass
-    their own)."""
-    __slots__ = ("rate", "burst", "tokens", "stamp")
-
-    def __init__(self, rate: float, burst: int, now: float):
-        self.rate, self.burst = rate, burst
-        self.tokens, self.stamp = float(burst), now
-
-    def take(self, now: float) -> float:
-        """Spend a token: 0.0 if there was one, else the seconds until there is one (none spent)."""
-        self.tokens = min(float(self.burst), self.tokens + max(now - self.stamp, 0.0) * self.rate)
-        self.stamp = max(now, self.stamp)
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return 0.0
-        return (1.0 - self.tokens) / self.rate
-
-
-class _Connection:
-    __slots__ = ("sock", "inbox", "outbox", "closing", "last_active", "linger_until", "discarded", "bucket",
-                 "paused_until", "served", "events")
-
-    def __init__(self, sock: socket.socket, served: bool):
-        self.sock = sock
-        self.inbox = bytearray()
-        self.outbox = bytearray()
-        self.closing = False  # close once the outbox is flushed
-        self.last_active = time.monotonic()
-        self.linger_until: float | None = None  # set once the final reply is flushed
-        self.discarded = 0
-        self.bucket = TokenBucket(RATE_PER_S, RATE_BURST, self.last_active)
-        self.paused_until: float | None = None  # over its rate: not read until then
-        self.served = served  # counts against MAX_CONNECTIONS (a refused one only lingers)
-        self.events = 0  # what the selector watches for it (0: not registered)
 
 
 class ControlServer:
@@ -94,7 +44,7 @@ class ControlServer:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._wakeup_r, self._wakeup_w = -1, -1
-        self._connections: dict[int, _Connection] = {}
+        self._connections: dict[int, Connection] = {}
         self._served = 0  # connections counted against MAX_CONNECTIONS
         self._accepting = False  # the listener is watched (not while refused ones fill their quota)
         self.requests_handled = 0
@@ -164,7 +114,7 @@ class ControlServer:
                 if key.data is None:
                     self._accept()
                     continue
-                conn: _Connection = key.data
+                conn: Connection = key.data
                 try:
                     if events & selectors.EVENT_READ:
                         self._read(conn)
@@ -175,8 +125,7 @@ class ControlServer:
             self._resume_due()
             self._drop_idle()
 
-    def _select_timeout(self) -> float:
-        """Sleep until the next paused connection may be read again (at most 1 s: idle checks)."""
+    def _select_timeout(self) -> float:  # until the next paused connection is due (1 s at most: idle checks)
         due = min((c.paused_until for c in self._connections.values() if c.paused_until is not None), default=None)
         return 1.0 if due is None else min(1.0, max(due - time.monotonic(), 0.0))
 
@@ -214,31 +163,26 @@ class ControlServer:
                 continue
             sock.setblocking(False)
             allowed = peer_allowed(peer_uid, self._own_uid)
-            conn = _Connection(sock, served=allowed and self._served < MAX_CONNECTIONS)
+            conn = Connection(sock, served=allowed and self._served < MAX_CONNECTIONS)
             self._connections[sock.fileno()] = conn
             if conn.served:
                 self._served += 1
                 self._watch(conn)
-                continue
-            if not allowed:
-                self.refused_peers += 1
-                self._queue(conn, error_reply(f"permission denied: peer uid {peer_uid} is not the daemon's uid {self._own_uid}"))
-            else:
-                self.refused_clients += 1
-                self._queue(conn, too_many_clients_reply())
-            conn.closing = True
-            self._flush(conn)
+            else:  # one line, then closed (after a linger, so that the client reads it)
+                self.refused_peers, self.refused_clients = self.refused_peers + (not allowed), self.refused_clients + allowed
+                self._queue(conn, too_many_clients_reply() if allowed else
+                            error_reply(f"permission denied: peer uid {peer_uid} is not the daemon's uid {self._own_uid}"))
+                conn.closing = True
+                self._flush(conn)
 
-    def _accept_again(self) -> None:
+    def _accept_again(self) -> None:  # a no-op unless accepting had stopped
         if not self._accepting and self._listener is not None:
             self._selector.register(self._listener, selectors.EVENT_READ, None)
             self._accepting = True
 
-    def _watch(self, conn: _Connection) -> None:
-        """Have the selector watch `conn` for what it needs now: input unless paused, output
-        while replies wait; nothing at all while a paused connection has nothing to send."""
-        events = (0 if conn.paused_until is not None else selectors.EVENT_READ) | \
-            (selectors.EVENT_WRITE if conn.outbox else 0)
+    def _watch(self, conn: Connection) -> None:
+        """Have the selector watch `conn` for what it needs now (nothing: not registered)."""
+        events = conn.wanted_events()
         if events == conn.events:
             return
         if not events:
@@ -249,7 +193,7 @@ class ControlServer:
             self._selector.modify(conn.sock, events, conn)
         conn.events = events
 
-    def _read(self, conn: _Connection) -> None:
+    def _read(self, conn: Connection) -> None:
         try:
             data = conn.sock.recv(65536)
         except (BlockingIOError, InterruptedError):
@@ -270,11 +214,9 @@ class ControlServer:
         self._process(conn)
         self._flush(conn)
 
-    def _process(self, conn: _Connection) -> None:
-        """Answer the complete lines in `conn`'s inbox while its bucket has tokens. The first
-        line over the rate is answered `rate limited` and the connection pauses: what it sent
-        after waits in the inbox (at most one read of it) or in the kernel's socket buffer,
-        where the client's own send blocks."""
+    def _process(self, conn: Connection) -> None:
+        """Answer `conn`'s complete lines while its bucket has tokens; the first over the rate gets
+        `rate limited` and pauses it: the rest wait in its inbox (one read at most) or the kernel's buffer."""
         now = time.monotonic()
         while not conn.closing and conn.paused_until is None:
             newline = conn.inbox.find(b"\n")
@@ -287,9 +229,8 @@ class ControlServer:
             wait = conn.bucket.take(now)
             if wait:
                 del conn.inbox[: newline + 1]
-                conn.paused_until = math.ceil((now + wait) / RESUME_TICK_S) * RESUME_TICK_S
                 self.rate_limited += 1
-                self._queue(conn, rate_limited_reply(round(conn.paused_until - now, 3)))
+                self._queue(conn, rate_limited_reply(conn.pause(now, wait)))
                 break
             line = bytes(conn.inbox[:newline])
             del conn.inbox[: newline + 1]
@@ -304,7 +245,7 @@ class ControlServer:
         self.requests_handled += 1
         return dispatch(self.handlers, line)
 
-    def _queue(self, conn: _Connection, reply: dict) -> None:
+    def _queue(self, conn: Connection, reply: dict) -> None:
         try:
             encoded = json.dumps(reply, allow_nan=False).encode("utf-8")
         except (TypeError, ValueError) as exc:
@@ -313,7 +254,7 @@ class ControlServer:
         if len(conn.outbox) > MAX_PENDING_REPLY_BYTES:
             self._drop(conn)
 
-    def _flush(self, conn: _Connection) -> None:
+    def _flush(self, conn: Connection) -> None:
         if conn.sock.fileno() < 0:
             return
         while conn.outbox:
@@ -335,7 +276,7 @@ class ControlServer:
                 return
         self._watch(conn)
 
-    def _drop(self, conn: _Connection) -> None:
+    def _drop(self, conn: Connection) -> None:
         conn.closing = True
         fd = conn.sock.fileno()
         if fd < 0:
@@ -350,7 +291,7 @@ class ControlServer:
             conn.events = 0
         conn.sock.close()
         if not self._stop.is_set() and self._selector is not None:
-            self._accept_again()  # a slot is free again (a no-op unless accepting had stopped)
+            self._accept_again()  # a slot is free again
 
     def _drop_idle(self) -> None:
         now = time.monotonic()

@@ -26,13 +26,13 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
-from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Callable
 
 from tatu.daemon import memory, signals
 from tatu.daemon.config import ConfigError, RunConfig
 from tatu.daemon.control import ControlServer, socket_path
 from tatu.daemon.notify import Notifier
+from tatu.daemon.status_snapshot import DISK_WARN_SAVES, HostSample, StatusSnapshot, disk_fields
 from tatu.daemon.suite import best_set
 from tatu.formats import fmt_pct
 from tatu.storage import free_bytes
@@ -42,8 +42,6 @@ from tatu.storage import free_bytes
 LONG_OPERATION_S = 3600
 LOAD_TIMEOUT_S = 900
 MEMORY_SAMPLE_S = 1.0  # the host's available memory and swap (~85 us) at most this often; RSS (~12 us) every step
-# Warn while there is still room: the next saves of state/, best/ and final/ each need their size again.
-DISK_WARN_SAVES = 3
 
 
 @dataclass(frozen=True)
@@ -58,38 +56,6 @@ class Requests:
 
 
 ONE_SHOT = ("eval", "checkpoint")  # served once; stop and low memory hold until the run ends
-
-
-@dataclass(frozen=True)
-class StatusSnapshot:
-    """The loop's part of the status reply as it last published it. Never changed: the loop
-    assigns a new one (one reference store, atomic), so the control thread reads a consistent
-    record without a lock. A shallow copy suffices because the loop replaces the nested values
-    (memory, last_eval, best, disk, save sizes) with new objects rather than mutating them."""
-    progress: Mapping[str, Any]  # phase, step, limit, loss, lr, tokens/s, ETA, last eval, best, ...
-    save_bytes: Mapping[str, int]  # checkpoint name -> bytes of its last save
-
-    @classmethod
-    def of(cls, status: dict, save_bytes: dict[str, int]) -> "StatusSnapshot":
-        return cls(MappingProxyType(dict(status)), MappingProxyType(dict(save_bytes)))
-
-
-@dataclass(frozen=True)
-class HostSample:
-    """What the status reply says of the host now (memory, oom_score_adj, free disk), taken by the
-    control thread at most once per MEMORY_SAMPLE_S however many clients ask, and live during a
-    long load or eval, when the loop publishes nothing."""
-    taken_at: float
-    memory: Mapping[str, float]
-    oom_score_adj: int | None
-    free_bytes: int
-
-
-def disk_fields(free: int, save_bytes: Mapping[str, int]) -> dict:
-    """The status reply's disk numbers: free space against the largest last save."""
-    last = max(save_bytes.values(), default=None)
-    return {"disk_free_mb": round(free / 1e6, 1), "last_save_mb": None if last is None else round(last / 1e6, 3),
-            "disk_low": last is not None and free < DISK_WARN_SAVES * last}
 
 
 class Supervisor:
@@ -127,7 +93,7 @@ class Supervisor:
     def _host_sample(self) -> HostSample:
         host, now = self._host, time.monotonic()
         if host is None or now - host.taken_at >= MEMORY_SAMPLE_S:
-            host = self._host = HostSample(now, memory.sample(), memory.oom_score_adj(), free_bytes(self.config.run_dir))
+            host = self._host = HostSample.take(now, self.config.run_dir)
         return host
 
     def reply_config(self, _request: dict) -> dict:
