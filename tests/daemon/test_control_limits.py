@@ -28,7 +28,10 @@ from tatu.daemon.control_access import socket_path
 from tatu.daemon.control_client import ControlError, request
 from tatu.daemon.control_connection import RESUME_TICK_S, TokenBucket
 from tatu.daemon.control_protocol import MAX_CONNECTIONS, RATE_BURST, RATE_PER_S, nesting_depth
+from tatu.daemon import memory
+from tatu.daemon.config import load_config
 from tatu.daemon.logs import read_events
+from tatu.daemon.supervisor import MEMORY_SAMPLE_S, Supervisor
 
 MALFORMED = (b"not json", b"{", b"[1,2]", b'{"v":1}', b'{"v":1,"cmd":"nope"}', b'{"v":2,"cmd":"status"}', b"\xff\xfe")
 # The longest a rate-limited connection waits: one token's refill, rounded up to the resume grid.
@@ -162,6 +165,37 @@ def test_a_flooding_client_costs_the_server_a_bounded_number_of_replies(server):
     assert server.rate_limited <= refilled, (server.rate_limited, elapsed)
     assert sent == server.requests_handled + server.rate_limited  # every request answered
     sock.close()
+
+
+# -- what a status reply costs the loop ---------------------------------------------------------
+
+def test_status_replies_come_from_the_snapshot_the_loop_published(short_dir, monkeypatch):
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(short_dir / "rt"))
+    cfg, _ = load_config({"TATU_DATA": "d", "TATU_MODE": "pretrain", "TATU_RUN": "snap", "TATU_OUT": str(short_dir)})
+    samples = []
+    real_sample = memory.sample
+    monkeypatch.setattr(memory, "sample", lambda: samples.append(1) or real_sample())
+    with Supervisor(cfg, {}) as supervisor:
+        path = supervisor._server.path
+        supervisor.begin(5)
+        published = supervisor._snapshot
+        supervisor.status["step"] = 6  # the loop's working copy, changed but not yet published
+        assert request(path, "status")["step"] == 5
+        with pytest.raises(TypeError):
+            published.progress["step"] = 7  # type: ignore[index]  (a snapshot cannot be changed)
+        supervisor.phase("training")  # a publish
+        reply = request(path, "status")
+        assert (reply["step"], reply["phase"], reply["run"]) == (6, "training", "snap")
+        assert published.progress["step"] == 5 and published.progress["phase"] == "loading"
+        # However many clients ask, the host is sampled (psutil, statvfs) at most once per MEMORY_SAMPLE_S.
+        samples.clear()
+        started = time.monotonic()
+        with connect(path) as sock:
+            sock.sendall(b'{"v":1,"cmd":"status"}\n' * 50)
+            replies = read_lines(sock, 50)
+        elapsed = time.monotonic() - started
+        assert all(r["ok"] and r["memory"]["rss_mb"] > 0 for r in replies)
+        assert len(samples) <= 1 + elapsed / MEMORY_SAMPLE_S, (len(samples), elapsed)
 
 
 # -- clients at once ------------------------------------------------------------------------------
