@@ -23,13 +23,13 @@ import pytest
 
 from tiny_world import clean_environ, sft_env, wait_for
 
+from tatu.daemon import memory
+from tatu.daemon.config import load_config
 from tatu.daemon.control import ControlServer
 from tatu.daemon.control_access import socket_path
 from tatu.daemon.control_client import ControlError, request
 from tatu.daemon.control_connection import RESUME_TICK_S, TokenBucket
 from tatu.daemon.control_protocol import MAX_CONNECTIONS, RATE_BURST, RATE_PER_S, nesting_depth
-from tatu.daemon import memory
-from tatu.daemon.config import load_config
 from tatu.daemon.logs import read_events
 from tatu.daemon.supervisor import MEMORY_SAMPLE_S, Supervisor
 
