@@ -131,14 +131,14 @@ class ControlServer:
 
     def _resume_due(self) -> None:
         now = time.monotonic()
-        for conn in list(self._connections.values()):
-            if conn.paused_until is not None and conn.paused_until <= now and not conn.closing:
-                conn.paused_until = None
-                try:
+        for conn in [c for c in self._connections.values() if c.paused_until is not None and c.paused_until <= now]:
+            conn.paused_until = None  # always cleared: a due pause left set would make select() spin
+            try:
+                if not conn.closing:
                     self._process(conn)  # the lines it sent before the pause first
-                    self._flush(conn)
-                except Exception:  # as in _serve: one bad connection never ends the thread
-                    self._drop(conn)
+                self._flush(conn)
+            except Exception:  # as in _serve: one bad connection never ends the thread
+                self._drop(conn)
 
     def _accept(self) -> None:
         while True:
