@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import random
 import shutil
 import signal
@@ -164,6 +165,25 @@ def test_a_flooding_client_costs_the_server_a_bounded_number_of_replies(server):
     assert server.requests_handled <= RATE_BURST + refilled, (server.requests_handled, elapsed)
     assert server.rate_limited <= refilled, (server.rate_limited, elapsed)
     assert sent == server.requests_handled + server.rate_limited  # every request answered
+    sock.close()
+
+
+def thread_cpu_s(native_id: int) -> float:
+    fields = Path(f"/proc/self/task/{native_id}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def test_a_paused_connection_costs_the_server_thread_no_cpu(server):
+    """While a connection waits for its tokens the server thread sleeps (no spinning on a socket
+    it will not read): its CPU time over the wait is a small part of the wait."""
+    sock = connect(server.path)
+    extra = 20
+    before, started = thread_cpu_s(server._thread.native_id), time.monotonic()
+    sock.sendall(b'{"v":1,"cmd":"status"}\n' * (RATE_BURST + extra))
+    replies = read_lines(sock, RATE_BURST + extra)
+    elapsed, cpu = time.monotonic() - started, thread_cpu_s(server._thread.native_id) - before
+    assert sum(is_rate_limited(r) for r in replies) >= 1
+    assert cpu <= 0.25 * elapsed + 0.05, (cpu, elapsed)
     sock.close()
 
 
