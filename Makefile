@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(PY) bench/ddp_scaling.py
 	$(PY) bench/partial.py
 	$(PY) -u bench/overhead.py
+	$(PY) -u bench/control_flood.py
 	$(PY) -u bench/cpu_sums.py
 
 clean:

@@ -4,7 +4,10 @@ with the access rules of control_access.py.
 One thread runs a selector loop over all connections, so a flood of clients costs one
 thread and bounded memory, and never blocks the training loop. Handlers run in that
 thread: the daemon keeps them cheap (read a snapshot, or set a flag the loop acts on at
-the next step boundary). Used as a context manager: `with ControlServer(path, handlers):`.
+the next step boundary). That thread shares the interpreter lock with the loop, so what clients
+may make it do is bounded (control_protocol.py's limits): MAX_CONNECTIONS clients at once, and a
+connection over its rate gets one error reply and is not read again until a token is back (a
+flooding client waits in its own send or recv). Use: `with ControlServer(path, handlers):`.
 """
 from __future__ import annotations
 
@@ -20,33 +23,13 @@ from pathlib import Path
 from tatu.daemon.control_access import (  # noqa: F401  (socket_path, peer_allowed: the module's API)
     bind_private, ensure_private_dir, peer_allowed, peer_credentials, refuse_if_live, socket_path,
 )
+from tatu.daemon.control_connection import IDLE_TIMEOUT_S, LINGER_MAX_BYTES, LINGER_S, MAX_PENDING_REPLY_BYTES, Connection
 from tatu.daemon.control_protocol import (  # noqa: F401  (PROTOCOL_VERSION: the module's API)
     MAX_CONNECTIONS, MAX_REQUEST_BYTES, MAX_REQUEST_DEPTH, PROTOCOL_VERSION, Handler, dispatch, error_reply,
+    rate_limited_reply, too_many_clients_reply,
 )
 
-# A client that sends nothing for this long is dropped, freeing its slot.
-IDLE_TIMEOUT_S = 60.0
-# Closing a Unix socket with unread input makes the peer's recv fail with ECONNRESET
-# before it reads our last (error) reply; so a closing connection first shuts down its
-# write side and discards input for up to this long (or this many bytes), then closes.
-LINGER_S = 2.0
-LINGER_MAX_BYTES = 1024 * 1024
-# A client that stops reading replies cannot make the daemon buffer without bound.
-MAX_PENDING_REPLY_BYTES = 8 * 1024 * 1024
 _UNIX_PATH_MAX = 107
-
-
-class _Connection:
-    __slots__ = ("sock", "inbox", "outbox", "closing", "last_active", "linger_until", "discarded")
-
-    def __init__(self, sock: socket.socket):
-        self.sock = sock
-        self.inbox = bytearray()
-        self.outbox = bytearray()
-        self.closing = False  # close once the outbox is flushed
-        self.last_active = time.monotonic()
-        self.linger_until: float | None = None  # set once the final reply is flushed
-        self.discarded = 0
 
 
 class ControlServer:
@@ -61,9 +44,13 @@ class ControlServer:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._wakeup_r, self._wakeup_w = -1, -1
-        self._connections: dict[int, _Connection] = {}
+        self._connections: dict[int, Connection] = {}
+        self._served = 0  # connections counted against MAX_CONNECTIONS
+        self._accepting = False  # the listener is watched (not while refused ones fill their quota)
         self.requests_handled = 0
         self.refused_peers = 0
+        self.refused_clients = 0  # over MAX_CONNECTIONS
+        self.rate_limited = 0  # requests answered with rate_limited_reply
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> "ControlServer":
@@ -76,8 +63,8 @@ class ControlServer:
         self._wakeup_r, self._wakeup_w = os.pipe()
         os.set_blocking(self._wakeup_r, False)
         self._selector = selectors.DefaultSelector()
-        self._selector.register(self._listener, selectors.EVENT_READ, None)
         self._selector.register(self._wakeup_r, selectors.EVENT_READ, "wakeup")
+        self._accept_again()
         self._thread = threading.Thread(target=self._serve, name="tatu-control", daemon=True)
         self._thread.start()
         return self
@@ -121,13 +108,13 @@ class ControlServer:
     def _serve(self) -> None:
         selector = self._selector
         while not self._stop.is_set():
-            for key, events in selector.select(timeout=1.0):
+            for key, events in selector.select(timeout=self._select_timeout()):
                 if key.data == "wakeup":
                     continue
                 if key.data is None:
                     self._accept()
                     continue
-                conn: _Connection = key.data
+                conn: Connection = key.data
                 try:
                     if events & selectors.EVENT_READ:
                         self._read(conn)
@@ -135,10 +122,32 @@ class ControlServer:
                         self._flush(conn)
                 except Exception:  # one bad connection must never end the server thread
                     self._drop(conn)
+            self._resume_due()
             self._drop_idle()
+
+    def _select_timeout(self) -> float:  # until the next paused connection is due (1 s at most: idle checks)
+        due = min((c.paused_until for c in self._connections.values() if c.paused_until is not None), default=None)
+        return 1.0 if due is None else min(1.0, max(due - time.monotonic(), 0.0))
+
+    def _resume_due(self) -> None:
+        now = time.monotonic()
+        for conn in [c for c in self._connections.values() if c.paused_until is not None and c.paused_until <= now]:
+            conn.paused_until = None  # always cleared: a due pause left set would make select() spin
+            try:
+                if not conn.closing:
+                    self._process(conn)  # the lines it sent before the pause first
+                self._flush(conn)
+            except Exception:  # as in _serve: one bad connection never ends the thread
+                self._drop(conn)
 
     def _accept(self) -> None:
         while True:
+            # Refused clients linger (as every closing connection does) so they read their
+            # refusal; past this many open connections the rest wait in the listen backlog.
+            if len(self._connections) >= 2 * MAX_CONNECTIONS:
+                self._selector.unregister(self._listener)
+                self._accepting = False
+                return
             try:
                 sock, _ = self._listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -147,25 +156,44 @@ class ControlServer:
                 if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                     return  # out of descriptors: try again on the next event
                 raise
-            if len(self._connections) >= MAX_CONNECTIONS:
-                sock.close()
-                continue
             try:
                 _, peer_uid, _ = peer_credentials(sock)
             except OSError:
                 sock.close()
                 continue
             sock.setblocking(False)
-            conn = _Connection(sock)
+            allowed = peer_allowed(peer_uid, self._own_uid)
+            conn = Connection(sock, served=allowed and self._served < MAX_CONNECTIONS)
             self._connections[sock.fileno()] = conn
-            self._selector.register(sock, selectors.EVENT_READ, conn)
-            if not peer_allowed(peer_uid, self._own_uid):
-                self.refused_peers += 1
-                self._queue(conn, error_reply(f"permission denied: peer uid {peer_uid} is not the daemon's uid {self._own_uid}"))
+            if conn.served:
+                self._served += 1
+                self._watch(conn)
+            else:  # one line, then closed (after a linger, so that the client reads it)
+                self.refused_peers, self.refused_clients = self.refused_peers + (not allowed), self.refused_clients + allowed
+                self._queue(conn, too_many_clients_reply() if allowed else
+                            error_reply(f"permission denied: peer uid {peer_uid} is not the daemon's uid {self._own_uid}"))
                 conn.closing = True
                 self._flush(conn)
 
-    def _read(self, conn: _Connection) -> None:
+    def _accept_again(self) -> None:  # a no-op unless accepting had stopped
+        if not self._accepting and self._listener is not None:
+            self._selector.register(self._listener, selectors.EVENT_READ, None)
+            self._accepting = True
+
+    def _watch(self, conn: Connection) -> None:
+        """Have the selector watch `conn` for what it needs now (nothing: not registered)."""
+        events = conn.wanted_events()
+        if events == conn.events:
+            return
+        if not events:
+            self._selector.unregister(conn.sock)
+        elif not conn.events:
+            self._selector.register(conn.sock, events, conn)
+        else:
+            self._selector.modify(conn.sock, events, conn)
+        conn.events = events
+
+    def _read(self, conn: Connection) -> None:
         try:
             data = conn.sock.recv(65536)
         except (BlockingIOError, InterruptedError):
@@ -183,13 +211,26 @@ class ControlServer:
             return
         conn.last_active = time.monotonic()
         conn.inbox += data
-        while not conn.closing:
+        self._process(conn)
+        self._flush(conn)
+
+    def _process(self, conn: Connection) -> None:
+        """Answer `conn`'s complete lines while its bucket has tokens; the first over the rate gets
+        `rate limited` and pauses it: the rest wait in its inbox (one read at most) or the kernel's buffer."""
+        now = time.monotonic()
+        while not conn.closing and conn.paused_until is None:
             newline = conn.inbox.find(b"\n")
             if newline < 0:
                 if len(conn.inbox) > MAX_REQUEST_BYTES:
                     self._queue(conn, error_reply(f"request line longer than {MAX_REQUEST_BYTES} bytes; closing"))
                     conn.inbox.clear()
                     conn.closing = True
+                break
+            wait = conn.bucket.take(now)
+            if wait:
+                del conn.inbox[: newline + 1]
+                self.rate_limited += 1
+                self._queue(conn, rate_limited_reply(conn.pause(now, wait)))
                 break
             line = bytes(conn.inbox[:newline])
             del conn.inbox[: newline + 1]
@@ -198,14 +239,13 @@ class ControlServer:
                 conn.closing = True
                 break
             self._queue(conn, self.dispatch(line))
-        self._flush(conn)
 
     def dispatch(self, line: bytes) -> dict:
         """One request line -> one reply object. Never raises."""
         self.requests_handled += 1
         return dispatch(self.handlers, line)
 
-    def _queue(self, conn: _Connection, reply: dict) -> None:
+    def _queue(self, conn: Connection, reply: dict) -> None:
         try:
             encoded = json.dumps(reply, allow_nan=False).encode("utf-8")
         except (TypeError, ValueError) as exc:
@@ -214,7 +254,7 @@ class ControlServer:
         if len(conn.outbox) > MAX_PENDING_REPLY_BYTES:
             self._drop(conn)
 
-    def _flush(self, conn: _Connection) -> None:
+    def _flush(self, conn: Connection) -> None:
         if conn.sock.fileno() < 0:
             return
         while conn.outbox:
@@ -226,31 +266,32 @@ class ControlServer:
                 self._drop(conn)
                 return
             del conn.outbox[:sent]
-        if conn.outbox:
-            self._selector.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
-        elif conn.closing:
-            if conn.linger_until is None:
-                conn.linger_until = time.monotonic() + LINGER_S
-                try:
-                    conn.sock.shutdown(socket.SHUT_WR)  # the client sees EOF after our reply
-                except OSError:
-                    self._drop(conn)
-                    return
-            self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
-        else:
-            self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
+        if not conn.outbox and conn.closing and conn.linger_until is None:
+            conn.paused_until = None  # a closing connection is read (and discarded) until it lingers out
+            conn.linger_until = time.monotonic() + LINGER_S
+            try:
+                conn.sock.shutdown(socket.SHUT_WR)  # the client sees EOF after our reply
+            except OSError:
+                self._drop(conn)
+                return
+        self._watch(conn)
 
-    def _drop(self, conn: _Connection) -> None:
+    def _drop(self, conn: Connection) -> None:
         conn.closing = True
         fd = conn.sock.fileno()
         if fd < 0:
             return
-        self._connections.pop(fd, None)
-        try:
-            self._selector.unregister(conn.sock)
-        except (KeyError, ValueError):
-            pass
+        if self._connections.pop(fd, None) is not None and conn.served:
+            self._served -= 1
+        if conn.events:
+            try:
+                self._selector.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+            conn.events = 0
         conn.sock.close()
+        if not self._stop.is_set() and self._selector is not None:
+            self._accept_again()  # a slot is free again
 
     def _drop_idle(self) -> None:
         now = time.monotonic()

@@ -99,7 +99,7 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
         if state.trunk_reference is None:
             log.info("drift_tronco: n/a (the seed carries no trunk reference and TATU_TRUNK_CKPT is not set)")
         supervisor.state = state
-        supervisor.status["trainable"] = trainable["line"]
+        supervisor.describe_training(trainable["line"])
         meta_base = {"config": config.to_json(), "mode": config.mode, "run": config.run,
                      "seed_meta_step": start.seed_meta.get("step"), "trainable": trainable, "threads": threads,
                      "mkl_cbwr": sums, "precision": trainer.precision.name}

@@ -10,6 +10,11 @@
 - disk: the free space of the run directory against the last save's size, in the status
   reply (`disk_free_mb`, `last_save_mb`) and as a warning while a save still fits.
 
+The status reply costs the loop nothing: the loop publishes a `StatusSnapshot` (a new immutable
+record, assigned whole) whenever what it shows changes, and the control thread answers from the
+latest one plus a `HostSample` it takes itself at most once per MEMORY_SAMPLE_S. No lock is
+shared, so no reply ever holds up a step.
+
 A new control command: a small method here and one line in `handlers()`; a request the loop
 acts on is also a field of `Requests` and its source in `local_requests()` (ranks agree on every
 field without further code).
@@ -27,6 +32,7 @@ from tatu.daemon import memory, signals
 from tatu.daemon.config import ConfigError, RunConfig
 from tatu.daemon.control import ControlServer, socket_path
 from tatu.daemon.notify import Notifier
+from tatu.daemon.status_snapshot import DISK_WARN_SAVES, HostSample, StatusSnapshot, disk_fields
 from tatu.daemon.suite import best_set
 from tatu.formats import fmt_pct
 from tatu.storage import free_bytes
@@ -36,8 +42,6 @@ from tatu.storage import free_bytes
 LONG_OPERATION_S = 3600
 LOAD_TIMEOUT_S = 900
 MEMORY_SAMPLE_S = 1.0  # the host's available memory and swap (~85 us) at most this often; RSS (~12 us) every step
-# Warn while there is still room: the next saves of state/, best/ and final/ each need their size again.
-DISK_WARN_SAVES = 3
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,7 @@ class Supervisor:
         self.origins = origins
         self.notifier = Notifier()
         self.state = None  # the RunState, once there is one (the evals command reads its history)
-        self.status: dict = {"phase": "loading"}
+        self.status: dict = {"phase": "loading"}  # the loop's working copy; replies read `_snapshot`
         self._asked = {name: threading.Event() for name in ("stop", *ONE_SHOT)}  # set by the socket thread
         self._agreed: Requests | None = None  # under torchrun: the boundary's snapshot, the only one read
         self._server = ControlServer(socket_path(config.run), self.handlers())
@@ -70,6 +74,8 @@ class Supervisor:
         self._last_eval: dict | None = None
         self._save_bytes: dict[str, int] = {}  # checkpoint name -> bytes of its last save
         self._disk_warned = False
+        self._snapshot = StatusSnapshot.of(self.status, self._save_bytes)
+        self._host: HostSample | None = None  # the control thread's alone
         self.notifier.extend_timeout(LOAD_TIMEOUT_S)
         signals.on_stop(self._on_stop_signal)
 
@@ -79,8 +85,16 @@ class Supervisor:
                 "checkpoint": self.request_checkpoint, "eval": self.request_eval, "stop": self.request_stop}
 
     def reply_status(self, _request: dict) -> dict:
-        return {**self.status, "run": self.config.run, "pid": os.getpid(), "config_hash": self.config.hash,
-                "oom_score_adj": memory.oom_score_adj(), "memory": memory.sample(), **self.disk()}
+        snapshot, host = self._snapshot, self._host_sample()
+        return {**snapshot.progress, "run": self.config.run, "pid": os.getpid(), "config_hash": self.config.hash,
+                "oom_score_adj": host.oom_score_adj, "memory": dict(host.memory),
+                **disk_fields(host.free_bytes, snapshot.save_bytes)}
+
+    def _host_sample(self) -> HostSample:
+        host, now = self._host, time.monotonic()
+        if host is None or now - host.taken_at >= MEMORY_SAMPLE_S:
+            host = self._host = HostSample.take(now, self.config.run_dir)
+        return host
 
     def reply_config(self, _request: dict) -> dict:
         return {"config": self.config.to_json(), "origins": self.origins}  # where each setting came from
@@ -159,8 +173,19 @@ class Supervisor:
         self._agreed = Requests(**{name: bool(flag) for name, flag in zip(names, agreed)})
 
     # --- phases ----------------------------------------------------------------------------
+    def _publish(self) -> None:
+        """After every change to `status`: what the next status reply shows."""
+        self._snapshot = StatusSnapshot.of(self.status, self._save_bytes)
+
     def phase(self, name: str) -> None:
-        self.status["phase"] = name
+        if self.status.get("phase") != name:  # the loop says "training" every step
+            self.status["phase"] = name
+            self._publish()
+
+    def describe_training(self, trainable: str) -> None:
+        """What trains (`TATU_TRAIN`'s summary line), shown by `tatu status`."""
+        self.status["trainable"] = trainable
+        self._publish()
 
     @contextmanager
     def long_operation(self, phase: str):
@@ -178,6 +203,7 @@ class Supervisor:
 
     def begin(self, step: int) -> None:
         self.status.update(step=step, limit=self.config.mix_steps_limit)
+        self._publish()
 
     def ready(self) -> None:
         self.notifier.ready()
@@ -191,16 +217,14 @@ class Supervisor:
 
     # --- disk ------------------------------------------------------------------------------
     def disk(self) -> dict:
-        free = free_bytes(self.config.run_dir)
-        last = max(self._save_bytes.values(), default=None)
-        return {"disk_free_mb": round(free / 1e6, 1), "last_save_mb": None if last is None else round(last / 1e6, 3),
-                "disk_low": last is not None and free < DISK_WARN_SAVES * last}
+        return disk_fields(free_bytes(self.config.run_dir), self._save_bytes)
 
     def saved(self, name: str, n_bytes: int) -> str | None:
         """A save of `name` took `n_bytes`: the warning to log, once, when the disk runs short."""
         self._save_bytes = {**self._save_bytes, name: n_bytes}  # replaced whole: the socket thread reads it
         disk = self.disk()
         self.status["disk"] = disk
+        self._publish()
         if not disk["disk_low"]:
             self._disk_warned = False
             return None
@@ -225,6 +249,7 @@ class Supervisor:
                        "drift_tronco": drift_tronco, "trunk_ok": record["trunk_ok"], "best": record["best"],
                        "changes": record["changes"]},
             best={"step": best["step"], best["set"]: best["ppl"]})
+        self._publish()
 
     # --- every step ------------------------------------------------------------------------
     def tick(self, stats) -> dict:
@@ -241,6 +266,7 @@ class Supervisor:
         self.status.update(step=stats.step, limit=limit, loss=stats.loss, lr=stats.lr,
                            tokens_per_s=round(tokens_per_s, 1), eta_s=round(eta_s, 1),
                            replay_fraction=stats.replay_fraction, memory=self.memory)
+        self._publish()
         # `step 37/200 sftHeld 9.07 drift +1.2% 1830 tok/s ETA 12m`
         disk = " DISK LOW" if self.status.get("disk", {}).get("disk_low") else ""
         self.notifier.status(f"step {stats.step}/{limit} {self._eval_text()}{tokens_per_s:.0f} tok/s ETA {eta_s / 60:.0f}m{disk}")
