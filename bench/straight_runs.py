@@ -1,0 +1,371 @@
+"""The straight-run difference (issue 28, docs/operations.md "CPU matmul sums"): a loop of short,
+never-interrupted daemon runs of one configuration at torch's default thread count, beside other
+processes, each hashed after every sub-operation of its first optimizer updates, so a run that ends
+apart from its twins points at the first operation, tensor and elements that differ.
+
+    nice -n 10 .venv/bin/python -u bench/straight_runs.py --runs 500 --out /tmp/straight [--parallel 2] [--busy 2]
+
+Each run is a fresh process (the difference was only ever seen across processes) that runs the
+daemon in-process (`tatu.daemon.main.main`) on the tests' tiny world (tests/tiny_world.py: data and
+a 24-step trunk, built once under OUT/world) with the killed-sweep test's member settings, 3 steps,
+no TATU_THREADS (torch's default, 2 on a 2-core machine). The product code is not touched: the run
+wraps `torch.nn.utils.clip_grad_norm_` (which the Trainer looks up at each call) and registers a
+global optimizer step pre/post hook. Before each of the first STEPS updates the pre hook clones the
+parameters, gradients and Adam state and applies an instrumented copy of torch's single-tensor
+AdamW to the clones, hashing each op's result (weight-decay mul, exp_avg lerp, exp_avg_sq mul,
+addcmul, sqrt, div, add eps, addcdiv); the post hook checks that torch's own update gave the same
+bits (`matches_torch`), so the copy is the product's math, checked in every run. The clip wrapper
+hashes the gradients, the per-tensor norms, the total norm and the clipped gradients. Per step it
+also probes the floating-point state of the main thread and of the intra-op team (a denormal times 1
+stays denormal unless DAZ/FTZ is on) and how many threads a parallel reduction used.
+
+Every run appends one line to OUT/runs.jsonl (final weights' sha256, the digest of every step's
+hashes, the probes). The first run is the reference; a run that differs keeps its full hashes and
+its per-op tensors (OUT/differ/RUN.json and RUN.pt) and the loop prints the first differing op, the
+tensor, how many elements and whether they are denormal or equal the 1-thread result. Runs that
+match delete theirs. `--summary` prints the counts of a finished or running loop.
+
+`--busy K` starts K fresh busy loops just before every other run (one captured case started beside
+freshly started busy loops) and ends them after it. `--parallel P` runs P at once.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+STEPS = 3  # updates instrumented: the captured case was apart after update 1
+# The killed-sweep test's member (tests/sweep_world.py plan_text, tune stage, TATU_LR=3e-3, seed 1),
+# shortened to 3 steps with one eval at the end.
+MEMBER = {"TATU_DEVICE": "cpu", "TATU_PRECISION": "fp32", "TATU_MICRO_BATCH": "2", "TATU_SEQ_LEN": "192",
+          "TATU_EVAL_RESAMPLES": "200", "TATU_MEM_FLOOR_MB": "0", "TATU_GEN_PROMPTS": "2", "TATU_GEN_TOKENS": "4",
+          "SFT_GE": "2", "REPLAY_N": "0", "MIX_STEPS_LIMIT": "3", "EVAL_EVERY": "3", "TATU_CKPT_EVERY": "1",
+          "TATU_LR": "3e-3", "TATU_SEED": "1"}
+
+
+def build_world(out: Path) -> dict:
+    """OUT/world: the tests' tiny data and trunk (conftest.py's tiny_trunk), built once."""
+    world = out / "world"
+    info = world / "world.json"
+    if info.exists():
+        return json.loads(info.read_text())
+    from tiny_world import base_env, build_world as build
+
+    from tatu.daemon.main import main as daemon_main
+
+    world.mkdir(parents=True, exist_ok=True)
+    data = build(world)
+    env = base_env(data, world / "runs", TATU_RUN="trunk", TATU_MODE="pretrain", SFT_GE=2, MIX_STEPS_LIMIT=24,
+                   EVAL_EVERY=12, TATU_LR="3e-3", TATU_GEN_PROMPTS=0)
+    assert daemon_main(env) == 0
+    got = {"data": str(data.absolute()), "trunk": str((world / "runs" / "trunk" / "final").absolute())}
+    info.write_text(json.dumps(got))
+    return got
+
+
+def member_env(world: dict, out: Path, run: str) -> dict[str, str]:
+    from tiny_world import base_env, clean_environ
+
+    env = base_env(Path(world["data"]), out, TATU_RUN=run, TATU_SEED_CKPT=world["trunk"], **MEMBER)
+    env.pop("TATU_THREADS", None)
+    return {**clean_environ(), **env}
+
+
+# ---------------------------------------------------------------- the child: one instrumented run
+
+def _h(t) -> str:
+    return hashlib.sha256(t.detach().contiguous().cpu().numpy().tobytes()).hexdigest()[:16]
+
+
+class Recorder:
+    def __init__(self):
+        import torch
+
+        self.torch = torch
+        self.step = 0  # optimizer updates seen
+        self.hashes: dict[str, str] = {}
+        self.tensors: dict[str, object] = {}
+        self.probes: list[dict] = []
+        self.matches_torch: list[bool] = []
+        self.expected: list | None = None
+        self.names: dict[int, str] = {}
+        # Reference values of the probes, once at start: a parallel sum at 1 and at 2 threads.
+        g = torch.Generator().manual_seed(0)
+        self.probe_x = torch.rand(1 << 18, generator=g) * 1e-3 + torch.rand(1 << 18, generator=g)
+        n = torch.get_num_threads()
+        self.team_values = {}
+        for k in sorted({1, n}):
+            torch.set_num_threads(k)
+            self.team_values[k] = self.probe_x.sum().item()
+        torch.set_num_threads(n)
+
+    def keep(self, key: str, t) -> None:
+        self.hashes[key] = _h(t)
+        self.tensors[key] = t.detach().clone()
+
+    def probe(self) -> dict:
+        torch = self.torch
+        tiny = torch.full((8,), 1e-39)  # a float32 denormal; serial op in this thread
+        main_daz = (tiny * 1.0).eq(0).any().item()
+        big = torch.full((1 << 17,), 1e-39)  # past the grain size: split over the team
+        team_daz = int((big * 1.0).eq(0).sum().item())
+        total = self.probe_x.sum().item()
+        team = [k for k, v in self.team_values.items() if v == total]
+        return {"step": self.step, "threads": torch.get_num_threads(), "main_daz": bool(main_daz),
+                "team_daz_elems": team_daz, "sum_like_threads": team,
+                "team_values_differ": len(set(self.team_values.values())) > 1}
+
+    # clip_grad_norm_ as torch does it (foreach norms, then the norm of the norms), hashed
+    def clip(self, original):
+        rec = self
+
+        def clip_grad_norm_(parameters, max_norm, *args, **kwargs):
+            torch = rec.torch
+            params = list(parameters)
+            on = rec.step < STEPS
+            if on:
+                s = f"s{rec.step + 1}"
+                grads = [p.grad for p in params if p.grad is not None]
+                for i, g in enumerate(grads):
+                    rec.keep(f"{s}/clip/grad_in/{i}", g)
+                norms = torch._foreach_norm(grads, 2.0)
+                for i, n in enumerate(norms):
+                    rec.keep(f"{s}/clip/norm/{i}", n)
+                rec.keep(f"{s}/clip/total_norm", torch.linalg.vector_norm(torch.stack(norms), 2.0))
+            total = original(params, max_norm, *args, **kwargs)
+            if on:
+                rec.keep(f"{s}/clip/total_norm_torch", total)
+                for i, g in enumerate([p.grad for p in params if p.grad is not None]):
+                    rec.keep(f"{s}/clip/grad_out/{i}", g)
+            return total
+
+        return clip_grad_norm_
+
+    def pre(self, optimizer, args, kwargs):
+        if self.step >= STEPS:
+            return
+        self.probes.append(self.probe())
+        self.expected = []
+        s = f"s{self.step + 1}"
+        k = 0
+        for group in optimizer.param_groups:
+            if group.get("foreach") or group.get("fused") or group.get("amsgrad") or group.get("maximize"):
+                raise SystemExit(f"not the single-tensor AdamW path: {dict((a, group.get(a)) for a in ('foreach', 'fused', 'amsgrad', 'maximize'))}")
+            lr, (beta1, beta2), wd, eps = group["lr"], group["betas"], group["weight_decay"], group["eps"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                key = f"{s}/p{k}"
+                k += 1
+                st = optimizer.state.get(p, {})
+                param = p.detach().clone()
+                grad = p.grad.detach().clone()
+                exp_avg = st["exp_avg"].clone() if "exp_avg" in st else torch_zeros_like(param)
+                exp_avg_sq = st["exp_avg_sq"].clone() if "exp_avg_sq" in st else torch_zeros_like(param)
+                step = (float(st["step"]) if "step" in st else 0.0) + 1
+                self.keep(f"{key}/grad", grad)
+                # torch/optim/adam.py _single_tensor_adam, decoupled_weight_decay, no amsgrad
+                if wd != 0:
+                    param.mul_(1 - lr * wd)
+                    self.keep(f"{key}/1_decay_mul", param)
+                exp_avg.lerp_(grad, 1 - beta1)
+                self.keep(f"{key}/2_exp_avg_lerp", exp_avg)
+                exp_avg_sq.mul_(beta2)
+                self.keep(f"{key}/3_exp_avg_sq_mul", exp_avg_sq)
+                exp_avg_sq.addcmul_(grad, grad, value=1 - beta2)
+                self.keep(f"{key}/4_exp_avg_sq_addcmul", exp_avg_sq)
+                bias_correction1 = 1 - beta1 ** step
+                bias_correction2 = 1 - beta2 ** step
+                step_size = lr / bias_correction1
+                bias_correction2_sqrt = bias_correction2 ** 0.5
+                root = exp_avg_sq.sqrt()
+                self.keep(f"{key}/5_sqrt", root)
+                denom = root / bias_correction2_sqrt
+                self.keep(f"{key}/6_div", denom)
+                denom.add_(eps)
+                self.keep(f"{key}/7_add_eps", denom)
+                param.addcdiv_(exp_avg, denom, value=-step_size)
+                self.keep(f"{key}/8_addcdiv", param)
+                self.expected.append((p, param))
+
+    def post(self, optimizer, args, kwargs):
+        if self.expected is None:
+            return
+        s = f"s{self.step + 1}"
+        same = all(self.torch.equal(p.detach(), want) for p, want in self.expected)
+        for k, (p, _) in enumerate(self.expected):
+            self.keep(f"{s}/p{k}/torch_result", p)
+        self.matches_torch.append(same)
+        self.expected = None
+        self.step += 1
+
+
+def torch_zeros_like(t):
+    import torch
+
+    return torch.zeros_like(t, memory_format=torch.preserve_format)
+
+
+def child(out: Path, run: str, world: dict, result: Path) -> None:
+    env = member_env(world, out, run)
+    os.environ.clear()
+    os.environ.update(env)
+    import torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    from tatu.daemon.main import main as daemon_main
+
+    rec = Recorder()
+    torch.nn.utils.clip_grad_norm_ = rec.clip(torch.nn.utils.clip_grad_norm_)
+    register_optimizer_step_pre_hook(rec.pre)
+    register_optimizer_step_post_hook(rec.post)
+    started = time.time()
+    rc = daemon_main(env)
+    final = Path(env["TATU_OUT"]) / run / "final" / "model.safetensors"
+    line = {"run": run, "rc": rc, "pid": os.getpid(), "seconds": round(time.time() - started, 2),
+            "threads": torch.get_num_threads(), "final_sha256": hashlib.sha256(final.read_bytes()).hexdigest() if final.exists() else None,
+            "matches_torch": rec.matches_torch, "probes": rec.probes,
+            "step_digest": {f"s{i}": hashlib.sha256(json.dumps({k: v for k, v in sorted(rec.hashes.items()) if k.startswith(f"s{i}/")}).encode()).hexdigest()[:16]
+                            for i in range(1, STEPS + 1)},
+            "hashes": rec.hashes}
+    torch.save(rec.tensors, result.with_suffix(".pt"))
+    result.write_text(json.dumps(line))
+
+
+# ---------------------------------------------------------------- the parent: the loop
+
+def first_difference(ref: dict, got: dict) -> str | None:
+    """The first op (in step, then execution order) whose hash differs, or None."""
+    order = list(ref["hashes"])  # insertion order is execution order
+    for key in order:
+        if got["hashes"].get(key) != ref["hashes"][key]:
+            return key
+    return None
+
+
+def describe(out: Path, ref_name: str, got_name: str, key: str) -> str:
+    """How the first differing tensor differs: elements, ulps, denormals in the inputs."""
+    import torch
+
+    a = torch.load(out / "differ" / f"{ref_name}.pt")[key]
+    b = torch.load(out / "differ" / f"{got_name}.pt")[key]
+    diff = (a != b)
+    n = int(diff.sum())
+    idx = diff.flatten().nonzero().flatten()[:8].tolist()
+    ia, ib = a.flatten().view(torch.int32), b.flatten().view(torch.int32)
+    ulps = (ia.long() - ib.long()).abs()[diff.flatten()]
+    tiny = torch.finfo(torch.float32).tiny
+    denorm = int(((a.abs() < tiny) & (a != 0)).flatten()[diff.flatten()].sum())
+    return (f"{key}: {n}/{a.numel()} elements differ (first at {idx}), max {int(ulps.max()) if n else 0} ulps, "
+            f"{denorm} of them denormal in the reference")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("/tmp/straight"))
+    ap.add_argument("--runs", type=int, default=500)
+    ap.add_argument("--parallel", type=int, default=2)
+    ap.add_argument("--busy", type=int, default=2, help="busy loops started before every other run")
+    ap.add_argument("--summary", action="store_true")
+    ap.add_argument("--child", nargs=2, metavar=("RUN", "RESULT"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    out = args.out.absolute()
+    if args.child:
+        child(out / "runs", args.child[0], build_world(out), Path(args.child[1]))
+        return
+    if args.summary:
+        summary(out)
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    build_world(out)
+    (out / "differ").mkdir(exist_ok=True)
+    log = out / "runs.jsonl"
+    done = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+    ref = None
+    if done:
+        ref = json.loads((out / "differ" / f"{done[0]['run']}.json").read_text())
+    n = len(done)
+    running: list = []
+    busy: list = []
+    while n < args.runs or running:
+        while n < args.runs and len(running) < args.parallel:
+            run = f"r{n:05d}"
+            if args.busy and n % 2 == 1:
+                busy += [subprocess.Popen(["sh", "-c", "while :; do :; done"], start_new_session=True) for _ in range(args.busy)]
+            res = out / "results" / f"{run}.json"
+            res.parent.mkdir(exist_ok=True)
+            proc = subprocess.Popen([sys.executable, "-u", __file__, "--out", str(out), "--child", run, str(res)],
+                                    stdout=open(out / "results" / f"{run}.log", "w"), stderr=subprocess.STDOUT)
+            running.append((run, proc, res, n % 2 == 1 and args.busy > 0))
+            n += 1
+        time.sleep(0.2)
+        for item in list(running):
+            run, proc, res, with_busy = item
+            if proc.poll() is None:
+                continue
+            running.remove(item)
+            if not any(r[3] for r in running):
+                for b in busy:
+                    os.killpg(b.pid, signal.SIGKILL)
+                    b.wait()
+                busy = []
+            if not res.exists():
+                line = {"run": run, "rc": proc.returncode, "error": "no result (see results/RUN.log)"}
+                print(json.dumps(line), flush=True)
+                with log.open("a") as f:
+                    f.write(json.dumps(line) + "\n")
+                continue
+            got = json.loads(res.read_text())
+            if ref is None:
+                ref = got
+                res.rename(out / "differ" / f"{run}.json")
+                res.with_suffix(".pt").rename(out / "differ" / f"{run}.pt")
+                where = None
+            else:
+                where = first_difference(ref, got)
+                if where is not None or got["final_sha256"] != ref["final_sha256"] or not all(got["matches_torch"]):
+                    res.rename(out / "differ" / f"{run}.json")
+                    res.with_suffix(".pt").rename(out / "differ" / f"{run}.pt")
+                else:
+                    res.unlink()
+                    res.with_suffix(".pt").unlink()
+                    (out / "results" / f"{run}.log").unlink()
+                    shutil.rmtree(out / "runs" / run, ignore_errors=True)
+            line = {"run": run, "rc": got["rc"], "busy": with_busy, "seconds": got["seconds"], "threads": got["threads"],
+                    "final_sha256": got["final_sha256"][:16] if got["final_sha256"] else None,
+                    "same_as_ref": got["final_sha256"] == ref["final_sha256"] and where is None,
+                    "first_difference": where, "matches_torch": got["matches_torch"],
+                    "probes": [{k: p[k] for k in ("main_daz", "team_daz_elems", "sum_like_threads")} for p in got["probes"]]}
+            if where is not None:
+                line["detail"] = describe(out, ref["run"], run, where)
+            with log.open("a") as f:
+                f.write(json.dumps(line) + "\n")
+            if not line["same_as_ref"] or not all(got["matches_torch"]) or n % 25 == 0:
+                print(json.dumps(line), flush=True)
+    summary(out)
+
+
+def summary(out: Path) -> None:
+    lines = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
+    ok = [x for x in lines if "error" not in x]
+    differ = [x for x in ok if not x["same_as_ref"]]
+    odd_probe = [x for x in ok if any(p["main_daz"] or p["team_daz_elems"] for p in x["probes"])]
+    print(f"{len(ok)} runs ({len(lines) - len(ok)} failed to report), {len(differ)} apart from the first run, "
+          f"{sum(not all(x['matches_torch']) for x in ok)} where torch's update was not the instrumented copy's, "
+          f"{len(odd_probe)} with DAZ/FTZ seen; final sha256s: {sorted({x['final_sha256'] for x in ok})}")
+    for x in differ:
+        print(f"  {x['run']}: first difference {x['first_difference']}; {x.get('detail', '')}")
+
+
+if __name__ == "__main__":
+    main()
