@@ -45,17 +45,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 STEPS = 3  # updates instrumented: the captured case was apart after update 1
-# The killed-sweep test's member (tests/sweep_world.py plan_text, tune stage, TATU_LR=3e-3, seed 1),
-# shortened to 3 steps with one eval at the end.
+# The killed-sweep test's member (tests/sweep_world.py plan_text, tune stage, TATU_LR=3e-3, seed 1):
+# the same model, data, batches and update, cut to what fits 500 runs in an hour on 2 shared cores
+# (3 steps, one resume state, the smallest eval, no generation): the difference is in the update.
 MEMBER = {"TATU_DEVICE": "cpu", "TATU_PRECISION": "fp32", "TATU_MICRO_BATCH": "2", "TATU_SEQ_LEN": "192",
-          "TATU_EVAL_RESAMPLES": "200", "TATU_MEM_FLOOR_MB": "0", "TATU_GEN_PROMPTS": "2", "TATU_GEN_TOKENS": "4",
-          "SFT_GE": "2", "REPLAY_N": "0", "MIX_STEPS_LIMIT": "3", "EVAL_EVERY": "3", "TATU_CKPT_EVERY": "1",
+          "TATU_EVAL_RESAMPLES": "100", "TATU_MEM_FLOOR_MB": "0", "TATU_GEN_PROMPTS": "0",
+          "EVAL_EN_ALL": "0", "EVAL_EN_BATCHES": "1", "EVAL_BATCH": "2",
+          "SFT_GE": "2", "REPLAY_N": "0", "MIX_STEPS_LIMIT": "3", "EVAL_EVERY": "3", "TATU_CKPT_EVERY": "3",
           "TATU_LR": "3e-3", "TATU_SEED": "1"}
 
 
-def build_world(out: Path) -> dict:
-    """OUT/world: the tests' tiny data and trunk (conftest.py's tiny_trunk), built once."""
-    world = out / "world"
+def build_world(world: Path) -> dict:
+    """WORLD (OUT/world unless --world): the tests' tiny data and trunk (conftest.py's tiny_trunk), built once."""
     info = world / "world.json"
     if info.exists():
         return json.loads(info.read_text())
@@ -88,9 +89,10 @@ def _h(t) -> str:
 
 
 class Recorder:
-    def __init__(self):
+    def __init__(self, variants: dict | None = None):
         import torch
 
+        self.variants = variants or {}
         self.torch = torch
         self.step = 0  # optimizer updates seen
         self.hashes: dict[str, str] = {}
@@ -142,6 +144,12 @@ class Recorder:
                 for i, n in enumerate(norms):
                     rec.keep(f"{s}/clip/norm/{i}", n)
                 rec.keep(f"{s}/clip/total_norm", torch.linalg.vector_norm(torch.stack(norms), 2.0))
+                for name, during in rec.variants.items():
+                    with during():
+                        vn = torch._foreach_norm(grads, 2.0)
+                        for i, n in enumerate(vn):
+                            rec.hashes[f"{name}|{s}/clip/norm/{i}"] = _h(n)
+                        rec.hashes[f"{name}|{s}/clip/total_norm"] = _h(torch.linalg.vector_norm(torch.stack(vn), 2.0))
             total = original(params, max_norm, *args, **kwargs)
             if on:
                 rec.keep(f"{s}/clip/total_norm_torch", total)
@@ -168,34 +176,13 @@ class Recorder:
                 key = f"{s}/p{k}"
                 k += 1
                 st = optimizer.state.get(p, {})
-                param = p.detach().clone()
-                grad = p.grad.detach().clone()
-                exp_avg = st["exp_avg"].clone() if "exp_avg" in st else torch_zeros_like(param)
-                exp_avg_sq = st["exp_avg_sq"].clone() if "exp_avg_sq" in st else torch_zeros_like(param)
-                step = (float(st["step"]) if "step" in st else 0.0) + 1
-                self.keep(f"{key}/grad", grad)
-                # torch/optim/adam.py _single_tensor_adam, decoupled_weight_decay, no amsgrad
-                if wd != 0:
-                    param.mul_(1 - lr * wd)
-                    self.keep(f"{key}/1_decay_mul", param)
-                exp_avg.lerp_(grad, 1 - beta1)
-                self.keep(f"{key}/2_exp_avg_lerp", exp_avg)
-                exp_avg_sq.mul_(beta2)
-                self.keep(f"{key}/3_exp_avg_sq_mul", exp_avg_sq)
-                exp_avg_sq.addcmul_(grad, grad, value=1 - beta2)
-                self.keep(f"{key}/4_exp_avg_sq_addcmul", exp_avg_sq)
-                bias_correction1 = 1 - beta1 ** step
-                bias_correction2 = 1 - beta2 ** step
-                step_size = lr / bias_correction1
-                bias_correction2_sqrt = bias_correction2 ** 0.5
-                root = exp_avg_sq.sqrt()
-                self.keep(f"{key}/5_sqrt", root)
-                denom = root / bias_correction2_sqrt
-                self.keep(f"{key}/6_div", denom)
-                denom.add_(eps)
-                self.keep(f"{key}/7_add_eps", denom)
-                param.addcdiv_(exp_avg, denom, value=-step_size)
-                self.keep(f"{key}/8_addcdiv", param)
+                self.keep(f"{key}/grad", p.grad)
+                inputs = (p.detach(), p.grad.detach(), st.get("exp_avg"), st.get("exp_avg_sq"),
+                          (float(st["step"]) if "step" in st else 0.0) + 1, lr, beta1, beta2, wd, eps)
+                param = adamw_chain(*inputs, lambda op, t: self.keep(f"{key}/{op}", t))
+                for name, during in self.variants.items():
+                    with during():
+                        adamw_chain(*inputs, lambda op, t: self.hashes.__setitem__(f"{name}|{key}/{op}", _h(t)))
                 self.expected.append((p, param))
 
     def post(self, optimizer, args, kwargs):
@@ -210,13 +197,74 @@ class Recorder:
         self.step += 1
 
 
-def torch_zeros_like(t):
+def adamw_chain(p, g, exp_avg, exp_avg_sq, step, lr, beta1, beta2, wd, eps, keep):
+    """torch/optim/adam.py's _single_tensor_adam for one parameter (decoupled weight decay, no
+    amsgrad, not maximize, not capturable), on clones, calling keep(op, tensor) after every op;
+    returns the new parameter."""
     import torch
 
-    return torch.zeros_like(t, memory_format=torch.preserve_format)
+    param = p.clone()
+    grad = g.clone()
+    exp_avg = exp_avg.clone() if exp_avg is not None else torch.zeros_like(param, memory_format=torch.preserve_format)
+    exp_avg_sq = exp_avg_sq.clone() if exp_avg_sq is not None else torch.zeros_like(param, memory_format=torch.preserve_format)
+    if wd != 0:
+        param.mul_(1 - lr * wd)
+        keep("1_decay_mul", param)
+    exp_avg.lerp_(grad, 1 - beta1)
+    keep("2_exp_avg_lerp", exp_avg)
+    exp_avg_sq.mul_(beta2)
+    keep("3_exp_avg_sq_mul", exp_avg_sq)
+    exp_avg_sq.addcmul_(grad, grad, value=1 - beta2)
+    keep("4_exp_avg_sq_addcmul", exp_avg_sq)
+    bias_correction1 = 1 - beta1 ** step
+    bias_correction2 = 1 - beta2 ** step
+    step_size = lr / bias_correction1
+    bias_correction2_sqrt = bias_correction2 ** 0.5
+    root = exp_avg_sq.sqrt()
+    keep("5_sqrt", root)
+    denom = root / bias_correction2_sqrt
+    keep("6_div", denom)
+    denom.add_(eps)
+    keep("7_add_eps", denom)
+    param.addcdiv_(exp_avg, denom, value=-step_size)
+    keep("8_addcdiv", param)
+    return param
 
 
-def child(out: Path, run: str, world: dict, result: Path) -> None:
+def threads(n: int):
+    """A context: torch's intra-op team at n threads for the ops inside."""
+    from contextlib import contextmanager
+
+    import torch
+
+    @contextmanager
+    def during():
+        was = torch.get_num_threads()
+        torch.set_num_threads(n)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(was)
+    return during
+
+
+def flushed():
+    """A context: denormals flushed to zero (FTZ and DAZ in this thread's MXCSR) for the ops inside."""
+    from contextlib import contextmanager
+
+    import torch
+
+    @contextmanager
+    def during():
+        torch.set_flush_denormal(True)
+        try:
+            yield
+        finally:
+            torch.set_flush_denormal(False)
+    return during
+
+
+def child(out: Path, run: str, world: dict, result: Path, variants: dict | None = None) -> None:
     env = member_env(world, out, run)
     os.environ.clear()
     os.environ.update(env)
@@ -225,7 +273,7 @@ def child(out: Path, run: str, world: dict, result: Path) -> None:
 
     from tatu.daemon.main import main as daemon_main
 
-    rec = Recorder()
+    rec = Recorder({"t1": threads(1), "t2": threads(2), "ftz": flushed()} if variants else None)
     torch.nn.utils.clip_grad_norm_ = rec.clip(torch.nn.utils.clip_grad_norm_)
     register_optimizer_step_pre_hook(rec.pre)
     register_optimizer_step_post_hook(rec.post)
@@ -240,6 +288,31 @@ def child(out: Path, run: str, world: dict, result: Path) -> None:
             "hashes": rec.hashes}
     torch.save(rec.tensors, result.with_suffix(".pt"))
     result.write_text(json.dumps(line))
+
+
+def variants(out: Path, world: dict) -> None:
+    """One run (in this process) whose clip norms and AdamW ops are also computed under each
+    variant; which ops' bits a variant changes, and which variant a differing run's first
+    differing op equals."""
+    out.mkdir(parents=True, exist_ok=True)
+    result = out / "variants.json"
+    run = f"variants{os.getpid()}"
+    child(out / "runs", run, world, result, variants=True)
+    got = json.loads(result.read_text())
+    base = {k: v for k, v in got["hashes"].items() if "|" not in k}
+    print(f"threads {got['threads']}, torch's update = the instrumented copy's: {got['matches_torch']}")
+    for name in ("t1", "t2", "ftz"):
+        changed = [k for k, v in got["hashes"].items() if k.startswith(name + "|") and base.get(k.split("|", 1)[1]) != v]
+        print(f"{name}: {len(changed)} of {sum(k.startswith(name + '|') for k in got['hashes'])} op results change"
+              + (f", first: {changed[:6]}" if changed else ""))
+    log = out / "runs.jsonl"
+    for line in (log.read_text().splitlines() if log.exists() else []):
+        x = json.loads(line)
+        if x.get("first_difference") and (out / "differ" / f"{x['run']}.json").exists():
+            odd = json.loads((out / "differ" / f"{x['run']}.json").read_text())
+            key = x["first_difference"]
+            same = [name for name in ("t1", "t2", "ftz") if got["hashes"].get(f"{name}|{key}") == odd["hashes"][key]]
+            print(f"{x['run']}: first difference {key} equals the variant(s) {same or 'none'}")
 
 
 # ---------------------------------------------------------------- the parent: the loop
@@ -276,18 +349,26 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=500)
     ap.add_argument("--parallel", type=int, default=2)
     ap.add_argument("--busy", type=int, default=2, help="busy loops started before every other run")
+    ap.add_argument("--world", type=Path, help="the tiny world to use (default OUT/world, built if missing)")
     ap.add_argument("--summary", action="store_true")
+    ap.add_argument("--variants", action="store_true",
+                    help="one run whose updates are also computed at 1 thread, at 2, and with denormals flushed; "
+                         "prints which ops' bits each changes, and whether OUT's differing runs equal one")
     ap.add_argument("--child", nargs=2, metavar=("RUN", "RESULT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     out = args.out.absolute()
+    world_dir = (args.world or out / "world").absolute()
     if args.child:
-        child(out / "runs", args.child[0], build_world(out), Path(args.child[1]))
+        child(out / "runs", args.child[0], build_world(world_dir), Path(args.child[1]))
+        return
+    if args.variants:
+        variants(out, build_world(world_dir))
         return
     if args.summary:
         summary(out)
         return
     out.mkdir(parents=True, exist_ok=True)
-    build_world(out)
+    build_world(world_dir)
     (out / "differ").mkdir(exist_ok=True)
     log = out / "runs.jsonl"
     done = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
@@ -304,7 +385,7 @@ def main() -> None:
                 busy += [subprocess.Popen(["sh", "-c", "while :; do :; done"], start_new_session=True) for _ in range(args.busy)]
             res = out / "results" / f"{run}.json"
             res.parent.mkdir(exist_ok=True)
-            proc = subprocess.Popen([sys.executable, "-u", __file__, "--out", str(out), "--child", run, str(res)],
+            proc = subprocess.Popen([sys.executable, "-u", __file__, "--out", str(out), "--world", str(world_dir), "--child", run, str(res)],
                                     stdout=open(out / "results" / f"{run}.log", "w"), stderr=subprocess.STDOUT)
             running.append((run, proc, res, n % 2 == 1 and args.busy > 0))
             n += 1
