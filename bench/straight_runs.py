@@ -25,8 +25,10 @@ its per-op tensors (OUT/differ/RUN.json and RUN.pt) and the loop prints the firs
 tensor, how many elements and whether they are denormal or equal the 1-thread result. Runs that
 match delete theirs. `--summary` prints the counts of a finished or running loop.
 
-`--busy K` starts K fresh busy loops just before every other run (one captured case started beside
-freshly started busy loops) and ends them after it. `--parallel P` runs P at once.
+`--per-process R` (4): each process does R runs one after another (torch's imports, half a run's
+time here, are paid once); the first of each is a fresh process's, and runs.jsonl says which.
+`--busy K` starts K fresh busy loops just before every other process (one captured case started
+beside freshly started busy loops) and ends them with it. `--parallel P` processes at once.
 """
 from __future__ import annotations
 
@@ -264,8 +266,40 @@ def flushed():
     return during
 
 
-def child(out: Path, run: str, world: dict, result: Path, variants: dict | None = None) -> None:
-    env = member_env(world, out, run)
+def trainer_run(env: dict[str, str]) -> tuple[int, str]:
+    """The daemon's own setup and steps without its evals, saves and log (tatu.daemon.loop._run's
+    order: threads, MKL's mode, the start point, the stream, the Trainer), STEPS steps; (0, the
+    sha256 of the final weights in state_dict order)."""
+    import torch
+
+    from tatu.daemon.main import configure
+    from tatu.daemon.start import starting_point
+    from tatu.data.manifest import load_manifest
+    from tatu.data.stream import MixedStream
+    from tatu.daemon.trainer import Trainer
+    from tatu.model import cpu_sums
+    from tatu.model.device import set_threads
+
+    config, _ = configure([("env", env)], None, False)
+    set_threads(config.threads)
+    cpu_sums.settle()
+    start = starting_point(config, load_manifest(config.data))
+    stream = MixedStream(config.data, mix=config.mix, micro_batch=config.micro_batch, seq_len=config.seq_len,
+                         seed=config.seed, tokenizer_hash=start.tokenizer.hash)
+    trainer = Trainer(config, start.gpt_config, torch.device("cpu"), start.weights, start.weights_source)
+    for step in range(1, STEPS + 1):
+        trainer.step(stream.next_step(), step)
+    digest = hashlib.sha256()
+    for name, t in trainer.model.state_dict().items():
+        digest.update(name.encode() + t.detach().contiguous().numpy().tobytes())
+    return 0, digest.hexdigest()
+
+
+def child(out: Path, runs: list[str], world: dict, results: Path, variants: dict | None = None,
+          trainer_only: bool = False) -> None:
+    """The runs one after another in this process (the first pays torch's imports, the rest do not),
+    each a whole daemon run in its own run directory; results/RUN.json and RUN.pt for each."""
+    env = member_env(world, out, runs[0])
     os.environ.clear()
     os.environ.update(env)
     import torch
@@ -273,21 +307,30 @@ def child(out: Path, run: str, world: dict, result: Path, variants: dict | None 
 
     from tatu.daemon.main import main as daemon_main
 
-    rec = Recorder({"t1": threads(1), "t2": threads(2), "ftz": flushed()} if variants else None)
-    torch.nn.utils.clip_grad_norm_ = rec.clip(torch.nn.utils.clip_grad_norm_)
-    register_optimizer_step_pre_hook(rec.pre)
-    register_optimizer_step_post_hook(rec.post)
-    started = time.time()
-    rc = daemon_main(env)
-    final = Path(env["TATU_OUT"]) / run / "final" / "model.safetensors"
-    line = {"run": run, "rc": rc, "pid": os.getpid(), "seconds": round(time.time() - started, 2),
-            "threads": torch.get_num_threads(), "final_sha256": hashlib.sha256(final.read_bytes()).hexdigest() if final.exists() else None,
-            "matches_torch": rec.matches_torch, "probes": rec.probes,
-            "step_digest": {f"s{i}": hashlib.sha256(json.dumps({k: v for k, v in sorted(rec.hashes.items()) if k.startswith(f"s{i}/")}).encode()).hexdigest()[:16]
-                            for i in range(1, STEPS + 1)},
-            "hashes": rec.hashes}
-    torch.save(rec.tensors, result.with_suffix(".pt"))
-    result.write_text(json.dumps(line))
+    current: list[Recorder] = []
+    original = torch.nn.utils.clip_grad_norm_
+    torch.nn.utils.clip_grad_norm_ = lambda *a, **k: current[0].clip(original)(*a, **k)
+    register_optimizer_step_pre_hook(lambda *a: current[0].pre(*a))
+    register_optimizer_step_post_hook(lambda *a: current[0].post(*a))
+    for nth, run in enumerate(runs):
+        rec = Recorder({"t1": threads(1), "t2": threads(2), "ftz": flushed()} if variants else None)
+        current[:] = [rec]
+        env = member_env(world, out, run)
+        started = time.time()
+        if trainer_only:
+            rc, final_sha = trainer_run(env)
+        else:
+            rc = daemon_main(env)
+            final = Path(env["TATU_OUT"]) / run / "final" / "model.safetensors"
+            final_sha = hashlib.sha256(final.read_bytes()).hexdigest() if final.exists() else None
+        line = {"run": run, "nth_in_process": nth, "rc": rc, "pid": os.getpid(), "seconds": round(time.time() - started, 2),
+                "threads": torch.get_num_threads(), "final_sha256": final_sha,
+                "matches_torch": rec.matches_torch, "probes": rec.probes,
+                "step_digest": {f"s{i}": hashlib.sha256(json.dumps({k: v for k, v in sorted(rec.hashes.items()) if k.startswith(f"s{i}/")}).encode()).hexdigest()[:16]
+                                for i in range(1, STEPS + 1)},
+                "hashes": rec.hashes}
+        torch.save(rec.tensors, results / f"{run}.pt")
+        (results / f"{run}.json").write_text(json.dumps(line))
 
 
 def variants(out: Path, world: dict) -> None:
@@ -295,10 +338,9 @@ def variants(out: Path, world: dict) -> None:
     variant; which ops' bits a variant changes, and which variant a differing run's first
     differing op equals."""
     out.mkdir(parents=True, exist_ok=True)
-    result = out / "variants.json"
     run = f"variants{os.getpid()}"
-    child(out / "runs", run, world, result, variants=True)
-    got = json.loads(result.read_text())
+    child(out / "runs", [run], world, out, variants=True)
+    got = json.loads((out / f"{run}.json").read_text())
     base = {k: v for k, v in got["hashes"].items() if "|" not in k}
     print(f"threads {got['threads']}, torch's update = the instrumented copy's: {got['matches_torch']}")
     for name in ("t1", "t2", "ftz"):
@@ -350,16 +392,20 @@ def main() -> None:
     ap.add_argument("--parallel", type=int, default=2)
     ap.add_argument("--busy", type=int, default=2, help="busy loops started before every other run")
     ap.add_argument("--world", type=Path, help="the tiny world to use (default OUT/world, built if missing)")
+    ap.add_argument("--per-process", type=int, default=4,
+                    help="runs one after another in each process (the first in each is a fresh process's)")
+    ap.add_argument("--daemon", action="store_true",
+                    help="whole daemon runs (evals, saves, log; about 4x the time) instead of the Trainer's steps")
     ap.add_argument("--summary", action="store_true")
     ap.add_argument("--variants", action="store_true",
                     help="one run whose updates are also computed at 1 thread, at 2, and with denormals flushed; "
                          "prints which ops' bits each changes, and whether OUT's differing runs equal one")
-    ap.add_argument("--child", nargs=2, metavar=("RUN", "RESULT"), help=argparse.SUPPRESS)
+    ap.add_argument("--child", nargs=2, metavar=("RUNS", "RESULTS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     out = args.out.absolute()
     world_dir = (args.world or out / "world").absolute()
     if args.child:
-        child(out / "runs", args.child[0], build_world(world_dir), Path(args.child[1]))
+        child(out / "runs", args.child[0].split(","), build_world(world_dir), Path(args.child[1]), trainer_only=not args.daemon)
         return
     if args.variants:
         variants(out, build_world(world_dir))
@@ -377,62 +423,65 @@ def main() -> None:
         ref = json.loads((out / "differ" / f"{done[0]['run']}.json").read_text())
     n = len(done)
     running: list = []
-    busy: list = []
     while n < args.runs or running:
         while n < args.runs and len(running) < args.parallel:
-            run = f"r{n:05d}"
-            if args.busy and n % 2 == 1:
-                busy += [subprocess.Popen(["sh", "-c", "while :; do :; done"], start_new_session=True) for _ in range(args.busy)]
-            res = out / "results" / f"{run}.json"
-            res.parent.mkdir(exist_ok=True)
-            proc = subprocess.Popen([sys.executable, "-u", __file__, "--out", str(out), "--world", str(world_dir), "--child", run, str(res)],
-                                    stdout=open(out / "results" / f"{run}.log", "w"), stderr=subprocess.STDOUT)
-            running.append((run, proc, res, n % 2 == 1 and args.busy > 0))
-            n += 1
+            runs = [f"r{i:05d}" for i in range(n, min(n + args.per_process, args.runs))]
+            # busy loops started just before every other process, ended with it
+            with_busy = [subprocess.Popen(["sh", "-c", "while :; do :; done"], start_new_session=True)
+                         for _ in range(args.busy)] if args.busy and (n // args.per_process) % 2 == 1 else []
+            results = out / "results"
+            results.mkdir(exist_ok=True)
+            proc = subprocess.Popen([sys.executable, "-u", __file__, "--out", str(out), "--world", str(world_dir),
+                                     "--child", ",".join(runs), str(results)] + (["--daemon"] if args.daemon else []),
+                                    stdout=open(results / f"{runs[0]}.log", "w"), stderr=subprocess.STDOUT)
+            running.append((runs, proc, with_busy))
+            n += len(runs)
         time.sleep(0.2)
         for item in list(running):
-            run, proc, res, with_busy = item
+            runs, proc, with_busy = item
             if proc.poll() is None:
                 continue
             running.remove(item)
-            if not any(r[3] for r in running):
-                for b in busy:
-                    os.killpg(b.pid, signal.SIGKILL)
-                    b.wait()
-                busy = []
-            if not res.exists():
-                line = {"run": run, "rc": proc.returncode, "error": "no result (see results/RUN.log)"}
-                print(json.dumps(line), flush=True)
-                with log.open("a") as f:
-                    f.write(json.dumps(line) + "\n")
-                continue
-            got = json.loads(res.read_text())
-            if ref is None:
-                ref = got
-                res.rename(out / "differ" / f"{run}.json")
-                res.with_suffix(".pt").rename(out / "differ" / f"{run}.pt")
+            for b in with_busy:
+                os.killpg(b.pid, signal.SIGKILL)
+                b.wait()
+            for run in runs:
+                res = results / f"{run}.json"
+                if not res.exists():
+                    line = {"run": run, "rc": proc.returncode, "error": f"no result (see results/{runs[0]}.log)"}
+                    print(json.dumps(line), flush=True)
+                    with log.open("a") as f:
+                        f.write(json.dumps(line) + "\n")
+                    continue
+                got = json.loads(res.read_text())
+                keep = ref is None
                 where = None
-            else:
-                where = first_difference(ref, got)
-                if where is not None or got["final_sha256"] != ref["final_sha256"] or not all(got["matches_torch"]):
+                if ref is None:
+                    ref = got
+                else:
+                    where = first_difference(ref, got)
+                    keep = where is not None or got["final_sha256"] != ref["final_sha256"] or not all(got["matches_torch"])
+                if keep:
                     res.rename(out / "differ" / f"{run}.json")
                     res.with_suffix(".pt").rename(out / "differ" / f"{run}.pt")
                 else:
                     res.unlink()
                     res.with_suffix(".pt").unlink()
-                    (out / "results" / f"{run}.log").unlink()
                     shutil.rmtree(out / "runs" / run, ignore_errors=True)
-            line = {"run": run, "rc": got["rc"], "busy": with_busy, "seconds": got["seconds"], "threads": got["threads"],
-                    "final_sha256": got["final_sha256"][:16] if got["final_sha256"] else None,
-                    "same_as_ref": got["final_sha256"] == ref["final_sha256"] and where is None,
-                    "first_difference": where, "matches_torch": got["matches_torch"],
-                    "probes": [{k: p[k] for k in ("main_daz", "team_daz_elems", "sum_like_threads")} for p in got["probes"]]}
-            if where is not None:
-                line["detail"] = describe(out, ref["run"], run, where)
-            with log.open("a") as f:
-                f.write(json.dumps(line) + "\n")
-            if not line["same_as_ref"] or not all(got["matches_torch"]) or n % 25 == 0:
-                print(json.dumps(line), flush=True)
+                line = {"run": run, "nth_in_process": got["nth_in_process"], "rc": got["rc"], "busy": bool(with_busy),
+                        "seconds": got["seconds"], "threads": got["threads"],
+                        "final_sha256": got["final_sha256"][:16] if got["final_sha256"] else None,
+                        "same_as_ref": got["final_sha256"] == ref["final_sha256"] and where is None,
+                        "first_difference": where, "matches_torch": got["matches_torch"],
+                        "probes": [{k: p[k] for k in ("main_daz", "team_daz_elems", "sum_like_threads")} for p in got["probes"]]}
+                if where is not None:
+                    line["detail"] = describe(out, ref["run"], run, where)
+                with log.open("a") as f:
+                    f.write(json.dumps(line) + "\n")
+                if not line["same_as_ref"] or not all(got["matches_torch"]) or int(run[1:]) % 25 == 0:
+                    print(json.dumps(line), flush=True)
+            if not any((out / "differ" / f"{r}.json").exists() for r in runs):
+                (results / f"{runs[0]}.log").unlink(missing_ok=True)
     summary(out)
 
 
@@ -441,7 +490,10 @@ def summary(out: Path) -> None:
     ok = [x for x in lines if "error" not in x]
     differ = [x for x in ok if not x["same_as_ref"]]
     odd_probe = [x for x in ok if any(p["main_daz"] or p["team_daz_elems"] for p in x["probes"])]
-    print(f"{len(ok)} runs ({len(lines) - len(ok)} failed to report), {len(differ)} apart from the first run, "
+    first = [x for x in ok if x.get("nth_in_process", 0) == 0]
+    print(f"{len(ok)} runs ({len(first)} the first of a fresh process, {sum(x['busy'] for x in ok)} beside fresh busy loops; "
+          f"{len(lines) - len(ok)} failed to report), {len(differ)} apart from the first run "
+          f"({sum(x.get('nth_in_process', 0) == 0 for x in differ)} of them first in their process), "
           f"{sum(not all(x['matches_torch']) for x in ok)} where torch's update was not the instrumented copy's, "
           f"{len(odd_probe)} with DAZ/FTZ seen; final sha256s: {sorted({x['final_sha256'] for x in ok})}")
     for x in differ:
