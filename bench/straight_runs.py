@@ -80,6 +80,7 @@ def member_env(world: dict, out: Path, run: str) -> dict[str, str]:
     from tiny_world import base_env, clean_environ
 
     env = base_env(Path(world["data"]), out, TATU_RUN=run, TATU_SEED_CKPT=world["trunk"], **MEMBER)
+    env.update({k: v for k, v in os.environ.items() if k.startswith("STRAIGHT_")})
     env.pop("TATU_THREADS", None)
     return {**clean_environ(), **env}
 
@@ -266,6 +267,23 @@ def flushed():
     return during
 
 
+def mkl_threads(count: str | None, dynamic: str | None) -> None:
+    """Hypothesis (b): MKL's own thread count apart from torch's team. STRAIGHT_MKL_THREADS=N sets
+    MKL's count alone (torch.set_num_threads sets both), STRAIGHT_MKL_DYNAMIC=0/1 its dynamic flag,
+    through the service functions libtorch_cpu exports (it links oneMKL statically)."""
+    if count is None and dynamic is None:
+        return
+    import ctypes
+
+    import torch
+
+    lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+    if count is not None:
+        lib.mkl_serv_set_num_threads(ctypes.c_int(int(count)))
+    if dynamic is not None:
+        lib.mkl_serv_set_dynamic(ctypes.c_int(int(dynamic)))
+
+
 def trainer_run(env: dict[str, str]) -> tuple[int, str]:
     """The daemon's own setup and steps without its evals, saves and log (tatu.daemon.loop._run's
     order: threads, MKL's mode, the start point, the stream, the Trainer), STEPS steps; (0, the
@@ -283,6 +301,7 @@ def trainer_run(env: dict[str, str]) -> tuple[int, str]:
     config, _ = configure([("env", env)], None, False)
     set_threads(config.threads)
     cpu_sums.settle()
+    mkl_threads(os.environ.get("STRAIGHT_MKL_THREADS"), os.environ.get("STRAIGHT_MKL_DYNAMIC"))
     start = starting_point(config, load_manifest(config.data))
     stream = MixedStream(config.data, mix=config.mix, micro_batch=config.micro_batch, seq_len=config.seq_len,
                          seed=config.seed, tokenizer_hash=start.tokenizer.hash)
