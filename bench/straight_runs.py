@@ -440,67 +440,75 @@ def main() -> None:
     ref = None
     if done:
         ref = json.loads((out / "differ" / f"{done[0]['run']}.json").read_text())
-    n = len(done)
+    n = max((int(x["run"][1:]) for x in done), default=-1) + 1  # a killed loop's unfinished runs are skipped
     running: list = []
-    while n < args.runs or running:
-        while n < args.runs and len(running) < args.parallel:
-            runs = [f"r{i:05d}" for i in range(n, min(n + args.per_process, args.runs))]
-            # busy loops started just before every other process, ended with it
-            with_busy = [subprocess.Popen(["sh", "-c", "while :; do :; done"], start_new_session=True)
-                         for _ in range(args.busy)] if args.busy and (n // args.per_process) % 2 == 1 else []
-            results = out / "results"
-            results.mkdir(exist_ok=True)
-            proc = subprocess.Popen([sys.executable, "-u", __file__, "--out", str(out), "--world", str(world_dir),
-                                     "--child", ",".join(runs), str(results)] + (["--daemon"] if args.daemon else []),
-                                    stdout=open(results / f"{runs[0]}.log", "w"), stderr=subprocess.STDOUT)
-            running.append((runs, proc, with_busy))
-            n += len(runs)
-        time.sleep(0.2)
-        for item in list(running):
-            runs, proc, with_busy = item
-            if proc.poll() is None:
-                continue
-            running.remove(item)
-            for b in with_busy:
-                os.killpg(b.pid, signal.SIGKILL)
-                b.wait()
-            for run in runs:
-                res = results / f"{run}.json"
-                if not res.exists():
-                    line = {"run": run, "rc": proc.returncode, "error": f"no result (see results/{runs[0]}.log)"}
-                    print(json.dumps(line), flush=True)
+    # SIGTERM ends the loop, its processes and their busy loops (which sit in sessions of their own)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        while n < args.runs or running:
+            while n < args.runs and len(running) < args.parallel:
+                runs = [f"r{i:05d}" for i in range(n, min(n + args.per_process, args.runs))]
+                # busy loops started just before every other process, ended with it
+                with_busy = [subprocess.Popen(["sh", "-c", "while :; do :; done"], start_new_session=True)
+                             for _ in range(args.busy)] if args.busy and (n // args.per_process) % 2 == 1 else []
+                results = out / "results"
+                results.mkdir(exist_ok=True)
+                proc = subprocess.Popen([sys.executable, "-u", __file__, "--out", str(out), "--world", str(world_dir),
+                                         "--child", ",".join(runs), str(results)] + (["--daemon"] if args.daemon else []),
+                                        stdout=open(results / f"{runs[0]}.log", "w"), stderr=subprocess.STDOUT)
+                running.append((runs, proc, with_busy))
+                n += len(runs)
+            time.sleep(0.2)
+            for item in list(running):
+                runs, proc, with_busy = item
+                if proc.poll() is None:
+                    continue
+                running.remove(item)
+                for b in with_busy:
+                    os.killpg(b.pid, signal.SIGKILL)
+                    b.wait()
+                for run in runs:
+                    res = results / f"{run}.json"
+                    if not res.exists():
+                        line = {"run": run, "rc": proc.returncode, "error": f"no result (see results/{runs[0]}.log)"}
+                        print(json.dumps(line), flush=True)
+                        with log.open("a") as f:
+                            f.write(json.dumps(line) + "\n")
+                        continue
+                    got = json.loads(res.read_text())
+                    keep = ref is None
+                    where = None
+                    if ref is None:
+                        ref = got
+                    else:
+                        where = first_difference(ref, got)
+                        keep = where is not None or got["final_sha256"] != ref["final_sha256"] or not all(got["matches_torch"])
+                    if keep:
+                        res.rename(out / "differ" / f"{run}.json")
+                        res.with_suffix(".pt").rename(out / "differ" / f"{run}.pt")
+                    else:
+                        res.unlink()
+                        res.with_suffix(".pt").unlink()
+                        shutil.rmtree(out / "runs" / run, ignore_errors=True)
+                    line = {"run": run, "nth_in_process": got["nth_in_process"], "rc": got["rc"], "busy": bool(with_busy),
+                            "seconds": got["seconds"], "threads": got["threads"],
+                            "final_sha256": got["final_sha256"][:16] if got["final_sha256"] else None,
+                            "same_as_ref": got["final_sha256"] == ref["final_sha256"] and where is None,
+                            "first_difference": where, "matches_torch": got["matches_torch"],
+                            "probes": [{k: p[k] for k in ("main_daz", "team_daz_elems", "sum_like_threads")} for p in got["probes"]]}
+                    if where is not None:
+                        line["detail"] = describe(out, ref["run"], run, where)
                     with log.open("a") as f:
                         f.write(json.dumps(line) + "\n")
-                    continue
-                got = json.loads(res.read_text())
-                keep = ref is None
-                where = None
-                if ref is None:
-                    ref = got
-                else:
-                    where = first_difference(ref, got)
-                    keep = where is not None or got["final_sha256"] != ref["final_sha256"] or not all(got["matches_torch"])
-                if keep:
-                    res.rename(out / "differ" / f"{run}.json")
-                    res.with_suffix(".pt").rename(out / "differ" / f"{run}.pt")
-                else:
-                    res.unlink()
-                    res.with_suffix(".pt").unlink()
-                    shutil.rmtree(out / "runs" / run, ignore_errors=True)
-                line = {"run": run, "nth_in_process": got["nth_in_process"], "rc": got["rc"], "busy": bool(with_busy),
-                        "seconds": got["seconds"], "threads": got["threads"],
-                        "final_sha256": got["final_sha256"][:16] if got["final_sha256"] else None,
-                        "same_as_ref": got["final_sha256"] == ref["final_sha256"] and where is None,
-                        "first_difference": where, "matches_torch": got["matches_torch"],
-                        "probes": [{k: p[k] for k in ("main_daz", "team_daz_elems", "sum_like_threads")} for p in got["probes"]]}
-                if where is not None:
-                    line["detail"] = describe(out, ref["run"], run, where)
-                with log.open("a") as f:
-                    f.write(json.dumps(line) + "\n")
-                if not line["same_as_ref"] or not all(got["matches_torch"]) or int(run[1:]) % 25 == 0:
-                    print(json.dumps(line), flush=True)
-            if not any((out / "differ" / f"{r}.json").exists() for r in runs):
-                (results / f"{runs[0]}.log").unlink(missing_ok=True)
+                    if not line["same_as_ref"] or not all(got["matches_torch"]) or int(run[1:]) % 25 == 0:
+                        print(json.dumps(line), flush=True)
+                if not any((out / "differ" / f"{r}.json").exists() for r in runs):
+                    (results / f"{runs[0]}.log").unlink(missing_ok=True)
+    finally:
+        for _, proc, with_busy in running:
+            proc.kill()
+            for b in with_busy:
+                os.killpg(b.pid, signal.SIGKILL)
     summary(out)
 
 
