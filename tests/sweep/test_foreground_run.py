@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import psutil
@@ -29,17 +30,28 @@ from tatu.sweep.lock import members, read_lock
 pytestmark = pytest.mark.slow
 
 TUNE = "[tune]\nTATU_LR = [1e-3, 3e-3]\nseeds = [1]\n"
-# One thread per member, fixed by the plan: K=2 members fill the 2 cores without oversubscribing
-# them. At torch's default count (2 each), a member that was never interrupted twice ended a few
-# ulps from its twin in CI, a rare straight-run difference this test cannot tell from a resume's
-# (docs/operations.md, "CPU matmul sums"). The default count's start line is checked in
-# tests/sweep/test_configs_run.py.
-THREADS = 1
+# The members run at torch's default thread count (the plan leaves TATU_THREADS unset), the users'
+# default. There a member that was never interrupted rarely ends a few ulps from its twin (twice in
+# CI; measured rate and what it touches: docs/operations.md, "CPU matmul sums"), which bits alone
+# cannot tell from a resume's error. So the two sweeps are compared exactly, and a member whose
+# bits differ is held to the tolerances below instead (see assert_close_run for why they are safe).
+# The resume's own bit-identity is proven exactly by the single-daemon kill -9 tests
+# (tests/daemon/test_state.py), where one process runs at a time.
+#
+# Every weight within WEIGHT_ATOL of its twin's: the documented difference is a few ulps after the
+# first update (below 1e-7 for these weights); a resume that lost or repeated a step, a batch or
+# Adam's moments moves weights by about the learning rate (1e-3, 3e-3 here) per step.
+WEIGHT_ATOL = 1e-4
+# Every float of the report, the lock's tune choice and the per-step losses within NUMBER_RTOL
+# (relative, with NUMBER_ATOL for values near 0); every string, int, key and decision exact. The
+# judged effects (drift and sftHeld changes against their CIs) are percents, 1e-2.
+NUMBER_RTOL = 1e-4
+NUMBER_ATOL = 1e-6
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, tiny_trunk):
-    root, plan = plan_world(tmp_path_factory, tiny_trunk, "tuned", tune=TUNE, extra=f", TATU_THREADS = {THREADS}")
+    root, plan = plan_world(tmp_path_factory, tiny_trunk, "tuned", tune=TUNE)
     return {"root": root, "data": tiny_trunk["data"], "trunk": tiny_trunk["trunk"], "plan": plan}
 
 
@@ -47,7 +59,7 @@ def world(tmp_path_factory, tiny_trunk):
 def reference(world):
     sweeps = world["root"] / "ref"
     out = run_through(world["plan"], sweeps, "compare: 4/4 done")
-    assert f"threads: TATU_THREADS={THREADS} for every member (the plan)" in out
+    assert "threads: not fixed by the plan, so each member takes its backend's count" in out
     # The elapsed time beside the estimate `tatu sweep plan` would make (the trunk's run is measured).
     assert re.search(r"; took (\d+m)?\d+s \(estimated (\d+m)?\d+s at K=2\);", out), out
     return sweeps / "tuned"
@@ -104,6 +116,79 @@ def final_weights(sweep_dir: Path) -> dict[str, bytes]:
     return {m.name: (Path(m.env["TATU_OUT"]) / m.run / "final" / "model.safetensors").read_bytes() for m in members(lock)}
 
 
+def step_losses(sweep_dir: Path) -> dict[str, list]:
+    """Each member's (step, loss) of every step event: a resumed member logs a step it redid again."""
+    out = {}
+    for m in members(read_lock(sweep_dir)):
+        events = (Path(m.env["TATU_OUT"]) / m.run / "events.jsonl").read_text().splitlines()
+        steps = {}
+        for e in (json.loads(line) for line in events if line.strip()):
+            if e["event"] == "step":
+                steps[e["step"]] = e["loss"]
+        out[m.name] = sorted(steps.items())
+    return out
+
+
+def numbers_apart(a, b, path: str = "") -> list[str]:
+    """Where two JSON-like values differ beyond NUMBER_RTOL/NUMBER_ATOL (floats) or at all (the rest)."""
+    if isinstance(a, float) or isinstance(b, float):
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and not isinstance(b, bool):
+            if a == b or (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=NUMBER_RTOL, abs_tol=NUMBER_ATOL):
+                return []
+        return [f"{path}: {a!r} vs {b!r}"]
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return [f"{path}: keys {sorted(a.keys() ^ b.keys())}"]
+        return [d for k in a for d in numbers_apart(a[k], b[k], f"{path}/{k}")]
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} vs {len(b)} items"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in numbers_apart(x, y, f"{path}[{i}]")]
+    return [] if a == b else [f"{path}: {a!r} vs {b!r}"]
+
+
+def weights_apart(a: bytes, b: bytes) -> tuple[float, list[str]]:
+    """(the largest |difference| of two model.safetensors' weights, what is not comparable)."""
+    import torch
+    from safetensors.torch import load
+
+    ta, tb = load(a), load(b)
+    if ta.keys() != tb.keys():
+        return math.inf, [f"tensors {sorted(ta.keys() ^ tb.keys())}"]
+    bad = [k for k in ta if ta[k].shape != tb[k].shape or ta[k].dtype != tb[k].dtype]
+    if bad:
+        return math.inf, [f"shape or dtype of {bad}"]
+    return max(float((ta[k].double() - tb[k].double()).abs().max()) for k in ta if ta[k].numel()), []
+
+
+def assert_close_run(ref: Path, got: Path) -> list[str]:
+    """The killed sweep equals the run-through: weights byte-equal, or (for a member whose bits
+    differ) within WEIGHT_ATOL; the tune choice, the per-step losses and the report numbers equal
+    except floats within NUMBER_RTOL. Returns the members whose bits differed.
+
+    Why a tolerance is safe here: the rare straight-run difference at 2 threads is a few ulps in
+    the weights after one update (docs/operations.md), and a change of the thread count itself,
+    which alters LayerNorm's gradient sums at every step, stays orders of magnitude inside these
+    tolerances (measured when they were set: see the numbers in docs/operations.md). A resume
+    error that matters (a skipped, repeated or reordered batch, lost Adam moments, another LR
+    step, another RNG state) moves weights by about the learning rate and the metrics by more
+    than NUMBER_RTOL; test_the_tolerances_tell_another_run_from_a_few_ulps checks that on this
+    sweep's own members. Bit-identity of a resume is still asserted exactly where one process
+    runs at a time (tests/daemon/test_state.py)."""
+    ref_w, got_w = final_weights(ref), final_weights(got)
+    assert ref_w.keys() == got_w.keys() and len(ref_w) == 6
+    apart = [name for name in ref_w if ref_w[name] != got_w[name]]
+    for name in apart:
+        biggest, problems = weights_apart(ref_w[name], got_w[name])
+        assert not problems and biggest <= WEIGHT_ATOL, (name, biggest, problems)
+    for what, a, b in (("tuned", read_lock(ref)["tuned"], read_lock(got)["tuned"]),
+                       ("losses", step_losses(ref), step_losses(got)),
+                       ("report", json.loads(report_numbers(ref)), json.loads(report_numbers(got)))):
+        differences = numbers_apart(a, b, what)
+        assert not differences, differences[:10]
+    return apart
+
+
 def report_numbers(sweep_dir: Path) -> str:
     from tatu.sweep.analysis import analyze
 
@@ -122,11 +207,32 @@ def test_killed_and_restarted_sweep_equals_the_run_through(reference, killed):
         events = [json.loads(line) for line in (Path(m.env["TATU_OUT"]) / m.run / "events.jsonl").read_text().splitlines() if line.strip()]
         resumed += [m.name for e in events if e["event"] == "resumed"]
     assert resumed, "no member was interrupted mid-run: the kills proved nothing"
-    ref, got = final_weights(reference), final_weights(killed_dir)
-    assert ref.keys() == got.keys() and len(ref) == 6
-    assert all(ref[name] == got[name] for name in ref), [n for n in ref if ref[n] != got[n]]
-    assert read_lock(reference)["tuned"] == read_lock(killed_dir)["tuned"]
-    assert report_numbers(reference) == report_numbers(killed_dir)
+    apart = assert_close_run(reference, killed_dir)
+    if apart:  # within the tolerances, and said: the rare straight-run difference or a resume's, the bits cannot tell
+        warnings.warn(f"members whose final bits differ from the run-through's (within the tolerances): {apart}")
+
+
+def test_the_tolerances_tell_another_run_from_a_few_ulps(reference):
+    """The tolerances are not blind: another member of the same sweep (the other learning rate,
+    the same seed and data) is far outside them, and the same member's weights moved by a few
+    ulps (the documented straight-run difference) are inside."""
+    import torch
+    from safetensors.torch import load, save
+
+    lock = read_lock(reference)
+    tune = {m.values["TATU_LR"]: m for m in members(lock, "tune")}
+    weights = {lr: (Path(m.env["TATU_OUT"]) / m.run / "final" / "model.safetensors").read_bytes() for lr, m in tune.items()}
+    (low, a), (high, b) = sorted(weights.items())
+    biggest, problems = weights_apart(a, b)
+    assert not problems and biggest > 100 * WEIGHT_ATOL, (low, high, biggest)
+    nudged = {k: v.clone() for k, v in load(a).items()}
+    for _ in range(4):  # four ulps up, every element
+        nudged = {k: torch.nextafter(v, torch.full_like(v, math.inf)) for k, v in nudged.items()}
+    biggest, problems = weights_apart(a, save(nudged))
+    assert not problems and 0 < biggest <= WEIGHT_ATOL / 100, biggest
+    losses = step_losses(reference)
+    names = sorted(losses)
+    assert numbers_apart(losses[names[0]], losses[names[1]]), "two members' losses within NUMBER_RTOL"
 
 
 def test_a_finished_sweep_started_again_does_nothing_and_says_so(world, reference):
