@@ -28,7 +28,7 @@ match delete theirs. `--summary` prints the counts of a finished or running loop
 `--per-process R` (4): each process does R runs one after another (torch's imports, half a run's
 time here, are paid once); the first of each is a fresh process's, and runs.jsonl says which.
 `--busy K` starts K fresh busy loops just before every other process (one captured case started
-beside freshly started busy loops) and ends them with it. `--parallel P` processes at once.
+beside freshly started busy loops), for its first 10 s. `--parallel P` processes at once.
 """
 from __future__ import annotations
 
@@ -448,8 +448,9 @@ def main() -> None:
         while n < args.runs or running:
             while n < args.runs and len(running) < args.parallel:
                 runs = [f"r{i:05d}" for i in range(n, min(n + args.per_process, args.runs))]
-                # busy loops started just before every other process, ended with it
-                with_busy = [subprocess.Popen(["sh", "-c", "while :; do :; done"], start_new_session=True)
+                # busy loops started just before every other process, for its start and first run
+                # (10 s): the machine is shared, and longer loops would halve the loop's own pace
+                with_busy = [subprocess.Popen(["timeout", "10", "sh", "-c", "while :; do :; done"], start_new_session=True)
                              for _ in range(args.busy)] if args.busy and (n // args.per_process) % 2 == 1 else []
                 results = out / "results"
                 results.mkdir(exist_ok=True)
