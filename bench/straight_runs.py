@@ -520,8 +520,8 @@ def summary(out: Path) -> None:
     odd_probe = [x for x in ok if any(p["main_daz"] or p["team_daz_elems"] for p in x["probes"])]
     first = [x for x in ok if x.get("nth_in_process", 0) == 0]
     other_team = [x for x in ok if any(p["sum_like_threads"] != [x["threads"]] for p in x["probes"])]
-    print(f"{len(other_team)} runs where a step's probe sum was not the {{threads}}-thread team's")
-    print(f"{len(ok)} runs ({len(first)} the first of a fresh process, {sum(x['busy'] for x in ok)} beside fresh busy loops; "
+    print(f"{len(other_team)} runs where a step's probe sum was not that of a team of the run's thread count")
+    print(f"{len(ok)} runs ({len(first)} the first of a fresh process, {sum(x['busy'] for x in ok)} in a process started beside a fresh busy loop; "
           f"{len(lines) - len(ok)} failed to report), {len(differ)} apart from the first run "
           f"({sum(x.get('nth_in_process', 0) == 0 for x in differ)} of them first in their process), "
           f"{sum(not all(x['matches_torch']) for x in ok)} where torch's update was not the instrumented copy's, "
