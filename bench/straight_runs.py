@@ -1,29 +1,37 @@
 """The straight-run difference (issue 28, docs/operations.md "CPU matmul sums"): a loop of short,
-never-interrupted daemon runs of one configuration at torch's default thread count, beside other
+never-interrupted runs of one configuration at torch's default thread count, beside other
 processes, each hashed after every sub-operation of its first optimizer updates, so a run that ends
 apart from its twins points at the first operation, tensor and elements that differ.
 
-    nice -n 10 .venv/bin/python -u bench/straight_runs.py --runs 500 --out /tmp/straight [--parallel 2] [--busy 2]
+    nice -n 10 .venv/bin/python -u bench/straight_runs.py --out /tmp/straight --runs 500 --per-process 8 --parallel 3 --busy 1
+    nice -n 10 .venv/bin/python -u bench/straight_runs.py --out /tmp/straight-daemon --world /tmp/straight/world --daemon --per-process 1 --runs 200
+    .venv/bin/python bench/straight_runs.py --out /tmp/straight --summary
+    .venv/bin/python bench/straight_runs.py --out /tmp/straight-var --world /tmp/straight/world --variants
 
-Each run is a fresh process (the difference was only ever seen across processes) that runs the
-daemon in-process (`tatu.daemon.main.main`) on the tests' tiny world (tests/tiny_world.py: data and
-a 24-step trunk, built once under OUT/world) with the killed-sweep test's member settings, 3 steps,
-no TATU_THREADS (torch's default, 2 on a 2-core machine). The product code is not touched: the run
-wraps `torch.nn.utils.clip_grad_norm_` (which the Trainer looks up at each call) and registers a
-global optimizer step pre/post hook. Before each of the first STEPS updates the pre hook clones the
+A run is the killed-sweep test's member (tests/sweep_world.py: TATU_LR=3e-3, seed 1, 2 x 192 tokens
+per micro-batch, 2 micro-batches a step) on the tests' tiny world (tests/tiny_world.py: data and a
+24-step trunk, built once under OUT/world or --world), 3 steps, no TATU_THREADS (torch's default, 2
+on a 2-core machine). By default a run is the daemon's own setup and steps without its evals, saves
+and log (`trainer_run`: configuration, threads, MKL's mode, start point, stream, Trainer); with
+--daemon it is a whole daemon run in the process (`tatu.daemon.main.main`, shortened: one eval at
+the end, no generation). The product code is not touched: the run wraps
+`torch.nn.utils.clip_grad_norm_` (which the Trainer looks up at each call) and registers global
+optimizer step pre/post hooks. Before each of the first STEPS updates the pre hook clones the
 parameters, gradients and Adam state and applies an instrumented copy of torch's single-tensor
 AdamW to the clones, hashing each op's result (weight-decay mul, exp_avg lerp, exp_avg_sq mul,
 addcmul, sqrt, div, add eps, addcdiv); the post hook checks that torch's own update gave the same
 bits (`matches_torch`), so the copy is the product's math, checked in every run. The clip wrapper
 hashes the gradients, the per-tensor norms, the total norm and the clipped gradients. Per step it
 also probes the floating-point state of the main thread and of the intra-op team (a denormal times 1
-stays denormal unless DAZ/FTZ is on) and how many threads a parallel reduction used.
+stays denormal unless DAZ/FTZ is on) and whether a parallel sum had a team of the run's size.
 
 Every run appends one line to OUT/runs.jsonl (final weights' sha256, the digest of every step's
-hashes, the probes). The first run is the reference; a run that differs keeps its full hashes and
-its per-op tensors (OUT/differ/RUN.json and RUN.pt) and the loop prints the first differing op, the
-tensor, how many elements and whether they are denormal or equal the 1-thread result. Runs that
-match delete theirs. `--summary` prints the counts of a finished or running loop.
+hashes, the probes). The first run to finish is the reference; a run that differs keeps its full
+hashes and its per-op tensors (OUT/differ/RUN.json and RUN.pt) and the loop prints the first
+differing op, the tensor, how many elements and how many ulps. Runs that match delete theirs.
+`--variants` computes the update's ops also at 1 thread, at 2 and with denormals flushed, says which
+ops' bits each changes, and which variant a differing run's first differing op equals.
+STRAIGHT_MKL_THREADS / STRAIGHT_MKL_DYNAMIC in the environment set MKL's own count / dynamic flag.
 
 `--per-process R` (4): each process does R runs one after another (torch's imports, half a run's
 time here, are paid once); the first of each is a fresh process's, and runs.jsonl says which.
