@@ -8,7 +8,8 @@ threads and inputs). In its strict conditional numerical reproducibility mode (M
 gemm sums in an order fixed by the shapes alone, whatever the thread count: docs/operations.md. MKL reads MKL_CBWR once, at its first call,
 so request() runs before any matmul of the process (the daemon's start, the `tatu` command, the
 tests' conftest); a value already in the environment wins. request() imports no torch: `tatu` calls it
-before a subcommand decides whether to load torch.
+before a subcommand decides whether to load torch. settle() also makes a run's first VML calls
+(torch's sqrt, exp, log... on CPU) its own warm-up's, not the run's: warm_vml() says why.
 """
 from __future__ import annotations
 
