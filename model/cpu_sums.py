@@ -8,7 +8,8 @@ threads and inputs). In its strict conditional numerical reproducibility mode (M
 gemm sums in an order fixed by the shapes alone, whatever the thread count: docs/operations.md. MKL reads MKL_CBWR once, at its first call,
 so request() runs before any matmul of the process (the daemon's start, the `tatu` command, the
 tests' conftest); a value already in the environment wins. request() imports no torch: `tatu` calls it
-before a subcommand decides whether to load torch.
+before a subcommand decides whether to load torch. settle() also makes a run's first VML calls
+(torch's sqrt, exp, log... on CPU) its own warm-up's, not the run's: warm_vml() says why.
 """
 from __future__ import annotations
 
@@ -59,8 +60,33 @@ def describe(mode: str | None, source: str) -> str:
     return f"CPU matmul sums: MKL_CBWR={mode} ({source})"
 
 
+# torch ops that call oneMKL's VML on CPU float tensors (ATen/cpu/vml.h, `vms<Op>(..., VML_HA)`), on
+# chunks of at least 2048 elements, one chunk per thread of the intra-op team.
+VML_OPS = ("sqrt", "exp", "log", "log10", "log2", "sin", "cos", "tan", "tanh", "acos", "asin", "atan",
+           "erf", "erfc", "erfinv", "trunc")
+
+
+def warm_vml() -> None:
+    """Call every VML op once on one thread, then once on every thread of the team, results unused.
+
+    Why: a straight run at 2 threads was caught (bench/straight_runs.py --daemon) with its first
+    AdamW sqrt of the 10816-element embedding, the process's first VML sqrt, made by the two
+    threads at once, back with about 11 correct bits (relative error 3e-4, not VML_HA's 1 ulp) on
+    exactly the first thread's chunk, and right in the next call; that is the rare straight-run
+    difference of docs/operations.md. So a run's first VML calls are these, on a tensor no run
+    uses, before its own: one thread first (below the grain size), then one chunk per thread."""
+    import torch
+
+    small, large = torch.full((64,), 0.5), torch.full((2048 * max(1, torch.get_num_threads()),), 0.5)
+    for x in (small, large):
+        for op in VML_OPS:
+            getattr(torch, op)(x)
+
+
 def settle() -> tuple[str | None, str]:
-    """request(), then what MKL runs with: (active_mode(), the line a run prints at start)."""
+    """request(), then what MKL runs with: (active_mode(), the line a run prints at start); then
+    warm_vml(), so the run's own VML calls are not the process's first."""
     source = request()
     mode = active_mode()
+    warm_vml()
     return mode, describe(mode, source)

@@ -81,3 +81,22 @@ def test_the_line_a_run_prints_says_what_mkl_runs_with():
     assert "may change from run to run (a matmul ran before MKL_CBWR was set)" in cpu_sums.describe("OFF", "tatu's default")
     assert "may change from run to run (env)" in cpu_sums.describe("OFF", "env")
     assert "no oneMKL" in cpu_sums.describe(None, "tatu's default")
+
+
+def test_settle_warms_every_vml_op_on_one_thread_then_on_every_thread_of_the_team(monkeypatch):
+    """settle() calls each VML op first on a tensor below ATen's VML grain size (2048: one
+    thread), then on one 2048-element chunk per team thread, so a run's own VML calls (AdamW's
+    sqrt among them) are never the process's first (docs/operations.md, the straight-run
+    difference). Recorded by wrapping torch's functions; the results are not used."""
+    import torch
+
+    calls = []
+    for op in cpu_sums.VML_OPS:
+        real = getattr(torch, op)
+        monkeypatch.setattr(torch, op, lambda x, _op=op, _real=real: calls.append((_op, x.numel())) or _real(x))
+    team = torch.get_num_threads()
+    cpu_sums.settle()
+    assert [op for op, n in calls if n < 2048] == list(cpu_sums.VML_OPS)
+    assert [op for op, n in calls if n >= 2048 * team] == list(cpu_sums.VML_OPS)
+    assert [i for i, (_, n) in enumerate(calls) if n < 2048] == list(range(len(cpu_sums.VML_OPS)))  # one thread first
+    assert "sqrt" in cpu_sums.VML_OPS

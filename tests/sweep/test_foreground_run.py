@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import psutil
@@ -29,17 +30,35 @@ from tatu.sweep.lock import members, read_lock
 pytestmark = pytest.mark.slow
 
 TUNE = "[tune]\nTATU_LR = [1e-3, 3e-3]\nseeds = [1]\n"
-# One thread per member, fixed by the plan: K=2 members fill the 2 cores without oversubscribing
-# them. At torch's default count (2 each), a member that was never interrupted twice ended a few
-# ulps from its twin in CI, a rare straight-run difference this test cannot tell from a resume's
-# (docs/operations.md, "CPU matmul sums"). The default count's start line is checked in
-# tests/sweep/test_configs_run.py.
-THREADS = 1
+# The members run at torch's default thread count (the plan leaves TATU_THREADS unset), the users'
+# default. There a member that was never interrupted rarely ends a few ulps from its twin (twice in
+# CI; measured rate and what it touches: docs/operations.md, "CPU matmul sums"), which bits alone
+# cannot tell from a resume's error. So the two sweeps are compared exactly, and a member whose
+# bits differ is held to the tolerances below instead (see assert_close_run for why they are safe).
+# The resume's own bit-identity is proven exactly by the single-daemon kill -9 test
+# (tests/daemon/test_daemon.py::test_sigkill_at_random_moments_then_resume_is_bit_identical).
+#
+# The tolerances, measured against a thread-count change (bench/straight_tolerance.py: the same
+# sweep at TATU_THREADS=1 and at the default count, which alters LayerNorm's gradient sums at every
+# step, as large as the rare difference or larger: numbers in docs/operations.md):
+# - the final weights' relative L2 distance, ||a - b|| / ||a||: 1.5e-5 at most there; another
+#   seed or learning rate of this sweep is 2e-2 to 8e-2. (Not a per-element bound: Adam turns a
+#   last-bit change of a gradient near 0 into a step of up to the learning rate for that element,
+#   1e-4 there.)
+WEIGHT_RTOL = 1e-3
+# - each step's training loss, relative: 5e-8 at most there; another seed's batches are far
+#   outside it at every step (test_the_tolerances_tell_another_run_from_a_few_ulps).
+LOSS_RTOL = 1e-5
+# - every float of the report and of the lock's tune choice, relative (absolute near 0): 2.5e-4 at
+#   most there (a paired test's p-value), far below the judged effects (percents, against CIs
+#   several percent wide). Every string, int, key and decision must be equal.
+NUMBER_RTOL = 2e-3
+NUMBER_ATOL = 1e-4
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, tiny_trunk):
-    root, plan = plan_world(tmp_path_factory, tiny_trunk, "tuned", tune=TUNE, extra=f", TATU_THREADS = {THREADS}")
+    root, plan = plan_world(tmp_path_factory, tiny_trunk, "tuned", tune=TUNE)
     return {"root": root, "data": tiny_trunk["data"], "trunk": tiny_trunk["trunk"], "plan": plan}
 
 
@@ -47,7 +66,7 @@ def world(tmp_path_factory, tiny_trunk):
 def reference(world):
     sweeps = world["root"] / "ref"
     out = run_through(world["plan"], sweeps, "compare: 4/4 done")
-    assert f"threads: TATU_THREADS={THREADS} for every member (the plan)" in out
+    assert "threads: not fixed by the plan, so each member takes its backend's count" in out
     # The elapsed time beside the estimate `tatu sweep plan` would make (the trunk's run is measured).
     assert re.search(r"; took (\d+m)?\d+s \(estimated (\d+m)?\d+s at K=2\);", out), out
     return sweeps / "tuned"
@@ -104,6 +123,85 @@ def final_weights(sweep_dir: Path) -> dict[str, bytes]:
     return {m.name: (Path(m.env["TATU_OUT"]) / m.run / "final" / "model.safetensors").read_bytes() for m in members(lock)}
 
 
+def step_losses(sweep_dir: Path) -> dict[str, list]:
+    """Each member's (step, loss) of every step event: a resumed member logs a step it redid again."""
+    out = {}
+    for m in members(read_lock(sweep_dir)):
+        events = (Path(m.env["TATU_OUT"]) / m.run / "events.jsonl").read_text().splitlines()
+        steps = {}
+        for e in (json.loads(line) for line in events if line.strip()):
+            if e["event"] == "step":
+                steps[e["step"]] = e["loss"]
+        out[m.name] = sorted(steps.items())
+    return out
+
+
+def numbers_apart(a, b, path: str = "", rtol: float | None = None, atol: float | None = None) -> list[str]:
+    """Where two JSON-like values differ: floats beyond rtol/atol (NUMBER_RTOL/NUMBER_ATOL unless
+    given), anything else at all."""
+    rtol = NUMBER_RTOL if rtol is None else rtol
+    atol = NUMBER_ATOL if atol is None else atol
+    if isinstance(a, float) or isinstance(b, float):
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and not isinstance(b, bool):
+            if a == b or (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=rtol, abs_tol=atol):
+                return []
+        return [f"{path}: {a!r} vs {b!r}"]
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return [f"{path}: keys {sorted(a.keys() ^ b.keys())}"]
+        return [d for k in a for d in numbers_apart(a[k], b[k], f"{path}/{k}", rtol, atol)]
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} vs {len(b)} items"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in numbers_apart(x, y, f"{path}[{i}]", rtol, atol)]
+    return [] if a == b else [f"{path}: {a!r} vs {b!r}"]
+
+
+def weights_apart(a: bytes, b: bytes) -> tuple[float, list[str]]:
+    """(the relative L2 distance ||a - b|| / ||a|| of two model.safetensors' weights, in float64,
+    what is not comparable)."""
+    from safetensors.torch import load
+
+    ta, tb = load(a), load(b)
+    if ta.keys() != tb.keys():
+        return math.inf, [f"tensors {sorted(ta.keys() ^ tb.keys())}"]
+    bad = [k for k in ta if ta[k].shape != tb[k].shape or ta[k].dtype != tb[k].dtype]
+    if bad:
+        return math.inf, [f"shape or dtype of {bad}"]
+    gap = sum(float((ta[k].double() - tb[k].double()).pow(2).sum()) for k in ta)
+    size = sum(float(ta[k].double().pow(2).sum()) for k in ta)
+    return math.sqrt(gap / size), []
+
+
+def assert_close_run(ref: Path, got: Path) -> list[str]:
+    """The killed sweep equals the run-through: weights byte-equal, or (for a member whose bits
+    differ) within WEIGHT_RTOL; the per-step losses within LOSS_RTOL; the tune choice and the
+    report numbers equal except floats within NUMBER_RTOL. Returns the members whose bits differed.
+
+    Why the tolerances are safe: the rare straight-run difference at 2 threads starts as a few
+    ulps in the weights after one update (docs/operations.md); a change of the thread count, which
+    alters LayerNorm's gradient sums at every step, stays 8x (report floats), 70x (weights) and
+    200x (losses) inside them (bench/straight_tolerance.py). A resume error that matters (a skipped,
+    repeated or reordered batch, lost Adam moments, another LR step or RNG state) feeds the model
+    other batches or other updates, as another seed or learning rate does, and those are far
+    outside: test_the_tolerances_tell_another_run_from_a_few_ulps checks that on this sweep's own
+    members. Bit-identity of a resume is still asserted exactly where one daemon runs alone
+    (tests/daemon/test_daemon.py::test_sigkill_at_random_moments_then_resume_is_bit_identical)."""
+    ref_w, got_w = final_weights(ref), final_weights(got)
+    assert ref_w.keys() == got_w.keys() and len(ref_w) == 6
+    apart = [name for name in ref_w if ref_w[name] != got_w[name]]
+    for name in apart:
+        biggest, problems = weights_apart(ref_w[name], got_w[name])
+        assert not problems and biggest <= WEIGHT_RTOL, (name, biggest, problems)
+    losses = numbers_apart(step_losses(ref), step_losses(got), "losses", rtol=LOSS_RTOL, atol=0.0)
+    assert not losses, losses[:10]
+    for what, a, b in (("tuned", read_lock(ref)["tuned"], read_lock(got)["tuned"]),
+                       ("report", json.loads(report_numbers(ref)), json.loads(report_numbers(got)))):
+        differences = numbers_apart(a, b, what)
+        assert not differences, differences[:10]
+    return apart
+
+
 def report_numbers(sweep_dir: Path) -> str:
     from tatu.sweep.analysis import analyze
 
@@ -122,11 +220,36 @@ def test_killed_and_restarted_sweep_equals_the_run_through(reference, killed):
         events = [json.loads(line) for line in (Path(m.env["TATU_OUT"]) / m.run / "events.jsonl").read_text().splitlines() if line.strip()]
         resumed += [m.name for e in events if e["event"] == "resumed"]
     assert resumed, "no member was interrupted mid-run: the kills proved nothing"
-    ref, got = final_weights(reference), final_weights(killed_dir)
-    assert ref.keys() == got.keys() and len(ref) == 6
-    assert all(ref[name] == got[name] for name in ref), [n for n in ref if ref[n] != got[n]]
-    assert read_lock(reference)["tuned"] == read_lock(killed_dir)["tuned"]
-    assert report_numbers(reference) == report_numbers(killed_dir)
+    apart = assert_close_run(reference, killed_dir)
+    if apart:  # within the tolerances, and said: the rare straight-run difference or a resume's, the bits cannot tell
+        warnings.warn(f"members whose final bits differ from the run-through's (within the tolerances): {apart}")
+
+
+def test_the_tolerances_tell_another_run_from_a_few_ulps(reference):
+    """The tolerances are not blind: members of this sweep that differ in one thing (the learning
+    rate; the seed) are far outside them, in weights and in every step's loss after the first,
+    and a member's weights moved by a few ulps (the documented straight-run difference) inside."""
+    import torch
+    from safetensors.torch import load, save
+
+    lock = read_lock(reference)
+    by_name = {m.name: m for m in members(lock)}
+    weights = {n: (Path(m.env["TATU_OUT"]) / m.run / "final" / "model.safetensors").read_bytes() for n, m in by_name.items()}
+    losses = step_losses(reference)
+    tune = sorted(m.name for m in members(lock, "tune"))
+    compare = sorted(m.name for m in members(lock, "compare"))
+    seeds = [n for n in compare if n != compare[0] and by_name[n].values.get("REPLAY_N") == by_name[compare[0]].values.get("REPLAY_N")]
+    assert len(tune) == 2 and seeds, (tune, compare)
+    for a, b in ((tune[0], tune[1]), (compare[0], seeds[0])):
+        distance, problems = weights_apart(weights[a], weights[b])
+        assert not problems and distance > 10 * WEIGHT_RTOL, (a, b, distance)
+        later = numbers_apart(losses[a][1:], losses[b][1:], "losses", rtol=LOSS_RTOL, atol=0.0)
+        assert len(later) == len(losses[a]) - 1, (a, b, later)  # every step after the first apart
+    nudged = load(weights[tune[0]])
+    for _ in range(4):  # four ulps up, every element
+        nudged = {k: torch.nextafter(v, torch.full_like(v, math.inf)) for k, v in nudged.items()}
+    distance, problems = weights_apart(weights[tune[0]], save(nudged))
+    assert not problems and 0 < distance <= WEIGHT_RTOL / 100, distance
 
 
 def test_a_finished_sweep_started_again_does_nothing_and_says_so(world, reference):
