@@ -2,9 +2,8 @@
 process's first matmul and read back from MKL itself.
 
 torch's CPU build links oneMKL, whose gemm splits a product's inner dimension across threads and,
-left to itself, may sum the parts in an order that changes from run to run (the killed-sweep test
-in tests/sweep/test_foreground_run.py once saw a member end a few ulps from its twin, with the same
-threads and inputs). In its strict conditional numerical reproducibility mode (MKL_CBWR=AUTO,STRICT)
+left to itself, may sum the parts in an order that follows the thread count (and MKL may pick the
+count itself). In its strict conditional numerical reproducibility mode (MKL_CBWR=AUTO,STRICT)
 gemm sums in an order fixed by the shapes alone, whatever the thread count: docs/operations.md. MKL reads MKL_CBWR once, at its first call,
 so request() runs before any matmul of the process (the daemon's start, the `tatu` command, the
 tests' conftest); a value already in the environment wins. request() imports no torch: `tatu` calls it
