@@ -89,3 +89,23 @@ def settle() -> tuple[str | None, str]:
     mode = active_mode()
     warm_vml()
     return mode, describe(mode, source)
+
+
+def machine_line() -> str:
+    """The CPU and the kernels a number was computed with: its model name, the vector kernels ATen
+    dispatches to (ATEN_CPU_CAPABILITY lowers them), whether it has AMX, and MKL's sum mode.
+
+    Another CPU sums in another order, so a table printed with this line says where it came from."""
+    import torch
+
+    from tatu.model.precision import CPUINFO, cpu_flags
+
+    cpuinfo = CPUINFO.read_text() if CPUINFO.is_file() else ""
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
+                 "unknown CPU")
+    capability = torch.backends.cpu.get_cpu_capability()
+    chosen = f"ATEN_CPU_CAPABILITY={os.environ['ATEN_CPU_CAPABILITY']}" if os.environ.get("ATEN_CPU_CAPABILITY") else "auto"
+    amx = "with AMX" if "amx_tile" in cpu_flags(cpuinfo) else "no AMX"
+    source = request()
+    return (f"machine: {model} ({os.cpu_count()} cores, {amx}); ATen kernels {capability} ({chosen}); "
+            f"{describe(active_mode(), source).removeprefix('CPU matmul sums: ')}; torch {torch.__version__}")

@@ -1,9 +1,10 @@
 """`make demo`: from nothing to a finished experiment, on the embedded default data.
 
-    demo sources (Debian packages + generated pairs) -> BPE tokenizer -> data build
-    -> a trunk pretrained from scratch (the daemon, TATU_MODE=pretrain)
-    -> two SFT runs from that trunk, same steps: without replay, with replay
-    -> tatu compare of their final checkpoints -> tatu report -> a closing table
+    demo sources (Debian packages + generated pairs) -> BPE tokenizer -> data build (word categories
+    by Apertium's taggers) -> a trunk pretrained from scratch (the daemon, TATU_MODE=pretrain)
+    -> a sweep from that trunk, same steps: SFT without replay and with replay, each at 3 seeds,
+       judged by a rule written in its plan before it runs -> the sweep's report and the runs' report
+    -> a closing table over seeds x lines, each seed's own verdict, the machine it ran on
 
 Every stage is a tatu command an operator could type; the runs go through the daemon under
 `systemd --user` when a user manager answers, in the foreground otherwise.
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tatu.data.demo import CHAT_PRETRAIN_FILE, HELD_OUT_FILE
-from tatu.formats import fmt_p, fmt_pct
+from tatu.formats import fmt_pct
 from tatu.ops.cli import main as tatu
 from tatu.systemctl import SystemctlError, systemctl_user
 
@@ -130,39 +131,6 @@ def run_daemon(env: dict[str, str], use_systemd: bool) -> int:
     return subprocess.run([sys.executable, "-m", "tatu.daemon"], env={**os.environ, **env}).returncode
 
 
-def closing_table(run_dirs: list[Path]) -> str:
-    """One row per run: its verdict, sftHeld and ptVal change and enRuler drift, each with its
-    paired CI vs the run's step 0; then the drift of every run at the last step they all reached."""
-    def with_ci(change):
-        return f"{fmt_pct(change['value'])} [{fmt_pct(change['lo'])},{fmt_pct(change['hi'])}]" if change else "n/a"
-
-    from tatu.ops.report.page import load_run
-
-    runs = {}
-    for run_dir in run_dirs:
-        record = load_run(run_dir)
-        runs[record.name] = ({e["step"]: e for e in record.evals}, record.verdict)
-    head = f"{'run':<14} {'step':>4} {'sftHeld change':>24} {'ptVal change':>24} {'enRuler drift':>24} {'p':>6}  verdict"
-    rows = [head]
-    for name, (evals, verdict) in runs.items():
-        last = evals[max(evals)]
-        rows.append(f"{name:<14} {last['step']:>4} {with_ci(last['changes'].get('sftHeld')):>24} "
-                    f"{with_ci(last['changes'].get('ptVal')):>24} {with_ci(last['drift']):>24} "
-                    f"{fmt_p(last['drift']['p_value']):>6}  {verdict['verdict'] if verdict else 'unfinished'}")
-    common = set.intersection(*(set(evals) - {0} for evals, _ in runs.values()))
-    if common:
-        step = max(common)
-        rows.append(f"at step {step}, the last eval every run reached: " + "; ".join(
-            f"{name} drift {with_ci(evals[step]['drift'])}" for name, (evals, _) in runs.items()))
-    rows.append("verdicts judge sftHeld and the English ruler (drift) only; ptVal is shown, not judged.")
-    for held_out, about in HELD_OUT_ABOUT.items():
-        changes = {name: evals[max(evals)]["changes"].get(held_out) for name, (evals, _) in runs.items()}
-        if any(changes.values()):
-            rows.append(f"held-out {held_out} ({about}), change vs step 0: "
-                        + "; ".join(f"{name} {with_ci(change)}" for name, change in changes.items()))
-    return "\n".join(rows)
-
-
 def _train_trunk(scale: Scale, common: dict[str, str], use_systemd: bool, runs: Path) -> Path:
     say(f"trunk: pretraining from scratch, {scale.pretrain_steps} steps ({'systemd --user' if use_systemd else 'foreground'})")
     trunk_env = {**common, "TATU_RUN": "trunk", "TATU_MODE": "pretrain", "SFT_GE": str(scale.pretrain_micro),
@@ -174,51 +142,114 @@ def _train_trunk(scale: Scale, common: dict[str, str], use_systemd: bool, runs: 
     return runs / "trunk" / "final"
 
 
-def _sft_runs(scale: Scale, common: dict[str, str], trunk: Path, use_systemd: bool) -> dict[str, int]:
-    """The two SFT runs, without and with replay: each one's exit status."""
-    # The same seed checkpoint, the same steps and LR: only the mix differs.
-    sft_common = {**common, "TATU_SEED_CKPT": str(trunk), "SFT_GE": str(scale.sft_ge), "MIX_STEPS_LIMIT": str(scale.sft_steps),
-                  "TATU_LR": str(scale.sft_lr), "TATU_CKPT_EVERY": str(scale.sft_steps)}
-    # MIX_FORGET_LIMIT stays at its default (10%): a run that forgets more aborts (exit 10) and
-    # its verdict says so; that is the daemon doing its job, and the table shows it.
-    statuses = {}
-    for name, replay in (("sft-noreplay", 0), ("sft-replay", scale.replay_n)):
-        say(f"SFT run {name}: SFT_GE={scale.sft_ge} REPLAY_N={replay}, {scale.sft_steps} steps")
-        statuses[name] = run_daemon({**sft_common, "TATU_RUN": name, "REPLAY_N": str(replay)}, use_systemd)
-        if statuses[name] not in (0, 10):
-            check(statuses[name], f"SFT run {name}")
-    return statuses
+SWEEP = "demo-replay"
+# Each configuration at these TATU_SEEDs (stream order, dropout): a verdict that holds across them,
+# not one run's luck (docs/metrics.md, "Two sources of noise").
+SEEDS = (1, 2, 3)
+# The demo's decision, written into its plan before any SFT run starts and locked by `tatu sweep start`:
+# the run's own criteria (MIX_FORGET_LIMIT at the end and at every eval; sftHeld improves), on the
+# seeds x lines CIs.
+RULE = ("smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT and every_eval_drift_hi < MIX_FORGET_LIMIT "
+        "and sftHeld_change_hi < 0")
 
 
-def _compare_and_report(runs: Path, statuses: dict[str, int], sources: Path, out: Path) -> tuple[dict[str, Path], list[Path]]:
-    # A run aborted by MIX_FORGET_LIMIT has no final/: its resume state holds its last weights.
-    last = {name: runs / name / ("final" if (runs / name / "final").exists() else "state") for name in statuses}
-    steps = {name: json.loads((last[name] / "meta.json").read_text())["step"] for name in statuses}
-    say(f"paired comparison of the last weights of each run on the same lines: "
-        f"A = sft-noreplay (step {steps['sft-noreplay']}), B = sft-replay (step {steps['sft-replay']})")
-    check(tatu(["compare", str(last["sft-noreplay"]), str(last["sft-replay"]),
-                "--set", f"enRuler={sources / 'en_ruler.txt'}", "--set", f"sftHeld={sources / 'sft_held.jsonl'}",
-                "--json", str(out / "compare.json")]), "compare")
-    say("report")
-    run_dirs = [runs / "sft-noreplay", runs / "sft-replay"]
-    check(tatu(["report", *map(str, run_dirs), "--out", str(out / "report")]), "report")
-    return last, run_dirs
+def sweep_plan(scale: Scale, common: dict[str, str]) -> str:
+    """The demo's SFT comparison as a sweep plan (TOML): without replay and with it, from the one
+    trunk, the same steps and LR, each at SEEDS. Paths are relative to the plan, which lies in the
+    demo's directory."""
+    base = {"TATU_DATA": "data", "TATU_SEED_CKPT": "runs/trunk/final", "TATU_DEVICE": common["TATU_DEVICE"],
+            "TATU_PRECISION": common["TATU_PRECISION"], "TATU_MICRO_BATCH": scale.micro_batch, "TATU_SEQ_LEN": scale.seq_len,
+            "SFT_GE": scale.sft_ge, "MIX_STEPS_LIMIT": scale.sft_steps, "EVAL_EVERY": scale.eval_every,
+            "TATU_CKPT_EVERY": scale.sft_steps, "TATU_LR": scale.sft_lr, "TATU_EVAL_RESAMPLES": scale.resamples,
+            "TATU_MEM_FLOOR_MB": 0,
+            # one thread per member: the same bits under --foreground and systemd, K members at once
+            "TATU_THREADS": 1}
+    # MIX_FORGET_LIMIT stays at its default (10%): a member that forgets more aborts (exit 10), a
+    # result like any other; the rule reads the limit from each member's effective config.
+    shown = ", ".join(f"{k} = {json.dumps(v)}" for k, v in base.items())
+    return f"""# make demo's question (tatu.ops.demo), written before any SFT run starts; `tatu sweep start` locks it.
+name = "{SWEEP}"
+question = "Does English replay (REPLAY_N={scale.replay_n} per SFT_GE={scale.sft_ge}) keep enRuler drift under MIX_FORGET_LIMIT while sftHeld improves, across seeds?"
+seeds = {json.dumps(list(SEEDS))}
+
+[base]
+vars = {{ {shown} }}
+
+[axes]
+REPLAY_N = [0, {scale.replay_n}]
+
+[decision]
+baseline = {{ REPLAY_N = 0 }}
+rule = "{RULE}"
+"""
+
+
+def _compare_over_seeds(scale: Scale, common: dict[str, str], out: Path, use_systemd: bool) -> Path:
+    """The SFT comparison through the sweep engine; returns the sweep's directory."""
+    plan = out / "demo-plan.toml"
+    plan.write_text(sweep_plan(scale, common))
+    sweeps = out / "sweeps"
+    k = str(min(2, os.cpu_count() or 1))
+    where = "members as tatu-sft@ units under systemd --user" if use_systemd else "members in the foreground"
+    say(f"SFT without and with replay (REPLAY_N=0, {scale.replay_n}), {scale.sft_steps} steps from the trunk, at seeds "
+        f"{', '.join(map(str, SEEDS))}: the sweep {SWEEP} ({where}, {k} at a time); its rule, locked before it runs:\n    {RULE}")
+    backend = ["--wait"] if use_systemd else ["--foreground"]
+    code = tatu(["sweep", "start", str(plan), "--sweeps", str(sweeps), "-K", k, "--poll", "0.5", *backend])
+    check(code, "the SFT sweep")
+    return sweeps / SWEEP
+
+
+def closing_table(data: dict) -> str:
+    """The sweep's answer: per configuration over seeds, the paired difference, the locked rule's
+    verdict (the sweep report holds the rest: held-out sets, word categories, the common step)."""
+    from tatu.sweep import tables
+
+    configs = data["compare"]["configs"]
+    return "\n".join([
+        f"{data['question']}",
+        "per configuration over seeds, * = baseline; CIs over seeds x lines (the seed's variation and the lines')",
+        tables.text_table(tables.CONFIG_HEADER, tables.config_rows(configs)),
+        "\npaired by seed and line vs the baseline (paired t over seeds)",
+        tables.text_table(tables.PAIRED_HEADER, tables.paired_rows(configs)),
+        "", *tables.verdict_lines(data)])
+
+
+def member_table(data: dict) -> str:
+    """Each seed's own run: what the daemon judged on its own (one run's CI: the ruler's lines only)."""
+    rows = [f"{'member':<22} {'seed':>4} {'step':>4}  {'its own verdict':<16} {'its last drift [95% CI over lines]':>30}"]
+    for config in data["compare"]["configs"]:
+        for result in config["results"]:
+            last = result.get("eval_drifts") or []
+            drift = f"{fmt_pct(last[-1][1])} (hi {fmt_pct(last[-1][2])})" if last else "n/a"
+            rows.append(f"{result['member']:<22} {result['seed']:>4} {result.get('steps', 0):>4}  "
+                        f"{result.get('verdict') or result['state']:<16} {drift:>30}")
+    return "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tatu.model.cpu_sums import machine_line
+    from tatu.ops.packages import ensure_tagger_packages
+    from tatu.sweep.report import write_report
+
     parser = argparse.ArgumentParser(prog="python -m tatu.ops.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="demo")
     parser.add_argument("--out", type=Path, default=Path("demo"))
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the sources' and the trunk's seed (the SFT seeds are the plan's)")
     parser.add_argument("--foreground", action="store_true", help="never use systemd --user")
     args = parser.parse_args(argv)
     scale = SCALES[args.scale]
     out: Path = args.out.resolve()
     started = time.time()
+    machine = machine_line()
 
-    say(f"tatu demo ({args.scale}) in {out}")
+    say(f"tatu demo ({args.scale}) in {out}\n{machine}")
     sources = out / "sources"
     check(tatu(["data", "demo", str(sources), "--scale", args.scale, "--seed", str(args.seed)]), "data demo")
+    # Apertium's taggers: the data build stores each eval line's word categories, so the reports
+    # have the per-category tables (without them, the demo runs and says what is missing).
+    tagger_problem = ensure_tagger_packages()
+    if tagger_problem:
+        print(f"note: {tagger_problem}; the reports will have no word-category tables")
     say("tokenizer (byte-level BPE) and data build")
     data = prepare_data(sources, out, "bpe", scale.vocab, scale.seq_len)
 
@@ -231,23 +262,30 @@ def main(argv: list[str] | None = None) -> int:
               # (auto would be bf16 on a CPU with AMX and fp32 on one without; docs/precision.md)
               "TATU_PRECISION": os.environ.get("TATU_PRECISION", "fp32")}
     trunk = _train_trunk(scale, common, use_systemd, runs)
-    statuses = _sft_runs(scale, common, trunk, use_systemd)
-    last, run_dirs = _compare_and_report(runs, statuses, sources, out)
+    sweep_dir = _compare_over_seeds(scale, common, out, use_systemd)
 
-    say(f"done in {time.time() - started:.0f}s: enRuler drift without vs with replay (paired 95% CIs vs each run's step 0)")
-    print(closing_table(run_dirs))
-    finals = ", ".join(f"{name}/{last[name].name}" for name in statuses)
+    say("reports: the sweep's (tables over seeds, plots) and every member's run report")
+    report, _, sweep_page = write_report(sweep_dir)
+    members = sorted(p for p in (sweep_dir / "runs").iterdir() if p.is_dir())
+    check(tatu(["report", *map(str, members), "--out", str(out / "report")]), "report")
+
+    say(f"done in {time.time() - started:.0f}s: SFT without vs with replay over seeds {', '.join(map(str, SEEDS))}, "
+        f"CIs over seeds x lines\n{machine}")
+    print(closing_table(report))
+    print("\neach seed's own run, as its daemon judged it (its CI covers the ruler's lines, not the seed):")
+    print(member_table(report))
     print(f"""
 Where things are:
   data            {data}
   trunk           {trunk}
-  runs            {runs}/<run>/ (run.log, events.jsonl, state/, best/, verdict.json; {finals}); <run>.env beside
-  comparison      {out / 'compare.json'}
-  report          {out / 'report' / 'index.html'}
+  the plan        {out / 'demo-plan.toml'} (locked: {sweep_dir / 'plan.lock.json'})
+  member runs     {sweep_dir / 'runs'}/<member>/ (run.log, events.jsonl, state/, final/, verdict.json)
+  sweep report    {sweep_page} (report.json and plots beside it)
+  run report      {out / 'report' / 'index.html'}
 Next:
-  tatu report {' '.join(map(str, run_dirs))}
-  tatu generate {last['sft-replay']} --chat --prompt "Quanto é 12 mais 30?"
-  tatu smoke --env-file {runs / 'sft-replay.env'}      # the 2-step check an operator runs before a real run""")
+  tatu sweep report {SWEEP} --sweeps {out / 'sweeps'}      # the tables again, from the files
+  tatu generate {members[-1] / 'final'} --chat --prompt "Quanto é 12 mais 30?"
+  tatu smoke --env-file {runs / 'trunk.env'}      # the 2-step check an operator runs before a real run""")
     return 0
 
 

@@ -2,6 +2,7 @@
 
     tatu sweep plan FILE                      members, effective configs, plan hash, cost estimate
     tatu sweep start FILE [--foreground] [-K N]   lock the plan, then run it (tatu-sweep@NAME by default)
+    tatu sweep start FILE --wait              under systemd, return when the coordinator unit ends (its status)
     tatu sweep start FILE --backend ray [--address ADDR]   members as Ray tasks on a cluster
     tatu sweep status NAME                    each member's state, and the coordinator's summary
     tatu sweep stop NAME                      stop the coordinator and its members (they save; start continues)
@@ -39,6 +40,8 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--ray-cpus", type=int, default=1, help="--backend ray: CPUs per member on a cluster without GPUs")
     p.add_argument("-K", type=int, default=None, help="members running at once (default: the GPUs the members use, else 1; ray: what the cluster holds at once)")
     p.add_argument("--poll", type=float, default=2.0, help="seconds between the coordinator's passes (--foreground, --backend ray)")
+    p.add_argument("--wait", action="store_true", help="systemd: return when the coordinator unit has ended, with its exit status "
+                                                         "(the other backends always wait)")
     p.add_argument("--sweeps", type=Path, default=Path("sweeps"))
     for action, text in (("status", "each member's state"), ("stop", "stop the coordinator and the members"),
                          ("report", "the closing table, plots and an HTML page")):
@@ -182,7 +185,7 @@ def start_main(args) -> int:
             return coordinator.run()
         finally:
             signal.signal(signal.SIGINT, previous)
-    return _start_unit(plan.name, sweep_dir, k)
+    return _start_unit(plan.name, sweep_dir, k, args.wait)
 
 
 def _gpu_count() -> int:
@@ -200,7 +203,7 @@ def sweep_env_path(name: str) -> Path:
     return unit_env_dir() / "sweeps" / f"{name}.env"
 
 
-def _start_unit(name: str, sweep_dir: Path, k: int) -> int:
+def _start_unit(name: str, sweep_dir: Path, k: int, wait: bool = False) -> int:
     from tatu.sweep.backends import write_private
     from tatu.systemctl import SystemctlError, systemctl_user
 
@@ -214,6 +217,13 @@ def _start_unit(name: str, sweep_dir: Path, k: int) -> int:
             systemctl_user("enable", unit)  # a reboot starts it again (with lingering enabled)
         except SystemctlError as exc:
             print(f"note: {exc} (the sweep runs, but will not restart after a reboot)", file=sys.stderr)
+        if wait:
+            print(f"starting {unit} (K={k}) and waiting for it to end: `tatu sweep status {name}`, "
+                  f"`journalctl --user -u {unit} -f`", flush=True)
+            systemctl_user("start", "--wait", unit, timeout=None, check=False, capture=False)
+            status = systemctl_user("show", unit, "-pExecMainStatus", "--value", timeout=None, check=False)
+            systemctl_user("reset-failed", unit, check=False)  # a failed coordinator would stay listed
+            return int(status.strip() or 1)
         systemctl_user("start", unit)
     except SystemctlError as exc:
         raise SweepError(1, str(exc))
