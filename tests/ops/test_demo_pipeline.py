@@ -2,111 +2,132 @@
 
 The demo's text comes from Debian packages (ops/packages.py installs them as root). Where they
 cannot be installed this skips with the reason — except under CI (CI_STRICT=1, set by
-.ci/run, runs as root), where it must run.
+.ci/run, runs as root), where it must run. The run itself is the session fixture `tiny_demo`
+(tests/ops/conftest.py).
 """
 from __future__ import annotations
 
+import datetime
 import json
+import math
 import re
 import subprocess
 import sys
 
 import pytest
 
+from demo_world import demo_packages_problem
 from strict import cannot_run
-from tiny_world import RUN_PREFIXES, clean_environ
+from tiny_world import RUN_PREFIXES
 
 from tatu.daemon.logs import read_events
+from tatu.formats import fmt_pct
+from tatu.ops.demo import RULE, SEEDS, SWEEP
+
+CONFIGS = ("replay-n0", "replay-n2")  # REPLAY_N 0 and the tiny scale's replay_n
 
 
-def _packages_ready() -> str | None:
-    from tatu.data.demo import DemoPackagesError
-    from tatu.ops.packages import ensure_demo_packages
-
-    try:
-        ensure_demo_packages()
-    except DemoPackagesError as exc:
-        return str(exc)
-    return None
+def _members(sweep_dir):
+    return {f"{c}-s{s}": sweep_dir / "runs" / f"{SWEEP}.{c}-s{s}" for c in CONFIGS for s in SEEDS}
 
 
 @pytest.mark.slow
-def test_tiny_demo_end_to_end(tmp_path):
-    problem = _packages_ready()
-    if problem:
-        cannot_run(f"demo packages unavailable: {problem}")
-    env = clean_environ()
-    out = tmp_path / "demo"
-    proc = subprocess.run([sys.executable, "-m", "tatu.ops.demo", "--scale", "tiny", "--foreground", "--out", str(out)],
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    runs = out / "runs"
-    for name in ("trunk", "sft-noreplay", "sft-replay"):
-        assert (runs / name / "events.jsonl").exists()
-    # the trunk's reference metrics travelled into both SFT runs: drift_tronco is a number
-    for name in ("sft-noreplay", "sft-replay"):
-        evals = [e for e in read_events(runs / name / "events.jsonl") if e["event"] == "eval"]
-        assert evals[0]["drift"]["value"] == 0.0
-        assert evals[-1]["drift_tronco"] is not None
-    # same seed checkpoint, same steps; only the mix differs
-    steps = {name: [e for e in read_events(runs / name / "events.jsonl") if e["event"] == "step"] for name in ("sft-noreplay", "sft-replay")}
-    assert len(steps["sft-noreplay"]) == len(steps["sft-replay"])
-    assert all(e["replay_fraction"] == 0.0 for e in steps["sft-noreplay"])
-    assert all(e["replay_fraction"] > 0.0 for e in steps["sft-replay"])
-    # the closing table: one row per run, drift with its CI, a verdict — equal to the events
-    for name in ("sft-noreplay", "sft-replay"):
-        events = read_events(runs / name / "events.jsonl")
-        last = [e for e in events if e["event"] == "eval"][-1]
-        verdict = [e for e in events if e["event"] == "verdict"][-1]["verdict"]
-        d = last["drift"]
-        row = next(line for line in proc.stdout.splitlines() if line.startswith(name + " "))
-        expected = f"{d['value'] * 100:+.1f}% [{d['lo'] * 100:+.1f}%,{d['hi'] * 100:+.1f}%]"
-        assert expected in row and row.rstrip().endswith(verdict), (row, expected, verdict)
-        # the held-out domain no training source covers: its change, after the table's rows
-        held = next(line for line in proc.stdout.splitlines() if line.startswith("held-out ptFaq "))
-        c = last["changes"]["ptFaq"]
-        assert f"{name} {c['value'] * 100:+.1f}% [{c['lo'] * 100:+.1f}%,{c['hi'] * 100:+.1f}%]" in held
-        assert last["sets"]["ptFaq"]["n_lines"] == 12
-    assert (out / "report" / "index.html").exists()
-    compare = json.loads((out / "compare.json").read_text())
-    assert compare  # written by tatu compare
-    assert re.search(r"report\s+\S+index\.html", proc.stdout)
+def test_tiny_demo_end_to_end(tiny_demo):
+    out, stdout = tiny_demo.out, tiny_demo.stdout
+    sweep_dir = out / "sweeps" / SWEEP
+    members = _members(sweep_dir)
+    assert (out / "runs" / "trunk" / "final").is_dir()
+    lock = json.loads((sweep_dir / "plan.lock.json").read_text())
+    assert lock["rule"] == RULE and lock["seeds"] == list(SEEDS)
+    # the rule was locked before any member ran: the lock is older than every member's first event
+    first_events = []
+    for name, run_dir in members.items():
+        events = read_events(run_dir / "events.jsonl")
+        first_events.append(events[0]["time"])
+        steps = [e for e in events if e["event"] == "step"]
+        assert steps, name
+        # one trunk, one seed checkpoint; only the mix differs between the configurations
+        if name.startswith("replay-n0"):
+            assert all(e["replay_fraction"] == 0.0 for e in steps), name
+        else:
+            assert all(e["replay_fraction"] > 0.0 for e in steps), name
+        evals = [e for e in events if e["event"] == "eval"]
+        assert evals[0]["drift"]["value"] == 0.0 and evals[-1]["drift_tronco"] is not None, name
+    created = datetime.datetime.strptime(lock["created"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+    assert created.timestamp() <= min(first_events)
+
+    report = json.loads((sweep_dir / "report" / "report.json").read_text())
+    configs = {c["key"]: c for c in report["compare"]["configs"]}
+    assert set(configs) == set(CONFIGS)
+    lines = stdout.splitlines()
+    # the closing table is the sweep's: per configuration, drift and the sftHeld change over seeds x lines
+    for key, config in configs.items():
+        row = next(line for line in lines if re.match(rf"{key}( \*)?\s+3/3\s", line))
+        for metric in ("drift", "sftHeld"):
+            st = config["stats"][metric]
+            assert f"{fmt_pct(st['value'])} [{fmt_pct(st['lo'])},{fmt_pct(st['hi'])}]" in row, (row, metric)
+            assert st["n_seeds"] == len(SEEDS)
+    # the difference paired by seed and line
+    paired_row = next(line for line in lines if line.startswith("replay-n2 ") and "3/3" not in line)
+    for metric in ("drift", "sftHeld"):
+        p = configs["replay-n2"]["paired"][metric]
+        assert p["n_seeds"] == len(SEEDS)
+        diff = f"{fmt_pct(math.expm1(p['diff']))} [{fmt_pct(math.expm1(p['lo']))},{fmt_pct(math.expm1(p['hi']))}]"
+        assert diff in paired_row, (paired_row, diff)
+    verdict_line = next(line for line in lines if line.startswith("VERDICT (locked rule): "))
+    assert report["verdict"]["line"] in verdict_line and report["verdict"]["complete"]
+    # each seed's own verdict, as its daemon wrote it
+    for name, run_dir in members.items():
+        own = json.loads((run_dir / "verdict.json").read_text())["verdict"]
+        row = next(line for line in lines if line.startswith(name + " "))
+        assert row.split()[3] == own, (row, own)
+    # the machine it ran on, at the start and in the closing lines
+    machine = [line for line in lines if line.startswith("machine: ")]
+    assert len(machine) == 2 and machine[0] == machine[1] and "ATen kernels" in machine[0] and "MKL_CBWR" in machine[0]
+    assert (sweep_dir / "report" / "index.html").exists() and (out / "report" / "index.html").exists()
+    assert re.search(r"sweep report\s+\S+index\.html", stdout)
 
 
 @pytest.mark.slow
 @pytest.mark.systemd
 def test_tiny_demo_runs_through_systemd_when_a_user_manager_answers(tmp_path):
-    """The same demo, but the runs go through `systemctl --user start --wait tatu-sft@RUN`
-    of a real user manager (tests/systemd_harness.py)."""
+    """The same demo, but the trunk goes through `systemctl --user start --wait tatu-sft@trunk`
+    and the sweep through `tatu sweep start --wait` (the coordinator unit tatu-sweep@, its members
+    tatu-sft@ units) of a real user manager (tests/systemd_harness.py)."""
     from systemd_harness import user_manager_session
 
-    problem = _packages_ready()
+    problem = demo_packages_problem()
     if problem:
         cannot_run(f"demo packages unavailable: {problem}")
     out = tmp_path / "demo"
     journals: dict[str, str] | None = None
+    runs = ["trunk", *(f"{SWEEP}.{name}" for name in _members(out))]
     with user_manager_session() as um:
         env = {k: v for k, v in um.env.items() if not k.startswith(RUN_PREFIXES)}
         proc = subprocess.run([sys.executable, "-m", "tatu.ops.demo", "--scale", "tiny", "--out", str(out)],
-                              env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+                              env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        assert "(systemd --user)" in proc.stdout
-        for name in ("trunk", "sft-noreplay", "sft-replay"):
-            # `tatu units install` put the template and the run's env file where this manager
-            # reads them: the instance loads, and it has ended (the demo waited for it).
-            shown = um.show(f"tatu-sft@{name}.service", "LoadState", "ActiveState", "FragmentPath")
+        assert "(systemd --user)" in proc.stdout and "members as tatu-sft@ units" in proc.stdout
+        for run in runs:
+            # the template and each run's env file are where this manager reads them: the
+            # instance loaded, and it has ended (the demo waited for it).
+            shown = um.show(f"tatu-sft@{run}.service", "LoadState", "ActiveState", "FragmentPath")
             assert shown == {"LoadState": "loaded", "ActiveState": "inactive",
-                             "FragmentPath": str(um.unit_dir / "tatu-sft@.service")}, shown
-            assert (um.config_home / "tatu" / f"{name}.env").is_file()
-            assert (out / "runs" / name / "verdict.json").exists()
+                             "FragmentPath": str(um.unit_dir / "tatu-sft@.service")}, (run, shown)
+            assert (um.config_home / "tatu" / f"{run}.env").is_file()
+        for run_dir in _members(out / "sweeps" / SWEEP).values():
+            assert (run_dir / "verdict.json").exists()
+        coordinator = um.show(f"tatu-sweep@{SWEEP}.service", "ActiveState", "ExecMainStatus")
+        assert coordinator == {"ActiveState": "inactive", "ExecMainStatus": "0"}, coordinator
         if um.journal_available:
             # journald reads the units' stdout on its own time: wait for the lines, with a deadline.
-            journals = {name: um.wait_for(
-                lambda name=name: (lambda text: text if re.search(r"EVAL [0-9]+: sftHeld", text) else None)(
-                    um.journalctl("-t", f"tatu-sft-{name}", "-o", "cat")),
-                timeout=30, what=f"tatu-sft@{name}'s EVAL lines in the journal") for name in ("sft-noreplay", "sft-replay")}
+            journals = {run: um.wait_for(
+                lambda run=run: (lambda text: text if "VERDICT " in text else None)(
+                    um.journalctl("-t", f"tatu-sft-{run}", "-o", "cat")),
+                timeout=30, what=f"tatu-sft@{run}'s VERDICT line in the journal") for run in runs[1:3]}
     assert (out / "report" / "index.html").exists()
+    assert "VERDICT (locked rule): " in proc.stdout
     if journals is None:  # everything else was checked: only the journal half could not run
         cannot_run("journald is not running and the harness could not start it: the units' journal is not checked")
-    for name, journal in journals.items():
-        assert "VERDICT " in journal, (name, journal[-2000:])
+    for run, journal in journals.items():
+        assert re.search(r"EVAL [0-9]+: sftHeld", journal), (run, journal[-2000:])

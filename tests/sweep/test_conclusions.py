@@ -1,0 +1,43 @@
+"""tatu.sweep.conclusions against hand-built reports: what counts as a contradiction and what not."""
+from __future__ import annotations
+
+from tatu.sweep.conclusions import conclusions, disagreements
+
+
+def _report(chosen, n0_drift, n2_drift, paired=(-0.09, -0.10, -0.08), failed_n0=False):
+    def stats(v):
+        return {"value": v[0], "lo": v[1], "hi": v[2]}
+
+    configs = [{"key": "replay-n0", "stats": {"drift": stats(n0_drift), "sftHeld": stats((-0.1, -0.12, -0.08))}},
+               {"key": "replay-n2", "stats": {"drift": stats(n2_drift), "sftHeld": stats((-0.1, -0.12, -0.08))},
+                "paired": {"drift": {"diff": paired[0], "lo": paired[1], "hi": paired[2]}}}]
+    checks = [{"config": "replay-n0", "failed": [{"condition": "x"}] if failed_n0 else [], "missing": []},
+              {"config": "replay-n2", "failed": [], "missing": []}]
+    return {"verdict": {"chosen": chosen, "checks": checks}, "compare": {"configs": configs}}
+
+
+def test_the_same_conclusions_from_other_numbers_agree():
+    a = _report("0", (0.05, 0.01, 0.09), (-0.02, -0.05, 0.01))
+    b = _report("0", (0.04, 0.005, 0.08), (0.01, -0.03, 0.04))  # spans zero in both: no sign concluded
+    assert disagreements(conclusions(a), conclusions(b)) == []
+    assert conclusions(a).changes["replay-n0 drift"].sign == 1
+    assert conclusions(a).changes["replay-n2 drift"].sign == 0
+    assert conclusions(a).changes["replay-n2 - baseline drift"].sign == -1
+
+
+def test_a_sign_that_a_ci_concluded_must_not_turn():
+    a = _report("0", (0.05, 0.01, 0.09), (-0.02, -0.05, 0.01))
+    b = _report("0", (-0.01, -0.06, 0.04), (-0.02, -0.05, 0.01))  # b spans zero, but its estimate is below it
+    found = disagreements(conclusions(a), conclusions(b))
+    assert len(found) == 1 and found[0].startswith("replay-n0 drift:")
+    assert disagreements(conclusions(b), conclusions(a)) == [found[0].replace(  # symmetric, in its own order
+        "+0.0500 [+0.0100,+0.0900] vs -0.0100 [-0.0600,+0.0400]", "-0.0100 [-0.0600,+0.0400] vs +0.0500 [+0.0100,+0.0900]")]
+
+
+def test_another_verdict_or_passing_set_is_a_disagreement():
+    a = _report("0", (0.05, 0.01, 0.09), (-0.02, -0.05, 0.01))
+    assert disagreements(conclusions(a), conclusions(_report("2", (0.05, 0.01, 0.09), (-0.02, -0.05, 0.01))))
+    other = _report("0", (0.05, 0.01, 0.09), (-0.02, -0.05, 0.01), failed_n0=True)
+    assert any("passing" in d for d in disagreements(conclusions(a), conclusions(other)))
+    paired = _report("0", (0.05, 0.01, 0.09), (-0.02, -0.05, 0.01), paired=(0.01, -0.01, 0.03))
+    assert any(d.startswith("replay-n2 - baseline drift") for d in disagreements(conclusions(a), conclusions(paired)))
