@@ -3,6 +3,10 @@
     tatu sweep plan FILE                      members, effective configs, plan hash, cost estimate
     tatu sweep start FILE [--foreground] [-K N]   lock the plan, then run it (tatu-sweep@NAME by default)
     tatu sweep start FILE --backend ray [--address ADDR]   members as Ray tasks on a cluster
+    tatu sweep plan|start --env-file RUN.env --seeds N [--name NAME] [start's options]
+                                              instead of FILE: that run's exact configuration at N seeds
+                                              (its own TATU_SEED first), judged by its own verdict criteria;
+                                              start writes the plan to sweeps/<RUN>-seeds/plan.toml (sweep/env_seeds.py)
     tatu sweep status NAME                    each member's state, and the coordinator's summary
     tatu sweep stop NAME                      stop the coordinator and its members (they save; start continues)
     tatu sweep report NAME                    the closing table, report.json, PNG plots, an HTML page
@@ -27,11 +31,11 @@ COORDINATOR_UNIT = "tatu-sweep@{}.service"
 def add_args(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
     p = sub.add_parser("plan", help="print the members, their effective configs, the hash and a cost estimate")
-    p.add_argument("plan", type=Path)
+    _plan_source_args(p)
     p.add_argument("--full", action="store_true", help="every variable of every member, defaults included")
     p.add_argument("--sweeps", type=Path, default=Path("sweeps"))
     p = sub.add_parser("start", help="lock the plan (sweeps/NAME/plan.lock.json) and run it unattended")
-    p.add_argument("plan", type=Path)
+    _plan_source_args(p)
     p.add_argument("--foreground", action="store_true", help="members as child processes of this command, no systemd")
     p.add_argument("--backend", choices=("systemd", "foreground", "ray"),
                    help="where members run (default systemd; ray: Ray tasks, the coordinator in this terminal)")
@@ -47,6 +51,33 @@ def add_args(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--sweeps", type=Path, default=Path("sweeps"))
         if action == "report":
             p.add_argument("--out", type=Path, help="report directory (default: sweeps/NAME/report)")
+
+
+def _plan_source_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("plan", type=Path, nargs="?", help="the plan file (or --env-file and --seeds)")
+    p.add_argument("--env-file", type=Path, help="instead of a plan: this run's env file, at --seeds N seeds")
+    p.add_argument("--seeds", type=int, help="with --env-file: how many seeds (at least 2; the run's TATU_SEED first)")
+    p.add_argument("--name", help="with --env-file: the sweep's name (default <TATU_RUN>-seeds)")
+
+
+def _load_plan(args):
+    """(the plan, the generated one when --env-file: sweep/env_seeds.py); both or neither is usage."""
+    from tatu.sweep.env_seeds import seeds_plan
+    from tatu.sweep.plan import load_plan
+
+    if (args.plan is None) == (args.env_file is None):
+        raise SweepError(exitcodes.USAGE, f"tatu sweep {args.action}: give a plan file or --env-file RUN.env --seeds N"
+                                          + (", not both" if args.plan is not None else ""))
+    if args.env_file is None:
+        extra = [flag for flag, value in (("--seeds", args.seeds), ("--name", args.name)) if value is not None]
+        if extra:
+            raise SweepError(exitcodes.USAGE, f"tatu sweep {args.action}: {' and '.join(extra)} go with --env-file "
+                                              "(a plan file lists its own seeds and name)")
+        return load_plan(args.plan), None
+    if args.seeds is None:
+        raise SweepError(exitcodes.USAGE, f"tatu sweep {args.action} --env-file: --seeds N is required (at least 2)")
+    generated = seeds_plan(args.env_file, args.seeds, args.sweeps, args.name)
+    return generated.plan, generated
 
 
 def main(args: argparse.Namespace) -> int:
@@ -65,15 +96,16 @@ def plan_main(args) -> int:
     from tatu.formats import fmt_duration
     from tatu.sweep.configs import describe_configs
     from tatu.sweep.cost import estimate
-    from tatu.sweep.plan import load_plan
 
-    plan = load_plan(args.plan)
+    plan, generated = _load_plan(args)
     out = _sweep_dir(args, plan.name) / "runs"
     tune = plan.tune_members(out)
     # With a tune stage the comparison members exist once the value is chosen: shown with the first.
     compare = plan.compare_members(out, {plan.tune_var: plan.tune_values[0]} if plan.tune_var else None)
     shown = tune + compare
-    print(f"sweep {plan.name}  plan hash {plan.portable_hash}  ({args.plan}; with this checkout's absolute paths: {plan.hash})")
+    print(f"sweep {plan.name}  plan hash {plan.portable_hash}  ({plan.path}; with this checkout's absolute paths: {plan.hash})")
+    if generated:
+        print(f"generated from {args.env_file}: `tatu sweep start` writes it to {generated.path} (not written yet)")
     if plan.question:
         print(f"question: {plan.question}")
     print(f"decision rule: {plan.rule.text}")
@@ -134,10 +166,10 @@ def start_main(args) -> int:
     from tatu.sweep.coordinator import SETTINGS_FILE, STOP_FILE, Coordinator, backend_for, devices_for
     from tatu.sweep.cost import unfinished_estimate
     from tatu.atomic import write_json_atomic
+    from tatu.sweep.env_seeds import write as write_generated
     from tatu.sweep.lock import reconcile
-    from tatu.sweep.plan import load_plan
 
-    plan = load_plan(args.plan)
+    plan, generated = _load_plan(args)
     sweep_dir = _sweep_dir(args, plan.name)
     kind = args.backend or ("foreground" if args.foreground else "systemd")
     if kind == "ray":  # before anything is written: a missing extra or an unreachable cluster is one line
@@ -145,6 +177,9 @@ def start_main(args) -> int:
 
         connect(args.address)
     lock, what = reconcile(plan, sweep_dir)
+    if generated:  # once the lock accepts it: a changed env file leaves the locked sweep's plan file as it was
+        write_generated(generated)
+        print(f"plan file: {generated.path} (from {args.env_file}; `tatu sweep plan {generated.path}` shows it)")
     print(f"sweep {plan.name}: plan {what} ({sweep_dir / 'plan.lock.json'}, hash {plan.portable_hash}; "
           f"with this checkout's paths {lock['plan_hash']})")
     print(threads_note(plan.base_env, kind))
