@@ -23,7 +23,7 @@ from tatu.sweep.members import TERMINAL, member_status, read_json
 from tatu.sweep.backends import UnitState
 from tatu.sweep.plan import Member
 from tatu.sweep.lock import locked_configs
-from tatu.sweep.rule import CONFIG, held_out_set, parse_rule
+from tatu.sweep.rule import CONFIG, held_out_set, one_config_line, parse_rule
 from tatu.sweep import common as common_step_
 from tatu.sweep.scores import end_checkpoint, score_checkpoint
 from tatu.sweep.sets import set_stats
@@ -116,7 +116,7 @@ def decide(lock: dict, configs: list[dict]) -> dict:
         checks.append({"config": config["key"], "value": value, "label": label, "failed": failed, "missing": missing})
     chosen = next((c for c in checks if not c["failed"] and not c["missing"]), None)
     if rule.axis == CONFIG and len(checks) == 1:  # one configuration (--env-file --seeds): nothing to choose among
-        line = _one_config_line(rule, checks[0], ordered[0])
+        line = one_config_line(rule, checks[0], sum("end" in r for r in ordered[0].get("results", [])))
     elif chosen:
         line = f"{rule.axis}={chosen['label']}: the {rule.choose} {rule.axis} such that {rule.text.split('such that', 1)[1].strip()}"
     else:
@@ -124,20 +124,6 @@ def decide(lock: dict, configs: list[dict]) -> dict:
     return {"rule": rule.text, "axis": rule.axis, "at": rule.at,
             "at_step": next((c.get("common_step") for c in configs), None) if rule.at == "common" else None, "chosen": chosen and chosen["value"], "line": line,
             "checks": checks, "would_change": _would_change(rule, ordered, checks, chosen)}
-
-
-def _one_config_line(rule, check: dict, config: dict) -> str:
-    """`run5 holds across 3 seeds: CONDITIONS`; `forgets` when a drift condition failed (the daemon's
-    word for it), `does not hold` when only another one did; `not judged` when a metric is missing."""
-    seeds = sum("end" in r for r in config.get("results", []))
-    conditions = rule.text.split("such that", 1)[1].strip()
-    if not check["failed"] and not check["missing"]:
-        return f"{check['label']} holds across {seeds} seeds: {conditions}"
-    if check["failed"]:
-        drift = any(f["condition"].split()[0].startswith(("drift", "every_eval_drift")) for f in check["failed"])
-        outcome = "forgets" if drift else "does not hold"
-        return f"{check['label']} {outcome} across {seeds} seeds (the rule: {conditions})"
-    return f"{check['label']} is not judged across {seeds} seeds: no value for {', '.join(check['missing'])} ({conditions})"
 
 
 def _locked_rule(lock: dict):

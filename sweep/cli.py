@@ -3,10 +3,8 @@
     tatu sweep plan FILE                      members, effective configs, plan hash, cost estimate
     tatu sweep start FILE [--foreground] [-K N]   lock the plan, then run it (tatu-sweep@NAME by default)
     tatu sweep start FILE --backend ray [--address ADDR]   members as Ray tasks on a cluster
-    tatu sweep plan|start --env-file RUN.env --seeds N [--name NAME] [start's options]
-                                              instead of FILE: that run's exact configuration at N seeds
-                                              (its own TATU_SEED first), judged by its own verdict criteria;
-                                              start writes the plan to sweeps/<RUN>-seeds/plan.toml (sweep/env_seeds.py)
+    tatu sweep plan|start --env-file RUN.env --seeds N [--name NAME]   instead of FILE: that run's exact
+                                              configuration at N seeds by its own criteria (sweep/env_seeds.py)
     tatu sweep status NAME                    each member's state, and the coordinator's summary
     tatu sweep stop NAME                      stop the coordinator and its members (they save; start continues)
     tatu sweep report NAME                    the closing table, report.json, PNG plots, an HTML page
@@ -60,26 +58,6 @@ def _plan_source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", help="with --env-file: the sweep's name (default <TATU_RUN>-seeds)")
 
 
-def _load_plan(args):
-    """(the plan, the generated one when --env-file: sweep/env_seeds.py); both or neither is usage."""
-    from tatu.sweep.env_seeds import seeds_plan
-    from tatu.sweep.plan import load_plan
-
-    if (args.plan is None) == (args.env_file is None):
-        raise SweepError(exitcodes.USAGE, f"tatu sweep {args.action}: give a plan file or --env-file RUN.env --seeds N"
-                                          + (", not both" if args.plan is not None else ""))
-    if args.env_file is None:
-        extra = [flag for flag, value in (("--seeds", args.seeds), ("--name", args.name)) if value is not None]
-        if extra:
-            raise SweepError(exitcodes.USAGE, f"tatu sweep {args.action}: {' and '.join(extra)} go with --env-file "
-                                              "(a plan file lists its own seeds and name)")
-        return load_plan(args.plan), None
-    if args.seeds is None:
-        raise SweepError(exitcodes.USAGE, f"tatu sweep {args.action} --env-file: --seeds N is required (at least 2)")
-    generated = seeds_plan(args.env_file, args.seeds, args.sweeps, args.name)
-    return generated.plan, generated
-
-
 def main(args: argparse.Namespace) -> int:
     return {"plan": plan_main, "start": start_main, "status": status_main, "stop": stop_main,
             "report": report_main}[args.action](args)
@@ -96,8 +74,9 @@ def plan_main(args) -> int:
     from tatu.formats import fmt_duration
     from tatu.sweep.configs import describe_configs
     from tatu.sweep.cost import estimate
+    from tatu.sweep.env_seeds import plan_or_env_file
 
-    plan, generated = _load_plan(args)
+    plan, generated = plan_or_env_file(args)
     out = _sweep_dir(args, plan.name) / "runs"
     tune = plan.tune_members(out)
     # With a tune stage the comparison members exist once the value is chosen: shown with the first.
@@ -166,10 +145,10 @@ def start_main(args) -> int:
     from tatu.sweep.coordinator import SETTINGS_FILE, STOP_FILE, Coordinator, backend_for, devices_for
     from tatu.sweep.cost import unfinished_estimate
     from tatu.atomic import write_json_atomic
-    from tatu.sweep.env_seeds import write as write_generated
+    from tatu.sweep.env_seeds import plan_or_env_file, write as write_generated
     from tatu.sweep.lock import reconcile
 
-    plan, generated = _load_plan(args)
+    plan, generated = plan_or_env_file(args)
     sweep_dir = _sweep_dir(args, plan.name)
     kind = args.backend or ("foreground" if args.foreground else "systemd")
     if kind == "ray":  # before anything is written: a missing extra or an unreachable cluster is one line

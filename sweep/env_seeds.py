@@ -161,3 +161,21 @@ def write(seeds: SeedsPlan) -> None:
         return
     seeds.path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(seeds.path, seeds.text)
+
+
+def plan_or_env_file(args) -> tuple[Plan, SeedsPlan | None]:
+    """`tatu sweep plan|start`'s plan: the plan file, or the one --env-file and --seeds generate
+    (then also returned as a SeedsPlan, for `start` to write). Both or neither is a usage error."""
+    if (args.plan is None) == (args.env_file is None):
+        raise SweepError(USAGE, f"tatu sweep {args.action}: give a plan file or --env-file RUN.env --seeds N"
+                                + (", not both" if args.plan is not None else ""))
+    if args.env_file is None:
+        extra = [flag for flag, value in (("--seeds", args.seeds), ("--name", args.name)) if value is not None]
+        if extra:
+            raise SweepError(USAGE, f"tatu sweep {args.action}: {' and '.join(extra)} go with --env-file "
+                                    "(a plan file lists its own seeds and name)")
+        return load_plan(args.plan), None
+    if args.seeds is None:
+        raise SweepError(USAGE, f"tatu sweep {args.action} --env-file: --seeds N is required (at least {MIN_SEEDS})")
+    generated = seeds_plan(args.env_file, args.seeds, args.sweeps, args.name)
+    return generated.plan, generated
