@@ -84,7 +84,7 @@ def plan_main(args) -> int:
     shown = tune + compare
     print(f"sweep {plan.name}  plan hash {plan.portable_hash}  ({plan.path}; with this checkout's absolute paths: {plan.hash})")
     if generated:
-        print(f"generated from {args.env_file}: `tatu sweep start` writes it to {generated.path} (not written yet)")
+        print(f"generated from {args.env_file}: {'as' if generated.written() else '`tatu sweep start` writes it to'} {generated.path}")
     if plan.question:
         print(f"question: {plan.question}")
     print(f"decision rule: {plan.rule.text}")

@@ -48,6 +48,9 @@ class SeedsPlan:
     text: str
     plan: Plan
 
+    def written(self) -> bool:
+        return self.path.is_file() and self.path.read_text(encoding="utf-8") == self.text
+
 
 def rule_text(min_gain: float) -> str:
     """The daemon's verdict criteria as a sweep rule (TATU_VERDICT_MIN_GAIN as a number: the rule
@@ -157,7 +160,7 @@ def seeds_plan(env_file: Path, n_seeds: int, sweeps: Path, name: str | None = No
 
 def write(seeds: SeedsPlan) -> None:
     """sweeps/<name>/plan.toml, atomically, unless it already holds this text."""
-    if seeds.path.is_file() and seeds.path.read_text(encoding="utf-8") == seeds.text:
+    if seeds.written():
         return
     seeds.path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(seeds.path, seeds.text)

@@ -47,9 +47,11 @@ def world(tmp_path, monkeypatch) -> Path:
     return tmp_path
 
 
-def test_the_members_are_the_env_files_configuration_at_n_seeds(world):
+def test_the_members_are_the_env_files_configuration_at_n_seeds(world, capsys):
     generated = seeds_plan(Path("r5.env"), 3, Path("sweeps"))
     plan = generated.plan
+    assert tatu(["sweep", "plan", "--env-file", "r5.env", "--seeds", "3"]) == 0
+    assert f"generated from r5.env: `tatu sweep start` writes it to {generated.path}" in capsys.readouterr().out
     assert (plan.name, plan.seeds, list(plan.configs), plan.rule.text) == ("r5-seeds", [7, 8, 9], ["r5"], RULE)
     assert generated.path == world / "sweeps" / "r5-seeds" / "plan.toml" and not generated.path.exists()
     members = plan.compare_members(world / "sweeps" / "r5-seeds" / "runs", None)
@@ -82,6 +84,10 @@ def test_the_written_file_is_an_ordinary_plan_with_the_same_hash(world, capsys):
     assert [m.env for m in again.compare_members(world, None)] == [m.env for m in generated.plan.compare_members(world, None)]
     assert tatu(["sweep", "plan", str(generated.path)]) == 0
     assert f"plan hash {generated.plan.portable_hash}" in capsys.readouterr().out
+    # `plan --env-file` shows the same plan, and says it is the file already written
+    assert tatu(["sweep", "plan", "--env-file", "r5.env", "--seeds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert f"plan hash {generated.plan.portable_hash}" in out and f"generated from r5.env: as {generated.path}" in out
 
 
 def test_a_locked_sweep_continues_grows_and_refuses_another_env_file(world, capsys):
