@@ -23,7 +23,7 @@ from tatu.sweep.members import TERMINAL, member_status, read_json
 from tatu.sweep.backends import UnitState
 from tatu.sweep.plan import Member
 from tatu.sweep.lock import locked_configs
-from tatu.sweep.rule import CONFIG, held_out_set, parse_rule
+from tatu.sweep.rule import CONFIG, held_out_set, one_config_line, parse_rule
 from tatu.sweep import common as common_step_
 from tatu.sweep.scores import end_checkpoint, score_checkpoint
 from tatu.sweep.sets import set_stats
@@ -115,7 +115,9 @@ def decide(lock: dict, configs: list[dict]) -> dict:
         label = f"{value} ({config['key']})" if shared[value] > 1 else value
         checks.append({"config": config["key"], "value": value, "label": label, "failed": failed, "missing": missing})
     chosen = next((c for c in checks if not c["failed"] and not c["missing"]), None)
-    if chosen:
+    if rule.axis == CONFIG and len(checks) == 1:  # one configuration (--env-file --seeds): nothing to choose among
+        line = one_config_line(rule, checks[0], sum("end" in r for r in ordered[0].get("results", [])))
+    elif chosen:
         line = f"{rule.axis}={chosen['label']}: the {rule.choose} {rule.axis} such that {rule.text.split('such that', 1)[1].strip()}"
     else:
         line = f"no {rule.axis} satisfies the rule ({rule.text})"

@@ -4,6 +4,8 @@
     tatu sweep start FILE [--foreground] [-K N]   lock the plan, then run it (tatu-sweep@NAME by default)
     tatu sweep start FILE --wait              under systemd, return when the coordinator unit ends (its status)
     tatu sweep start FILE --backend ray [--address ADDR]   members as Ray tasks on a cluster
+    tatu sweep plan|start --env-file RUN.env --seeds N [--name NAME]   instead of FILE: that run's exact
+                                              configuration at N seeds by its own criteria (sweep/env_seeds.py)
     tatu sweep status NAME                    each member's state, and the coordinator's summary
     tatu sweep stop NAME                      stop the coordinator and its members (they save; start continues)
     tatu sweep report NAME                    the closing table, report.json, PNG plots, an HTML page
@@ -28,11 +30,11 @@ COORDINATOR_UNIT = "tatu-sweep@{}.service"
 def add_args(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
     p = sub.add_parser("plan", help="print the members, their effective configs, the hash and a cost estimate")
-    p.add_argument("plan", type=Path)
+    _plan_source_args(p)
     p.add_argument("--full", action="store_true", help="every variable of every member, defaults included")
     p.add_argument("--sweeps", type=Path, default=Path("sweeps"))
     p = sub.add_parser("start", help="lock the plan (sweeps/NAME/plan.lock.json) and run it unattended")
-    p.add_argument("plan", type=Path)
+    _plan_source_args(p)
     p.add_argument("--foreground", action="store_true", help="members as child processes of this command, no systemd")
     p.add_argument("--backend", choices=("systemd", "foreground", "ray"),
                    help="where members run (default systemd; ray: Ray tasks, the coordinator in this terminal)")
@@ -52,6 +54,13 @@ def add_args(parser: argparse.ArgumentParser) -> None:
             p.add_argument("--out", type=Path, help="report directory (default: sweeps/NAME/report)")
 
 
+def _plan_source_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("plan", type=Path, nargs="?", help="the plan file (or --env-file and --seeds)")
+    p.add_argument("--env-file", type=Path, help="instead of a plan: this run's env file, at --seeds N seeds")
+    p.add_argument("--seeds", type=int, help="with --env-file: how many seeds (at least 2; the run's TATU_SEED first)")
+    p.add_argument("--name", help="with --env-file: the sweep's name (default <TATU_RUN>-seeds)")
+
+
 def main(args: argparse.Namespace) -> int:
     return {"plan": plan_main, "start": start_main, "status": status_main, "stop": stop_main,
             "report": report_main}[args.action](args)
@@ -68,15 +77,17 @@ def plan_main(args) -> int:
     from tatu.formats import fmt_duration
     from tatu.sweep.configs import describe_configs
     from tatu.sweep.cost import estimate
-    from tatu.sweep.plan import load_plan
+    from tatu.sweep.env_seeds import plan_or_env_file
 
-    plan = load_plan(args.plan)
+    plan, generated = plan_or_env_file(args)
     out = _sweep_dir(args, plan.name) / "runs"
     tune = plan.tune_members(out)
     # With a tune stage the comparison members exist once the value is chosen: shown with the first.
     compare = plan.compare_members(out, {plan.tune_var: plan.tune_values[0]} if plan.tune_var else None)
     shown = tune + compare
-    print(f"sweep {plan.name}  plan hash {plan.portable_hash}  ({args.plan}; with this checkout's absolute paths: {plan.hash})")
+    print(f"sweep {plan.name}  plan hash {plan.portable_hash}  ({plan.path}; with this checkout's absolute paths: {plan.hash})")
+    if generated:
+        print(f"generated from {args.env_file}: {'as' if generated.written() else '`tatu sweep start` writes it to'} {generated.path}")
     if plan.question:
         print(f"question: {plan.question}")
     print(f"decision rule: {plan.rule.text}")
@@ -137,10 +148,10 @@ def start_main(args) -> int:
     from tatu.sweep.coordinator import SETTINGS_FILE, STOP_FILE, Coordinator, backend_for, devices_for
     from tatu.sweep.cost import unfinished_estimate
     from tatu.atomic import write_json_atomic
+    from tatu.sweep.env_seeds import plan_or_env_file, write as write_generated
     from tatu.sweep.lock import reconcile
-    from tatu.sweep.plan import load_plan
 
-    plan = load_plan(args.plan)
+    plan, generated = plan_or_env_file(args)
     sweep_dir = _sweep_dir(args, plan.name)
     kind = args.backend or ("foreground" if args.foreground else "systemd")
     if kind == "ray":  # before anything is written: a missing extra or an unreachable cluster is one line
@@ -148,6 +159,9 @@ def start_main(args) -> int:
 
         connect(args.address)
     lock, what = reconcile(plan, sweep_dir)
+    if generated:  # once the lock accepts it: a changed env file leaves the locked sweep's plan file as it was
+        write_generated(generated)
+        print(f"plan file: {generated.path} (from {args.env_file}; `tatu sweep plan {generated.path}` shows it)")
     print(f"sweep {plan.name}: plan {what} ({sweep_dir / 'plan.lock.json'}, hash {plan.portable_hash}; "
           f"with this checkout's paths {lock['plan_hash']})")
     print(threads_note(plan.base_env, kind))

@@ -242,12 +242,13 @@ def _add_tune(plan: Plan, tune: dict, path: Path, known: set[str]) -> None:
     plan.tune_var, plan.tune_values, plan.tune_seeds = var, [_env_value(v, path, f"[tune] {var}") for v in values], tune_seeds
 
 
-def load_plan(path: str | Path) -> Plan:
-    """The plan file as members, checked whole: every problem is one line and exit 78."""
+def load_plan(path: str | Path, text: str | None = None) -> Plan:
+    """The plan file as members, checked whole: every problem is one line and exit 78. With `text`:
+    that TOML as the plan file `path` (its relative paths that file's) before it is written."""
     from tatu.daemon.config import known_variables
 
     path = Path(path)
-    doc = read_plan_file(path)
+    doc = read_plan_file(path, text)
     known = set(known_variables())
     env = _base_env(doc, path, known)
     axes = _axes(doc, path, known)

@@ -78,9 +78,10 @@ def _validation_error(path: Path, exc: ValidationError) -> SweepError:
     return plan_error(path, where, message)
 
 
-def read_plan_file(path: Path) -> PlanFile:
+def read_plan_file(path: Path, text: str | None = None) -> PlanFile:
+    """`text`: the plan's TOML as if `path` held it (a generated plan, checked before it is written)."""
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        doc = tomllib.loads(path.read_text(encoding="utf-8") if text is None else text)
     except OSError as exc:
         raise SweepError(BAD_CONFIG, f"{path}: cannot read the plan ({exc.strerror})")
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

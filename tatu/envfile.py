@@ -17,6 +17,11 @@ class EnvFileError(ValueError):
 
 def parse_env_file(path: Path) -> dict[str, str]:
     """KEY=VALUE lines as systemd's EnvironmentFile reads them (comments, quotes)."""
+    return {key: value for key, (value, _) in parse_env_file_lines(path).items()}
+
+
+def parse_env_file_lines(path: Path) -> dict[str, tuple[str, int]]:
+    """KEY -> (VALUE, the number of the line that set it): for messages that name the line."""
     values = {}
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -32,7 +37,7 @@ def parse_env_file(path: Path) -> dict[str, str]:
         value = value.strip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]
-        values[key.strip()] = value
+        values[key.strip()] = (value, number)
     return values
 
 

@@ -1,0 +1,184 @@
+"""`tatu sweep plan|start --env-file RUN.env --seeds N`: one run's exact configuration at N seeds,
+as an ordinary plan file (sweeps/<name>/plan.toml) that the rest of the sweep reads like any other.
+
+What the generated plan holds, and why:
+- [base] every variable of the env file, as its text, but TATU_RUN, TATU_OUT (the sweep's: members
+  run as <sweep>.<member> in sweeps/<name>/runs), TATU_SEED (the seeds list) and TATU_EVAL_LINES
+  (a sweep member always keeps its per-line scores). Relative paths are resolved from the current
+  directory, as `tatu run --env-file` reads them, and written absolute.
+- seeds: the run's own TATU_SEED first, then the next N-1 integers, so the operator's own run is
+  one of the members. N >= 2: a CI over seeds needs two (one seed is the run itself).
+- one named configuration, the run's name (TATU_RUN), set to nothing over [base], and the rule
+  `first config such that drift_hi < MIX_FORGET_LIMIT and every_eval_drift_hi < MIX_FORGET_LIMIT
+  and sftHeld_change_hi < -TATU_VERDICT_MIN_GAIN`: the daemon's own verdict criteria (its
+  judge.verdict: holds when sftHeld's CI upper bound is below -TATU_VERDICT_MIN_GAIN and drift stays
+  under MIX_FORGET_LIMIT at every eval), with CIs over seeds x lines. The same rule language as
+  every plan; with one configuration the verdict reads `run5 holds across 3 seeds` (analysis.decide).
+- the sweep's name: `<TATU_RUN>-seeds`, or --name.
+
+The question names neither N nor the env file's path, so a larger N adds seeds to the same
+locked sweep and the same env file elsewhere continues it; any other change to the env file is
+a changed plan (lock.reconcile: exit 78)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from tatu.atomic import write_atomic
+from tatu.envfile import EnvFileError, parse_env_file_lines
+from tatu.exitcodes import BAD_CONFIG, USAGE
+from tatu.sweep.configs import CONFIG_NAME
+from tatu.sweep.errors import SweepError
+from tatu.sweep.plan import Plan, load_plan
+from tatu.sweep.plan_file import NAME_PATTERN
+from tatu.sweep.values import PATH_VARIABLES, SWEEP_OWNED
+
+PLAN_FILE = "plan.toml"
+# Set by the sweep for every member, whatever the env file says (plan.Plan._member).
+NOT_COPIED = (*SWEEP_OWNED, "TATU_SEED", "TATU_EVAL_LINES")
+MIN_SEEDS = 2
+
+
+@dataclass(frozen=True)
+class SeedsPlan:
+    """The generated plan: where it is written, its TOML, and that TOML loaded as the file there."""
+
+    path: Path
+    text: str
+    plan: Plan
+
+    def written(self) -> bool:
+        return self.path.is_file() and self.path.read_text(encoding="utf-8") == self.text
+
+
+def rule_text(min_gain: float) -> str:
+    """The daemon's verdict criteria as a sweep rule (TATU_VERDICT_MIN_GAIN as a number: the rule
+    language compares with a number or a run variable, not a negated one)."""
+    improve = "0" if min_gain == 0 else repr(-min_gain)
+    return ("first config such that drift_hi < MIX_FORGET_LIMIT and every_eval_drift_hi < MIX_FORGET_LIMIT "
+            f"and sftHeld_change_hi < {improve}")
+
+
+def _problem(env_file: Path, line: int | None, message: str) -> SweepError:
+    return SweepError(BAD_CONFIG, f"{env_file}{f':{line}' if line else ''}: {message}")
+
+
+def _run_env(env_file: Path) -> tuple[dict[str, str], dict[str, int]]:
+    """The env file's run variables (values as written) and each one's line; one line per problem."""
+    from tatu.daemon.config import ConfigError, check_unknown, known_variables, load_config
+
+    try:
+        numbered = parse_env_file_lines(env_file)
+    except EnvFileError as exc:
+        raise SweepError(exc.code, str(exc))
+    env = {key: value for key, (value, _) in numbered.items()}
+    lines = {key: number for key, (_, number) in numbered.items()}
+    known = set(known_variables())
+    for key, number in lines.items():
+        if key not in known:
+            try:
+                check_unknown({key: ""})  # a run variable's prefix: the daemon's own message (did you mean ...?)
+            except ConfigError as exc:
+                raise _problem(env_file, number, str(exc))
+            raise _problem(env_file, number, f"{key} is not a run variable: a seeds sweep gives its members the run's "
+                                             "variables only (the thread count is TATU_THREADS)")
+    try:
+        config, _ = load_config(env)
+    except ConfigError as exc:
+        named = str(exc).split(":", 1)[0]
+        raise _problem(env_file, lines.get(named), str(exc))
+    if config.mode != "sft":
+        raise _problem(env_file, lines.get("TATU_MODE"), f"TATU_MODE={config.mode}: a seeds sweep judges an SFT run's "
+                                                         "criteria (drift, the sftHeld change)")
+    return env, lines
+
+
+def _resolved(env: dict[str, str], lines: dict[str, int], env_file: Path) -> dict[str, str]:
+    """Relative paths from the current directory (as `tatu run --env-file` reads them), absolute;
+    a path that does not exist is refused now rather than by every member."""
+    out = dict(env)
+    for var in PATH_VARIABLES:
+        if out.get(var):
+            path = Path(out[var]).expanduser()
+            absolute = (path if path.is_absolute() else Path.cwd() / path).resolve()
+            if not absolute.exists():
+                raise _problem(env_file, lines[var], f"{var}={env[var]}: {absolute} does not exist (relative paths are "
+                                                     "read from the current directory, as `tatu run --env-file` reads them)")
+            out[var] = str(absolute)
+    return out
+
+
+def _toml_string(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)  # a TOML basic string: JSON's escapes are TOML's
+
+
+def plan_toml(name: str, config_name: str, env: dict[str, str], seeds: list[int], rule: str, env_file: Path) -> str:
+    variables = "".join(f"{key} = {_toml_string(value)}\n" for key, value in env.items() if key not in NOT_COPIED)
+    return f"""# Generated by `tatu sweep start|plan --env-file {env_file} --seeds {len(seeds)}` (sweep/env_seeds.py):
+# the run {config_name}'s configuration, every variable of its env file, at {len(seeds)} TATU_SEEDs (its own
+# first), judged by the run's own verdict criteria over seeds. An ordinary plan: `tatu sweep plan` reads it.
+name = {_toml_string(name)}
+question = {_toml_string(f"Does {config_name} hold across seeds by its own criteria (sftHeld improves; drift under MIX_FORGET_LIMIT at the end and at every eval)?")}
+seeds = [{", ".join(str(s) for s in seeds)}]
+
+[base.vars]
+{variables}
+[configs]
+{config_name} = {{}}
+
+[decision]
+rule = {_toml_string(rule)}
+"""
+
+
+def seeds_plan(env_file: Path, n_seeds: int, sweeps: Path, name: str | None = None) -> SeedsPlan:
+    """The plan `--env-file ENV_FILE --seeds N` runs, loaded and checked as the file it will be
+    (nothing is written: `write` does that, once the lock accepts it)."""
+    from tatu.daemon.config import load_config
+
+    if n_seeds < MIN_SEEDS:
+        raise SweepError(USAGE, f"--seeds {n_seeds}: at least {MIN_SEEDS} (a CI over seeds needs two; the run "
+                                "itself is one)")
+    env, lines = _run_env(env_file)
+    config, _ = load_config(env)
+    run = config.run
+    if not CONFIG_NAME.match(run) or run.lower().startswith("tune"):
+        raise _problem(env_file, lines.get("TATU_RUN"), f"TATU_RUN={run}: the sweep's one configuration is named "
+                                                        "after the run, and that needs letters, digits, '-' or '_' "
+                                                        "(at most 24), not starting with 'tune'")
+    sweep_name = name or f"{run}-seeds"
+    if not NAME_PATTERN.match(sweep_name):
+        flag = "--name" if name else f"the sweep's name {sweep_name!r} (<TATU_RUN>-seeds)"
+        raise SweepError(USAGE if name else BAD_CONFIG,
+                         f"{flag}: letters, digits, '-' or '_' (at most 24)" + ("" if name else "; give one with --name"))
+    seeds = [config.seed + i for i in range(n_seeds)]
+    text = plan_toml(sweep_name, run, _resolved(env, lines, env_file), seeds, rule_text(config.verdict_min_gain), env_file)
+    path = (sweeps / sweep_name / PLAN_FILE).absolute()
+    return SeedsPlan(path, text, load_plan(path, text))
+
+
+def write(seeds: SeedsPlan) -> None:
+    """sweeps/<name>/plan.toml, atomically, unless it already holds this text."""
+    if seeds.written():
+        return
+    seeds.path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(seeds.path, seeds.text)
+
+
+def plan_or_env_file(args) -> tuple[Plan, SeedsPlan | None]:
+    """`tatu sweep plan|start`'s plan: the plan file, or the one --env-file and --seeds generate
+    (then also returned as a SeedsPlan, for `start` to write). Both or neither is a usage error."""
+    if (args.plan is None) == (args.env_file is None):
+        raise SweepError(USAGE, f"tatu sweep {args.action}: give a plan file or --env-file RUN.env --seeds N"
+                                + (", not both" if args.plan is not None else ""))
+    if args.env_file is None:
+        extra = [flag for flag, value in (("--seeds", args.seeds), ("--name", args.name)) if value is not None]
+        if extra:
+            raise SweepError(USAGE, f"tatu sweep {args.action}: {' and '.join(extra)} go with --env-file "
+                                    "(a plan file lists its own seeds and name)")
+        return load_plan(args.plan), None
+    if args.seeds is None:
+        raise SweepError(USAGE, f"tatu sweep {args.action} --env-file: --seeds N is required (at least {MIN_SEEDS})")
+    generated = seeds_plan(args.env_file, args.seeds, args.sweeps, args.name)
+    return generated.plan, generated
