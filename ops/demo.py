@@ -226,6 +226,21 @@ def member_table(data: dict) -> str:
     return "\n".join(rows)
 
 
+def where_things_are(out: Path, data: Path, trunk: Path, sweep_dir: Path, sweep_page: Path, members: list[Path]) -> str:
+    return f"""
+Where things are:
+  data            {data}
+  trunk           {trunk}
+  the plan        {out / 'demo-plan.toml'} (locked: {sweep_dir / 'plan.lock.json'})
+  member runs     {sweep_dir / 'runs'}/<member>/ (run.log, events.jsonl, state/, final/, verdict.json)
+  sweep report    {sweep_page} (report.json and plots beside it)
+  run report      {out / 'report' / 'index.html'}
+Next:
+  tatu sweep report {SWEEP} --sweeps {out / 'sweeps'}      # the tables again, from the files
+  tatu generate {members[-1] / 'final'} --chat --prompt "Quanto é 12 mais 30?"
+  tatu smoke --env-file {trunk.parent.parent / 'trunk.env'}      # the 2-step check an operator runs before a real run"""
+
+
 def main(argv: list[str] | None = None) -> int:
     from tatu.model.cpu_sums import machine_line
     from tatu.ops.packages import ensure_tagger_packages
@@ -274,18 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     print(closing_table(report))
     print("\neach seed's own run, as its daemon judged it (its CI covers the ruler's lines, not the seed):")
     print(member_table(report))
-    print(f"""
-Where things are:
-  data            {data}
-  trunk           {trunk}
-  the plan        {out / 'demo-plan.toml'} (locked: {sweep_dir / 'plan.lock.json'})
-  member runs     {sweep_dir / 'runs'}/<member>/ (run.log, events.jsonl, state/, final/, verdict.json)
-  sweep report    {sweep_page} (report.json and plots beside it)
-  run report      {out / 'report' / 'index.html'}
-Next:
-  tatu sweep report {SWEEP} --sweeps {out / 'sweeps'}      # the tables again, from the files
-  tatu generate {members[-1] / 'final'} --chat --prompt "Quanto é 12 mais 30?"
-  tatu smoke --env-file {runs / 'trunk.env'}      # the 2-step check an operator runs before a real run""")
+    print(where_things_are(out, data, trunk, sweep_dir, sweep_page, members))
     return 0
 
 

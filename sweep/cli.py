@@ -24,9 +24,6 @@ from pathlib import Path
 from tatu import exitcodes
 from tatu.sweep.errors import SweepError
 
-COORDINATOR_UNIT = "tatu-sweep@{}.service"
-
-
 def add_args(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
     p = sub.add_parser("plan", help="print the members, their effective configs, the hash and a cost estimate")
@@ -199,7 +196,9 @@ def start_main(args) -> int:
             return coordinator.run()
         finally:
             signal.signal(signal.SIGINT, previous)
-    return _start_unit(plan.name, sweep_dir, k, args.wait)
+    from tatu.sweep.unit import start_unit
+
+    return start_unit(plan.name, sweep_dir, k, args.wait)
 
 
 def _gpu_count() -> int:
@@ -209,40 +208,6 @@ def _gpu_count() -> int:
         return torch.cuda.device_count()
     except Exception:
         return 0
-
-
-def sweep_env_path(name: str) -> Path:
-    from tatu.systemctl import unit_env_dir
-
-    return unit_env_dir() / "sweeps" / f"{name}.env"
-
-
-def _start_unit(name: str, sweep_dir: Path, k: int, wait: bool = False) -> int:
-    from tatu.sweep.backends import write_private
-    from tatu.systemctl import SystemctlError, systemctl_user
-
-    unit = COORDINATOR_UNIT.format(name)
-    try:
-        loaded = systemctl_user("show", unit, "-pLoadState", "--value").strip()
-        if loaded != "loaded":
-            raise SweepError(exitcodes.BAD_CONFIG, f"{unit} is not installed ({loaded}): run `tatu units install` first")
-        write_private(sweep_env_path(name), f"SWEEP_DIR={sweep_dir}\n")
-        try:
-            systemctl_user("enable", unit)  # a reboot starts it again (with lingering enabled)
-        except SystemctlError as exc:
-            print(f"note: {exc} (the sweep runs, but will not restart after a reboot)", file=sys.stderr)
-        if wait:
-            print(f"starting {unit} (K={k}) and waiting for it to end: `tatu sweep status {name}`, "
-                  f"`journalctl --user -u {unit} -f`", flush=True)
-            systemctl_user("start", "--wait", unit, timeout=None, check=False, capture=False)
-            status = systemctl_user("show", unit, "-pExecMainStatus", "--value", timeout=None, check=False)
-            systemctl_user("reset-failed", unit, check=False)  # a failed coordinator would stay listed
-            return int(status.strip() or 1)
-        systemctl_user("start", unit)
-    except SystemctlError as exc:
-        raise SweepError(1, str(exc))
-    print(f"started {unit} (K={k}): `tatu sweep status {name}`, `journalctl --user -u {unit} -f`")
-    return 0
 
 
 # --- status / stop / report --------------------------------------------------------------------------
@@ -282,6 +247,8 @@ def stop_main(args) -> int:
     write_json_atomic(sweep_dir / STOP_FILE, {"reason": "stopped by the operator (tatu sweep stop)", "code": 0}, sort_keys=True)
     kind = conf.get("backend", "systemd")
     if kind == "systemd" and shutil.which("systemctl"):
+        from tatu.sweep.unit import COORDINATOR_UNIT
+
         unit = COORDINATOR_UNIT.format(args.name)
         try:
             systemctl_user("stop", unit)
