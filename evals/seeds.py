@@ -36,6 +36,16 @@ and SD of the other seeds) beyond a Bonferroni cut over the seeds at family leve
 seeds get a flag in at most 4% of configuration-metrics at any seed count >= 3 (exact t, tested
 by simulation at 3, 5 and 10 against the 5% the report promises). The median/MAD z it replaces flagged 29% of three normal seeds.
 
+How many seeds are enough (seeds_needed): from the measured parts, the mean over S seeds on
+these L lines has Var(S) = (sigma_a^2 + sigma_e^2/L) / S + sigma_b^2 / L (CrossedParts) with
+Satterthwaite's df(S) as crossed_ci computes them. Its 95% CI excludes a true effect delta (from
+zero, or from a rule's threshold) with power 1 - beta when
+    delta >= (t_{0.975, df(S)} + t_{1-beta, df(S)}) * sqrt(Var(S))         (crossed_mde),
+and seeds_needed is the fewest S >= 2 that satisfies it. The line part does not shrink with S:
+when (t + t at df L - 1) * sigma_b / sqrt(L) alone already exceeds delta (line_floor), no number of
+seeds resolves it with these lines (more lines would). Measured against simulated crossed
+experiments: tests/evals/test_seeds_power.py.
+
 Student's t comes from evals/tdist.py (numpy-free, tested against scipy).
 """
 from __future__ import annotations
@@ -51,6 +61,8 @@ from tatu.evals.tdist import t_cdf, t_ppf
 DEFAULT_RESAMPLES = 2000
 DEFAULT_SEED = 0
 OUTLIER_ALPHA = 0.04  # bounds the chance that normal seeds get any flag (per configuration-metric): <= 5% measured
+ALPHA = 0.05  # the two-sided level of every CI the report prints (95%)
+POWER = 0.8   # the power "seeds for MDE" is stated at
 
 
 # --- one run: its paired log ratio --------------------------------------------------------------
@@ -83,6 +95,33 @@ class RunLines:
 # --- the crossed design: seeds x shared lines ------------------------------------------------------
 
 @dataclass(frozen=True)
+class CrossedParts:
+    """What the variance of a mean over seeds on L shared lines is made of (the module doc's
+    sigma_a^2, sigma_e^2, sigma_b^2), as measured by crossed_ci, so it can be projected to other
+    seed counts: seed = sigma_a^2 (one seed's own effect); interaction = sigma_e^2 / L (one seed's
+    seed x line noise on these lines); lines = sigma_b^2 / L (the shared lines' part of the mean,
+    the same at any seed count); n_lines = L."""
+
+    seed: float
+    interaction: float
+    lines: float
+    n_lines: int
+
+    def variance(self, n_seeds: int) -> float:
+        """Var of the mean over n_seeds seeds: (sigma_a^2 + sigma_e^2/L) / S + sigma_b^2 / L."""
+        return (self.seed + self.interaction) / n_seeds + self.lines
+
+    def df(self, n_seeds: int) -> float:
+        """Satterthwaite's df at n_seeds, over the parts present (what crossed_ci's interval uses)."""
+        inter_ms = self.interaction / n_seeds
+        seed_ms, line_ms = self.seed / n_seeds + inter_ms, self.lines + inter_ms
+        c_seed, c_line = float(self.seed > 0), float(self.lines > 0)
+        return _satterthwaite_df([(c_seed * seed_ms, n_seeds - 1), (c_line * line_ms, self.n_lines - 1),
+                                  ((1.0 - c_seed - c_line) * inter_ms, (n_seeds - 1) * (self.n_lines - 1))],
+                                 self.variance(n_seeds))
+
+
+@dataclass(frozen=True)
 class SeedCI:
     """Mean over seeds of a per-run statistic (log scale), its CI, and where its variance comes from.
 
@@ -91,7 +130,8 @@ class SeedCI:
     root-mean-square SE of one run from resampling its lines; shared_line_se: the part of the
     mean's SE that comes from which lines the set holds (the same for every seed: more seeds do
     not shrink it); interaction_se: the seed x line part; se: the mean's SE (all three parts);
-    mde: the smallest mean effect S seeds detect at 80% power, two-sided alpha 0.05."""
+    mde: the smallest true effect this CI excludes at 80% power (crossed_mde at S; inf below 2
+    seeds); parts: the variance components (None below 2 seeds: the seed part is unknown)."""
 
     mean: float
     lo: float
@@ -105,6 +145,7 @@ class SeedCI:
     df: float
     n_seeds: int
     mde: float
+    parts: CrossedParts | None = None
 
 
 def _check_crossed(runs: list[RunLines], baseline: list[RunLines] | None) -> int:
@@ -166,10 +207,8 @@ def crossed_ci(runs: list[RunLines], baseline: list[RunLines] | None = None, n_r
     # Var(mean) = sigma_a^2/S + sigma_b^2/L + sigma_e^2/(S L): each part from its mean squares, at
     # least 0. The df count only the parts present (a variance of seeds alone has S - 1).
     seed_part, line_part = max(0.0, seed_ms - inter_ms), max(0.0, line_ms - inter_ms)
-    variance = seed_part + line_part + inter_ms
-    c_seed, c_line = float(seed_part > 0), float(line_part > 0)
-    df = _satterthwaite_df([(c_seed * seed_ms, n_seeds - 1), (c_line * line_ms, n_lines - 1),
-                            ((1.0 - c_seed - c_line) * inter_ms, (n_seeds - 1) * (n_lines - 1))], variance)
+    parts = CrossedParts(seed=seed_part * n_seeds, interaction=inter_ms * n_seeds, lines=line_part, n_lines=n_lines)
+    variance, df = parts.variance(n_seeds), parts.df(n_seeds)
     half = t_ppf(0.5 + level / 2.0, df) * math.sqrt(variance)
     within = float(np.mean(by_line.var(axis=1, ddof=1)))
     between = float(est.var(ddof=1)) if n_seeds > 1 else 0.0
@@ -177,7 +216,7 @@ def crossed_ci(runs: list[RunLines], baseline: list[RunLines] | None = None, n_r
         mean=mean, lo=mean - half, hi=mean + half, se=math.sqrt(variance), seed_sd=math.sqrt(between),
         seed_effect_sd=math.sqrt(seed_part * n_seeds), within_se=math.sqrt(within),
         shared_line_se=math.sqrt(line_part), interaction_se=math.sqrt(inter_ms), df=df, n_seeds=n_seeds,
-        mde=seeds_mde(math.sqrt(max(between, within)), n_seeds),
+        mde=crossed_mde(parts, n_seeds) if n_seeds > 1 else math.inf, parts=parts if n_seeds > 1 else None,
     )
 
 
@@ -260,20 +299,42 @@ def outliers(values, family_alpha: float = OUTLIER_ALPHA) -> list[int]:
     return [i for i, t in enumerate(leave_one_out_t(values)) if abs(t) > cut]
 
 
-def seeds_mde(sd: float, n_seeds: int, alpha: float = 0.05, power: float = 0.8) -> float:
-    """Smallest mean effect (log scale) a paired test over n_seeds detects with `power`:
-    (t_{1-alpha/2} + t_{power}) * sd / sqrt(n), df = n - 1."""
+def crossed_mde(parts: CrossedParts, n_seeds: int, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The smallest true effect (log scale) that the (1 - alpha) crossed CI of n_seeds seeds on these
+    lines excludes with `power`: (t_{1-alpha/2} + t_{power}) * sqrt(Var), both at df(n_seeds).
+    power 0.5 gives the CI's expected half-width (the estimate and the spread holding)."""
     if n_seeds < 2:
         return math.inf
-    df = n_seeds - 1
-    return (t_ppf(1 - alpha / 2, df) + t_ppf(power, df)) * sd / math.sqrt(n_seeds)
+    df = parts.df(n_seeds)
+    return (t_ppf(1.0 - alpha / 2.0, df) + t_ppf(power, df)) * math.sqrt(parts.variance(n_seeds))
 
 
-def seeds_needed(effect: float, sd: float, most: int = 1000) -> int | None:
-    """Seeds a paired comparison needs to detect `effect` (log scale) at 80% power; None if > most."""
-    if sd == 0.0:
+def crossed_power(parts: CrossedParts, n_seeds: int, effect: float, alpha: float = ALPHA) -> float:
+    """The power crossed_mde inverts: P(T_df > t_{1-alpha/2} - |effect| / SE) at n_seeds."""
+    df, se = parts.df(n_seeds), math.sqrt(parts.variance(n_seeds))
+    if se == 0.0:
+        return 1.0 if effect != 0.0 else 0.0
+    return t_cdf(abs(effect) / se - t_ppf(1.0 - alpha / 2.0, df), df)
+
+
+def line_floor(parts: CrossedParts, alpha: float = ALPHA, power: float = POWER) -> float:
+    """crossed_mde with every seed in the world: what the shared lines alone allow (df L - 1)."""
+    df = parts.n_lines - 1
+    return (t_ppf(1.0 - alpha / 2.0, df) + t_ppf(power, df)) * math.sqrt(parts.lines)
+
+
+def seeds_needed(parts: CrossedParts, effect: float, power: float = POWER, alpha: float = ALPHA) -> int | None:
+    """The fewest seeds (at least 2) whose crossed CI resolves `effect` (log scale) with `power`;
+    None when no number of seeds does with these lines (line_floor >= |effect|: more lines would)."""
+    effect = abs(effect)
+    if crossed_mde(parts, 2, alpha, power) <= effect:
         return 2
-    for n in range(2, most + 1):
-        if seeds_mde(sd, n) <= abs(effect):
-            return n
-    return None
+    if line_floor(parts, alpha, power) >= effect:
+        return None
+    low, high = 2, 4  # crossed_mde falls with the seeds (less variance, more df): bracket, then halve
+    while crossed_mde(parts, high, alpha, power) > effect:
+        low, high = high, high * 2
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if crossed_mde(parts, mid, alpha, power) > effect else (low, mid)
+    return high
