@@ -97,6 +97,7 @@ def test_shared_lines_that_alone_exceed_the_effect_say_no_seed_count_resolves_it
     assert all(r["seeds"] is None and r["line_floor"] > DEFAULT_MDE for r in own), own
     assert all(_naive_seeds(c["stats"][m]["parts"], DEFAULT_MDE) is None for c in configs for m in ("drift", "sftHeld", "ptFaq"))
     text = "\n".join(power_lines({"seeds_for": seeds_for}))
+    print(text)  # docs/sweeps.md shows a line of it (pytest -s)
     floor = own[0]["line_floor"] * 100
     assert (f"replay-n0 drift: MDE {own[0]['mde_now'] * 100:.1f}% at 3 seeds; seeds for MDE 2%: none with these 80 lines "
             f"(the shared lines alone allow {floor:.1f}%; more lines would)") in text, text
@@ -111,6 +112,7 @@ def test_the_closing_text_and_the_page_print_the_power_lines(tmp_path):
             "tune": None, "seeds_for": seeds_for, "compare": {"configs": configs, "complete": True},
             "verdict": {"line": "REPLAY_N=2: ...", "axis": "REPLAY_N", "at": "end", "would_change": [], "checks": []}}
     text = closing_text(data)
+    print("\n".join(power_lines(data)))  # docs/sweeps.md shows it (pytest -s)
     block = text.split("seeds for MDE 2.5% (80% power: the 95% CI, seeds x lines", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
     drift = seeds_for["rows"][0]
     assert block[0] == (f"  replay-n0 drift: MDE {drift['mde_now'] * 100:.1f}% at 3 seeds; "
