@@ -36,15 +36,8 @@ and SD of the other seeds) beyond a Bonferroni cut over the seeds at family leve
 seeds get a flag in at most 4% of configuration-metrics at any seed count >= 3 (exact t, tested
 by simulation at 3, 5 and 10 against the 5% the report promises). The median/MAD z it replaces flagged 29% of three normal seeds.
 
-How many seeds are enough (seeds_needed): from the measured parts, the mean over S seeds on
-these L lines has Var(S) = (sigma_a^2 + sigma_e^2/L) / S + sigma_b^2 / L (CrossedParts) with
-Satterthwaite's df(S) as crossed_ci computes them. Its 95% CI excludes a true effect delta (from
-zero, or from a rule's threshold) with power 1 - beta when
-    delta >= (t_{0.975, df(S)} + t_{1-beta, df(S)}) * sqrt(Var(S))         (crossed_mde),
-and seeds_needed is the fewest S >= 2 that satisfies it. The line part does not shrink with S:
-when (t + t at df L - 1) * sigma_b / sqrt(L) alone already exceeds delta (line_floor), no number of
-seeds resolves it with these lines (more lines would). Measured against simulated crossed
-experiments: tests/evals/test_seeds_power.py.
+How many seeds are enough: evals/seeds_power.py projects the parts crossed_ci measures
+(CrossedParts) to other seed counts.
 
 Student's t comes from evals/tdist.py (numpy-free, tested against scipy).
 """
@@ -56,13 +49,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from tatu.evals.stats import _line_sums, _resampled_sums
+from tatu.evals.seeds_power import CrossedParts, crossed_mde
 from tatu.evals.tdist import t_cdf, t_ppf
 
 DEFAULT_RESAMPLES = 2000
 DEFAULT_SEED = 0
 OUTLIER_ALPHA = 0.04  # bounds the chance that normal seeds get any flag (per configuration-metric): <= 5% measured
-ALPHA = 0.05  # the two-sided level of every CI the report prints (95%)
-POWER = 0.8   # the power "seeds for MDE" is stated at
 
 
 # --- one run: its paired log ratio --------------------------------------------------------------
@@ -93,33 +85,6 @@ class RunLines:
 
 
 # --- the crossed design: seeds x shared lines ------------------------------------------------------
-
-@dataclass(frozen=True)
-class CrossedParts:
-    """What the variance of a mean over seeds on L shared lines is made of (the module doc's
-    sigma_a^2, sigma_e^2, sigma_b^2), as measured by crossed_ci, so it can be projected to other
-    seed counts: seed = sigma_a^2 (one seed's own effect); interaction = sigma_e^2 / L (one seed's
-    seed x line noise on these lines); lines = sigma_b^2 / L (the shared lines' part of the mean,
-    the same at any seed count); n_lines = L."""
-
-    seed: float
-    interaction: float
-    lines: float
-    n_lines: int
-
-    def variance(self, n_seeds: int) -> float:
-        """Var of the mean over n_seeds seeds: (sigma_a^2 + sigma_e^2/L) / S + sigma_b^2 / L."""
-        return (self.seed + self.interaction) / n_seeds + self.lines
-
-    def df(self, n_seeds: int) -> float:
-        """Satterthwaite's df at n_seeds, over the parts present (what crossed_ci's interval uses)."""
-        inter_ms = self.interaction / n_seeds
-        seed_ms, line_ms = self.seed / n_seeds + inter_ms, self.lines + inter_ms
-        c_seed, c_line = float(self.seed > 0), float(self.lines > 0)
-        return _satterthwaite_df([(c_seed * seed_ms, n_seeds - 1), (c_line * line_ms, self.n_lines - 1),
-                                  ((1.0 - c_seed - c_line) * inter_ms, (n_seeds - 1) * (self.n_lines - 1))],
-                                 self.variance(n_seeds))
-
 
 @dataclass(frozen=True)
 class SeedCI:
@@ -169,12 +134,6 @@ def line_replicates(runs: list[RunLines], baseline: list[RunLines] | None, n_res
     sums = _resampled_sums(rng, n_lines, n_resamples, columns)
     ratios = np.array([sums[4 * i + 2] / sums[4 * i + 3] - sums[4 * i] / sums[4 * i + 1] for i in range(len(both))])
     return ratios[:len(runs)] - ratios[len(runs):] if baseline else ratios
-
-
-def _satterthwaite_df(parts: list[tuple[float, float]], total: float) -> float:
-    """df of a variance that is a signed sum of mean-square terms, each (its term, its df)."""
-    spread = sum(value ** 2 / df for value, df in parts if value != 0.0 and math.isfinite(df))
-    return total ** 2 / spread if spread > 0 else math.inf
 
 
 def crossed_ci(runs: list[RunLines], baseline: list[RunLines] | None = None, n_resamples: int = DEFAULT_RESAMPLES,
@@ -297,44 +256,3 @@ def outliers(values, family_alpha: float = OUTLIER_ALPHA) -> list[int]:
         return []
     cut = outlier_cut(len(values), family_alpha)
     return [i for i, t in enumerate(leave_one_out_t(values)) if abs(t) > cut]
-
-
-def crossed_mde(parts: CrossedParts, n_seeds: int, alpha: float = ALPHA, power: float = POWER) -> float:
-    """The smallest true effect (log scale) that the (1 - alpha) crossed CI of n_seeds seeds on these
-    lines excludes with `power`: (t_{1-alpha/2} + t_{power}) * sqrt(Var), both at df(n_seeds).
-    power 0.5 gives the CI's expected half-width (the estimate and the spread holding)."""
-    if n_seeds < 2:
-        return math.inf
-    df = parts.df(n_seeds)
-    return (t_ppf(1.0 - alpha / 2.0, df) + t_ppf(power, df)) * math.sqrt(parts.variance(n_seeds))
-
-
-def crossed_power(parts: CrossedParts, n_seeds: int, effect: float, alpha: float = ALPHA) -> float:
-    """The power crossed_mde inverts: P(T_df > t_{1-alpha/2} - |effect| / SE) at n_seeds."""
-    df, se = parts.df(n_seeds), math.sqrt(parts.variance(n_seeds))
-    if se == 0.0:
-        return 1.0 if effect != 0.0 else 0.0
-    return t_cdf(abs(effect) / se - t_ppf(1.0 - alpha / 2.0, df), df)
-
-
-def line_floor(parts: CrossedParts, alpha: float = ALPHA, power: float = POWER) -> float:
-    """crossed_mde with every seed in the world: what the shared lines alone allow (df L - 1)."""
-    df = parts.n_lines - 1
-    return (t_ppf(1.0 - alpha / 2.0, df) + t_ppf(power, df)) * math.sqrt(parts.lines)
-
-
-def seeds_needed(parts: CrossedParts, effect: float, power: float = POWER, alpha: float = ALPHA) -> int | None:
-    """The fewest seeds (at least 2) whose crossed CI resolves `effect` (log scale) with `power`;
-    None when no number of seeds does with these lines (line_floor >= |effect|: more lines would)."""
-    effect = abs(effect)
-    if crossed_mde(parts, 2, alpha, power) <= effect:
-        return 2
-    if line_floor(parts, alpha, power) >= effect:
-        return None
-    low, high = 2, 4  # crossed_mde falls with the seeds (less variance, more df): bracket, then halve
-    while crossed_mde(parts, high, alpha, power) > effect:
-        low, high = high, high * 2
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (mid, high) if crossed_mde(parts, mid, alpha, power) > effect else (low, mid)
-    return high

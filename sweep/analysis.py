@@ -18,6 +18,7 @@ import math
 from pathlib import Path
 
 from tatu.evals import seeds as st
+from tatu.evals import seeds_power
 from tatu.sweep.members import TERMINAL, member_status, read_json
 from tatu.sweep.backends import UnitState
 from tatu.sweep.plan import Member
@@ -159,7 +160,7 @@ def _would_change(rule, ordered: list[dict], checks: list[dict], chosen: dict | 
             margin = abs(math.log1p(fail["threshold"]) - stats["log_mean"]) if fail["threshold"] > -1 else 0.0
             passes_point = (point < fail["threshold"]) if metric.endswith("_hi") else (point > fail["threshold"])
             if passes_point and margin > 0 and parts is not None:
-                need = st.seeds_needed(parts, margin, power=0.5)
+                need = seeds_power.seeds_needed(parts, margin, power=0.5)
                 more = (f"about {max(1, need - stats['n_seeds'])} more seeds would" if need
                         else f"no number of seeds would (its {parts.n_lines} shared lines alone are too few; more lines would)")
                 notes.append(f"{rule.axis}={check['label']}: its {base} point estimate {_fmt_metric(base, point)} passes; "
@@ -175,7 +176,7 @@ def _would_change(rule, ordered: list[dict], checks: list[dict], chosen: dict | 
                 p = paired_stats(this["results"], before["results"], "enRuler", None, 99, *lines)
                 if p and p["p_value"] > 0.05:
                     # the seeds whose crossed CI resolves the difference measured, at 80% power
-                    need = st.seeds_needed(parts_of(p), p["diff"])
+                    need = seeds_power.seeds_needed(parts_of(p), p["diff"])
                     more = (f"{max(1, need - p['n_seeds'])} more seeds would resolve it" if need
                             else f"no number of seeds would resolve it with these {p['parts']['n_lines']} lines (more lines would)")
                     notes.append(f"{rule.axis}={checks[position - 1]['label']} vs {chosen['label']}: drift difference "

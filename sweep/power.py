@@ -1,7 +1,7 @@
 """How many seeds are enough: per judged metric of each configuration (drift, the sftHeld change,
 every held-out set the rule names) and per paired comparison with the baseline, the seeds whose
 crossed CI (seeds x lines) would resolve the plan's stated effect at 80% power, projected from
-the variance parts measured on the members (evals/seeds.py: seeds_needed, the one home of the
+the variance parts measured on the members (evals/seeds_power.py: seeds_needed, the one home of the
 formula). Where the rule judges: at the end, or at the common step.
 
 The stated effect is the plan's `[decision] mde` (a relative change of perplexity, "2%" = a ratio
@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from tatu.evals import seeds as st
+from tatu.evals import seeds_power
 from tatu.sweep.rule import Rule, held_out_set
 from tatu.sweep.stats import parts_of
 
@@ -47,8 +47,8 @@ def _seeds_for(config: str, vs: str | None, metric: str, stats: dict | None, eff
     parts = parts_of(stats)
     if parts is None:
         return SeedsFor(config, vs, metric, stats["n_seeds"], None, None, None, None, known=False)
-    return SeedsFor(config, vs, metric, stats["n_seeds"], parts.n_lines, math.expm1(st.crossed_mde(parts, stats["n_seeds"])),
-                    st.seeds_needed(parts, math.log1p(effect)), math.expm1(st.line_floor(parts)), known=True)
+    return SeedsFor(config, vs, metric, stats["n_seeds"], parts.n_lines, math.expm1(seeds_power.crossed_mde(parts, stats["n_seeds"])),
+                    seeds_power.seeds_needed(parts, math.log1p(effect)), math.expm1(seeds_power.line_floor(parts)), known=True)
 
 
 def judged_sets(rule: Rule) -> list[str]:
@@ -70,5 +70,5 @@ def seeds_for_effect(rule: Rule, configs: list[dict], effect: float) -> dict:
         if not config.get("is_baseline"):
             for metric in PAIRED:
                 rows.append(_seeds_for(config["key"], baseline, metric, (config.get(paired_key) or {}).get(metric), effect))
-    return {"effect": effect, "power": st.POWER, "at": rule.at,
+    return {"effect": effect, "power": seeds_power.POWER, "at": rule.at,
             "rows": [dataclasses.asdict(r) for r in rows if r is not None]}

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from tatu.evals import seeds as st
+from tatu.evals import seeds_power
 
 RESAMPLES = 2000
 HALVES = {"dev": 0, "judge": 1}
@@ -60,14 +61,14 @@ def _ci_json(ci: st.SeedCI) -> dict:
             "mde": _rel(ci.mde) if math.isfinite(ci.mde) else None, "parts": parts_json(ci.parts)}
 
 
-def parts_json(parts: st.CrossedParts | None) -> dict | None:
+def parts_json(parts: seeds_power.CrossedParts | None) -> dict | None:
     """The variance components in report.json (what power.py projects to other seed counts)."""
     return None if parts is None else dataclasses.asdict(parts)
 
 
-def parts_of(stats: dict) -> st.CrossedParts | None:
+def parts_of(stats: dict) -> seeds_power.CrossedParts | None:
     """The components of a statistic as report.json holds them (None below 2 seeds)."""
-    return None if stats.get("parts") is None else st.CrossedParts(**stats["parts"])
+    return None if stats.get("parts") is None else seeds_power.CrossedParts(**stats["parts"])
 
 
 def _seed_rng(index: int, set_name: str) -> list[int]:

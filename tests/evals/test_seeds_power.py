@@ -1,4 +1,4 @@
-"""evals/seeds.py's seeds for a stated effect (seeds_needed, crossed_power, line_floor) against
+"""evals/seeds_power.py (seeds for a stated effect: seeds_needed, crossed_power, line_floor) against
 simulated crossed experiments: per-line changes with a known seed SD, shared-line SD and seed x
 line SD, the effect the report states (2%), many experiments at the seed count the formula names
 and at one seed fewer, each judged by the crossed 95% CI the report prints.
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from scipy import stats as sp
 
-from tatu.evals import seeds
+from tatu.evals import seeds, seeds_power
 
 N_LINES = 166  # the demo's enRuler
 EFFECT = math.log1p(0.02)  # the report's default: a 2% change of perplexity
@@ -36,9 +36,9 @@ REGIMES = {
 }
 
 
-def _true_parts(sds, n_lines: int = N_LINES) -> seeds.CrossedParts:
+def _true_parts(sds, n_lines: int = N_LINES) -> seeds_power.CrossedParts:
     seed_sd, line_sd, inter_sd = sds
-    return seeds.CrossedParts(seed=seed_sd ** 2, interaction=inter_sd ** 2 / n_lines, lines=line_sd ** 2 / n_lines,
+    return seeds_power.CrossedParts(seed=seed_sd ** 2, interaction=inter_sd ** 2 / n_lines, lines=line_sd ** 2 / n_lines,
                               n_lines=n_lines)
 
 
@@ -79,16 +79,16 @@ def simulated_power(n_seeds: int, sds, seed: int, n: int = N_EXPERIMENTS, n_line
 @pytest.mark.parametrize("regime", ["seed-dominated", "both"])
 def test_the_named_seed_count_reaches_80_percent_power_and_one_fewer_does_not(regime):
     parts = _true_parts(REGIMES[regime])
-    needed = seeds.seeds_needed(parts, EFFECT)
+    needed = seeds_power.seeds_needed(parts, EFFECT)
     assert needed is not None and needed > 3
     # The fewest: the formula's power crosses 80% exactly there.
-    assert seeds.crossed_power(parts, needed - 1, EFFECT) < 0.8 <= seeds.crossed_power(parts, needed, EFFECT)
+    assert seeds_power.crossed_power(parts, needed - 1, EFFECT) < 0.8 <= seeds_power.crossed_power(parts, needed, EFFECT)
     at, fewer = simulated_power(needed, REGIMES[regime], 1), simulated_power(needed - 1, REGIMES[regime], 2)
     print(f"{regime}: seeds for MDE 2%: {needed}; power at {needed}: {at:.3f} simulated, "
-          f"{seeds.crossed_power(parts, needed, EFFECT):.3f} stated; at {needed - 1}: {fewer:.3f} simulated, "
-          f"{seeds.crossed_power(parts, needed - 1, EFFECT):.3f} stated ({N_EXPERIMENTS} experiments each)")
-    assert abs(at - seeds.crossed_power(parts, needed, EFFECT)) <= BAND, at
-    assert abs(fewer - seeds.crossed_power(parts, needed - 1, EFFECT)) <= BAND, fewer
+          f"{seeds_power.crossed_power(parts, needed, EFFECT):.3f} stated; at {needed - 1}: {fewer:.3f} simulated, "
+          f"{seeds_power.crossed_power(parts, needed - 1, EFFECT):.3f} stated ({N_EXPERIMENTS} experiments each)")
+    assert abs(at - seeds_power.crossed_power(parts, needed, EFFECT)) <= BAND, at
+    assert abs(fewer - seeds_power.crossed_power(parts, needed - 1, EFFECT)) <= BAND, fewer
     assert at >= 0.8 - BAND, at
     # One seed fewer gives less power: more than 3 binomial SDs of the difference (0.9 points).
     assert at - fewer > 0.027, (at, fewer)
@@ -97,16 +97,16 @@ def test_the_named_seed_count_reaches_80_percent_power_and_one_fewer_does_not(re
 def test_when_the_shared_lines_alone_allow_too_little_no_seed_count_reaches_80_percent():
     sds = REGIMES["shared-line-dominated"]
     parts = _true_parts(sds)
-    assert seeds.seeds_needed(parts, EFFECT) is None
-    assert seeds.line_floor(parts) > EFFECT
+    assert seeds_power.seeds_needed(parts, EFFECT) is None
+    assert seeds_power.line_floor(parts) > EFFECT
     # Adding seeds barely moves the power: the lines part is the same for every seed count.
     powers = {n: simulated_power(n, sds, 3, n=2000) for n in (10, 40)}
     print(f"shared-line-dominated: no seed count; power at 10 seeds {powers[10]:.3f}, at 40 {powers[40]:.3f} "
-          f"(stated {seeds.crossed_power(parts, 10, EFFECT):.3f}, {seeds.crossed_power(parts, 40, EFFECT):.3f})")
+          f"(stated {seeds_power.crossed_power(parts, 10, EFFECT):.3f}, {seeds_power.crossed_power(parts, 40, EFFECT):.3f})")
     assert all(p < 0.8 - BAND for p in powers.values()), powers
-    assert abs(powers[40] - seeds.crossed_power(parts, 40, EFFECT)) <= BAND
+    assert abs(powers[40] - seeds_power.crossed_power(parts, 40, EFFECT)) <= BAND
     # More lines would: four times the lines halve the floor, and a seed count exists again.
-    more = seeds.seeds_needed(_true_parts(sds, 4 * N_LINES), EFFECT)
+    more = seeds_power.seeds_needed(_true_parts(sds, 4 * N_LINES), EFFECT)
     assert more is not None
     at = simulated_power(more, sds, 4, n=2000, n_lines=4 * N_LINES)
     print(f"... with {4 * N_LINES} lines: seeds for MDE 2%: {more}; simulated power there {at:.3f}")
@@ -118,13 +118,13 @@ def test_crossed_ci_itself_reaches_the_stated_power():
     count the formula names: a 4-SD band of 8 points (binomial SD 2.0 points at 400)."""
     sds = REGIMES["seed-dominated"]
     parts = _true_parts(sds)
-    needed = seeds.seeds_needed(parts, EFFECT)
+    needed = seeds_power.seeds_needed(parts, EFFECT)
     d = _experiments(400, needed, sds, np.random.default_rng(5))
     ones, base = np.ones(N_LINES), np.full(N_LINES, 3.0)
     hits = sum(seeds.crossed_ci([seeds.RunLines(base, ones, base + row, ones) for row in exp], n_resamples=400, seed=k).lo > 0
                for k, exp in enumerate(d))
     print(f"crossed_ci at {needed} seeds: power {hits / 400:.3f}")
-    assert abs(hits / 400 - seeds.crossed_power(parts, needed, EFFECT)) <= 0.08, hits / 400
+    assert abs(hits / 400 - seeds_power.crossed_power(parts, needed, EFFECT)) <= 0.08, hits / 400
 
 
 def test_a_pilot_measures_the_parts_that_name_the_seed_count():
@@ -136,13 +136,13 @@ def test_a_pilot_measures_the_parts_that_name_the_seed_count():
     def pilot_needed(regime: str, n_seeds: int, k: int) -> int | None:
         d = _experiments(1, n_seeds, REGIMES[regime], np.random.default_rng([n_seeds, k]))[0]
         ci = seeds.crossed_ci([seeds.RunLines(base, ones, base + row, ones) for row in d], n_resamples=1000, seed=k)
-        return seeds.seeds_needed(ci.parts, EFFECT)
+        return seeds_power.seeds_needed(ci.parts, EFFECT)
 
     lines = [pilot_needed("shared-line-dominated", 3, k) for k in range(20)]
     assert sum(n is None for n in lines) >= 16, lines
     small = [pilot_needed("seed-dominated", 3, k) for k in range(20)]
     assert all(n is not None for n in small), small
-    truth = seeds.seeds_needed(_true_parts(REGIMES["seed-dominated"]), EFFECT)
+    truth = seeds_power.seeds_needed(_true_parts(REGIMES["seed-dominated"]), EFFECT)
     big = [pilot_needed("seed-dominated", 20, k) for k in range(20)]
     print(f"seed-dominated: truth {truth}; 3-seed pilots say {sorted(small)}; 20-seed pilots say {sorted(big)}; "
           f"shared-line-dominated 3-seed pilots: {sum(n is None for n in lines)} of 20 say none")
@@ -150,24 +150,24 @@ def test_a_pilot_measures_the_parts_that_name_the_seed_count():
 
 
 def test_the_formula_against_scipy_and_its_seeds_only_limit():
-    parts = seeds.CrossedParts(seed=0.02 ** 2, interaction=0.05 ** 2 / 100, lines=0.03 ** 2 / 100, n_lines=100)
+    parts = seeds_power.CrossedParts(seed=0.02 ** 2, interaction=0.05 ** 2 / 100, lines=0.03 ** 2 / 100, n_lines=100)
     for n in (2, 3, 7, 30):
         inter = parts.interaction / n
         seed_ms, line_ms = parts.seed / n + inter, parts.lines + inter
         var = seed_ms + line_ms - inter  # sigma_a^2/S + sigma_b^2/L + sigma_e^2/(S L)
         df = var ** 2 / (seed_ms ** 2 / (n - 1) + line_ms ** 2 / 99 + inter ** 2 / ((n - 1) * 99))
-        assert seeds.crossed_mde(parts, n) == pytest.approx((sp.t.ppf(0.975, df) + sp.t.ppf(0.8, df)) * math.sqrt(var), rel=1e-8)
-        assert seeds.crossed_power(parts, n, seeds.crossed_mde(parts, n)) == pytest.approx(0.8, abs=1e-8)
-    assert seeds.line_floor(parts) == pytest.approx((sp.t.ppf(0.975, 99) + sp.t.ppf(0.8, 99)) * 0.03 / 10, rel=1e-8)
+        assert seeds_power.crossed_mde(parts, n) == pytest.approx((sp.t.ppf(0.975, df) + sp.t.ppf(0.8, df)) * math.sqrt(var), rel=1e-8)
+        assert seeds_power.crossed_power(parts, n, seeds_power.crossed_mde(parts, n)) == pytest.approx(0.8, abs=1e-8)
+    assert seeds_power.line_floor(parts) == pytest.approx((sp.t.ppf(0.975, 99) + sp.t.ppf(0.8, 99)) * 0.03 / 10, rel=1e-8)
     # Seeds alone: the paired t over seeds' MDE, (t_.975 + t_.8 at n - 1 df) * sd / sqrt(n).
-    alone = seeds.CrossedParts(seed=0.02 ** 2, interaction=0.0, lines=0.0, n_lines=100)
-    assert seeds.crossed_mde(alone, 5) == pytest.approx((sp.t.ppf(0.975, 4) + sp.t.ppf(0.8, 4)) * 0.02 / math.sqrt(5), rel=1e-8)
+    alone = seeds_power.CrossedParts(seed=0.02 ** 2, interaction=0.0, lines=0.0, n_lines=100)
+    assert seeds_power.crossed_mde(alone, 5) == pytest.approx((sp.t.ppf(0.975, 4) + sp.t.ppf(0.8, 4)) * 0.02 / math.sqrt(5), rel=1e-8)
     # The fewest seeds, by a plain loop; none where the lines' floor is above the effect.
     for effect in (0.01, 0.02, 0.05):
-        loop = next(n for n in range(2, 100000) if seeds.crossed_mde(parts, n) <= effect) \
-            if seeds.line_floor(parts) < effect else None
-        assert seeds.seeds_needed(parts, effect) == loop, effect
-    assert seeds.seeds_needed(parts, 0.005) is None and seeds.line_floor(parts) > 0.005
+        loop = next(n for n in range(2, 100000) if seeds_power.crossed_mde(parts, n) <= effect) \
+            if seeds_power.line_floor(parts) < effect else None
+        assert seeds_power.seeds_needed(parts, effect) == loop, effect
+    assert seeds_power.seeds_needed(parts, 0.005) is None and seeds_power.line_floor(parts) > 0.005
     # Power 0.5: the CI's expected half-width (t_.975 * SE) under the margin.
-    n = seeds.seeds_needed(alone, 0.03, power=0.5)
+    n = seeds_power.seeds_needed(alone, 0.03, power=0.5)
     assert sp.t.ppf(0.975, n - 1) * 0.02 / math.sqrt(n) <= 0.03 < sp.t.ppf(0.975, n - 2) * 0.02 / math.sqrt(n - 1)
