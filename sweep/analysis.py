@@ -161,10 +161,11 @@ def _would_change(rule, ordered: list[dict], checks: list[dict], chosen: dict | 
             passes_point = (point < fail["threshold"]) if metric.endswith("_hi") else (point > fail["threshold"])
             if passes_point and margin > 0 and parts is not None:
                 need = seeds_power.seeds_needed(parts, margin, power=0.5)
-                more = (f"about {max(1, need - stats['n_seeds'])} more seeds would" if need
-                        else f"no number of seeds would (its {parts.n_lines} shared lines alone are too few; more lines would)")
+                more = (f"about {max(1, need - stats['n_seeds'])} more seeds would narrow {metric} enough to pass" if need
+                        else f"no number of seeds would narrow {metric} enough to pass with these {parts.n_lines} lines "
+                             "(more lines would)")
                 notes.append(f"{rule.axis}={check['label']}: its {base} point estimate {_fmt_metric(base, point)} passes; "
-                             f"{more} narrow {metric} enough to pass (if the estimate and the spread hold)")
+                             f"{more} (if the estimate and the spread hold)")
     if chosen is not None:
         # The chosen value against the one just before it (the cheaper dose it beat): is the
         # difference resolved across seeds, and if not, how many seeds would resolve it?

@@ -226,8 +226,8 @@ def test_the_locked_rule_picks_the_smallest_passing_value(tmp_path):
                for note in verdict["would_change"]), verdict["would_change"]
     # When the shared lines alone hold the CI wider than the margin, no number of seeds narrows it.
     configs[2]["stats"]["drift"]["parts"] = {"seed": 0.02 ** 2, "interaction": 0.0, "lines": 0.015 ** 2, "n_lines": 166}
-    assert any(note.startswith("REPLAY_N=2: its drift point estimate +7.0% passes; no number of seeds would "
-                               "(its 166 shared lines alone are too few; more lines would)")
+    assert any(note.startswith("REPLAY_N=2: its drift point estimate +7.0% passes; no number of seeds would narrow "
+                               "drift_hi enough to pass with these 166 lines (more lines would)")
                for note in decide(lock, configs)["would_change"])
     # A tighter CI on 2 flips the verdict to 2; nothing passing -> said plainly.
     configs[2] = _config("replay-n2", "2", 0.07, 0.09, -0.55)
