@@ -36,6 +36,9 @@ and SD of the other seeds) beyond a Bonferroni cut over the seeds at family leve
 seeds get a flag in at most 4% of configuration-metrics at any seed count >= 3 (exact t, tested
 by simulation at 3, 5 and 10 against the 5% the report promises). The median/MAD z it replaces flagged 29% of three normal seeds.
 
+How many seeds are enough: evals/seeds_power.py projects the parts crossed_ci measures
+(CrossedParts) to other seed counts.
+
 Student's t comes from evals/tdist.py (numpy-free, tested against scipy).
 """
 from __future__ import annotations
@@ -46,6 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tatu.evals.stats import _line_sums, _resampled_sums
+from tatu.evals.seeds_power import CrossedParts, crossed_mde
 from tatu.evals.tdist import t_cdf, t_ppf
 
 DEFAULT_RESAMPLES = 2000
@@ -91,7 +95,8 @@ class SeedCI:
     root-mean-square SE of one run from resampling its lines; shared_line_se: the part of the
     mean's SE that comes from which lines the set holds (the same for every seed: more seeds do
     not shrink it); interaction_se: the seed x line part; se: the mean's SE (all three parts);
-    mde: the smallest mean effect S seeds detect at 80% power, two-sided alpha 0.05."""
+    mde: the smallest true effect this CI excludes at 80% power (crossed_mde at S; inf below 2
+    seeds); parts: the variance components (None below 2 seeds: the seed part is unknown)."""
 
     mean: float
     lo: float
@@ -105,6 +110,7 @@ class SeedCI:
     df: float
     n_seeds: int
     mde: float
+    parts: CrossedParts | None = None
 
 
 def _check_crossed(runs: list[RunLines], baseline: list[RunLines] | None) -> int:
@@ -128,12 +134,6 @@ def line_replicates(runs: list[RunLines], baseline: list[RunLines] | None, n_res
     sums = _resampled_sums(rng, n_lines, n_resamples, columns)
     ratios = np.array([sums[4 * i + 2] / sums[4 * i + 3] - sums[4 * i] / sums[4 * i + 1] for i in range(len(both))])
     return ratios[:len(runs)] - ratios[len(runs):] if baseline else ratios
-
-
-def _satterthwaite_df(parts: list[tuple[float, float]], total: float) -> float:
-    """df of a variance that is a signed sum of mean-square terms, each (its term, its df)."""
-    spread = sum(value ** 2 / df for value, df in parts if value != 0.0 and math.isfinite(df))
-    return total ** 2 / spread if spread > 0 else math.inf
 
 
 def crossed_ci(runs: list[RunLines], baseline: list[RunLines] | None = None, n_resamples: int = DEFAULT_RESAMPLES,
@@ -166,10 +166,8 @@ def crossed_ci(runs: list[RunLines], baseline: list[RunLines] | None = None, n_r
     # Var(mean) = sigma_a^2/S + sigma_b^2/L + sigma_e^2/(S L): each part from its mean squares, at
     # least 0. The df count only the parts present (a variance of seeds alone has S - 1).
     seed_part, line_part = max(0.0, seed_ms - inter_ms), max(0.0, line_ms - inter_ms)
-    variance = seed_part + line_part + inter_ms
-    c_seed, c_line = float(seed_part > 0), float(line_part > 0)
-    df = _satterthwaite_df([(c_seed * seed_ms, n_seeds - 1), (c_line * line_ms, n_lines - 1),
-                            ((1.0 - c_seed - c_line) * inter_ms, (n_seeds - 1) * (n_lines - 1))], variance)
+    parts = CrossedParts(seed=seed_part * n_seeds, interaction=inter_ms * n_seeds, lines=line_part, n_lines=n_lines)
+    variance, df = parts.variance(n_seeds), parts.df(n_seeds)
     half = t_ppf(0.5 + level / 2.0, df) * math.sqrt(variance)
     within = float(np.mean(by_line.var(axis=1, ddof=1)))
     between = float(est.var(ddof=1)) if n_seeds > 1 else 0.0
@@ -177,7 +175,7 @@ def crossed_ci(runs: list[RunLines], baseline: list[RunLines] | None = None, n_r
         mean=mean, lo=mean - half, hi=mean + half, se=math.sqrt(variance), seed_sd=math.sqrt(between),
         seed_effect_sd=math.sqrt(seed_part * n_seeds), within_se=math.sqrt(within),
         shared_line_se=math.sqrt(line_part), interaction_se=math.sqrt(inter_ms), df=df, n_seeds=n_seeds,
-        mde=seeds_mde(math.sqrt(max(between, within)), n_seeds),
+        mde=crossed_mde(parts, n_seeds) if n_seeds > 1 else math.inf, parts=parts if n_seeds > 1 else None,
     )
 
 
@@ -258,22 +256,3 @@ def outliers(values, family_alpha: float = OUTLIER_ALPHA) -> list[int]:
         return []
     cut = outlier_cut(len(values), family_alpha)
     return [i for i, t in enumerate(leave_one_out_t(values)) if abs(t) > cut]
-
-
-def seeds_mde(sd: float, n_seeds: int, alpha: float = 0.05, power: float = 0.8) -> float:
-    """Smallest mean effect (log scale) a paired test over n_seeds detects with `power`:
-    (t_{1-alpha/2} + t_{power}) * sd / sqrt(n), df = n - 1."""
-    if n_seeds < 2:
-        return math.inf
-    df = n_seeds - 1
-    return (t_ppf(1 - alpha / 2, df) + t_ppf(power, df)) * sd / math.sqrt(n_seeds)
-
-
-def seeds_needed(effect: float, sd: float, most: int = 1000) -> int | None:
-    """Seeds a paired comparison needs to detect `effect` (log scale) at 80% power; None if > most."""
-    if sd == 0.0:
-        return 2
-    for n in range(2, most + 1):
-        if seeds_mde(sd, n) <= abs(effect):
-            return n
-    return None

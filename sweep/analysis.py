@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 
 from tatu.evals import seeds as st
-from tatu.evals.tdist import t_ppf
+from tatu.evals import seeds_power
 from tatu.sweep.members import TERMINAL, member_status, read_json
 from tatu.sweep.backends import UnitState
 from tatu.sweep.plan import Member
@@ -26,8 +26,9 @@ from tatu.sweep.lock import locked_configs
 from tatu.sweep.rule import CONFIG, held_out_set, one_config_line, parse_rule
 from tatu.sweep import common as common_step_
 from tatu.sweep.scores import end_checkpoint, score_checkpoint
+from tatu.sweep.power import seeds_for_effect, stated_effect
 from tatu.sweep.sets import set_stats
-from tatu.sweep.stats import paired_stats
+from tatu.sweep.stats import paired_stats, parts_of
 
 COMMON_LINES = (common_step_.START, common_step_.AT_COMMON)  # the base/end keys of the common-step lines
 
@@ -154,17 +155,19 @@ def _would_change(rule, ordered: list[dict], checks: list[dict], chosen: dict | 
             stats = (config.get("stats_common" if rule.at == "common" else "stats") or {}).get(key)
             if not stats or metric == base or base.startswith("every") or base == "aborted":
                 continue
-            point = stats["value"]
-            # On the log scale: the bound must move inside the threshold; a CI half-width over n
-            # seeds is about t_{n-1} * sd / sqrt(n) with sd the per-seed spread (line noise included).
+            point, parts = stats["value"], parts_of(stats)
+            # On the log scale: the bound must move inside the threshold. The crossed CI's expected
+            # half-width at n seeds (power 0.5: the estimate and the spread holding) must fall
+            # under the margin; the shared lines' part of it does not shrink with the seeds.
             margin = abs(math.log1p(fail["threshold"]) - stats["log_mean"]) if fail["threshold"] > -1 else 0.0
-            sd = max(stats["seed_sd"], stats["within_se"])
             passes_point = (point < fail["threshold"]) if metric.endswith("_hi") else (point > fail["threshold"])
-            if passes_point and margin > 0 and sd > 0:
-                need = next((n for n in range(2, 1001) if t_ppf(0.975, n - 1) * sd / math.sqrt(n) < margin), None)
-                more = f"about {need - stats['n_seeds']} more seeds" if need else "more than 1000 seeds"
+            if passes_point and margin > 0 and parts is not None:
+                need = seeds_power.seeds_needed(parts, margin, power=0.5)
+                more = (f"about {max(1, need - stats['n_seeds'])} more seeds would narrow {metric} enough to pass" if need
+                        else f"no number of seeds would narrow {metric} enough to pass with these {parts.n_lines} lines "
+                             "(more lines would)")
                 notes.append(f"{rule.axis}={check['label']}: its {base} point estimate {_fmt_metric(base, point)} passes; "
-                             f"{more} would narrow {metric} enough to pass (if the estimate and the spread hold)")
+                             f"{more} (if the estimate and the spread hold)")
     if chosen is not None:
         # The chosen value against the one just before it (the cheaper dose it beat): is the
         # difference resolved across seeds, and if not, how many seeds would resolve it?
@@ -175,8 +178,10 @@ def _would_change(rule, ordered: list[dict], checks: list[dict], chosen: dict | 
                 lines = COMMON_LINES if rule.at == "common" else ("base", "end")
                 p = paired_stats(this["results"], before["results"], "enRuler", None, 99, *lines)
                 if p and p["p_value"] > 0.05:
-                    more = (f"{max(1, p['seeds_needed'] - p['n_seeds'])} more seeds would resolve it" if p["seeds_needed"]
-                            else "more than 1000 seeds would be needed")
+                    # the seeds whose crossed CI resolves the difference measured, at 80% power
+                    need = seeds_power.seeds_needed(parts_of(p), p["diff"])
+                    more = (f"{max(1, need - p['n_seeds'])} more seeds would resolve it" if need
+                            else f"no number of seeds would resolve it with these {p['parts']['n_lines']} lines (more lines would)")
                     notes.append(f"{rule.axis}={checks[position - 1]['label']} vs {chosen['label']}: drift difference "
                                  f"not resolved (paired p={p['p_value']:.2f}); {more}")
     return notes
@@ -275,7 +280,8 @@ def analyze(sweep_dir: Path) -> dict:
     out = {"name": lock["name"], "question": lock["question"], "rule": lock["rule"], "plan_hash": lock["plan_hash"],
            # a lock written before the portable hash existed shows its own
            "plan_portable_hash": lock.get("plan_portable_hash", lock["plan_hash"]),
-           "seeds": lock["seeds"], "configs": lock.get("configs"), "tune": None, "tuned": lock.get("tuned"), "compare": None, "verdict": None}
+           "seeds": lock["seeds"], "configs": lock.get("configs"), "tune": None, "tuned": lock.get("tuned"), "compare": None, "verdict": None,
+           "seeds_for": None}
     if lock.get("tune"):
         out["tune"] = {"var": lock["tune"]["var"], "configs": _strip(stage_table(lock, locked_members(lock, "tune"), sweep_dir, "tune"))}
     compare = locked_members(lock, "compare")
@@ -285,6 +291,7 @@ def analyze(sweep_dir: Path) -> dict:
         complete = all(r["state"] in TERMINAL for c in configs for r in c["results"])
         out["compare"] = {"configs": _strip(configs), "complete": complete}
         out["verdict"] = {**decide(lock, configs), "complete": complete}
+        out["seeds_for"] = seeds_for_effect(_locked_rule(lock), configs, stated_effect(lock))
     return out
 
 

@@ -57,7 +57,8 @@ def new_lock(plan: Plan, sweep_dir: Path) -> dict:
     out = Path(sweep_dir).absolute() / "runs"
     listed = plan.tune_members(out) + plan.compare_members(out, None)
     configs = {"configs": plan.core()["configs"]} if plan.configs else {}  # absent without [configs], as in core()
-    return {**configs,
+    mde = {"mde": plan.mde} if plan.mde is not None else {}  # likewise
+    return {**configs, **mde,
         "version": VERSION, "name": plan.name, "plan_hash": plan.hash, "plan_portable_hash": plan.portable_hash,
         "plan_file": str(plan.path.absolute()),
         "question": plan.question, "rule": plan.rule.text, "axes": plan.axes, "baseline": plan.baseline,
@@ -101,7 +102,8 @@ def _locked_core(lock: dict) -> dict:
     return {"name": lock["name"], "question": lock["question"], "base_env": lock["base_env"], "axes": lock["axes"],
             "baseline": lock["baseline"], "rule": lock["rule"],
             "tune": {k: tune[k] for k in ("var", "values", "seeds")} if tune else None,
-            **({"configs": lock["configs"]} if lock.get("configs") else {})}
+            **({"configs": lock["configs"]} if lock.get("configs") else {}),
+            **({"mde": lock["mde"]} if lock.get("mde") is not None else {})}
 
 
 def locked_configs(lock: dict) -> dict[str, dict[str, str]]:
@@ -138,7 +140,7 @@ def plan_from_lock(lock: dict) -> Plan:
     configs = locked_configs(lock)
     plan = Plan(source, lock["name"], lock["question"], list(lock["seeds"]), dict(lock["base_env"]),
                 {k: list(v) for k, v in lock["axes"].items()}, dict(lock["baseline"]),
-                parse_rule(lock["rule"], lock["axes"], source, list(configs)), configs=configs)
+                parse_rule(lock["rule"], lock["axes"], source, list(configs)), configs=configs, mde=lock.get("mde"))
     if lock.get("tune"):
         plan.tune_var, plan.tune_values, plan.tune_seeds = lock["tune"]["var"], list(lock["tune"]["values"]), list(lock["tune"]["seeds"])
     return plan

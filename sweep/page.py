@@ -11,7 +11,7 @@ from tatu.sweep import tables
 
 def _comparison(configs: list[dict]) -> list[str]:
     parts = ["<h2>Comparison stage</h2><p>* = baseline; CIs carry seed and line variance (crossed: seeds x shared "
-             f"lines). {esc(tables.OUTLIER_NOTE)}.</p>",
+             f"lines, not one run's CI over its lines). {esc(tables.OUTLIER_NOTE)}.</p>",
              plain_table(tables.CONFIG_HEADER, tables.config_rows(configs), "configs")]
     parts += _sets(configs, common=False)
     paired = tables.paired_rows(configs)
@@ -62,6 +62,10 @@ def write_page(data: dict, closing: str, plots: list[PlotFile], out_dir: Path) -
             sections += [f"<h2>Configurations</h2><p>{esc(tables.CONFIGS_TITLE)}.</p>",
                          plain_table(tables.CONFIGS_HEADER, legend, "configurations")]
         sections += _comparison(data["compare"]["configs"])
+        power = tables.power_lines(data)
+        if power:
+            sections += [f"<h2>How many seeds are enough</h2><p>{esc(power[0])}.</p>",
+                         '<ul id="seeds-for">' + "".join(f"<li>{esc(line.strip())}</li>" for line in power[1:]) + "</ul>"]
         verdict = "\n".join(tables.verdict_lines(data))
         sections.append(f'<h2>Verdict</h2>\n<pre class="verdict" id="verdict">{esc(verdict)}</pre>')
     if plots:

@@ -16,6 +16,7 @@
                                             # a configuration: config = "full", default the first)
     rule = "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT and sftHeld_change_hi < 0"
                                             # optional tail: "at the end" (default) | "at the common step"
+    mde = "2%"                              # optional: the effect the report's seeds-for-MDE lines resolve
     [tune]                                  # optional: tune one variable for the baseline first
     TATU_LR = [1e-3, 3e-3]
     seeds = [1, 2]                          # default: the plan's seeds
@@ -32,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +85,7 @@ class Plan:
     tune_values: list[str] = field(default_factory=list)
     tune_seeds: list[int] = field(default_factory=list)
     configs: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> the variables it sets, in order
+    mde: float | None = None  # [decision] mde, a relative change; None: the report's default (sweep/power.py)
 
     def core(self) -> dict:
         """Everything pre-registered except the comparison seeds (which may only grow)."""
@@ -91,6 +94,8 @@ class Plan:
                 "tune": {"var": self.tune_var, "values": self.tune_values, "seeds": self.tune_seeds} if self.tune_var else None}
         if self.configs:  # absent without [configs], so a plan without them hashes as it always did
             core["configs"] = configs_json(self.configs)
+        if self.mde is not None:  # likewise absent without [decision] mde
+            core["mde"] = self.mde
         return core
 
     @property
@@ -242,6 +247,18 @@ def _add_tune(plan: Plan, tune: dict, path: Path, known: set[str]) -> None:
     plan.tune_var, plan.tune_values, plan.tune_seeds = var, [_env_value(v, path, f"[tune] {var}") for v in values], tune_seeds
 
 
+def _mde(value, path: Path) -> float:
+    """`[decision] mde`: a relative change, "2%" or 0.02, above 0 and below 1."""
+    try:
+        mde = (float(value[:-1]) / 100 if isinstance(value, str) and value.endswith("%")
+               else float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan)
+    except ValueError:
+        mde = math.nan
+    if not 0.0 < mde < 1.0:
+        raise plan_error(path, "[decision] mde", f"{value!r}: expected a relative change above 0 and below 1, e.g. \"2%\" or 0.02")
+    return mde
+
+
 def load_plan(path: str | Path, text: str | None = None) -> Plan:
     """The plan file as members, checked whole: every problem is one line and exit 78. With `text`:
     that TOML as the plan file `path` (its relative paths that file's) before it is written."""
@@ -257,7 +274,8 @@ def load_plan(path: str | Path, text: str | None = None) -> Plan:
     if doc.decision.rule is None:
         raise plan_error(path, "[decision] rule", "missing: write the decision rule before the results")
     rule = parse_rule(doc.decision.rule, axes, path, list(configs))
-    plan = Plan(path, doc.name, doc.question, doc.seeds, env, axes, baseline, rule, configs=configs)
+    plan = Plan(path, doc.name, doc.question, doc.seeds, env, axes, baseline, rule, configs=configs,
+                mde=None if doc.decision.mde is None else _mde(doc.decision.mde, path))
     if doc.tune is not None:
         _add_tune(plan, doc.tune, path, known)
     # Every member's config is checked now: a bad one is refused before anything runs.

@@ -29,6 +29,7 @@ class _Base(_Section):
 class _Decision(_Section):
     baseline: dict[str, Any] = {}
     rule: str | None = None
+    mde: Any = None  # the effect "seeds for MDE" is stated for: "2%" or 0.02 (checked by sweep/plan.py's _mde)
 
 
 class PlanFile(_Section):

@@ -8,12 +8,14 @@ numbers.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 
 import numpy as np
 
 from tatu.evals import seeds as st
+from tatu.evals import seeds_power
 
 RESAMPLES = 2000
 HALVES = {"dev": 0, "judge": 1}
@@ -56,7 +58,17 @@ def _ci_json(ci: st.SeedCI) -> dict:
             "seed_sd": ci.seed_sd, "seed_effect_sd": ci.seed_effect_sd, "within_se": ci.within_se,
             "shared_line_se": ci.shared_line_se, "interaction_se": ci.interaction_se,
             "df": ci.df if math.isfinite(ci.df) else None, "n_seeds": ci.n_seeds,
-            "mde": _rel(ci.mde) if math.isfinite(ci.mde) else None}
+            "mde": _rel(ci.mde) if math.isfinite(ci.mde) else None, "parts": parts_json(ci.parts)}
+
+
+def parts_json(parts: seeds_power.CrossedParts | None) -> dict | None:
+    """The variance components in report.json (what power.py projects to other seed counts)."""
+    return None if parts is None else dataclasses.asdict(parts)
+
+
+def parts_of(stats: dict) -> seeds_power.CrossedParts | None:
+    """The components of a statistic as report.json holds them (None below 2 seeds)."""
+    return None if stats.get("parts") is None else seeds_power.CrossedParts(**stats["parts"])
 
 
 def _seed_rng(index: int, set_name: str) -> list[int]:
@@ -97,4 +109,4 @@ def paired_stats(results: list[dict], baseline: list[dict], set_name: str, half:
     test = st.paired_t(a_est, b_est)
     sd = float(np.std(np.subtract(a_est, b_est), ddof=1))
     return {"diff": ci.mean, "lo": ci.lo, "hi": ci.hi, "p_value": test.p_value, "t": test.t if math.isfinite(test.t) else None,
-            "n_seeds": len(pairs), "seed_sd": sd, "seeds_needed": st.seeds_needed(ci.mean, sd)}
+            "n_seeds": len(pairs), "seed_sd": sd, "mde": _rel(ci.mde), "parts": parts_json(ci.parts)}

@@ -2,11 +2,12 @@
 the HTML page (sweep/page.py) shows.
 
 Per configuration across seeds: drift and sftHeld change (the mean over seeds with a CI that
-carries seed and line variance), the seed SD beside the mean within-run SE, the MDE across
-seeds, aborted seeds, outlier seeds (leave-one-out t, shown, never dropped); paired by seed and
-line against the baseline with Holm-adjusted p-values; all of it at the members' ends and again
-at the common step (each row prints its step); the locked rule's verdict, where it judged, and
-what would change it.
+carries seed and line variance: every CI header says `seeds x lines`), the seed SD beside the mean
+within-run SE, the MDE of that CI, aborted seeds, outlier seeds (leave-one-out t, shown, never
+dropped); paired by seed and line against the baseline with Holm-adjusted p-values; all of it at
+the members' ends and again at the common step (each row prints its step); the seeds each judged
+metric and comparison would need for the plan's stated MDE (sweep/power.py); the locked rule's
+verdict, where it judged, and what would change it.
 With a tune stage, its table comes first.
 """
 from __future__ import annotations
@@ -52,11 +53,13 @@ def config_rows(configs: list[dict], common: bool = False) -> list[list[str]]:
     return rows
 
 
-CONFIG_HEADER = ["config", "seeds", "step", "drift [95% CI]", "seed SD", "within SE", "MDE", "sftHeld change [95% CI]",
+# "seeds x lines": every CI here is the crossed one (evals/seeds.py), not one run's CI over its lines
+CI = "[95% CI, seeds x lines]"
+CONFIG_HEADER = ["config", "seeds", "step", f"drift {CI}", "seed SD", "within SE", "MDE", f"sftHeld change {CI}",
                  "seed SD", "within SE", "aborted", "outlier seeds"]
 OUTLIER_NOTE = ("outlier seeds: leave-one-out t beyond a Bonferroni cut (normal seeds: at most 4% of "
                 "config-metrics flagged); no flag below 3 seeds")
-PAIRED_HEADER = ["config vs baseline", "seeds", "step", "drift diff [95% CI]", "p", "p Holm", "sftHeld diff [95% CI]", "p", "p Holm"]
+PAIRED_HEADER = ["config vs baseline", "seeds", "step", f"drift diff {CI}", "p", "p Holm", f"sftHeld diff {CI}", "p", "p Holm"]
 
 
 def paired_rows(configs: list[dict], common: bool = False) -> list[list[str]]:
@@ -87,7 +90,7 @@ def tune_rows(tune: dict, tuned: dict | None) -> list[list[str]]:
     return rows
 
 
-TUNE_HEADER = ["tune value", "seeds", "sftHeld change, dev half [95% CI]", "seed SD", "drift (shown, not used)", "states"]
+TUNE_HEADER = ["tune value", "seeds", f"sftHeld change, dev half {CI}", "seed SD", "drift (shown, not used)", "states"]
 
 
 def text_table(header: list[str], rows: list[list[str]]) -> str:
@@ -113,6 +116,8 @@ def closing_text(data: dict) -> str:
         out += _sets_text(cmp["configs"], common=False)
         out += _paired_text(cmp["configs"], common=False)
         out += _common_text(cmp["configs"])
+        power = power_lines(data)
+        out += ["", *power] if power else []
         out += ["", *verdict_lines(data)]
     return "\n".join(out)
 
@@ -150,6 +155,42 @@ def verdict_lines(data: dict) -> list[str]:
 
 
 TUNE_PENDING = "(the tune stage has not finished: the comparison stage has not started)"
+METRIC_NAMES = {"drift": "drift", "sftHeld": "sftHeld change"}  # else a held-out set's: "<SET> change"
+
+
+def _effect(fraction: float) -> str:
+    """The stated effect as the plan writes it: 0.02 -> "2%", 0.025 -> "2.5%"."""
+    return f"{fraction * 100:g}%"
+
+
+def power_title(seeds_for: dict) -> str:
+    where = "at the common step" if seeds_for["at"] == "common" else "at the end"
+    return (f"seeds for MDE {_effect(seeds_for['effect'])} ({seeds_for['power']:.0%} power: the 95% CI, seeds x lines, "
+            f"excludes a true change of {_effect(seeds_for['effect'])}; {where}, where the rule judges; "
+            "MDE: what the seeds run resolve now)")
+
+
+def power_row(row: dict, effect: float) -> str:
+    """`replay-n2 vs replay-n0 drift diff: MDE 4.1% at 3 seeds; seeds for MDE 2%: 9` (or why no number)."""
+    name = METRIC_NAMES.get(row["metric"], f"{row['metric']} change")
+    who = f"{row['config']} vs {row['vs']} {name.removesuffix(' change')} diff" if row["vs"] else f"{row['config']} {name}"
+    label = f"seeds for MDE {_effect(effect)}"
+    if not row["known"]:
+        return f"{who}: {label}: n/a ({row['n_seeds']} seed: its seed-to-seed part is not measured)"
+    if row["seeds"] is None:
+        answer = (f"none with these {row['n_lines']} lines (the shared lines alone allow {_sd(row['line_floor'])}; "
+                  "more lines would)")
+    else:
+        answer = str(row["seeds"])
+    return f"{who}: MDE {_sd(row['mde_now'])} at {row['n_seeds']} seeds; {label}: {answer}"
+
+
+def power_lines(data: dict) -> list[str]:
+    """The power block of the closing text and the page: its title, then one line per metric."""
+    seeds_for = data.get("seeds_for")
+    if not seeds_for:
+        return []
+    return [power_title(seeds_for), *(f"  {power_row(r, seeds_for['effect'])}" for r in seeds_for["rows"])]
 
 
 def _paired_text(configs: list[dict], common: bool) -> list[str]:
@@ -174,9 +215,9 @@ def _common_text(configs: list[dict]) -> list[str]:
             + _paired_text(configs, common=True))
 
 
-HELD_OUT_HEADER = ["config", "set", "step", "change [95% CI]", "seed SD", "within SE", "MDE"]
+HELD_OUT_HEADER = ["config", "set", "step", f"change {CI}", "seed SD", "within SE", "MDE"]
 HELD_OUT_NOTE = "held-out sets (every eval set beyond the three roles): ppl change vs step 0, over seeds (crossed CIs)"
-CATEGORY_HEADER = ["config", "set", "category", "step", "change [95% CI]", "seed SD", "within SE"]
+CATEGORY_HEADER = ["config", "set", "category", "step", f"change {CI}", "seed SD", "within SE"]
 CATEGORY_NOTE = ("word categories (Apertium's tags, stored at data build): ppl change vs step 0 on the target tokens "
                  "of each category, over the lines that have one, over seeds (crossed CIs)")
 

@@ -1,6 +1,7 @@
 """evals/seeds.py against independent computations: scipy for t and the paired test, a hand
 computation for Holm and the outlier score, simulated normal seeds for the false-flag rate.
-The crossed-design CI: tests/evals/test_seeds_crossed.py."""
+The crossed-design CI: tests/evals/test_seeds_crossed.py; seeds for a stated effect:
+tests/evals/test_seeds_power.py."""
 from __future__ import annotations
 
 import math
@@ -71,14 +72,6 @@ def test_normal_seeds_are_flagged_in_at_most_5_percent_of_config_metrics(n_seeds
     # ... and the rule is live: the leave-one-out t of normal seeds is exactly t-distributed, so
     # the flags come near the 4% it is built for (2% is over 6 SDs below), never a silent 0.
     assert rate >= 0.02, rate
-
-
-def test_seeds_mde_and_seeds_needed():
-    # (t_.975 + t_.8, df 4) * sd / sqrt(5)
-    expected = (sp.t.ppf(0.975, 4) + sp.t.ppf(0.8, 4)) * 0.02 / math.sqrt(5)
-    assert seeds.seeds_mde(0.02, 5) == pytest.approx(expected, rel=1e-8)
-    n = seeds.seeds_needed(0.03, 0.02)
-    assert seeds.seeds_mde(0.02, n) <= 0.03 < seeds.seeds_mde(0.02, n - 1)
 
 
 def test_run_lines_log_ratio_is_the_paired_corpus_log_ratio():

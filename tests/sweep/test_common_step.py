@@ -86,6 +86,16 @@ def test_every_comparison_is_also_made_at_the_common_step_and_the_rule_judges_th
     assert "(judged at step 4, the common step)" in text
     end_table = text.split("comparison stage", 1)[1].split("outlier seeds:", 1)[0]
     assert any(line.startswith("mix-steps-limit6") and "  6  " in line for line in end_table.splitlines())
+    # The seeds for the default MDE, where the rule judges (the common step), from its parts there.
+    from tatu.evals import seeds_power
+
+    seeds_for = data["seeds_for"]
+    assert (seeds_for["at"], seeds_for["effect"]) == ("common", 0.02)
+    row = next(r for r in seeds_for["rows"] if (r["config"], r["vs"], r["metric"]) == ("mix-steps-limit4", None, "drift"))
+    parts = seeds_power.CrossedParts(**configs["mix-steps-limit4"]["stats_common"]["drift"]["parts"])
+    assert row["seeds"] == seeds_power.seeds_needed(parts, math.log1p(0.02)) and row["n_seeds"] == 2
+    assert "seeds for MDE 2% (80% power: the 95% CI, seeds x lines" in text and "at the common step, where the rule judges" in text
+    assert "  mix-steps-limit6 vs mix-steps-limit4 drift diff: MDE " in text
 
 
 def test_the_end_means_and_paired_t_recompute_from_the_rescored_lines(sweep):

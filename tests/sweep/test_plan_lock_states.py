@@ -96,7 +96,12 @@ def test_the_demo_sweep_table_in_the_docs_is_from_the_shipped_plan(doc, sweep, p
     # the TOML's shape (pydantic, as the run config): a type, an unknown key inside a section
     (lambda t: t.replace("seeds = [1, 2]", 'seeds = "1, 2"'), "seeds: Input should be a valid list"),
     (lambda t: t.replace("[base]\n", "[base]\nenv = 'run5.env'\n"), "[base] env: unknown key (known: env_file, vars)"),
-    (lambda t: t.replace('rule = "', 'rules = "'), "[decision] rules: unknown key (known: baseline, rule)"),
+    (lambda t: t.replace('rule = "', 'rules = "'), "[decision] rules: unknown key (known: baseline, mde, rule)"),
+    # the stated effect of the report's seeds-for-MDE lines: a relative change above 0, below 1
+    (lambda t: t.replace('rule = "', 'mde = "0%"\nrule = "'), "[decision] mde: '0%': expected a relative change"),
+    (lambda t: t.replace('rule = "', 'mde = "two"\nrule = "'), "[decision] mde: 'two': expected a relative change"),
+    (lambda t: t.replace('rule = "', 'mde = 1.5\nrule = "'), "[decision] mde: 1.5: expected a relative change"),
+    (lambda t: t.replace('rule = "', 'mde = true\nrule = "'), "[decision] mde: True: expected a relative change"),
 ])
 def test_bad_plans_are_refused_with_78_naming_file_and_key(tmp_path, edit, message):
     path = write_plan(tmp_path)
@@ -200,7 +205,10 @@ def _config(key, value, drift, drift_hi, change_hi, limit=0.10):
     return {"key": key, "values": {"REPLAY_N": value}, "effective": {"MIX_FORGET_LIMIT": limit},
             "metrics": {"drift": drift, "drift_hi": drift_hi, "sftHeld_change_hi": change_hi},
             "stats": {"drift": {"value": drift, "lo": drift - 0.02, "hi": drift_hi, "n_seeds": 3, "log_mean": math.log1p(drift),
-                                "seed_sd": 0.02, "within_se": 0.005}, "sftHeld": None}}
+                                "seed_sd": 0.02, "within_se": 0.005,
+                                # seeds alone (no shared-line part): the crossed CI is the t interval over seeds
+                                "parts": {"seed": 0.02 ** 2, "interaction": 0.0, "lines": 0.0, "n_lines": 166}},
+                      "sftHeld": None}}
 
 
 def test_the_locked_rule_picks_the_smallest_passing_value(tmp_path):
@@ -216,6 +224,11 @@ def test_the_locked_rule_picks_the_smallest_passing_value(tmp_path):
     # log1p(10%) - log1p(7%) = 0.0277; t_{n-1} * 0.02 / sqrt(n) drops under it at n = 5: 2 more than 3.
     assert any(note.startswith("REPLAY_N=2: its drift point estimate +7.0% passes; about 2 more seeds")
                for note in verdict["would_change"]), verdict["would_change"]
+    # When the shared lines alone hold the CI wider than the margin, no number of seeds narrows it.
+    configs[2]["stats"]["drift"]["parts"] = {"seed": 0.02 ** 2, "interaction": 0.0, "lines": 0.015 ** 2, "n_lines": 166}
+    assert any(note.startswith("REPLAY_N=2: its drift point estimate +7.0% passes; no number of seeds would narrow "
+                               "drift_hi enough to pass with these 166 lines (more lines would)")
+               for note in decide(lock, configs)["would_change"])
     # A tighter CI on 2 flips the verdict to 2; nothing passing -> said plainly.
     configs[2] = _config("replay-n2", "2", 0.07, 0.09, -0.55)
     assert decide(lock, configs)["chosen"] == "2"
@@ -354,8 +367,6 @@ def test_tatu_sweep_plan_prints_members_configs_hash_and_cost(tmp_path, capsys):
 def test_an_unresolved_neighbour_says_how_many_seeds_would_resolve_it(tmp_path):
     import numpy as np
 
-    from tatu.evals import seeds as st
-
     rng = np.random.default_rng(4)
     base_lines = rng.gamma(3.0, 1.0, 60)
 
@@ -377,8 +388,30 @@ def test_an_unresolved_neighbour_says_how_many_seeds_would_resolve_it(tmp_path):
     # Per seed: log ppl_end(4) - log ppl_end(2) (same baseline, one token a line: means of NLL).
     diffs = [np.mean(r4["end"]["enRuler"]["nll_sum"]) - np.mean(r2["end"]["enRuler"]["nll_sum"])
              for r2, r4 in zip(two["results"], four["results"])]
-    needed = st.seeds_needed(float(np.mean(diffs)), float(np.std(diffs, ddof=1)))
+    # The seeds whose crossed CI resolves that difference at 80% power, by a loop over n with
+    # scipy's t, from the paired comparison's measured variance parts.
+    from tatu.sweep.stats import paired_stats
+
+    parts = paired_stats(four["results"], two["results"], "enRuler", None, 99)["parts"]
+    needed = _naive_seeds_needed(parts, float(np.mean(diffs)))
+    assert needed is not None and needed > 3 and parts["seed"] > 0 and parts["lines"] > 0, parts
     assert f"{needed - 3} more seeds would resolve it" in note, note
+
+
+def _naive_seeds_needed(parts: dict, effect: float, power: float = 0.8) -> int | None:
+    """Smallest n with (t_.975 + t_power) * SE(n) <= |effect|, SE^2 = (seed + interaction)/n + lines,
+    Satterthwaite's df over the expected mean squares (seeds and lines both present)."""
+    from scipy import stats as sp
+
+    for n in range(2, 10000):
+        inter = parts["interaction"] / n
+        seed_ms, line_ms = parts["seed"] / n + inter, parts["lines"] + inter
+        var = seed_ms + line_ms - inter
+        df = var ** 2 / (seed_ms ** 2 / (n - 1) + line_ms ** 2 / (parts["n_lines"] - 1)
+                         + inter ** 2 / ((n - 1) * (parts["n_lines"] - 1)))
+        if (sp.t.ppf(0.975, df) + sp.t.ppf(power, df)) * math.sqrt(var) <= abs(effect):
+            return n
+    return None
 
 
 def test_a_rule_names_the_comparison_it_judges_end_by_default(tmp_path):

@@ -1,0 +1,96 @@
+"""How many seeds are enough: the variance parts of a crossed design (seeds x shared lines,
+evals/seeds.py) projected to other seed counts. The one home of the formula.
+
+From the measured parts, the mean over S seeds on these L lines has
+    Var(S) = (sigma_a^2 + sigma_e^2/L) / S + sigma_b^2 / L                 (CrossedParts)
+with Satterthwaite's df(S) as crossed_ci computes it. Its 95% CI excludes a true effect delta
+(from zero, or from a rule's threshold) with power 1 - beta when
+    delta >= (t_{0.975, df(S)} + t_{1-beta, df(S)}) * sqrt(Var(S))          (crossed_mde),
+and seeds_needed is the fewest S >= 2 that satisfies it. The line part does not shrink with S:
+when (t + t at df L - 1) * sigma_b / sqrt(L) alone is at least delta (line_floor), no number of
+seeds resolves it with these lines (more lines would). Measured against simulated crossed
+experiments: tests/evals/test_seeds_power.py.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tatu.evals.tdist import t_cdf, t_ppf
+
+ALPHA = 0.05  # the two-sided level of every CI the sweep report prints (95%)
+POWER = 0.8   # the power "seeds for MDE" is stated at
+
+
+@dataclass(frozen=True)
+class CrossedParts:
+    """What the variance of a mean over seeds on L shared lines is made of (the module doc's
+    sigma_a^2, sigma_e^2, sigma_b^2), as measured by crossed_ci, so it can be projected to other
+    seed counts: seed = sigma_a^2 (one seed's own effect); interaction = sigma_e^2 / L (one seed's
+    seed x line noise on these lines); lines = sigma_b^2 / L (the shared lines' part of the mean,
+    the same at any seed count); n_lines = L."""
+
+    seed: float
+    interaction: float
+    lines: float
+    n_lines: int
+
+    def variance(self, n_seeds: int) -> float:
+        """Var of the mean over n_seeds seeds: (sigma_a^2 + sigma_e^2/L) / S + sigma_b^2 / L."""
+        return (self.seed + self.interaction) / n_seeds + self.lines
+
+    def df(self, n_seeds: int) -> float:
+        """Satterthwaite's df at n_seeds, over the parts present (what crossed_ci's interval uses)."""
+        inter_ms = self.interaction / n_seeds
+        seed_ms, line_ms = self.seed / n_seeds + inter_ms, self.lines + inter_ms
+        c_seed, c_line = float(self.seed > 0), float(self.lines > 0)
+        return _satterthwaite_df([(c_seed * seed_ms, n_seeds - 1), (c_line * line_ms, self.n_lines - 1),
+                                  ((1.0 - c_seed - c_line) * inter_ms, (n_seeds - 1) * (self.n_lines - 1))],
+                                 self.variance(n_seeds))
+
+
+def _satterthwaite_df(parts: list[tuple[float, float]], total: float) -> float:
+    """df of a variance that is a signed sum of mean-square terms, each (its term, its df)."""
+    spread = sum(value ** 2 / df for value, df in parts if value != 0.0 and math.isfinite(df))
+    return total ** 2 / spread if spread > 0 else math.inf
+
+
+def crossed_mde(parts: CrossedParts, n_seeds: int, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The smallest true effect (log scale) that the (1 - alpha) crossed CI of n_seeds seeds on these
+    lines excludes with `power`: (t_{1-alpha/2} + t_{power}) * sqrt(Var), both at df(n_seeds).
+    power 0.5 gives the CI's expected half-width (the estimate and the spread holding)."""
+    if n_seeds < 2:
+        return math.inf
+    df = parts.df(n_seeds)
+    return (t_ppf(1.0 - alpha / 2.0, df) + t_ppf(power, df)) * math.sqrt(parts.variance(n_seeds))
+
+
+def crossed_power(parts: CrossedParts, n_seeds: int, effect: float, alpha: float = ALPHA) -> float:
+    """The power crossed_mde inverts: P(T_df > t_{1-alpha/2} - |effect| / SE) at n_seeds."""
+    df, se = parts.df(n_seeds), math.sqrt(parts.variance(n_seeds))
+    if se == 0.0:
+        return 1.0 if effect != 0.0 else 0.0
+    return t_cdf(abs(effect) / se - t_ppf(1.0 - alpha / 2.0, df), df)
+
+
+def line_floor(parts: CrossedParts, alpha: float = ALPHA, power: float = POWER) -> float:
+    """crossed_mde with every seed in the world: what the shared lines alone allow (df L - 1)."""
+    df = parts.n_lines - 1
+    return (t_ppf(1.0 - alpha / 2.0, df) + t_ppf(power, df)) * math.sqrt(parts.lines)
+
+
+def seeds_needed(parts: CrossedParts, effect: float, power: float = POWER, alpha: float = ALPHA) -> int | None:
+    """The fewest seeds (at least 2) whose crossed CI resolves `effect` (log scale) with `power`;
+    None when no number of seeds does with these lines (line_floor >= |effect|: more lines would)."""
+    effect = abs(effect)
+    if crossed_mde(parts, 2, alpha, power) <= effect:
+        return 2
+    if line_floor(parts, alpha, power) >= effect:
+        return None
+    low, high = 2, 4  # crossed_mde falls with the seeds (less variance, more df): bracket, then halve
+    while crossed_mde(parts, high, alpha, power) > effect:
+        low, high = high, high * 2
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if crossed_mde(parts, mid, alpha, power) > effect else (low, mid)
+    return high
