@@ -207,11 +207,11 @@ def closing_table(data: dict) -> str:
     configs = data["compare"]["configs"]
     return "\n".join([
         f"{data['question']}",
-        "per configuration over seeds, * = baseline; CIs over seeds x lines (the seed's variation and the lines')",
+        "per configuration over seeds, * = baseline; the CIs carry both the seeds' variation and the lines'",
         tables.text_table(tables.CONFIG_HEADER, tables.config_rows(configs)),
         "\npaired by seed and line vs the baseline (paired t over seeds)",
         tables.text_table(tables.PAIRED_HEADER, tables.paired_rows(configs)),
-        "", *tables.verdict_lines(data)])
+        "", *tables.power_lines(data), "", *tables.verdict_lines(data)])
 
 
 def member_table(data: dict) -> str:

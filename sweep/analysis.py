@@ -249,27 +249,6 @@ def _baseline_key(lock: dict, configs: list[dict]) -> str | None:
     return None
 
 
-def select_tuned(sweep_dir: Path, lock: dict, members: list[Member]) -> tuple[str, dict]:
-    """The tune value with the lowest mean sftHeld change on the dev half, over the tune seeds.
-
-    Values with an aborted or diverged seed are passed over while another value has none."""
-    var = lock["tune"]["var"]
-    configs = stage_table(lock, members, sweep_dir, "tune")
-    candidates = []
-    for config in configs:
-        stats = config["stats"]["sftHeld"]
-        clean = all(r["state"] == "done" for r in config["results"])
-        if stats is not None:
-            candidates.append((not clean, stats["log_mean"], config["values"][var], stats))
-    if not candidates:
-        raise RuntimeError("tune stage: no tune member has a result to choose from")
-    candidates.sort(key=lambda c: (c[0], c[1]))
-    _, _, value, stats = candidates[0]
-    scores = {c[2]: {"dev_change": c[3]["value"], "lo": c[3]["lo"], "hi": c[3]["hi"], "clean": not c[0]} for c in candidates}
-    reason = f"mean dev-half sftHeld change {stats['value'] * 100:+.2f}% over {stats['n_seeds']} seeds"
-    return value, {"selected_on": "sftHeld dev half (even line indices)", "reason": reason, "scores": scores}
-
-
 def analyze(sweep_dir: Path) -> dict:
     """Every number of the report, as JSON-able data."""
     from tatu.sweep.lock import members as locked_members

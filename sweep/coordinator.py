@@ -105,7 +105,7 @@ class Coordinator:
         return [d for d in self.devices if d not in used]
 
     def choose_tuned(self, lock: dict, members: list[Member]) -> None:
-        from tatu.sweep.analysis import select_tuned
+        from tatu.sweep.tune import select_tuned
 
         value, selection = select_tuned(self.sweep_dir, lock, members)
         record_tuned(self.sweep_dir, lock, plan_from_lock(lock), value, selection)
