@@ -103,7 +103,7 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
         supervisor.describe_training(trainable["line"])
         meta_base = {"config": config.to_json(), "mode": config.mode, "run": config.run,
                      "seed_meta_step": start.seed_meta.get("step"), "trainable": trainable, "threads": threads,
-                     "mkl_cbwr": sums, "precision": trainer.precision.name, "env_file": env_file}
+                     "mkl_cbwr": sums, "precision": trainer.precision.name}
         return train(RunActions(config, log, supervisor, trainer, stream, suite, start.tokenizer, state, meta_base, world,
                                 env_file))
 
