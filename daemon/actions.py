@@ -38,8 +38,10 @@ class RunActions:
     """One run's pieces and what it does besides a step: evaluate, save, finish."""
 
     def __init__(self, config, log, supervisor, trainer, stream, suite, tokenizer, state: RunState, meta_base: dict,
-                 world: distributed.World = distributed.SINGLE):
+                 world: distributed.World = distributed.SINGLE, env_file: str | None = None):
         self.config, self.log, self.supervisor, self.trainer = config, log, supervisor, trainer
+        self.env_file = env_file  # where the run's variables came from, named in what its CIs cover
+        self.covers_said = False  # the EVAL lines' CIs are described once per process, before the first
         self.world = world  # under torchrun, rank 0 alone writes files
         self.stream, self.suite, self.tokenizer, self.state = stream, suite, tokenizer, state
         self.meta_base = meta_base
@@ -75,7 +77,7 @@ class RunActions:
                 state.baseline, state.category_baseline = results, categories
                 state.task_baseline = {name: judge.task_items(r) for name, r in tasks.items()}
             decision = judge.decide(state.step, results, state, self.suite, config, time.perf_counter() - started, samples,
-                                    categories, tasks)
+                                    categories, tasks, env_file=self.env_file)
         where = non_finite_paths(decision.record)
         if where:  # a statistic of the eval overflowed: the record could not be saved, nor trusted
             self.non_finite_eval({name: r.ppl for name, r in results.items()}, where)
@@ -92,6 +94,9 @@ class RunActions:
             if self.world.is_main:
                 with self.saving("best"):
                     self.save_weights("best", self.meta(best=state.best))
+        if not self.covers_said:  # the EVAL line (a contract) stays as it is; the journal gets this beside it
+            self.log.info(f"what the EVAL lines' CIs cover: {decision.record['ci_covers']['text']}")
+            self.covers_said = True
         self.log.info(decision.line)
         for warning in decision.record["warnings"]:
             self.log.warning(warning)
@@ -161,7 +166,7 @@ class RunActions:
         self.log.info(f"final checkpoint: {self.config.run_dir / 'final'}")
 
     def finish(self, code: int, abort_reason: str | None = None) -> int:
-        verdict = judge.verdict(self.state.history, abort_reason, self.config)
+        verdict = judge.verdict(self.state.history, abort_reason, self.config, self.env_file)
         if not self.world.is_main:
             return code
         try:

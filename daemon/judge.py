@@ -14,11 +14,13 @@ written before the result):
   flat         both the sftHeld change and the final drift are within resolution (CIs include 0)
   inconclusive anything else (e.g. sftHeld improved but not beyond its CI while drift moved)
 A trunk (TATU_MODE=pretrain) is judged on ptVal the same way; it cannot "forget".
+Every CI here is over lines only: the eval record and the verdict say so (ci_covers.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tatu.daemon.ci_covers import ci_covers
 from tatu.daemon.config import RunConfig
 from tatu.daemon.run_state import RunState
 from tatu.daemon.suite import REFERENCE_SETS, RULER, Suite, best_set
@@ -120,7 +122,7 @@ def task_record(baseline: dict | None, tasks: dict) -> dict:
 
 def decide(step: int, results: dict[str, SetResult], state: RunState, suite: Suite, config: RunConfig,
            seconds: float, samples, categories: dict[str, dict[str, SetResult]] | None = None,
-           tasks: dict | None = None) -> Decision:
+           tasks: dict | None = None, env_file: str | None = None) -> Decision:
     """Compare with the run's baseline and the trunk; pick best; decide abort (not warn)."""
     baseline = state.baseline
     changes = {name: change(baseline[name], results[name], config) for name in results if name in baseline}
@@ -140,9 +142,10 @@ def decide(step: int, results: dict[str, SetResult], state: RunState, suite: Sui
             which = "drift CI lower bound" if config.mix_forget_ci else "drift"
             abort_reason = f"{which} {fmt_pct(measured)} > MIX_FORGET_LIMIT {config.mix_forget_limit * 100:.1f}%"
     line = eval_line(step, results, drift, drift_tronco, trunk_ok, best, seconds, suite.notes, changes)
+    sets = {name: summary(result) for name, result in results.items()}
     record = {
         "step": step,
-        "sets": {name: summary(result) for name, result in results.items()},
+        "sets": sets,
         "warnings": [r.warning() for r in results.values() if r.warning()],
         "changes": changes,
         "drift": drift,
@@ -157,6 +160,7 @@ def decide(step: int, results: dict[str, SetResult], state: RunState, suite: Sui
         "categories": category_record(state.category_baseline, categories or {}, config),
         "categories_note": suite.category_note,
         "tasks": task_record(state.task_baseline, tasks or {}),
+        "ci_covers": ci_covers(sets, list(sets), config, env_file).to_json(),
         "line": line,
     }
     return Decision(record, line, best, abort_reason)
@@ -174,7 +178,7 @@ def criteria(config: RunConfig) -> dict:
     }
 
 
-def verdict(history: list[dict], abort_reason: str | None, config: RunConfig) -> dict:
+def verdict(history: list[dict], abort_reason: str | None, config: RunConfig, env_file: str | None = None) -> dict:
     key = best_set(config.mode)
     if not history:
         return {"verdict": "inconclusive", "reason": "no evaluation ran", "criteria": criteria(config)}
@@ -215,4 +219,6 @@ def verdict(history: list[dict], abort_reason: str | None, config: RunConfig) ->
         f"at step {last['step']}; worst drift {fmt_pct(worst_drift)} at step {worst['step']}"
         + (f" (aborted: {abort_reason})" if abort_reason else "")
     )
-    return {"verdict": outcome, "line": line, "numbers": numbers, "criteria": criteria(config)}
+    covers = ci_covers(last["sets"], (key, RULER), config, env_file)
+    return {"verdict": outcome, "line": f"{line}; {covers.text}", "numbers": numbers, "criteria": criteria(config),
+            "ci_covers": covers.to_json()}

@@ -34,8 +34,9 @@ from tatu.model.device import DeviceError, resolve_device, set_threads
 from tatu.model.train_spec import TrainSpecError
 
 
-def run(config: RunConfig, origins: dict[str, str], log: RunLog, fresh: bool = False) -> int:
-    """The run; `fresh` (tatu smoke): whatever its run dir holds is removed first, under its lock."""
+def run(config: RunConfig, origins: dict[str, str], log: RunLog, fresh: bool = False, env_file: str | None = None) -> int:
+    """The run; `fresh` (tatu smoke): whatever its run dir holds is removed first, under its lock;
+    `env_file`: the file its variables came from, if any (named in what its CIs cover)."""
     try:
         device = resolve_device(config.device)
     except DeviceError as exc:
@@ -43,7 +44,7 @@ def run(config: RunConfig, origins: dict[str, str], log: RunLog, fresh: bool = F
     world, device = distributed.join(config, device)  # alone: SINGLE, the device unchanged
     lock = RunDirLock(config.run_dir, active=world.is_main)  # rank 0 writes, so rank 0 holds the run dir
     try:
-        code = _run(config, origins, ranks.log_for(world, log), world, device, lock, fresh)
+        code = _run(config, origins, ranks.log_for(world, log), world, device, lock, fresh, env_file)
         world.barrier()  # no rank leaves (and gets its peers killed by torchrun) while rank 0 still writes
         return code
     finally:
@@ -52,7 +53,7 @@ def run(config: RunConfig, origins: dict[str, str], log: RunLog, fresh: bool = F
 
 
 def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distributed.World, device,
-         lock: RunDirLock, fresh: bool) -> int:
+         lock: RunDirLock, fresh: bool, env_file: str | None) -> int:
     log.info(f"tatu run {config.run} ({config.mode}) -> {config.run_dir}  config {config.hash}")
     for line in describe(config, origins):
         log.info(line)
@@ -103,7 +104,8 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
         meta_base = {"config": config.to_json(), "mode": config.mode, "run": config.run,
                      "seed_meta_step": start.seed_meta.get("step"), "trainable": trainable, "threads": threads,
                      "mkl_cbwr": sums, "precision": trainer.precision.name}
-        return train(RunActions(config, log, supervisor, trainer, stream, suite, start.tokenizer, state, meta_base, world))
+        return train(RunActions(config, log, supervisor, trainer, stream, suite, start.tokenizer, state, meta_base, world,
+                                env_file))
 
 
 def _resumed(config: RunConfig, resume, trainer: Trainer, stream: MixedStream, suite, world: distributed.World,

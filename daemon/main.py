@@ -16,10 +16,12 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+from pathlib import Path
 from typing import Mapping, Sequence
 
 from tatu import exitcodes
 from tatu.daemon import signals
+from tatu.daemon.ci_covers import run_env_file
 from tatu.daemon.config import ConfigError, RunConfig, describe, load_layers
 from tatu.daemon.run_lock import has_resume
 from tatu.data.manifest import DataConfigError, DataError
@@ -84,12 +86,13 @@ def check_start_paths(config: RunConfig, origins: dict[str, str], fresh: bool) -
 
 
 def main(environ: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None, smoke: bool = False,
-         *, layers: Layers | None = None, instance: str | None = None) -> int:
+         *, layers: Layers | None = None, instance: str | None = None, env_file: Path | None = None) -> int:
     """The daemon. Its variables: `layers` ((label, mapping), later wins), else `environ`
-    (default: the process environment) then `overrides`."""
+    (default: the process environment) then `overrides`; `env_file`, the file one layer was read
+    from (`tatu run/smoke --env-file`), else the unit's own when `instance` names one."""
     signals.install()
     try:
-        return _main(environ, overrides, smoke, layers, instance)
+        return _main(environ, overrides, smoke, layers, instance, run_env_file(instance, env_file))
     except KeyboardInterrupt:
         print("tatu: interrupted twice: exiting without saving (the last saved state stays)", file=sys.stderr)
         return exitcodes.INTERRUPTED
@@ -97,7 +100,7 @@ def main(environ: Mapping[str, str] | None = None, overrides: Mapping[str, str] 
         signals.uninstall()
 
 
-def _main(environ, overrides, smoke, layers, instance) -> int:
+def _main(environ, overrides, smoke, layers, instance, env_file: str | None) -> int:
     import os
 
     from tatu.daemon.logs import priority_prefix
@@ -125,7 +128,7 @@ def _main(environ, overrides, smoke, layers, instance) -> int:
 
     log = RunLog(None)
     try:
-        return run(config, origins, log, fresh=smoke)
+        return run(config, origins, log, fresh=smoke, env_file=env_file)
     except KeyboardInterrupt:
         raise
     except Exception as exc:

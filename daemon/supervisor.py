@@ -247,7 +247,7 @@ class Supervisor:
             last_eval={"step": record["step"], "sets": record["sets"], "drift": record["drift"]["value"],
                        "drift_lo": record["drift"]["lo"], "drift_hi": record["drift"]["hi"], "drift_p": record["drift"]["p_value"],
                        "drift_tronco": drift_tronco, "trunk_ok": record["trunk_ok"], "best": record["best"],
-                       "changes": record["changes"]},
+                       "changes": record["changes"], "ci_covers": record.get("ci_covers")},
             best={"step": best["step"], best["set"]: best["ppl"]})
         self._publish()
 

@@ -62,7 +62,7 @@ def main(args: argparse.Namespace) -> int:
     layers = [("env", dict(os.environ))]
     if args.env_file:
         layers.append(("env-file", parse_env_file(args.env_file)))
-    return daemon_main(layers=[*layers, ("override", _overrides(args))])
+    return daemon_main(layers=[*layers, ("override", _overrides(args))], env_file=args.env_file)
 
 
 def smoke_main(args: argparse.Namespace) -> int:
@@ -75,4 +75,4 @@ def smoke_main(args: argparse.Namespace) -> int:
         return daemon_main(layers=[("env", dict(os.environ)), ("override", overrides)], smoke=True)
     instance = args.instance or args.env_file.name.removesuffix(".env")
     layers = [("unit", unit_environment(instance)), ("env-file", parse_env_file(args.env_file)), ("override", overrides)]
-    return daemon_main(layers=layers, smoke=True, instance=instance)
+    return daemon_main(layers=layers, smoke=True, instance=instance, env_file=args.env_file)

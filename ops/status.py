@@ -54,6 +54,9 @@ def format_status(status: dict) -> str:
         drift_line = f"        drift {_pct(last.get('drift'))}{_interval(last.get('drift_lo'), last.get('drift_hi'), _pct)}"
         drift_line += f"  drift_tronco {_pct(last.get('drift_tronco'))}"
         lines.append(drift_line)
+        covers = last.get("ci_covers")
+        if isinstance(covers, dict) and covers.get("text"):  # the daemon's wording (tatu.daemon.ci_covers)
+            lines.append(f"covers  {covers['text']}")
     else:
         lines.append("eval    none yet")
 

@@ -37,6 +37,13 @@ def _eval_at(run: RunRecord, step) -> dict | None:
     return before[-1] if before else None
 
 
+def _covers(record: dict | None) -> str:
+    """What the record's CIs cover, in the daemon's words (tatu.daemon.ci_covers); nothing for a
+    run written before the daemon said it."""
+    text = ((record or {}).get("ci_covers") or {}).get("text")
+    return f' <span class="ci-covers">{esc(text)}.</span>' if text else ""
+
+
 def _verdict_section(runs: list[RunRecord]) -> str:
     rows, scope, sets = [], [], report_sets(runs)
     for run in runs:
@@ -69,7 +76,7 @@ def _verdict_section(runs: list[RunRecord]) -> str:
         unjudged = [s for s in sets if s not in (judged, "enRuler")]
         scope.append(f'<li data-run="{esc(run.name)}">{esc(run.name)}: the verdict covers the {esc(judged or "?")} '
                      f"change vs step 0 and the English ruler (enRuler drift) only; {esc(', '.join(unjudged))} "
-                     f"{'is' if len(unjudged) == 1 else 'are'} shown but not judged.</li>")
+                     f"{'is' if len(unjudged) == 1 else 'are'} shown but not judged.{_covers(v)}</li>")
     header = ["run", "status", "verdict", "verdict line", "step", "judged change vs step 0 (sftHeld; ptVal for a trunk)",
               "final drift (judged)", "not judged: set", "its change vs step 0", "final drift_tronco", "worst drift"]
     crit = "".join(
@@ -103,9 +110,11 @@ def _comparison_section(runs: list[RunRecord]) -> str:
                          + cell(point.get("mde"), "rate", f"{prefix}/mde"))
             rows.append(row(f"{text_cell(run.name)}{text_cell(label)}{cells}", run.name))
     header = ["run", "paired comparison (same lines)", "step", "change", "CI lo", "CI hi", "p-value", "MDE"]
+    covers = "".join(f'<li data-run="{esc(r.name)}">{esc(r.name)}:{_covers(r.final_eval)}</li>'
+                     for r in runs if _covers(r.final_eval))
     return ("<h2>Paired comparisons at the last eval</h2>\n<p>Each run against its own step-0 baseline "
             "(and the trunk), over the same lines: 95% CIs, p-values and the minimum detectable effect.</p>\n"
-            + table(header, rows, "comparisons"))
+            + table(header, rows, "comparisons") + (f'<ul id="comparisons-covers">{covers}</ul>' if covers else ""))
 
 
 def _history_section(runs: list[RunRecord]) -> str:

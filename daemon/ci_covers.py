@@ -1,0 +1,89 @@
+"""What a single run's CIs cover, said in one place: the verdict line, verdict.json, the eval
+events, `tatu status` and the run report all carry the record built here.
+
+A run's CIs are bootstraps over the lines of its eval sets: they cover one source of noise,
+which lines the sets hold. They do not cover the run's own randomness (the data order, dropout,
+an adapter's or a fresh trunk's init, all drawn from TATU_SEED, and the order the machine sums
+floats in), and for drift that is the larger one (docs/metrics.md#what-a-single-runs-ci-covers).
+Only seeds measure it, so the record names the command that runs this configuration at several.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from tatu.daemon.config import RunConfig
+from tatu.systemctl import unit_env_dir
+
+SEEDS_SUGGESTED = 3  # the fewest seeds the sweep's crossed CI and outlier flags work with
+ENV_FILE_PLACEHOLDER = "<run>.env"  # when the daemon was not given its variables by a file
+
+
+@dataclass(frozen=True)
+class SetLines:
+    name: str
+    scored: int  # the lines a CI resamples
+    total: int  # the set's lines (more than scored only for a subsampled ruler)
+
+    def text(self) -> str:
+        return f"{self.scored}{'' if self.scored == self.total else f' of {self.total}'} {self.name}"
+
+
+@dataclass(frozen=True)
+class CiCovers:
+    sets: tuple[SetLines, ...]
+    not_included: tuple[str, ...]  # the run-to-run sources of this configuration
+    env_file: str | None
+
+    @property
+    def command(self) -> str:
+        """The command that measures what is not included (`tatu sweep start`, issue 26 item 4)."""
+        return f"tatu sweep start --env-file {self.env_file or ENV_FILE_PLACEHOLDER} --seeds {SEEDS_SUGGESTED}"
+
+    @property
+    def text(self) -> str:
+        """One line, short enough for the journal."""
+        parts = [s.text() for s in self.sets]
+        listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+        many = len(parts) > 1
+        return (f"CI{'s' if many else ''} over the {listed} line{'s' if many or self.sets[0].scored != 1 else ''}; "
+                f"run-to-run variation not included ({self.command} measures it)")
+
+    def to_json(self) -> dict:
+        return {"text": self.text, "lines": {s.name: s.scored for s in self.sets},
+                "lines_total": {s.name: s.total for s in self.sets}, "covers": "which lines the eval sets hold",
+                "not_included": list(self.not_included), "env_file": self.env_file, "measured_by": self.command}
+
+
+def run_to_run_sources(config: RunConfig) -> tuple[str, ...]:
+    """What differs between two runs of this configuration at other TATU_SEEDs (or machines)."""
+    lora = config.train_spec.lora
+    sources = ["data order"]
+    if config.mode == "pretrain" and config.seed_ckpt is None:
+        sources.append("weight init")
+    if lora is not None:
+        sources.append("adapter init")
+    if config.dropout > 0 or (lora is not None and lora.dropout > 0):
+        sources.append("dropout")
+    sources.append("float summation order (threads, kernels, CPU)")
+    return tuple(sources)
+
+
+def ci_covers(sets: Mapping[str, Mapping], names, config: RunConfig, env_file: str | None) -> CiCovers:
+    """The record for the CIs of `names` (in that order), from an eval record's `sets` summaries."""
+    lines = tuple(SetLines(name, int(sets[name]["n_lines"]), int(sets[name]["n_lines_total"]))
+                  for name in names if name in sets)
+    return CiCovers(lines, run_to_run_sources(config), env_file)
+
+
+def run_env_file(instance: str | None, given: Path | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """The env file the run's variables came from: the one `tatu run/smoke --env-file` was given,
+    else under a unit (`--instance NAME`) the unit's EnvironmentFile, %E/tatu/NAME.env, when it
+    exists; None when the daemon cannot know (the variables came from a shell, a sweep's child)."""
+    if given is not None:
+        return str(Path(given).absolute())
+    if instance is None:
+        return None
+    path = unit_env_dir(environ) / f"{instance}.env"
+    return str(path) if path.is_file() else None
