@@ -9,6 +9,7 @@ way would contradict it.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 JUDGED = ("drift", "sftHeld")
@@ -43,8 +44,8 @@ def conclusions(report: dict) -> Conclusions:
             if stats:
                 changes[f"{config['key']} {metric}"] = Interval(stats["value"], stats["lo"], stats["hi"])
             paired = (config.get("paired") or {}).get(metric)
-            if paired:  # log-ratio differences: their sign is the relative change's
-                changes[f"{config['key']} - baseline {metric}"] = Interval(paired["diff"], paired["lo"], paired["hi"])
+            if paired:  # log-ratio differences, shown as relative changes (the sign is the same)
+                changes[f"{config['key']} - baseline {metric}"] = Interval(*(math.expm1(paired[k]) for k in ("diff", "lo", "hi")))
     passed = tuple(c["config"] for c in verdict["checks"] if not c["failed"] and not c["missing"])
     return Conclusions(verdict["chosen"], passed, changes)
 
