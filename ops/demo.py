@@ -207,10 +207,12 @@ def closing_table(data: dict) -> str:
     configs = data["compare"]["configs"]
     return "\n".join([
         f"{data['question']}",
-        "per configuration over seeds, * = baseline; the CIs carry both the seeds' variation and the lines'",
+        "per configuration over seeds (* = baseline):",
         tables.text_table(tables.CONFIG_HEADER, tables.config_rows(configs)),
         "\npaired by seed and line vs the baseline (paired t over seeds)",
         tables.text_table(tables.PAIRED_HEADER, tables.paired_rows(configs)),
+        f"\n{tables.HELD_OUT_NOTE}",
+        tables.text_table(tables.HELD_OUT_HEADER, tables.held_out_rows(configs)),
         "", *tables.power_lines(data), "", *tables.verdict_lines(data)])
 
 
