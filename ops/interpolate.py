@@ -22,7 +22,7 @@ from tatu.ops.interpolate_pick import choose, parse_alphas, parse_pick
 
 def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("seed_ckpt", type=Path, metavar="SEED", help="the seed checkpoint (alpha 0)")
-    parser.add_argument("finetuned", type=Path, help="its fine-tune (alpha 1): a full, top:K or LoRA run's final/")
+    parser.add_argument("finetuned", type=Path, metavar="FINETUNED", help="its fine-tune (alpha 1): a full, top:K or LoRA run's final/")
     parser.add_argument("--data", type=Path, required=True, help="a data dir: every eval set of its manifest is scored")
     parser.add_argument("--alphas", default="0:1:0.1",
                         help="START:STOP:STEP, both ends included, or A,B,C; in [0, 1]; 0 is always scored (default 0:1:0.1)")
