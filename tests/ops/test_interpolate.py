@@ -287,3 +287,43 @@ def test_no_alpha_satisfying_the_rule_says_so_and_writes_nothing(world, tmp_path
     assert "alpha 1: drift_hi < -0.5 (measured" in printed and "nothing written" in printed
     assert not report.exists() and not out.exists()
     assert not list(tmp_path.glob(".*"))  # no temporary sibling left either
+
+
+@pytest.fixture(scope="module")
+def lora_world(world, tiny_trunk):
+    """A LoRA run's final/ (merged weights, the adapter beside) and the tiny world's data rebuilt
+    with a held-out set, ptNews: the path of a partial fine-tune, judged on a held-out set."""
+    from tiny_world import PT_WORDS, sentences
+
+    root, src = world["root"] / "lora", tiny_trunk["root"] / "sources"
+    root.mkdir()
+    (root / "ptNews.txt").write_text("\n".join(sentences(PT_WORDS, 12, seed=100)) + "\n", encoding="utf-8")
+    data = root / "data"
+    assert tatu(["data", "build", "--tokenizer", str(tiny_trunk["root"] / "tokenizer.json"), "--out", str(data),
+                 "--text", f"pretrain={src / 'pt_corpus.txt'}", "--text", f"replay={src / 'en_corpus.txt'}",
+                 "--sft", f"sft={src / 'sft_train.jsonl'}", "--eval", f"sftHeld={src / 'sft_held.jsonl'}",
+                 "--eval", f"ptVal={src / 'pt_val.txt'}", "--eval", f"enRuler={src / 'en_ruler.txt'}",
+                 "--eval", f"ptNews={root / 'ptNews.txt'}", "--seq-len", "192"]) == 0
+    assert daemon_main(sft_env(tiny_trunk, root / "runs", TATU_RUN="lora", MIX_STEPS_LIMIT=4, EVAL_EVERY=4,
+                               TATU_GEN_PROMPTS=0, TATU_LR="2e-2", TATU_TRAIN="lora", TATU_LORA_RANK=2)) == 0
+    return {"data": data, "ft": root / "runs" / "lora" / "final", "root": root}
+
+
+def test_a_lora_final_interpolates_like_any_checkpoint_and_a_held_out_set_is_judged(world, lora_world, capsys):
+    ft = load_checkpoint(lora_world["ft"])
+    assert "adapter" in ft.extra_tensors and ft.meta["adapter"]["rank"] == 2  # a LoRA run's final/, adapter beside
+    seed_state, ft_state = plain_weights(load_checkpoint(world["seed"])), plain_weights(ft)
+    assert ft_state.keys() == seed_state.keys()  # merged: plain weights, no adapter tensors
+    half = interpolate_state(seed_state, ft_state, 0.5)
+    assert all(np.array_equal(half[k].numpy(), _naive(seed_state[k], ft_state[k], 0.5)) for k in seed_state)
+    report = lora_world["root"] / "report"
+    rule = "largest alpha such that ptNews_change_hi < 0.5 and drift_hi < 1"
+    assert tatu(["interpolate", str(world["seed"]), str(lora_world["ft"]), "--data", str(lora_world["data"]),
+                 "--alphas", "0:1:0.5", "--pick", rule, "--report", str(report), *BOOT]) == 0
+    printed = capsys.readouterr().out
+    assert "ptNews change" in printed.splitlines()[next(i for i, l in enumerate(printed.splitlines()) if "alpha  sftHeld" in l)]
+    path = json.loads(report.joinpath("path.json").read_text())
+    metrics = {a["alpha"]: a["metrics"] for a in path["alphas"]}
+    assert sorted(metrics) == [0.0, 0.5, 1.0] and metrics[1.0]["ptNews_change_hi"] == path["alphas"][2]["changes"]["ptNews"]["hi"]
+    hand = max(a for a, m in metrics.items() if m["ptNews_change_hi"] < 0.5 and m["drift_hi"] < 1)
+    assert path["pick"]["alpha"] == hand and f"alpha={hand:g}: the largest alpha such that" in printed
