@@ -117,17 +117,18 @@ def test_changes_are_tatu_compares_paired_ci_against_the_seed(world, path_run, t
     assert "ptVal_change" not in metrics  # shown, never judged
 
 
-def _hand_pick(path_run: dict, threshold: float) -> float | None:
+def _hand_pick(path_run: dict, threshold: float, chooses=max) -> float | None:
     ok = [a["alpha"] for a in path_run["alphas"] if a["changes"]["enRuler"]["hi"] < threshold]
-    return max(ok) if ok else None
+    return chooses(ok) if ok else None
 
 
 def test_pick_chooses_what_a_hand_computation_chooses(path_run):
     highs = sorted(a["changes"]["enRuler"]["hi"] for a in path_run["alphas"])
     metrics = {a["alpha"]: a["metrics"] for a in path_run["alphas"]}
     for threshold in [(x + y) / 2 for x, y in zip(highs, highs[1:])] + [highs[-1] + 1]:
-        pick = parse_pick(f"largest alpha such that drift_hi < {threshold!r}", (), {}, Path("ft"))
-        assert choose(pick, metrics).alpha == _hand_pick(path_run, threshold), threshold
+        for word, chooses in (("largest", max), ("smallest", min)):
+            pick = parse_pick(f"{word} alpha such that drift_hi < {threshold!r}", (), {}, Path("ft"))
+            assert choose(pick, metrics).alpha == _hand_pick(path_run, threshold, chooses), (word, threshold)
     synthetic = {0.0: {"drift": 0.0}, 0.5: {"drift": 0.05}, 1.0: {"drift": 0.10}}
     assert choose(parse_pick("smallest alpha such that drift <= 5%", (), {}, Path("x")), synthetic).alpha == 0.0
     assert choose(parse_pick("largest alpha such that drift <= 5%", (), {}, Path("x")), synthetic).alpha == 0.5
@@ -139,23 +140,27 @@ def test_pick_chooses_what_a_hand_computation_chooses(path_run):
 
 @pytest.fixture(scope="module")
 def picked(world, path_run):
-    """--pick with a threshold between alpha 0.25's and 0.5's drift_hi: the hand computation's alpha."""
-    highs = {a["alpha"]: a["changes"]["enRuler"]["hi"] for a in path_run["alphas"]}
-    threshold = (highs[0.25] + highs[0.5]) / 2 if highs[0.5] > highs[0.25] else highs[1.0] + 1
+    """--pick with a threshold between two alphas' drift_hi, chosen so that the hand computation
+    lands inside the path (0.25 or 0.5): the checkpoint is then neither parent."""
+    highs = sorted(a["changes"]["enRuler"]["hi"] for a in path_run["alphas"])
+    rule, alpha = next((f"{word} alpha such that drift_hi < {t!r}", _hand_pick(path_run, t, chooses))
+                       for word, chooses in (("largest", max), ("smallest", min))
+                       for t in [(x + y) / 2 for x, y in zip(highs, highs[1:])]
+                       if _hand_pick(path_run, t, chooses) in (0.25, 0.5))
     out = world["root"] / "picked"
     assert tatu(["interpolate", str(world["seed"]), str(world["ft"]), "--data", str(world["data"]), "--alphas", "0.25,0.5,1",
-                 "--pick", f"largest alpha such that drift_hi < {threshold!r}", "--out", str(out),
-                 "--report", str(world["root"] / "report-picked"), *BOOT]) == 0
-    return out, _hand_pick(path_run, threshold)
+                 "--pick", rule, "--out", str(out), "--report", str(world["root"] / "report-picked"), *BOOT]) == 0
+    return out, alpha
 
 
-def test_the_picked_checkpoint_records_both_parents_and_alpha(world, picked):
+def test_the_picked_checkpoint_records_both_parents_and_alpha(world, picked, path_run):
     out, alpha = picked
     meta = json.loads((out / "meta.json").read_text())["interpolation"]
     assert meta["alpha"] == alpha and alpha is not None
     for key, name in (("seed", "seed"), ("ft", "finetuned")):
         assert meta[name]["sha256"] == hashlib.sha256((world[key] / "model.safetensors").read_bytes()).hexdigest()
-    assert meta["rule"].startswith("largest alpha such that drift_hi <")
+    assert " alpha such that drift_hi <" in meta["rule"] and 0 < alpha < 1
+    assert meta["metrics"] == next(a["metrics"] for a in path_run["alphas"] if a["alpha"] == alpha)
     ckpt = load_checkpoint_or_gpt2(out)  # the loader of tatu eval, compare, generate, export and TATU_SEED_CKPT
     mixed = interpolate_state(*(plain_weights(load_checkpoint(world[k])) for k in ("seed", "ft")), alpha)
     assert all(torch.equal(ckpt.model_state[k], v) for k, v in mixed.items()) and ckpt.model_state.keys() == mixed.keys()
