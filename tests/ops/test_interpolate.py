@@ -332,3 +332,12 @@ def test_a_lora_final_interpolates_like_any_checkpoint_and_a_held_out_set_is_jud
     assert sorted(metrics) == [0.0, 0.5, 1.0] and metrics[1.0]["ptNews_change_hi"] == path["alphas"][2]["changes"]["ptNews"]["hi"]
     hand = max(a for a, m in metrics.items() if m["ptNews_change_hi"] < 0.5 and m["drift_hi"] < 1)
     assert path["pick"]["alpha"] == hand and f"alpha={hand:g}: the largest alpha such that" in printed
+
+
+def test_the_picked_checkpoint_runs_in_generate_compare_and_export(world, picked, tmp_path, capsys):
+    out, _ = picked
+    assert tatu(["generate", str(out), "--prompt", "o gato", "--max-new-tokens", "4"]) == 0
+    assert tatu(["compare", str(world["seed"]), str(out), "--data", str(world["data"]), *BOOT]) == 0
+    assert tatu(["export", str(out), "--format", "hf", str(tmp_path / "hf")]) == 0
+    exported = load_checkpoint_or_gpt2(tmp_path / "hf")
+    assert all(torch.equal(exported.model_state[k], v) for k, v in load_checkpoint(out).model_state.items())
