@@ -71,6 +71,9 @@ def main(args: argparse.Namespace) -> int:
     options = dict(device=args.device, n_resamples=args.resamples, seed=args.seed, token_budget=args.token_budget)
     print(f"interpolating {args.seed_ckpt} (alpha 0, sha256 {seed.sha256[:12]}) -> {args.finetuned} "
           f"(alpha 1, sha256 {finetuned.sha256[:12]}) at {len(alphas)} alphas on {len(sets)} sets")
+    trained = finetuned.ckpt.meta.get("trainable")
+    if isinstance(trained, dict) and "line" in trained:  # what moved between the two: the path changes only that
+        print(f"the fine-tune's {trained['line']}")
     points = score_path(seed, finetuned, sets, alphas, options)
     print(table(points))
     choice = choose(pick, {p.alpha: p.metrics() for p in points}) if pick is not None else None

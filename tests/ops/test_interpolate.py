@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,13 +12,10 @@ import pytest
 import torch
 
 from tiny_world import sft_env
-from tatu import exitcodes
 from tatu.daemon.main import main as daemon_main
-from tatu.model.checkpoint import load_checkpoint, save_checkpoint
-from tatu.model.gpt import GPT, GPTConfig
+from tatu.model.checkpoint import load_checkpoint
 from tatu.model.hf import load_checkpoint_or_gpt2
 from tatu.model.interpolation import interpolate_state, plain_weights
-from tatu.model.tokenizer import CharTokenizer
 from tatu.ops.cli import main as tatu
 from tatu.ops.interpolate_pick import choose, parse_pick
 
@@ -27,18 +23,10 @@ BOOT = ["--seed", "7", "--resamples", "200"]
 
 
 @pytest.fixture(scope="module")
-def world(tiny_trunk, tmp_path_factory):
-    root = tmp_path_factory.mktemp("interp")
-    assert daemon_main(sft_env(tiny_trunk, root / "runs", TATU_RUN="ft", MIX_STEPS_LIMIT=4, EVAL_EVERY=4,
-                               TATU_GEN_PROMPTS=0, TATU_LR="3e-3")) == 0
-    return {"root": root, "data": tiny_trunk["data"], "seed": tiny_trunk["trunk"], "ft": root / "runs" / "ft" / "final"}
-
-
-@pytest.fixture(scope="module")
-def path_run(world):
+def path_run(interp_world):
     """One interpolation at 0, 0.25, 0.5, 1 with its report: path.json as a dict."""
-    report = world["root"] / "report"
-    assert tatu(["interpolate", str(world["seed"]), str(world["ft"]), "--data", str(world["data"]),
+    report = interp_world["root"] / "report"
+    assert tatu(["interpolate", str(interp_world["seed"]), str(interp_world["ft"]), "--data", str(interp_world["data"]),
                  "--alphas", "0.25,0.5,1", "--report", str(report), *BOOT]) == 0
     assert (report / "path.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     return json.loads((report / "path.json").read_text())
@@ -49,8 +37,8 @@ def _naive(seed: torch.Tensor, ft: torch.Tensor, alpha: float) -> np.ndarray:
     return ((1.0 - alpha) * seed.numpy().astype(np.float64) + alpha * ft.numpy().astype(np.float64)).astype(np.float32)
 
 
-def test_interpolated_weights_equal_a_naive_float64_computation(world):
-    seed, ft = (plain_weights(load_checkpoint(world[k])) for k in ("seed", "ft"))
+def test_interpolated_weights_equal_a_naive_float64_computation(interp_world):
+    seed, ft = (plain_weights(load_checkpoint(interp_world[k])) for k in ("seed", "ft"))
     assert any(not torch.equal(seed[k], ft[k]) for k in seed)  # the fine-tune moved something
     for alpha in (0.25, 0.5, 0.7):
         mixed = interpolate_state(seed, ft, alpha)
@@ -63,8 +51,8 @@ def test_interpolated_weights_equal_a_naive_float64_computation(world):
         assert torch.equal(half[key], ((seed[key].double() + ft[key].double()) / 2).float())
 
 
-def test_alpha_0_is_the_seed_and_alpha_1_the_fine_tune_bit_for_bit(world):
-    seed, ft = (plain_weights(load_checkpoint(world[k])) for k in ("seed", "ft"))
+def test_alpha_0_is_the_seed_and_alpha_1_the_fine_tune_bit_for_bit(interp_world):
+    seed, ft = (plain_weights(load_checkpoint(interp_world[k])) for k in ("seed", "ft"))
     for alpha, parent in ((0.0, seed), (1.0, ft)):
         mixed = interpolate_state(seed, ft, alpha)
         for key in parent:
@@ -74,9 +62,9 @@ def test_alpha_0_is_the_seed_and_alpha_1_the_fine_tune_bit_for_bit(world):
     assert interpolate_state(a, b, 0.0)["w"].numpy().tobytes() == a["w"].numpy().tobytes()
 
 
-def test_the_tied_embedding_stays_one_tensor(world):
-    ckpt = load_checkpoint(world["seed"])
-    mixed = interpolate_state(plain_weights(ckpt), plain_weights(load_checkpoint(world["ft"])), 0.5)
+def test_the_tied_embedding_stays_one_tensor(interp_world):
+    ckpt = load_checkpoint(interp_world["seed"])
+    mixed = interpolate_state(plain_weights(ckpt), plain_weights(load_checkpoint(interp_world["ft"])), 0.5)
     assert "lm_head.weight" not in mixed
     model = ckpt.build_model()
     model.load_state_dict(mixed, strict=False)
@@ -89,11 +77,11 @@ def _eval_json(ckpt: Path, data: Path, out: Path) -> dict:
     return json.loads(out.read_text())
 
 
-def test_scores_at_alpha_0_and_1_are_tatu_eval_of_the_parents(world, path_run, tmp_path):
+def test_scores_at_alpha_0_and_1_are_tatu_eval_of_the_parents(interp_world, path_run, tmp_path):
     by_alpha = {a["alpha"]: a for a in path_run["alphas"]}
     assert sorted(by_alpha) == [0.0, 0.25, 0.5, 1.0]  # 0 added: every change is against it
     for alpha, key in ((0.0, "seed"), (1.0, "ft")):
-        expected = _eval_json(world[key], world["data"], tmp_path / f"{key}.json")["sets"]
+        expected = _eval_json(interp_world[key], interp_world["data"], tmp_path / f"{key}.json")["sets"]
         assert set(by_alpha[alpha]["sets"]) == set(expected) >= {"sftHeld", "enRuler", "ptVal"}
         for name, (whole, *_) in expected.items():
             got = by_alpha[alpha]["sets"][name]
@@ -102,9 +90,9 @@ def test_scores_at_alpha_0_and_1_are_tatu_eval_of_the_parents(world, path_run, t
     assert by_alpha[0.0]["metrics"]["drift"] == 0.0 and by_alpha[0.0]["metrics"]["drift_hi"] == 0.0
 
 
-def test_changes_are_tatu_compares_paired_ci_against_the_seed(world, path_run, tmp_path):
+def test_changes_are_tatu_compares_paired_ci_against_the_seed(interp_world, path_run, tmp_path):
     out = tmp_path / "c.json"
-    assert tatu(["compare", str(world["seed"]), str(world["ft"]), "--data", str(world["data"]), "--json", str(out), *BOOT]) == 0
+    assert tatu(["compare", str(interp_world["seed"]), str(interp_world["ft"]), "--data", str(interp_world["data"]), "--json", str(out), *BOOT]) == 0
     compared = json.loads(out.read_text())["sets"]
     at_1 = next(a for a in path_run["alphas"] if a["alpha"] == 1.0)
     for name, (row, *_) in compared.items():
@@ -139,7 +127,7 @@ def test_pick_chooses_what_a_hand_computation_chooses(path_run):
 
 
 @pytest.fixture(scope="module")
-def picked(world, path_run):
+def picked(interp_world, path_run):
     """--pick with a threshold between two alphas' drift_hi, chosen so that the hand computation
     lands inside the path (0.25 or 0.5): the checkpoint is then neither parent."""
     highs = sorted(a["changes"]["enRuler"]["hi"] for a in path_run["alphas"])
@@ -147,160 +135,56 @@ def picked(world, path_run):
                        for word, chooses in (("largest", max), ("smallest", min))
                        for t in [(x + y) / 2 for x, y in zip(highs, highs[1:])]
                        if _hand_pick(path_run, t, chooses) in (0.25, 0.5))
-    out = world["root"] / "picked"
-    assert tatu(["interpolate", str(world["seed"]), str(world["ft"]), "--data", str(world["data"]), "--alphas", "0.25,0.5,1",
-                 "--pick", rule, "--out", str(out), "--report", str(world["root"] / "report-picked"), *BOOT]) == 0
+    out = interp_world["root"] / "picked"
+    assert tatu(["interpolate", str(interp_world["seed"]), str(interp_world["ft"]), "--data", str(interp_world["data"]), "--alphas", "0.25,0.5,1",
+                 "--pick", rule, "--out", str(out), "--report", str(interp_world["root"] / "report-picked"), *BOOT]) == 0
     return out, alpha
 
 
-def test_the_picked_checkpoint_records_both_parents_and_alpha(world, picked, path_run):
+def test_the_picked_checkpoint_records_both_parents_and_alpha(interp_world, picked, path_run):
     out, alpha = picked
     meta = json.loads((out / "meta.json").read_text())["interpolation"]
     assert meta["alpha"] == alpha and alpha is not None
     for key, name in (("seed", "seed"), ("ft", "finetuned")):
-        assert meta[name]["sha256"] == hashlib.sha256((world[key] / "model.safetensors").read_bytes()).hexdigest()
+        assert meta[name]["sha256"] == hashlib.sha256((interp_world[key] / "model.safetensors").read_bytes()).hexdigest()
     assert " alpha such that drift_hi <" in meta["rule"] and 0 < alpha < 1
     assert meta["metrics"] == next(a["metrics"] for a in path_run["alphas"] if a["alpha"] == alpha)
     ckpt = load_checkpoint_or_gpt2(out)  # the loader of tatu eval, compare, generate, export and TATU_SEED_CKPT
-    mixed = interpolate_state(*(plain_weights(load_checkpoint(world[k])) for k in ("seed", "ft")), alpha)
+    mixed = interpolate_state(*(plain_weights(load_checkpoint(interp_world[k])) for k in ("seed", "ft")), alpha)
     assert all(torch.equal(ckpt.model_state[k], v) for k, v in mixed.items()) and ckpt.model_state.keys() == mixed.keys()
-    assert ckpt.tokenizer.hash == load_checkpoint(world["seed"]).tokenizer.hash
+    assert ckpt.tokenizer.hash == load_checkpoint(interp_world["seed"]).tokenizer.hash
 
 
-def test_the_picked_checkpoint_scores_in_tatu_eval_as_on_the_path(world, picked, path_run, tmp_path):
+def test_the_picked_checkpoint_scores_in_tatu_eval_as_on_the_path(interp_world, picked, path_run, tmp_path):
     out, alpha = picked
-    scored = _eval_json(out, world["data"], tmp_path / "e.json")["sets"]
+    scored = _eval_json(out, interp_world["data"], tmp_path / "e.json")["sets"]
     on_path = next(a for a in path_run["alphas"] if a["alpha"] == alpha)["sets"]
     assert {name: whole["ppl"] for name, (whole, *_) in scored.items()} == {n: r["ppl"] for n, r in on_path.items()}
 
 
-def test_the_picked_checkpoint_seeds_a_daemon_run(world, picked, tmp_path):
+def test_the_picked_checkpoint_seeds_a_daemon_run(interp_world, picked, tmp_path):
     out, alpha = picked
-    env = sft_env({"data": world["data"], "trunk": out}, tmp_path, TATU_RUN="next", MIX_STEPS_LIMIT=1, EVAL_EVERY=1,
+    env = sft_env({"data": interp_world["data"], "trunk": out}, tmp_path, TATU_RUN="next", MIX_STEPS_LIMIT=1, EVAL_EVERY=1,
                   TATU_GEN_PROMPTS=0)
     assert daemon_main(env) == 0
     events = [json.loads(line) for line in (tmp_path / "next" / "events.jsonl").read_text().splitlines()]
     first = next(e for e in events if e.get("event") == "eval")
     assert first["step"] == 0 and first["sets"]["sftHeld"]["ppl"] == pytest.approx(
-        load_ppl(world, alpha, "sftHeld"), rel=1e-9)
+        load_ppl(interp_world, alpha, "sftHeld"), rel=1e-9)
 
 
-def load_ppl(world, alpha: float, name: str) -> float:
-    report = json.loads((world["root"] / "report-picked" / "path.json").read_text())
+def load_ppl(interp_world, alpha: float, name: str) -> float:
+    report = json.loads((interp_world["root"] / "report-picked" / "path.json").read_text())
     return next(a for a in report["alphas"] if a["alpha"] == alpha)["sets"][name]["ppl"]
 
 
-def _refused(world, tmp_path, capsys, *args: str, seed: Path | None = None, ft: Path | None = None) -> tuple[int, str]:
-    """rc and the one stderr line of a refused interpolation, having checked nothing was scored or written."""
-    report, out = tmp_path / "report", tmp_path / "out"
-    extra = [] if "--out" in args else ["--out", str(out)] if any(a == "--pick" for a in args) else []
-    rc = tatu(["interpolate", str(seed or world["seed"]), str(ft or world["ft"]), "--data", str(world["data"]),
-               "--report", str(report), *extra, *args, *BOOT])
-    captured = capsys.readouterr()
-    assert "scored" not in captured.out, "refused only after scoring"
-    assert not report.exists() and not out.exists(), "a refusal wrote something"
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1, captured.err
-    return rc, lines[0]
-
-
-@pytest.mark.parametrize("spec, says", [
-    ("0:2:0.5", "1.5, 2.0 outside [0, 1]"), ("-0.1,0.5", "-0.1 outside [0, 1]"), ("1:0:0.1", "STOP >= START"),
-    ("0:1:0", "STEP > 0"), ("0:1:0.3", "does not reach STOP"), ("0:1", "expected START:STOP:STEP"),
-    ("a,b", "'a' is not a number"), ("0,nan", "'nan' is not a number"), ("0:1:0.00001", "more than 1001"),
-])
-def test_a_bad_alphas_spec_is_78_naming_it(world, tmp_path, capsys, spec, says):
-    rc, line = _refused(world, tmp_path, capsys, f"--alphas={spec}")  # `=`: argparse reads "-0.1,..." as a flag
-    assert rc == exitcodes.BAD_CONFIG and line.startswith(f"tatu interpolate: --alphas {spec!r}") and says in line, line
-
-
-@pytest.mark.parametrize("rule, says", [
-    ("first config such that drift < 0.1", "it chooses an alpha"),
-    ("largest REPLAY_N such that drift < 0.1", "it chooses an alpha"),
-    ("largest alpha such that aborted < 1", "aborted is a training run's"),
-    ("largest alpha such that ptNews_change_hi < 0.1", "ptNews is not a held-out set of the data dir"),
-    ("largest alpha such that drift_hi < 0.1 at the common step", "no common step"),
-    ("largest alpha such that bogus < 0.1", "unknown metric 'bogus'"),
-    ("largest alpha such that drift < TATU_ANYTHING", "neither a number nor a run variable"),
-    ("largest alpha such that drift", "condition 'drift' is not 'METRIC < VALUE'"),
-    ("the best alpha", "is not 'smallest|largest AXIS such that"),
-])
-def test_a_bad_pick_rule_is_78_naming_it(world, tmp_path, capsys, rule, says):
-    rc, line = _refused(world, tmp_path, capsys, "--pick", rule)
-    assert rc == exitcodes.BAD_CONFIG and "--pick" in line and says in line, line
-
-
-def test_a_rule_variable_the_fine_tune_does_not_record_is_78(world, tmp_path, capsys):
-    bare = tmp_path / "bare"  # the fine-tune's weights without its run config
-    ckpt = load_checkpoint(world["ft"])
-    save_checkpoint(bare, model_state=ckpt.model_state, model_config=ckpt.model_config, tokenizer=ckpt.tokenizer, meta={})
-    rc, line = _refused(world, tmp_path, capsys, "--pick", "largest alpha such that drift < MIX_FORGET_LIMIT", ft=bare)
-    assert rc == exitcodes.BAD_CONFIG and "MIX_FORGET_LIMIT is not recorded in" in line and str(bare) in line
-
-
-def _other(world, tmp_path: Path, **config) -> Path:
-    """A checkpoint like the seed but for `config` (or, given tokenizer=..., another tokenizer)."""
-    seed = load_checkpoint(world["seed"])
-    tok = config.pop("tokenizer", seed.tokenizer)
-    cfg = GPTConfig(**{**seed.model_config.to_dict(), "vocab_size": tok.vocab_size, **config})
-    path = tmp_path / "other"
-    save_checkpoint(path, model=GPT(cfg), model_config=cfg, tokenizer=tok)
-    return path
-
-
-def test_parents_of_another_architecture_are_65_naming_both_files_and_the_field(world, tmp_path, capsys):
-    other = _other(world, tmp_path, n_embd=16)
-    rc, line = _refused(world, tmp_path, capsys, ft=other)
-    assert rc == exitcodes.BAD_DATA and "different architectures (n_embd 32 vs 16)" in line
-    assert str(world["seed"]) in line and str(other) in line
-
-
-def test_parents_with_another_tokenizer_are_78(world, tmp_path, capsys):
-    tok = CharTokenizer.train(["uma outra lista de letras"])
-    rc, line = _refused(world, tmp_path, capsys, seed=_other(world, tmp_path, tokenizer=tok))
-    assert rc == exitcodes.BAD_CONFIG and "different tokenizers" in line
-
-
-def test_a_missing_or_damaged_parent_is_65_naming_it(world, tmp_path, capsys):
-    rc, line = _refused(world, tmp_path, capsys, ft=tmp_path / "nowhere")
-    assert rc == exitcodes.BAD_DATA and str(tmp_path / "nowhere") in line
-    damaged = tmp_path / "damaged"
-    shutil.copytree(world["ft"], damaged)
-    with open(damaged / "model.safetensors", "r+b") as f:
-        f.seek(-4, 2)
-        f.write(b"\x00\x01\x02\x03")
-    rc, line = _refused(world, tmp_path, capsys, ft=damaged)
-    assert rc == exitcodes.BAD_DATA and "sha256 mismatch" in line and str(damaged) in line
-
-
-def test_an_existing_out_or_out_without_pick_is_refused(world, tmp_path, capsys):
-    taken = tmp_path / "taken"
-    taken.mkdir()
-    rc, line = _refused(world, tmp_path, capsys, "--pick", "largest alpha such that drift_hi < 0.1", "--out", str(taken))
-    assert rc == exitcodes.BAD_CONFIG and f"{taken}: already exists" in line
-    rc, line = _refused(world, tmp_path, capsys, "--out", str(tmp_path / "out"))
-    assert rc == exitcodes.USAGE and "--out writes the alpha --pick chooses" in line
-
-
-def test_no_alpha_satisfying_the_rule_says_so_and_writes_nothing(world, tmp_path, capsys):
-    report, out = tmp_path / "report", tmp_path / "out"
-    rc = tatu(["interpolate", str(world["seed"]), str(world["ft"]), "--data", str(world["data"]), "--alphas", "0,1",
-               "--pick", "largest alpha such that drift_hi < -0.5", "--out", str(out), "--report", str(report), *BOOT])
-    printed = capsys.readouterr().out
-    assert rc == exitcodes.NO_CHOICE == 1
-    assert "no alpha satisfies the rule (largest alpha such that drift_hi < -0.5)" in printed
-    assert "alpha 1: drift_hi < -0.5 (measured" in printed and "nothing written" in printed
-    assert not report.exists() and not out.exists()
-    assert not list(tmp_path.glob(".*"))  # no temporary sibling left either
-
-
 @pytest.fixture(scope="module")
-def lora_world(world, tiny_trunk):
-    """A LoRA run's final/ (merged weights, the adapter beside) and the tiny world's data rebuilt
+def lora_world(interp_world, tiny_trunk):
+    """A LoRA run's final/ (merged weights, the adapter beside) and the tiny interp_world's data rebuilt
     with a held-out set, ptNews: the path of a partial fine-tune, judged on a held-out set."""
     from tiny_world import PT_WORDS, sentences
 
-    root, src = world["root"] / "lora", tiny_trunk["root"] / "sources"
+    root, src = interp_world["root"] / "lora", tiny_trunk["root"] / "sources"
     root.mkdir()
     (root / "ptNews.txt").write_text("\n".join(sentences(PT_WORDS, 12, seed=100)) + "\n", encoding="utf-8")
     data = root / "data"
@@ -314,16 +198,16 @@ def lora_world(world, tiny_trunk):
     return {"data": data, "ft": root / "runs" / "lora" / "final", "root": root}
 
 
-def test_a_lora_final_interpolates_like_any_checkpoint_and_a_held_out_set_is_judged(world, lora_world, capsys):
+def test_a_lora_final_interpolates_like_any_checkpoint_and_a_held_out_set_is_judged(interp_world, lora_world, capsys):
     ft = load_checkpoint(lora_world["ft"])
     assert "adapter" in ft.extra_tensors and ft.meta["adapter"]["rank"] == 2  # a LoRA run's final/, adapter beside
-    seed_state, ft_state = plain_weights(load_checkpoint(world["seed"])), plain_weights(ft)
+    seed_state, ft_state = plain_weights(load_checkpoint(interp_world["seed"])), plain_weights(ft)
     assert ft_state.keys() == seed_state.keys()  # merged: plain weights, no adapter tensors
     half = interpolate_state(seed_state, ft_state, 0.5)
     assert all(np.array_equal(half[k].numpy(), _naive(seed_state[k], ft_state[k], 0.5)) for k in seed_state)
     report = lora_world["root"] / "report"
     rule = "largest alpha such that ptNews_change_hi < 0.5 and drift_hi < 1"
-    assert tatu(["interpolate", str(world["seed"]), str(lora_world["ft"]), "--data", str(lora_world["data"]),
+    assert tatu(["interpolate", str(interp_world["seed"]), str(lora_world["ft"]), "--data", str(lora_world["data"]),
                  "--alphas", "0:1:0.5", "--pick", rule, "--report", str(report), *BOOT]) == 0
     printed = capsys.readouterr().out
     assert "ptNews change" in printed.splitlines()[next(i for i, l in enumerate(printed.splitlines()) if "alpha  sftHeld" in l)]
@@ -334,10 +218,10 @@ def test_a_lora_final_interpolates_like_any_checkpoint_and_a_held_out_set_is_jud
     assert path["pick"]["alpha"] == hand and f"alpha={hand:g}: the largest alpha such that" in printed
 
 
-def test_the_picked_checkpoint_runs_in_generate_compare_and_export(world, picked, tmp_path, capsys):
+def test_the_picked_checkpoint_runs_in_generate_compare_and_export(interp_world, picked, tmp_path, capsys):
     out, _ = picked
     assert tatu(["generate", str(out), "--prompt", "o gato", "--max-new-tokens", "4"]) == 0
-    assert tatu(["compare", str(world["seed"]), str(out), "--data", str(world["data"]), *BOOT]) == 0
+    assert tatu(["compare", str(interp_world["seed"]), str(out), "--data", str(interp_world["data"]), *BOOT]) == 0
     assert tatu(["export", str(out), "--format", "hf", str(tmp_path / "hf")]) == 0
     exported = load_checkpoint_or_gpt2(tmp_path / "hf")
     assert all(torch.equal(exported.model_state[k], v) for k, v in load_checkpoint(out).model_state.items())
