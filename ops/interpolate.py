@@ -28,7 +28,7 @@ def add_args(parser: argparse.ArgumentParser) -> None:
                         help="START:STOP:STEP, both ends included, or A,B,C; in [0, 1]; 0 is always scored (default 0:1:0.1)")
     parser.add_argument("--pick", metavar="RULE",
                         help="choose an alpha by a rule fixed beforehand: 'largest alpha such that drift_hi < 0.08' "
-                             "(docs/sweeps.md's rule language; metrics drift, sftHeld_change, SET_change, _lo, _hi)")
+                             "(the sweeps' rule language on the axis alpha: docs/interpolation.md)")
     parser.add_argument("--out", type=Path, help="write the picked alpha's checkpoint here (a new directory; needs --pick)")
     parser.add_argument("--report", type=Path, default=Path("interpolation"),
                         help="where path.json and path.png go (default ./interpolation)")
