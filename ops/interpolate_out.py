@@ -92,9 +92,11 @@ def write_checkpoint(out: Path, seed: Parent, finetuned: Parent, alpha: float, p
     renamed into place, every file in a sha256 manifest), its meta naming both parents and alpha.
     The fine-tune's trunk reference is carried, so a run seeded from it still has drift_tronco."""
     state = interpolate_state(plain_weights(seed.ckpt), plain_weights(finetuned.ckpt), alpha)
+    said = (f"interpolated at alpha={alpha:g} between {seed.path.absolute()} (sha256 {seed.sha256[:12]}..) and "
+            f"{finetuned.path.absolute()} (sha256 {finetuned.sha256[:12]}..)")
     meta = {"interpolation": {
         "alpha": alpha, "seed": {"path": str(seed.path.absolute()), "sha256": seed.sha256},
-        "finetuned": {"path": str(finetuned.path.absolute()), "sha256": finetuned.sha256}, **provenance}}
+        "finetuned": {"path": str(finetuned.path.absolute()), "sha256": finetuned.sha256}, "said": said, **provenance}}
     if "trunk_reference" in finetuned.ckpt.meta:
         meta["trunk_reference"] = finetuned.ckpt.meta["trunk_reference"]
     return save_checkpoint(out, model_state=state, model_config=interpolated_config(seed.ckpt),

@@ -148,6 +148,7 @@ def test_the_picked_checkpoint_records_both_parents_and_alpha(interp_world, pick
     for key, name in (("seed", "seed"), ("ft", "finetuned")):
         assert meta[name]["sha256"] == hashlib.sha256((interp_world[key] / "model.safetensors").read_bytes()).hexdigest()
     assert " alpha such that drift_hi <" in meta["rule"] and 0 < alpha < 1
+    assert meta["said"].startswith(f"interpolated at alpha={alpha:g} between {interp_world['seed']} (sha256 {meta['seed']['sha256'][:12]}..)")
     assert meta["metrics"] == next(a["metrics"] for a in path_run["alphas"] if a["alpha"] == alpha)
     ckpt = load_checkpoint_or_gpt2(out)  # the loader of tatu eval, compare, generate, export and TATU_SEED_CKPT
     mixed = interpolate_state(*(plain_weights(load_checkpoint(interp_world[k])) for k in ("seed", "ft")), alpha)
