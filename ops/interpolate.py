@@ -63,7 +63,7 @@ def main(args: argparse.Namespace) -> int:
     specs = set_specs(args)
     seed, finetuned = load_parent(args.seed_ckpt), load_parent(args.finetuned)
     check_pair(seed, finetuned)
-    held_out = held_out_names(dict.fromkeys(name for name, _, _ in specs))
+    held_out = held_out_names([name for name, _, _ in specs])
     variables = finetuned.ckpt.meta.get("config") if isinstance(finetuned.ckpt.meta.get("config"), dict) else {}
     pick = parse_pick(args.pick, held_out, variables, args.finetuned) if args.pick is not None else None
     bootstrap = _bootstrap(args, seed, finetuned)

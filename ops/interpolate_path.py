@@ -124,6 +124,6 @@ def score_path(seed: Parent, finetuned: Parent, sets: dict, alphas: list[float],
     return points
 
 
-def held_out_names(sets: dict) -> tuple[str, ...]:
-    """The held-out sets: every set beyond the three roles, in the data dir's order."""
+def held_out_names(sets) -> tuple[str, ...]:
+    """The held-out sets among `sets` (names, or a dict by name): every set beyond the three roles, in order."""
     return tuple(name for name in sets if name not in SET_NAMES)
