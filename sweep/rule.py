@@ -17,11 +17,13 @@ METRICS = ("drift", "drift_lo", "drift_hi", "sftHeld_change", "sftHeld_change_lo
 HELD_OUT_METRIC = re.compile(r"^([A-Za-z][A-Za-z0-9]*)_change(_lo|_hi)?$")
 # "... such that CONDITIONS [at the end | at the common step]": which comparison the rule judges
 # (default the end; the common step is the last eval step every member reached).
-RULE = re.compile(r"^\s*(smallest|largest|first)\s+([A-Z][A-Z0-9_]*|config)\s+such\s+that\s+(.+?)"
+RULE = re.compile(r"^\s*(smallest|largest|first)\s+([A-Z][A-Z0-9_]*|config|alpha)\s+such\s+that\s+(.+?)"
                   r"(?:\s+at\s+the\s+(end|common\s+step))?\s*$")
 # The key naming a member's configuration (`[configs]`) in its values, the baseline and the rule:
 # lowercase, so it can never be a run variable.
 CONFIG = "config"
+# `tatu interpolate --pick`'s axis: the interpolation's alphas (lowercase too: never a run variable)
+ALPHA = "alpha"
 CONDITION = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(<=|<)\s*([A-Z][A-Z0-9_]*|[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?%?)\s*$")
 
 
@@ -67,33 +69,34 @@ def held_out_set(metric: str) -> str | None:
     return match.group(1)
 
 
-def parse_rule(text: str, axes: dict, path: Path, configs=()) -> Rule:
-    """`configs`: the names of the plan's configurations (what `first config` chooses among)."""
+def parse_rule(text: str, axes: dict, path: Path, configs=(), where: str = "[decision] rule") -> Rule:
+    """`configs`: the names of the plan's configurations (what `first config` chooses among);
+    `where`: what the errors name after the path (a plan's key, or `tatu interpolate --pick`'s flag)."""
     from tatu.daemon.config import known_variables
 
     match = RULE.match(text)
     if not match:
-        raise plan_error(path, "[decision] rule", f"{text!r} is not 'smallest|largest AXIS such that METRIC < VALUE and ... "
-                                               f"[at the end | at the common step]' (or 'first config such that ...')")
+        raise plan_error(path, where, f"{text!r} is not 'smallest|largest AXIS such that METRIC < VALUE and ... "
+                                      f"[at the end | at the common step]' (or 'first config such that ...')")
     choose, axis, rest, at = match.groups()
     if (choose == "first") != (axis == CONFIG):
-        raise plan_error(path, "[decision] rule", f"'{choose} {axis}': write 'smallest|largest AXIS' or 'first config'")
+        raise plan_error(path, where, f"'{choose} {axis}': write 'smallest|largest AXIS' or 'first config'")
     if axis == CONFIG and not configs:
-        raise plan_error(path, "[decision] rule", "'first config' chooses among [configs], and the plan has none")
+        raise plan_error(path, where, "'first config' chooses among [configs], and the plan has none")
     if axis != CONFIG and axis not in axes:
         also = " or 'first config'" if configs else ""
-        raise plan_error(path, "[decision] rule", f"{axis} is not an axis of the plan (axes: {', '.join(axes) or 'none'}){also}")
+        raise plan_error(path, where, f"{axis} is not an axis of the plan (axes: {', '.join(axes) or 'none'}){also}")
     conditions = []
     for part in re.split(r"\s+and\s+", rest):
         cond = CONDITION.match(part)
         if not cond:
-            raise plan_error(path, "[decision] rule", f"condition {part.strip()!r} is not 'METRIC < VALUE'")
+            raise plan_error(path, where, f"condition {part.strip()!r} is not 'METRIC < VALUE'")
         metric, op, value = cond.groups()
         if metric not in METRICS and held_out_set(metric) is None:
-            raise plan_error(path, "[decision] rule", f"unknown metric {metric!r} (known: {', '.join(METRICS)}, "
-                                                     "or SET_change[_lo|_hi] of a held-out set of the data dir: not ptVal, shown and not judged; enRuler is drift)")
+            raise plan_error(path, where, f"unknown metric {metric!r} (known: {', '.join(METRICS)}, "
+                                          "or SET_change[_lo|_hi] of a held-out set of the data dir: not ptVal, shown and not judged; enRuler is drift)")
         if value[0].isalpha() and value not in known_variables():
-            raise plan_error(path, "[decision] rule", f"{value} is neither a number nor a run variable")
+            raise plan_error(path, where, f"{value} is neither a number nor a run variable")
         conditions.append(Condition(metric, op, value))
     return Rule(text.strip(), choose, axis, tuple(conditions), "common" if at and at.startswith("common") else "end")
 
