@@ -223,7 +223,12 @@ def test_pngs_render_at_the_expected_size_and_the_page_references_them(runs):
     for name in PLOTS:
         data = (runs["out"] / name).read_bytes()
         assert len(data) > 5000, name  # axes, two curves, bands: not a blank image
-        assert _png_size(data) == expected == (700, 400)
+        # the shared width; the base height plus the legend's rows below the axes
+        width, height = _png_size(data)
+        assert width == expected[0] == 700 and height > expected[1] == 400, (name, width, height)
+        # the page gives the browser the PNG's own size (not the base one, which would squash it)
+        figure = re.search(rf'<figure><a href="{re.escape(name)}"><img [^>]*>', runs["index"].read_text()).group(0)
+        assert f'width="{width}" height="{height}"' in figure, figure
         assert name in parsed.links
         assert data in embedded  # self-contained: the same image is inside the page
 
