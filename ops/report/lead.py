@@ -64,7 +64,8 @@ def sentence_html(run: RunRecord) -> str:
         at = ("no eval yet" if last is None else
               f"at its last eval, step {last['step']}: sftHeld {fmt_ci((last.get('changes') or {}).get('sftHeld'))}, "
               f"drift {fmt_ci(last.get('drift'))}")
-        body = f"{esc(run.name)}: <b>no verdict yet</b> ({esc(run.status)}); {esc(at)}."
+        status = run.status if run.abort else "still running, or stopped before its end"
+        body = f"{esc(run.name)}: <b>no verdict yet</b> ({esc(status)}); {esc(at)}."
     else:
         judged = judged_set(verdict) or "?"
         covers = (verdict.get("ci_covers") or {}).get("text")

@@ -56,8 +56,8 @@ def _draw_limits(ax, runs: list[RunRecord], drifts: list[float]) -> list[str]:
     return notes
 
 
-def render_picture(runs: list[RunRecord], out_dir: Path) -> PlotFile | None:
-    """learning_vs_forgetting.png in out_dir; None when no run has an eval with both numbers."""
+def picture_axes(runs: list[RunRecord]):
+    """(figure, axes, notes) of the picture; None when no run has an eval with both numbers."""
     fig, ax = new_axes()
     drifts = [d for index, run in enumerate(runs) for d in _draw_run(ax, index, run)]
     if not drifts:
@@ -69,6 +69,15 @@ def render_picture(runs: list[RunRecord], out_dir: Path) -> PlotFile | None:
     ax.set_xlabel("enRuler drift vs step 0 (%): right = forgets English")
     ax.set_ylabel(f"{LEARNED} change vs step 0 (%): down = learns")
     ax.grid(True, alpha=0.3)
+    return fig, ax, notes
+
+
+def render_picture(runs: list[RunRecord], out_dir: Path) -> PlotFile | None:
+    """learning_vs_forgetting.png in out_dir; None when there is nothing to draw."""
+    drawn = picture_axes(runs)
+    if drawn is None:
+        return None
+    fig, ax, notes = drawn
     caption = (f"each run's {LEARNED} change against its enRuler drift at every eval, in step order (first and last "
                "steps written), MIX_FORGET_LIMIT dashed, aborts marked with a red X"
                + "".join(f"; {note}" for note in notes))
