@@ -16,7 +16,8 @@ STYLE = """body{font-family:sans-serif;max-width:1200px;margin:1em auto;padding:
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:2px 6px;vertical-align:top}
 td.num{text-align:right;font-family:monospace}th{background:#f3f3f3}figure{display:inline-block;margin:0 1em 1em 0}
 .scroll{max-width:100%;overflow-x:auto}pre,.verdict{white-space:pre-wrap;overflow-wrap:anywhere}
-img{max-width:100%;height:auto}"""
+img{max-width:100%;height:auto}.verdict-sentence{margin:.4em 0}.ci-covers{color:#555;font-size:.9em}
+.absent{color:#555}"""
 
 
 def esc(text) -> str:
