@@ -324,7 +324,9 @@ def test_a_trunk_verdict_covers_ptval_and_leaves_sftheld_unjudged(tmp_path):
 def _drift_legend(runs_dirs, tmp_path):
     plots = report.render_plots([report.load_run(d) for d in runs_dirs], tmp_path)
     drift = next(p for p in plots if p.name == "drift.png")
-    return [label for label in drift.legend if "MIX_FORGET_LIMIT" in label and "aborted" not in label], drift.notes
+    limits = [label for label in drift.legend if "MIX_FORGET_LIMIT" in label and "aborted" not in label]
+    assert set(drift.notes) <= set(limits)  # a note is written in the legend, off the axes
+    return [label for label in limits if label not in drift.notes], drift.notes
 
 
 def test_runs_sharing_a_forget_limit_get_one_limit_line(tmp_path):
