@@ -50,14 +50,10 @@ def _sets(configs: list[dict], common: bool) -> list[str]:
 def write_page(data: dict, closing: str, plots: list[PlotFile], out_dir: Path) -> Path:
     """index.html in out_dir: the verdict and the plots first (the run report's order), then every
     table of the closing text."""
-    sections = []
-    if data.get("compare"):
-        verdict = "\n".join(tables.verdict_lines(data))
-        sections.append(f'<section id="lead">\n<pre class="verdict" id="verdict">{esc(verdict)}</pre>')
-    if plots:
-        sections += [figures(plots, out_dir)]
-    if data.get("compare"):
-        sections.append("</section>")
+    verdict = "\n".join(tables.verdict_lines(data)) if data.get("compare") else None
+    lead = ([f'<pre class="verdict" id="verdict">{esc(verdict)}</pre>'] if verdict is not None else []) + (
+        [figures(plots, out_dir)] if plots else [])
+    sections = ['<section id="lead">\n' + "\n".join(lead) + "\n</section>"] if lead else []
     sections += [f"<p>{esc(data['question'])}</p>",
                  f"<p>Locked rule: <code>{esc(data['rule'])}</code> (plan {esc(data['plan_portable_hash'])}; "
                  f"with this checkout's absolute paths {esc(data['plan_hash'])})</p>"]

@@ -48,6 +48,9 @@ def test_the_page_has_the_shared_look_every_table_and_a_verdict_that_wraps(tmp_p
     parsed.feed(index.read_text(encoding="utf-8"))
     assert parsed.styles == [STYLE]  # the run report's style, and no other
     assert parsed.tables == ["configs"]  # no baseline pairing or common step in these numbers: said, not tabled
+    html_text = index.read_text(encoding="utf-8")
+    # the answer first, as in the run report: the verdict, then the plots, then the tables
+    assert html_text.index('id="verdict"') < html_text.index("<img") < html_text.index("<table")
     # the verdict block of the closing text, whole, in an element that wraps within the page's width
     assert parsed.verdict == text.split("\n\n")[-1] and data["verdict"]["line"] in parsed.verdict
     rules = _rules(STYLE)
