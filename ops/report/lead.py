@@ -38,7 +38,7 @@ def deciding_number(run: RunRecord, verdict: dict) -> str:
     outcome, judged, step = verdict.get("verdict"), judged_set(verdict), numbers.get("step", verdict.get("step"))
     change, drift = numbers.get(f"{judged}_change"), numbers.get("drift")
     aborted = numbers.get("aborted")
-    if outcome == "forgets" and aborted and "drift" not in str(aborted):
+    if outcome == "forgets" and aborted and "MIX_FORGET_LIMIT" not in str(aborted):  # a non-finite loss, tensor or eval
         return f"the run aborted at step {step}: {aborted}"
     if outcome == "forgets":
         trained = [e for e in run.evals if e["step"] > 0] or run.evals

@@ -83,6 +83,8 @@ def test_holds_flat_inconclusive_and_a_non_finite_abort_name_their_own_number(tm
     assert f"sftHeld {_ci(sft)} at step 4, not beyond its CI" in _judged(tmp_path, "inconclusive")
     assert "decided by the run aborted at step 4: non-finite loss." in _judged(tmp_path / "nan", "forgets",
                                                                               aborted="non-finite loss")
+    over = _judged(tmp_path / "over", "forgets", aborted="drift +15.0% > MIX_FORGET_LIMIT 10.0%", drift=0.15)
+    assert f"decided by its worst drift, {_ci(change_point(0.15))} at step 4 against {LIMIT} (aborted)." in over
 
 
 def test_the_sentences_and_the_picture_come_before_every_table(runs):
