@@ -30,9 +30,11 @@ $(STAMP): pyproject.toml Makefile $(TORCH_PIN)
 demo: $(STAMP)
 	$(PY) -m tatu.ops.demo
 
-# Apertium's taggers (category metrics): installed with apt-get when root, else the command is printed
+# Apertium's taggers (category metrics) and Chromium (the page tests' browser): installed with
+# apt-get when root, else the command is printed
 test: $(STAMP)
 	$(PY) -m tatu.ops.packages tagger
+	$(PY) -m tatu.ops.packages browser
 	$(VENV)/bin/pytest -q --durations=15
 
 # The quick ratio benchmarks that need nothing but a checkout; the others need data, taggers, hours

@@ -1,4 +1,5 @@
-"""The demo's Debian packages (tatu.data.demo.DEMO_PACKAGES), installed with apt-get when missing.
+"""The Debian packages tatu needs, installed with apt-get when missing: the demo's text
+(tatu.data.demo.DEMO_PACKAGES), Apertium's taggers and the page tests' browser.
 
 Only as root: anyone else gets the command to run. The data module reads what is installed;
 installing software on the machine is an operator's action and lives here.
@@ -9,6 +10,7 @@ import os
 import subprocess
 
 from tatu.data.demo import DemoPackagesError, installed_versions, missing_demo_packages
+from tatu.debian import installed_version
 
 _apt_updated = False
 
@@ -27,36 +29,55 @@ def ensure_demo_packages() -> dict[str, str]:
     return installed_versions()
 
 
+# Debian's headless browser, which the page tests drive (tests/pages/): the run report and the
+# sweep page opened as a reader opens them. Test-only: the product never starts a browser.
+BROWSER_PACKAGES: tuple[str, ...] = ("chromium",)
+
+
 def ensure_tagger_packages() -> str | None:
     """Install Apertium's taggers (tatu.data.tags.TAGGER_PACKAGES) with apt-get when root and
     missing; returns None when they are there, else one line saying how to install them."""
-    from tatu.data.tags import TAGGER_PACKAGES, tagger_versions
+    from tatu.data.tags import TAGGER_PACKAGES
 
-    missing = [p for p, version in tagger_versions().items() if version is None]
+    return _ensure(TAGGER_PACKAGES, "Apertium's taggers")
+
+
+def ensure_browser_packages() -> str | None:
+    """Install Chromium (BROWSER_PACKAGES) the same way; None when it is there, else how to get it."""
+    return _ensure(BROWSER_PACKAGES, "Chromium (the page tests' browser)")
+
+
+def _ensure(packages: tuple[str, ...], what: str) -> str | None:
+    missing = [p for p in packages if installed_version(p) is None]
     if not missing:
         return None
-    command = f"apt-get install -y {' '.join(TAGGER_PACKAGES)}"
+    command = f"apt-get install -y {' '.join(packages)}"
     if os.geteuid() != 0:
-        return f"Apertium's taggers are not installed ({', '.join(missing)}): run `sudo {command}`"
+        return f"{what} not installed ({', '.join(missing)}): run `sudo {command}`"
     try:
         _apt_install(missing)
     except DemoPackagesError as exc:
-        return f"{exc}; install them with `{command}`"
-    still = [p for p, version in tagger_versions().items() if version is None]
+        return f"{exc}; install {what} with `{command}`"
+    still = [p for p in packages if installed_version(p) is None]
     return f"apt-get did not install {', '.join(still)}" if still else None
 
 
+TARGETS = {"tagger": (ensure_tagger_packages, "Apertium taggers installed"),
+           "browser": (ensure_browser_packages, "Chromium installed")}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`python -m tatu.ops.packages tagger` (what `make test` runs): install the taggers, or say
+    """`python -m tatu.ops.packages tagger|browser` (what `make test` runs): install them, or say
     how; exit 0 either way (the tests that need them skip with that reason, fail under CI_STRICT)."""
     import sys
 
     args = sys.argv[1:] if argv is None else argv
-    if args != ["tagger"]:
-        print("usage: python -m tatu.ops.packages tagger", file=sys.stderr)
+    if len(args) != 1 or args[0] not in TARGETS:
+        print(f"usage: python -m tatu.ops.packages {'|'.join(TARGETS)}", file=sys.stderr)
         return 2
-    problem = ensure_tagger_packages()
-    print(problem or "Apertium taggers installed", file=sys.stderr if problem else sys.stdout)
+    ensure, done = TARGETS[args[0]]
+    problem = ensure()
+    print(problem or done, file=sys.stderr if problem else sys.stdout)
     return 0
 
 

@@ -1,5 +1,5 @@
-"""The sweep report's HTML page, in the run report's look (tatu.pages): the same tables as the
-closing text (sweep/tables.py), the verdict wrapped to the page, the plots embedded."""
+"""The sweep report's HTML page, in the run report's look (tatu.pages) and order: the verdict
+(wrapped to the page) and the plots first, then the same tables as the closing text (sweep/tables.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -48,10 +48,15 @@ def _sets(configs: list[dict], common: bool) -> list[str]:
 
 
 def write_page(data: dict, closing: str, plots: list[PlotFile], out_dir: Path) -> Path:
-    """index.html in out_dir: every table of the closing text, the verdict, the plots."""
-    sections = [f"<p>{esc(data['question'])}</p>",
-                f"<p>Locked rule: <code>{esc(data['rule'])}</code> (plan {esc(data['plan_portable_hash'])}; "
-                f"with this checkout's absolute paths {esc(data['plan_hash'])})</p>"]
+    """index.html in out_dir: the verdict and the plots first (the run report's order), then every
+    table of the closing text."""
+    verdict = "\n".join(tables.verdict_lines(data)) if data.get("compare") else None
+    lead = ([f'<pre class="verdict" id="verdict">{esc(verdict)}</pre>'] if verdict is not None else []) + (
+        [figures(plots, out_dir)] if plots else [])
+    sections = ['<section id="lead">\n' + "\n".join(lead) + "\n</section>"] if lead else []
+    sections += [f"<p>{esc(data['question'])}</p>",
+                 f"<p>Locked rule: <code>{esc(data['rule'])}</code> (plan {esc(data['plan_portable_hash'])}; "
+                 f"with this checkout's absolute paths {esc(data['plan_hash'])})</p>"]
     if data.get("tune"):
         sections += ["<h2>Tune stage</h2>", plain_table(tables.TUNE_HEADER, tables.tune_rows(data["tune"], data.get("tuned")), "tune")]
         if not data.get("tuned"):
@@ -66,10 +71,6 @@ def write_page(data: dict, closing: str, plots: list[PlotFile], out_dir: Path) -
         if power:
             sections += [f"<h2>How many seeds are enough</h2><p>{esc(power[0])}.</p>",
                          '<ul id="seeds-for">' + "".join(f"<li>{esc(line.strip())}</li>" for line in power[1:]) + "</ul>"]
-        verdict = "\n".join(tables.verdict_lines(data))
-        sections.append(f'<h2>Verdict</h2>\n<pre class="verdict" id="verdict">{esc(verdict)}</pre>')
-    if plots:
-        sections += ["<h2>Plots</h2>", figures(plots, out_dir)]
     index = Path(out_dir) / "index.html"
     index.write_text(page(f"sweep {data['name']}", sections), encoding="utf-8")
     return index

@@ -10,15 +10,14 @@ from tatu.pages.markup import esc, table, text_cell
 def categories_section(runs: list[RunRecord]) -> str:
     """Per-category (part-of-speech) perplexity and bpc of every set at the last eval, each with
     its paired change vs step 0 (docs/metrics.md); a run without tags says why."""
-    rows = []
+    rows, absent = [], {}
     for run in runs:
         final = run.final_eval
         if final is None or "categories" not in final:  # events written before categories existed
             continue
         step, categories = final["step"], final["categories"]
         if not categories:
-            rows.append(row(f'{text_cell(run.name)}<td colspan="10">{esc(final.get("categories_note") or "none")}</td>',
-                             run.name))
+            absent.setdefault(_why_absent(final.get("categories_note")), []).append(run.name)
         for set_name, per in categories.items():
             for category, point in per.items():
                 prefix = f"eval/{step}/categories/{set_name}/{category}"
@@ -29,12 +28,21 @@ def categories_section(runs: list[RunRecord]) -> str:
                          + cell(change.get("lo"), "pct", f"{prefix}/change/lo") + cell(change.get("hi"), "pct", f"{prefix}/change/hi")
                          + cell(change.get("p_value"), "p", f"{prefix}/change/p_value"))
                 rows.append(row(f"{text_cell(run.name)}{text_cell(set_name)}{text_cell(category)}{cells}", run.name))
+    lines = "".join(f'<p class="absent" id="categories-absent">Word categories: none for {esc(", ".join(names))} '
+                    f"({esc(why)}; docs/metrics.md says how to get them).</p>" for why, names in absent.items())
     if not rows:
-        return ""
+        return lines
     header = ["run", "set", "category", "step", "ppl", "bpc", "tokens", "change vs step 0", "CI lo", "CI hi", "p-value"]
     return ("<h2>Word categories at the last eval</h2>\n<p>Perplexity and bits per character on the tokens of each "
             "part of speech (Apertium's tags, built once at data build), paired with the run's step 0.</p>\n"
-            + table(header, rows, "categories"))
+            + table(header, rows, "categories") + lines)
+
+
+def _why_absent(note: str | None) -> str:
+    """The reason in the daemon's note (tatu.data.tags.untagged_line), without its install hint:
+    the page says it once, not once per run."""
+    reason = (note or "no tags").removeprefix("no category metrics: ")
+    return reason.split("; install the taggers", 1)[0]
 
 
 def tasks_section(runs: list[RunRecord]) -> str:

@@ -14,7 +14,9 @@ import json
 from pathlib import Path
 
 from tatu.ops.report.cells import cell, row
+from tatu.ops.report.lead import judged_set, lead_section
 from tatu.ops.report.metric_sections import categories_section, tasks_section
+from tatu.ops.report.picture import render_picture
 from tatu.ops.report.plots import render_plots
 from tatu.ops.report.runs import RunRecord, fmt_int, load_run, report_sets
 from tatu.pages.figures import DPI, FIGSIZE, PlotFile
@@ -24,12 +26,6 @@ __all__ = ["build_report", "load_run", "render_plots", "RunRecord", "FIGSIZE", "
 
 
 # --- HTML sections -------------------------------------------------------------------------------
-
-def _judged_set(verdict: dict) -> str | None:
-    """The set whose change the verdict judged: the `<set>_change` key of its numbers (sftHeld; ptVal for a trunk)."""
-    key = next((k for k in (verdict.get("numbers") or {}) if k.endswith("_change")), None)
-    return key[: -len("_change")] if key else None
-
 
 def _eval_at(run: RunRecord, step) -> dict | None:
     """The eval of that step, else the last eval before it (an abort on a non-finite loss falls between evals)."""
@@ -53,7 +49,7 @@ def _verdict_section(runs: list[RunRecord]) -> str:
                              f'(still running?)</td>{text_cell("")}<td colspan="7"></td>', run.name))
             continue
         numbers = v.get("numbers") or {}
-        judged = _judged_set(v)
+        judged = judged_set(v)
         key = f"{judged}_change" if judged else None
         change = (numbers.get(key) or {}) if key else {}
         drift = numbers.get("drift") or {}
@@ -218,10 +214,11 @@ def build_report(run_dirs: list[Path | str], out_dir: Path | str) -> Path:
     plots = render_plots(runs, out_dir)
     sources = "".join(f"<li>{esc(r.name)}: {esc(r.run_dir / 'events.jsonl')} ({len(r.evals)} evals, "
                       f"last step {fmt_int(r.last_step)}; {esc(r.status)})</li>" for r in runs)
+    # the answer first (docs/operations.md#the-run-report): the sentences and the picture, the other plots, then the tables
     html_text = page(f"tatu report: {', '.join(r.name for r in runs)}", [
-        f"<p>Every number below is read from these events.jsonl files:</p><ul>{sources}</ul>",
+        lead_section(runs, render_picture(runs, out_dir), out_dir), _plots_section(plots, out_dir),
+        f"<p>Every number on this page is read from these events.jsonl files:</p><ul>{sources}</ul>",
         _verdict_section(runs), _comparison_section(runs), categories_section(runs), tasks_section(runs),
-        _plots_section(plots, out_dir),
         _config_section(runs),
         _generations_section(runs), _history_section(runs),
     ])

@@ -30,7 +30,7 @@ def _series(run: RunRecord, getter) -> tuple[list[int], list[float], list[float]
     return steps, values, lows, highs
 
 
-def _limit_groups(runs: list[RunRecord]) -> list[tuple[float, list[int]]]:
+def limit_groups(runs: list[RunRecord]) -> list[tuple[float, list[int]]]:
     """Distinct MIX_FORGET_LIMIT values with the indices of the runs that use each, in first-seen order."""
     groups: dict[float, list[int]] = {}
     for index, run in enumerate(runs):
@@ -70,16 +70,17 @@ def _draw_run(ax, index: int, run: RunRecord, getter, scale: float) -> float | N
 
 
 def _draw_limits(ax, runs: list[RunRecord], top: float, scale: float) -> list[str]:
-    """MIX_FORGET_LIMIT lines (runs that share a limit share one); notes for those above the plot."""
+    """MIX_FORGET_LIMIT lines (runs that share a limit share one); notes for those above the plot,
+    written in the legend (below the axes: text on the axes could cover a curve)."""
     notes = []
-    for order, (limit, members) in enumerate(_limit_groups(runs)):
+    for limit, members in limit_groups(runs):
         colour = _colour(members[0]) if len(members) == 1 else "black"
         label = f"MIX_FORGET_LIMIT {fmt_pct(limit)} ({', '.join(runs[i].name for i in members)})"
         if limit * scale <= max(top, 1.0) * LIMIT_OFF_SCALE:
             ax.axhline(limit * scale, color=colour, linestyle="--", linewidth=1.2, label=label)
         else:
             note = f"{label} (above the plot)"
-            ax.text(0.01, 0.97 - 0.07 * order, note, transform=ax.transAxes, color=colour, fontsize=8, va="top")
+            ax.plot([], [], linestyle="none", label=note)
             notes.append(note)
     return notes
 

@@ -10,13 +10,14 @@ import base64
 import html
 from pathlib import Path
 
-from tatu.pages.figures import PLOT_SIZE, PlotFile
+from tatu.pages.figures import PlotFile
 
 STYLE = """body{font-family:sans-serif;max-width:1200px;margin:1em auto;padding:0 1em}
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:2px 6px;vertical-align:top}
 td.num{text-align:right;font-family:monospace}th{background:#f3f3f3}figure{display:inline-block;margin:0 1em 1em 0}
 .scroll{max-width:100%;overflow-x:auto}pre,.verdict{white-space:pre-wrap;overflow-wrap:anywhere}
-img{max-width:100%;height:auto}"""
+img{max-width:100%;height:auto}.verdict-sentence{margin:.4em 0}.ci-covers{color:#555;font-size:.9em}
+.absent{color:#555}"""
 
 
 def esc(text) -> str:
@@ -45,7 +46,7 @@ def figures(plots: list[PlotFile], out_dir: Path) -> str:
     for plot in plots:
         data = base64.b64encode((Path(out_dir) / plot.name).read_bytes()).decode("ascii")
         parts.append(f'<figure><a href="{esc(plot.name)}"><img src="data:image/png;base64,{data}" '
-                     f'width="{PLOT_SIZE[0]}" height="{PLOT_SIZE[1]}" alt="{esc(plot.caption)}"></a>'
+                     f'width="{plot.size[0]}" height="{plot.size[1]}" alt="{esc(plot.caption)}"></a>'
                      f'<figcaption>{esc(plot.caption)} (<a href="{esc(plot.name)}">{esc(plot.name)}</a>)</figcaption></figure>')
     return "\n".join(parts)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from page_world import BASE_CONFIG, change_point, eval_event, report_runs, write_run
 from tatu.exitcodes import BAD_DATA, TatuExit
 from tatu.ops import cli
 from tatu.ops.report import page as report
@@ -17,70 +18,9 @@ from tatu.ops.report import page as report
 PLOTS = ("sftHeld.png", "ptVal.png", "enRuler.png", "drift.png")
 
 
-def _change(value, p=0.04):
-    return {"value": value, "lo": value - 0.01, "hi": value + 0.012, "p_value": p, "mde": 0.008}
-
-
-def _set(ppl):
-    return {"ppl": ppl, "lo": ppl * 0.97, "hi": ppl * 1.031, "se": 0.01, "bpc": 1.5, "bpb": 1.4,
-            "n_lines": 10, "n_lines_total": 10, "n_tokens": 300}
-
-
-def _eval(step, sft, pt, en, drift, best, generations=None):
-    return {"event": "eval", "time": 1000.0 + step, "step": step,
-            "sets": {"sftHeld": _set(sft), "ptVal": _set(pt), "enRuler": _set(en)},
-            "changes": {"sftHeld": _change(-0.05 * step / 8), "ptVal": _change(0.01), "enRuler": _change(drift)},
-            "drift": _change(drift, p=0.0004 if drift else 1.0), "drift_tronco": _change(drift + 0.147),
-            "trunk_ok": True, "best": best, "best_set": "sftHeld", "abort": None, "notes": {}, "seconds": 1.5,
-            "generations": generations, "line": f"EVAL {step}: sftHeld {sft:.4f}"}
-
-
-def _generations(accuracy, rate):
-    return {"samples": [{"prompt": "Quanto é 2 mais 2?", "reference": "4", "output": "<b>4</b> & mais"},
-                        {"prompt": "Capital do Brasil?", "reference": "Brasília", "output": "Lisboa"}],
-            "accuracy": {"value": accuracy, "lo": 0.1, "hi": 0.9, "n": 2},
-            "invented": {"rate": rate, "n_words": 40, "n_invented": 3, "examples": ["brasilha"]}}
-
-
-def _write_run(run_dir: Path, events: list[dict], config: dict | None, torn_tail: str = "") -> Path:
-    run_dir.mkdir(parents=True)
-    text = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events) + torn_tail
-    (run_dir / "events.jsonl").write_text(text, encoding="utf-8")
-    if config is not None:
-        (run_dir / "state").mkdir()
-        (run_dir / "state" / "meta.json").write_text(json.dumps({"config": config, "step": 8}))
-    return run_dir
-
-
-BASE_CONFIG = {"TATU_MODE": "sft", "SFT_GE": 8, "TATU_SEED": 1337, "MIX_FORGET_LIMIT": 0.1, "TATU_LR": 0.0003}
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("runs")
-    superseded = _eval(8, 8.11111, 30.5, 55.0, 0.031, True, _generations(0.25, 0.2))
-    finished = _write_run(root / "sft-noreplay", [
-        {"event": "ready", "time": 1.0, "step": 0, "limit": 8},
-        _eval(0, 9.07021, 31.2, 52.1, 0.0, True),
-        {"event": "step", "time": 2.0, "step": 4, "loss": 2.0, "lr": 3e-4, "tokens": {"sft": 100}},
-        _eval(4, 8.50004, 30.9, 53.7, 0.0307, True, _generations(0.5, 0.1)),
-        superseded,
-        {"event": "resumed", "time": 3.0, "step": 4},
-        # the restart re-ran step 8: this eval replaces the one above
-        _eval(8, 8.22227, 30.75, 56.3, 0.0806, False, _generations(0.5, 0.075)),
-        {"event": "verdict", "time": 9.0, "step": 8, "verdict": "forgets",
-         "line": "VERDICT forgets: sftHeld -5.0% [-6.0%,-3.8%] drift +8.1% [+7.1%,+9.3%] worst drift +8.1% at step 8",
-         "numbers": {"step": 8, "sftHeld_change": _change(-0.05), "drift": _change(0.0806),
-                     "drift_tronco": _change(0.2276), "worst_drift": 0.0806, "aborted": None},
-         "criteria": {"forget_limit": "drift <= 10.0% at every eval"}},
-    ], BASE_CONFIG, torn_tail='{"event": "step", "time": 10.0, "st')
-    running = _write_run(root / "sft-replay", [
-        _eval(0, 9.07021, 31.2, 52.1, 0.0, True),
-        _eval(4, 8.60001, 31.0, 52.4, 0.0058, True, _generations(0.5, 0.05)),
-    ], {**BASE_CONFIG, "REPLAY_N": 6, "MIX_FORGET_LIMIT": 10.0})
-    out = root / "out"
-    index = report.build_report([finished, running], out)
-    return {"finished": finished, "running": running, "out": out, "index": index, "superseded": superseded}
+    return report_runs(tmp_path_factory.mktemp("runs"))
 
 
 class _Cells(HTMLParser):
@@ -223,7 +163,12 @@ def test_pngs_render_at_the_expected_size_and_the_page_references_them(runs):
     for name in PLOTS:
         data = (runs["out"] / name).read_bytes()
         assert len(data) > 5000, name  # axes, two curves, bands: not a blank image
-        assert _png_size(data) == expected == (700, 400)
+        # the shared width; the base height plus the legend's rows below the axes
+        width, height = _png_size(data)
+        assert width == expected[0] == 700 and height > expected[1] == 400, (name, width, height)
+        # the page gives the browser the PNG's own size (not the base one, which would squash it)
+        figure = re.search(rf'<figure><a href="{re.escape(name)}"><img [^>]*>', runs["index"].read_text()).group(0)
+        assert f'width="{width}" height="{height}"' in figure, figure
         assert name in parsed.links
         assert data in embedded  # self-contained: the same image is inside the page
 
@@ -261,7 +206,7 @@ def test_torn_last_line_and_repeated_step(runs):
 
 
 def test_unknown_config_and_default_out_dir(tmp_path, capsys):
-    run_dir = _write_run(tmp_path / "lonely", [_eval(0, 9.0, 31.0, 52.0, 0.0, True)], config=None)
+    run_dir = write_run(tmp_path / "lonely", [eval_event(0, 9.0, 31.0, 52.0, 0.0, True)], config=None)
     assert cli.main(["report", str(run_dir)]) == 0
     page = (run_dir / "report" / "index.html").read_text(encoding="utf-8")
     assert "lonely: config unknown" in page
@@ -277,9 +222,9 @@ def test_missing_events_is_a_one_line_bad_data_error(tmp_path, capsys):
 
 
 def test_an_eval_event_without_drift_names_the_file(tmp_path):
-    broken = _eval(4, 9.0, 31.0, 52.0, 0.0, True)
+    broken = eval_event(4, 9.0, 31.0, 52.0, 0.0, True)
     del broken["drift"]
-    run_dir = _write_run(tmp_path / "broken", [_eval(0, 9.0, 31.0, 52.0, 0.0, True), broken], config=None)
+    run_dir = write_run(tmp_path / "broken", [eval_event(0, 9.0, 31.0, 52.0, 0.0, True), broken], config=None)
     with pytest.raises(TatuExit) as exc:
         report.load_run(run_dir)
     assert exc.value.code == BAD_DATA
@@ -324,24 +269,24 @@ def test_ppl_plots_are_log_scaled_and_the_best_star_names_the_set_it_was_chosen_
 
 
 def _aborted_events(reason, with_abort_event=True, best_set="sftHeld", judged="sftHeld"):
-    evals = [_eval(0, 9.0, 31.0, 52.0, 0.0, True), _eval(4, 8.5, 31.5, 60.0, 0.15, True)]
+    evals = [eval_event(0, 9.0, 31.0, 52.0, 0.0, True), eval_event(4, 8.5, 31.5, 60.0, 0.15, True)]
     for event in evals:
         event["best_set"] = best_set
     evals[-1]["abort"] = reason
     events = evals + ([{"event": "abort", "time": 5.0, "step": 4, "reason": reason}] if with_abort_event else [])
     events.append({"event": "verdict", "time": 6.0, "step": 4, "verdict": "forgets", "line": f"VERDICT forgets (aborted: {reason})",
-                   "numbers": {"step": 4, f"{judged}_change": _change(-0.05), "drift": _change(0.15),
-                               "drift_tronco": _change(0.2), "worst_drift": 0.15, "aborted": reason}})
+                   "numbers": {"step": 4, f"{judged}_change": change_point(-0.05), "drift": change_point(0.15),
+                               "drift_tronco": change_point(0.2), "worst_drift": 0.15, "aborted": reason}})
     return events
 
 
 def test_an_aborted_run_is_marked_on_every_plot_and_on_the_page(tmp_path):
     reason = "drift +15.0% > MIX_FORGET_LIMIT 10.0%"
-    by_event = _write_run(tmp_path / "by-event", _aborted_events(reason), BASE_CONFIG)
-    by_verdict = _write_run(tmp_path / "by-verdict", _aborted_events(reason, with_abort_event=False), BASE_CONFIG)
+    by_event = write_run(tmp_path / "by-event", _aborted_events(reason), BASE_CONFIG)
+    by_verdict = write_run(tmp_path / "by-verdict", _aborted_events(reason, with_abort_event=False), BASE_CONFIG)
     # a non-finite loss aborts between evals and leaves no verdict: the marker goes at the abort step
-    nan_loss = _write_run(tmp_path / "nan-loss", [
-        _eval(0, 9.0, 31.0, 52.0, 0.0, True), _eval(4, 8.7, 31.1, 52.5, 0.01, True),
+    nan_loss = write_run(tmp_path / "nan-loss", [
+        eval_event(0, 9.0, 31.0, 52.0, 0.0, True), eval_event(4, 8.7, 31.1, 52.5, 0.01, True),
         {"event": "abort", "time": 7.0, "step": 6, "reason": "non-finite loss", "loss": "nan"},
     ], BASE_CONFIG)
     records = [report.load_run(d) for d in (by_event, by_verdict, nan_loss)]
@@ -366,7 +311,7 @@ def test_a_run_that_did_not_abort_has_no_abort():
 
 
 def test_a_trunk_verdict_covers_ptval_and_leaves_sftheld_unjudged(tmp_path):
-    trunk = _write_run(tmp_path / "trunk", _aborted_events("x", best_set="ptVal", judged="ptVal"),
+    trunk = write_run(tmp_path / "trunk", _aborted_events("x", best_set="ptVal", judged="ptVal"),
                        {"TATU_MODE": "trunk"})
     page = report.build_report([trunk], tmp_path / "out").read_text(encoding="utf-8")
     shown = {c["path"] for c in _parse_fragment(_table_html(page, "verdicts")).cells}
@@ -379,15 +324,17 @@ def test_a_trunk_verdict_covers_ptval_and_leaves_sftheld_unjudged(tmp_path):
 def _drift_legend(runs_dirs, tmp_path):
     plots = report.render_plots([report.load_run(d) for d in runs_dirs], tmp_path)
     drift = next(p for p in plots if p.name == "drift.png")
-    return [label for label in drift.legend if "MIX_FORGET_LIMIT" in label and "aborted" not in label], drift.notes
+    limits = [label for label in drift.legend if "MIX_FORGET_LIMIT" in label and "aborted" not in label]
+    assert set(drift.notes) <= set(limits)  # a note is written in the legend, off the axes
+    return [label for label in limits if label not in drift.notes], drift.notes
 
 
 def test_runs_sharing_a_forget_limit_get_one_limit_line(tmp_path):
     # drift near the limits, so both lines are drawn rather than written as "above the plot"
-    events = [_eval(0, 9.0, 31.0, 52.0, 0.0, True), _eval(4, 8.5, 31.5, 59.0, 0.08, True)]
-    a = _write_run(tmp_path / "a", events, BASE_CONFIG)
-    b = _write_run(tmp_path / "b", events, BASE_CONFIG)
-    c = _write_run(tmp_path / "c", events, {**BASE_CONFIG, "MIX_FORGET_LIMIT": 0.2})
+    events = [eval_event(0, 9.0, 31.0, 52.0, 0.0, True), eval_event(4, 8.5, 31.5, 59.0, 0.08, True)]
+    a = write_run(tmp_path / "a", events, BASE_CONFIG)
+    b = write_run(tmp_path / "b", events, BASE_CONFIG)
+    c = write_run(tmp_path / "c", events, {**BASE_CONFIG, "MIX_FORGET_LIMIT": 0.2})
     limits, _ = _drift_legend([a, b], tmp_path / "shared")
     assert limits == ["MIX_FORGET_LIMIT +10.0% (a, b)"]
     limits, _ = _drift_legend([a, c, b], tmp_path / "two")

@@ -8,42 +8,11 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
+from page_world import ABORTED, CHANGE, DRIFT, sweep_data
 from tatu.pages.markup import STYLE
 from tatu.sweep.page import write_page
 from tatu.sweep.plots import drift_axes, render_plots, tradeoff_axes
 from tatu.sweep.tables import closing_text
-
-DRIFT = {"replay-n0": {"1": 0.18, "2": 0.19, "3": 0.09}, "replay-n6": {"1": 0.03, "2": 0.04, "3": 0.035}}
-CHANGE = {"replay-n0": {"1": -0.98, "2": -0.97, "3": -0.96}, "replay-n6": {"1": -0.99, "2": -0.995, "3": -0.99}}
-ABORTED = {("replay-n0", "1"), ("replay-n0", "2")}
-LONG_RULE = ("smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT and every_eval_drift_hi < MIX_FORGET_LIMIT "
-             "and sftHeld_change_hi < 0 and ptFaq_change_hi < 0.05")
-
-
-def _stats(per_seed: dict) -> dict:
-    mean = sum(per_seed.values()) / len(per_seed)
-    return {"value": mean, "lo": mean - 0.02, "hi": mean + 0.02, "seed_sd": 0.01, "within_se": 0.008, "mde": 0.03,
-            "n_seeds": len(per_seed), "per_seed": per_seed, "outliers": []}
-
-
-def _config(key: str, replay: str) -> dict:
-    results = [{"member": f"{key}-s{s}", "seed": int(s), "state": "aborted" if (key, s) in ABORTED else "done"}
-               for s in DRIFT[key]]
-    return {"key": key, "values": {"REPLAY_N": replay}, "results": results,
-            "stats": {"drift": _stats(DRIFT[key]), "sftHeld": _stats(CHANGE[key])}, "stats_common": None,
-            "common_step": None, "common_missing": "no per-line scores kept at step 8", "end_steps": [8, 24],
-            "effective": {"MIX_FORGET_LIMIT": 0.1}, "is_baseline": key == "replay-n0", "paired": None}
-
-
-def _data() -> dict:
-    verdict_line = f"REPLAY_N=6: the {LONG_RULE.split(' such that')[0]} such that {LONG_RULE.split('such that ')[1]}"
-    return {"name": "dose", "question": "Does replay hold the ruler?", "rule": LONG_RULE, "plan_hash": "a" * 16,
-            "plan_portable_hash": "b" * 16, "tune": None,
-            "compare": {"configs": [_config("replay-n0", "0"), _config("replay-n6", "6")], "complete": True},
-            "verdict": {"line": verdict_line, "axis": "REPLAY_N", "at": "end", "would_change": [],
-                        "checks": [{"config": "replay-n0", "value": "0", "missing": [],
-                                    "failed": [{"condition": "drift_hi < MIX_FORGET_LIMIT", "shown": "+17.7%"}]}]}}
-
 
 class _Page(HTMLParser):
     def __init__(self):
@@ -72,13 +41,16 @@ def _rules(css: str) -> dict[str, str]:
 
 
 def test_the_page_has_the_shared_look_every_table_and_a_verdict_that_wraps(tmp_path):
-    data = _data()
+    data = sweep_data()
     text = closing_text(data)
     index = write_page(data, text, render_plots(data, tmp_path), tmp_path)
     parsed = _Page()
     parsed.feed(index.read_text(encoding="utf-8"))
     assert parsed.styles == [STYLE]  # the run report's style, and no other
     assert parsed.tables == ["configs"]  # no baseline pairing or common step in these numbers: said, not tabled
+    html_text = index.read_text(encoding="utf-8")
+    # the answer first, as in the run report: the verdict, then the plots, then the tables
+    assert html_text.index('id="verdict"') < html_text.index("<img") < html_text.index("<table")
     # the verdict block of the closing text, whole, in an element that wraps within the page's width
     assert parsed.verdict == text.split("\n\n")[-1] and data["verdict"]["line"] in parsed.verdict
     rules = _rules(STYLE)
@@ -96,7 +68,7 @@ def _marked(ax) -> set[tuple[float, float]]:
 
 
 def test_aborted_members_and_only_they_are_marked_on_both_plots():
-    data = _data()
+    data = sweep_data()
     _, ax = tradeoff_axes(data)
     expected = {(round(DRIFT[k][s] * 100, 6), round(CHANGE[k][s] * 100, 6)) for k, s in ABORTED}
     assert _marked(ax) == expected

@@ -1,0 +1,84 @@
+"""The report's first picture, learning against forgetting: each run is a path through its evals
+in step order, x its enRuler drift and y its sftHeld change, both vs the run's own step 0. Below
+0 the pairs were learned; right of the MIX_FORGET_LIMIT line the ruler forgot more than allowed.
+An abort is marked where it stopped (the red X of every plot)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tatu.ops.report.plots import LIMIT_OFF_SCALE, limit_groups
+from tatu.ops.report.runs import RunRecord, fmt_int, fmt_pct, number
+from tatu.pages.figures import ABORT_MARK, PlotFile, colour, new_axes, save
+
+NAME = "learning_vs_forgetting.png"
+LEARNED = "sftHeld"  # the set whose change is the learning (the SFT pairs held out)
+
+
+def points(run: RunRecord) -> list[tuple[int, float, float]]:
+    """(step, drift %, sftHeld change %) of every eval that has both."""
+    out = []
+    for event in run.evals:
+        drift = number((event.get("drift") or {}).get("value"))
+        change = number(((event.get("changes") or {}).get(LEARNED) or {}).get("value"))
+        if drift is not None and change is not None:
+            out.append((event["step"], drift * 100, change * 100))
+    return out
+
+
+def _draw_run(ax, index: int, run: RunRecord) -> list[float]:
+    """One run's path with its first and last steps written beside them; its drifts (none: not drawn)."""
+    path = points(run)
+    if not path:
+        return []
+    steps, xs, ys = zip(*path)
+    ax.plot(xs, ys, marker="o", markersize=3, color=colour(index), label=run.name, zorder=3)
+    for at in {0, len(path) - 1}:
+        ax.annotate(f"step {steps[at]}", (xs[at], ys[at]), textcoords="offset points", xytext=(4, 4), fontsize=7,
+                    color=colour(index))
+    if run.abort is not None:
+        step, reason = run.abort
+        at = max([i for i, s in enumerate(steps) if step is None or s <= step] or [len(path) - 1])
+        ax.plot([xs[at]], [ys[at]], markersize=14, zorder=2, **ABORT_MARK,
+                label=f"{run.name} aborted at step {fmt_int(step)}: {reason}")
+    return list(xs)
+
+
+def _draw_limits(ax, runs: list[RunRecord], drifts: list[float]) -> list[str]:
+    """A vertical line per distinct MIX_FORGET_LIMIT; a note (in the caption) for one far right of the paths."""
+    notes, reach = [], max([1.0, *(abs(d) for d in drifts)])
+    for limit, members in limit_groups(runs):
+        label = f"MIX_FORGET_LIMIT {fmt_pct(limit)} ({', '.join(runs[i].name for i in members)})"
+        if limit * 100 <= reach * LIMIT_OFF_SCALE:
+            ax.axvline(limit * 100, color=colour(members[0]) if len(members) == 1 else "black", linestyle="--",
+                       linewidth=1.2, label=label)
+        else:
+            notes.append(f"{label} is off to the right")
+    return notes
+
+
+def picture_axes(runs: list[RunRecord]):
+    """(figure, axes, notes) of the picture; None when no run has an eval with both numbers."""
+    fig, ax = new_axes()
+    drifts = [d for index, run in enumerate(runs) for d in _draw_run(ax, index, run)]
+    if not drifts:
+        return None
+    notes = _draw_limits(ax, runs, drifts)
+    ax.axhline(0, color="0.5", linewidth=0.8)
+    ax.axvline(0, color="0.5", linewidth=0.8)
+    ax.set_title("learning vs forgetting, one point per eval")
+    ax.set_xlabel("enRuler drift vs step 0 (%): right = forgets English")
+    ax.set_ylabel(f"{LEARNED} change vs step 0 (%): down = learns")
+    ax.grid(True, alpha=0.3)
+    return fig, ax, notes
+
+
+def render_picture(runs: list[RunRecord], out_dir: Path) -> PlotFile | None:
+    """learning_vs_forgetting.png in out_dir; None when there is nothing to draw."""
+    drawn = picture_axes(runs)
+    if drawn is None:
+        return None
+    fig, ax, notes = drawn
+    caption = (f"each run's {LEARNED} change against its enRuler drift at every eval, in step order (first and last "
+               "steps written), MIX_FORGET_LIMIT dashed, aborts marked with a red X"
+               + "".join(f"; {note}" for note in notes))
+    return save(fig, ax, Path(out_dir) / NAME, caption, notes)

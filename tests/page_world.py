@@ -1,0 +1,109 @@
+"""The pages' fixtures, shared by the tests of the run report (tests/ops/test_report.py), the
+sweep page (tests/sweep/test_report_page.py) and both in a browser (tests/pages/): made-up
+events and sweep numbers, so the pages render in milliseconds."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tatu.ops.report.page import build_report
+
+
+def change_point(value, p=0.04):
+    return {"value": value, "lo": value - 0.01, "hi": value + 0.012, "p_value": p, "mde": 0.008}
+
+
+def set_summary(ppl):
+    return {"ppl": ppl, "lo": ppl * 0.97, "hi": ppl * 1.031, "se": 0.01, "bpc": 1.5, "bpb": 1.4,
+            "n_lines": 10, "n_lines_total": 10, "n_tokens": 300}
+
+
+def eval_event(step, sft, pt, en, drift, best, generations=None):
+    return {"event": "eval", "time": 1000.0 + step, "step": step,
+            "sets": {"sftHeld": set_summary(sft), "ptVal": set_summary(pt), "enRuler": set_summary(en)},
+            "changes": {"sftHeld": change_point(-0.05 * step / 8), "ptVal": change_point(0.01), "enRuler": change_point(drift)},
+            "drift": change_point(drift, p=0.0004 if drift else 1.0), "drift_tronco": change_point(drift + 0.147),
+            "trunk_ok": True, "best": best, "best_set": "sftHeld", "abort": None, "notes": {}, "seconds": 1.5,
+            "generations": generations, "line": f"EVAL {step}: sftHeld {sft:.4f}"}
+
+
+def gen_summary(accuracy, rate):
+    return {"samples": [{"prompt": "Quanto é 2 mais 2?", "reference": "4", "output": "<b>4</b> & mais"},
+                        {"prompt": "Capital do Brasil?", "reference": "Brasília", "output": "Lisboa"}],
+            "accuracy": {"value": accuracy, "lo": 0.1, "hi": 0.9, "n": 2},
+            "invented": {"rate": rate, "n_words": 40, "n_invented": 3, "examples": ["brasilha"]}}
+
+
+def write_run(run_dir: Path, events: list[dict], config: dict | None, torn_tail: str = "") -> Path:
+    run_dir.mkdir(parents=True)
+    text = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events) + torn_tail
+    (run_dir / "events.jsonl").write_text(text, encoding="utf-8")
+    if config is not None:
+        (run_dir / "state").mkdir()
+        (run_dir / "state" / "meta.json").write_text(json.dumps({"config": config, "step": 8}))
+    return run_dir
+
+
+BASE_CONFIG = {"TATU_MODE": "sft", "SFT_GE": 8, "TATU_SEED": 1337, "MIX_FORGET_LIMIT": 0.1, "TATU_LR": 0.0003}
+
+
+def report_runs(root: Path) -> dict:
+    """Two runs under root (one finished with a verdict, one still running) and their report in root/out."""
+    superseded = eval_event(8, 8.11111, 30.5, 55.0, 0.031, True, gen_summary(0.25, 0.2))
+    finished = write_run(root / "sft-noreplay", [
+        {"event": "ready", "time": 1.0, "step": 0, "limit": 8},
+        eval_event(0, 9.07021, 31.2, 52.1, 0.0, True),
+        {"event": "step", "time": 2.0, "step": 4, "loss": 2.0, "lr": 3e-4, "tokens": {"sft": 100}},
+        eval_event(4, 8.50004, 30.9, 53.7, 0.0307, True, gen_summary(0.5, 0.1)),
+        superseded,
+        {"event": "resumed", "time": 3.0, "step": 4},
+        # the restart re-ran step 8: this eval replaces the one above
+        eval_event(8, 8.22227, 30.75, 56.3, 0.0806, False, gen_summary(0.5, 0.075)),
+        {"event": "verdict", "time": 9.0, "step": 8, "verdict": "forgets",
+         "line": "VERDICT forgets: sftHeld -5.0% [-6.0%,-3.8%] drift +8.1% [+7.1%,+9.3%] worst drift +8.1% at step 8",
+         "numbers": {"step": 8, "sftHeld_change": change_point(-0.05), "drift": change_point(0.0806),
+                     "drift_tronco": change_point(0.2276), "worst_drift": 0.0806, "aborted": None},
+         "criteria": {"forget_limit": "drift <= 10.0% at every eval"},
+         # the daemon's wording (tatu.daemon.ci_covers), as long as a real run's
+         "ci_covers": {"text": "CIs over the 400 sftHeld and 300 of 1200 enRuler lines; run-to-run variation not "
+                               "included (tatu sweep start --env-file <run>.env --seeds 3 measures it)"}},
+    ], BASE_CONFIG, torn_tail='{"event": "step", "time": 10.0, "st')
+    running = write_run(root / "sft-replay", [
+        eval_event(0, 9.07021, 31.2, 52.1, 0.0, True),
+        eval_event(4, 8.60001, 31.0, 52.4, 0.0058, True, gen_summary(0.5, 0.05)),
+    ], {**BASE_CONFIG, "REPLAY_N": 6, "MIX_FORGET_LIMIT": 10.0})
+    out = root / "out"
+    index = build_report([finished, running], out)
+    return {"finished": finished, "running": running, "out": out, "index": index, "superseded": superseded}
+
+
+DRIFT = {"replay-n0": {"1": 0.18, "2": 0.19, "3": 0.09}, "replay-n6": {"1": 0.03, "2": 0.04, "3": 0.035}}
+CHANGE = {"replay-n0": {"1": -0.98, "2": -0.97, "3": -0.96}, "replay-n6": {"1": -0.99, "2": -0.995, "3": -0.99}}
+ABORTED = {("replay-n0", "1"), ("replay-n0", "2")}
+LONG_RULE = ("smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT and every_eval_drift_hi < MIX_FORGET_LIMIT "
+             "and sftHeld_change_hi < 0 and ptFaq_change_hi < 0.05")
+
+
+def stats(per_seed: dict) -> dict:
+    mean = sum(per_seed.values()) / len(per_seed)
+    return {"value": mean, "lo": mean - 0.02, "hi": mean + 0.02, "seed_sd": 0.01, "within_se": 0.008, "mde": 0.03,
+            "n_seeds": len(per_seed), "per_seed": per_seed, "outliers": []}
+
+
+def sweep_config(key: str, replay: str) -> dict:
+    results = [{"member": f"{key}-s{s}", "seed": int(s), "state": "aborted" if (key, s) in ABORTED else "done"}
+               for s in DRIFT[key]]
+    return {"key": key, "values": {"REPLAY_N": replay}, "results": results,
+            "stats": {"drift": stats(DRIFT[key]), "sftHeld": stats(CHANGE[key])}, "stats_common": None,
+            "common_step": None, "common_missing": "no per-line scores kept at step 8", "end_steps": [8, 24],
+            "effective": {"MIX_FORGET_LIMIT": 0.1}, "is_baseline": key == "replay-n0", "paired": None}
+
+
+def sweep_data() -> dict:
+    verdict_line = f"REPLAY_N=6: the {LONG_RULE.split(' such that')[0]} such that {LONG_RULE.split('such that ')[1]}"
+    return {"name": "dose", "question": "Does replay hold the ruler?", "rule": LONG_RULE, "plan_hash": "a" * 16,
+            "plan_portable_hash": "b" * 16, "tune": None,
+            "compare": {"configs": [sweep_config("replay-n0", "0"), sweep_config("replay-n6", "6")], "complete": True},
+            "verdict": {"line": verdict_line, "axis": "REPLAY_N", "at": "end", "would_change": [],
+                        "checks": [{"config": "replay-n0", "value": "0", "missing": [],
+                                    "failed": [{"condition": "drift_hi < MIX_FORGET_LIMIT", "shown": "+17.7%"}]}]}}

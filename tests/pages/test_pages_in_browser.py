@@ -1,0 +1,102 @@
+"""The run report and the sweep page in a real browser (headless Chromium, tests/browser.py):
+every image loaded, nothing wider than a 1280 px viewport, the verdict inside the first screen.
+A screenshot of each first screen is kept under the test's tmp dir.
+
+Without Chromium these skip with how to install it (`make test` installs it when root), and fail
+under CI_STRICT=1."""
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+import browser
+from page_world import report_runs, sweep_data
+from strict import cannot_run
+from tatu.ops import packages
+from tatu.sweep.page import write_page
+from tatu.sweep.plots import render_plots
+from tatu.sweep.tables import closing_text
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    if browser.browser() is None:
+        cannot_run(f"no Chromium on PATH ({', '.join(browser.BROWSERS)}): `make test` installs it as root "
+                   f"(python -m tatu.ops.packages browser), or apt-get install -y {' '.join(packages.BROWSER_PACKAGES)}")
+    return browser.browser()
+
+
+@pytest.fixture(scope="module")
+def run_report(tmp_path_factory):
+    return report_runs(tmp_path_factory.mktemp("runs"))["index"]
+
+
+@pytest.fixture(scope="module")
+def sweep_page(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep")
+    data = sweep_data()
+    return write_page(data, closing_text(data), render_plots(data, out), out)
+
+
+def check_first_screen(page, selector: str, expected_lead: int, work) -> browser.Layout:
+    """The three checks a reader's first look makes; the layout, for the caller's own checks."""
+    layout = browser.measure(page, work, selector)
+    # the width asked for (the layout depends on it). Chromium's --dump-dom window keeps room for a
+    # browser's bars, so its viewport is shorter than VIEWPORT's height: the tops are measured
+    # from the page's top, which is where a reader's first screen starts, and compared with 800.
+    assert layout.inner_width == browser.VIEWPORT[0]
+    assert layout.images, "no image on the page"
+    for image in layout.images:
+        assert image["complete"] and image["naturalWidth"] > 0, image  # decoded: not a broken src
+    assert layout.scroll_width <= browser.VIEWPORT[0], f"the page is {layout.scroll_width} px wide"
+    assert len(layout.lead) == expected_lead, layout.lead
+    for box in layout.lead:
+        assert 0 <= box["top"] < browser.VIEWPORT[1], box  # starts on the first screen
+    return layout
+
+
+def test_the_run_report_shows_its_verdict_sentences_first_and_loads_every_image(chromium, run_report, tmp_path):
+    layout = check_first_screen(run_report, ".verdict-sentence", 2, tmp_path)
+    assert len(layout.images) == 5  # the picture and the four plots
+    shot = browser.screenshot(run_report, tmp_path / "run-report.png", tmp_path).read_bytes()
+    assert shot[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", shot[16:24]) == browser.VIEWPORT
+
+
+def test_the_sweep_page_shows_its_verdict_first_and_loads_every_image(chromium, sweep_page, tmp_path):
+    layout = check_first_screen(sweep_page, "#verdict", 1, tmp_path)
+    assert len(layout.images) == 2 and "VERDICT" in layout.lead[0]["text"]
+    browser.screenshot(sweep_page, tmp_path / "sweep-page.png", tmp_path)
+
+
+@pytest.mark.parametrize("breakage, failure", [
+    ("wide", "px wide"),  # an image 2000 px wide
+    ("bottom", "top"),  # the verdict moved below the tables
+    ("src", "naturalWidth"),  # an image whose data is not a PNG
+])
+def test_each_check_fails_on_the_page_it_guards_against(chromium, run_report, tmp_path, breakage, failure):
+    """Each check of check_first_screen goes red on a page broken the way it guards against."""
+    text = run_report.read_text(encoding="utf-8")
+    if breakage == "wide":
+        text = text.replace('width="700"', 'width="2000" style="max-width:none"', 1)
+    elif breakage == "bottom":
+        lead_end = text.index("</section>") + len("</section>")
+        lead_start = text.index('<section id="lead">')
+        lead = text[lead_start:lead_end]
+        text = text.replace(lead, "").replace("</body>", lead + "</body>")
+    else:
+        text = text.replace("data:image/png;base64,", "data:image/png;base64,AAAA", 1)
+    broken = tmp_path / "broken.html"
+    broken.write_text(text, encoding="utf-8")
+    with pytest.raises(AssertionError, match=failure):
+        check_first_screen(broken, ".verdict-sentence", 2, tmp_path)
+
+
+def test_the_browser_installer_names_its_command_when_not_root(monkeypatch):
+    monkeypatch.setattr(packages, "installed_version", lambda package: None)
+    monkeypatch.setattr(packages.os, "geteuid", lambda: 1000)
+    assert packages.ensure_browser_packages() == (
+        "Chromium (the page tests' browser) not installed (chromium): run `sudo apt-get install -y chromium`")
+    monkeypatch.setattr(packages, "installed_version", lambda package: "1.0")
+    assert packages.ensure_browser_packages() is None
+    assert packages.main(["nothing"]) == 2
