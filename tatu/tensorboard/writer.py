@@ -1,0 +1,157 @@
+"""One TensorBoard log dir, written with torch.utils.tensorboard's SummaryWriter.
+
+- Each (tag, step) is written once: a point whose step is not past the last one the dir already
+  holds for its tag (read from its event files when the writer opens) is skipped. A run that
+  restarts from its resume state redoes the steps after it; their first copy stays, as in
+  events.jsonl's first record of that step (on CPU the two copies are bit-identical: exact resume).
+- Scalars are float64 tensors (new-style, double precision): a reader gets events.jsonl's number
+  to the last bit, where a classic float32 `simple_value` would round it.
+- Every record is flushed when written, so a kill loses at most the record being written; a
+  later writer catches up from events.jsonl (`catch_up`).
+- A failure of its own (the package missing, the dir unwritable, the disk full) is one warning
+  naming the path, then the writer stops writing. It never raises: TensorBoard is a view of a run,
+  and must never cost the run a step.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Callable
+
+from tatu.storage import free_bytes, is_storage_error, mb
+from tatu.tensorboard.tags import Scalar, Text, scalars, texts
+
+EVENT_FILES = "events.out.tfevents.*"
+TEXT_SUFFIX = "/text_summary"  # add_text(tag) stores its text under tag + this (torch's text plugin naming)
+
+
+def unavailable() -> str | None:
+    """Why TensorBoard cannot be written from this process (None: it can)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter  # noqa: F401 -- the import is the check
+    except ImportError as exc:
+        return f"the tensorboard package does not import ({exc})"
+    return None
+
+
+def last_steps(log_dir: Path) -> dict[str, int]:
+    """tag -> the last step the dir's event files hold for it (a torn last record is ignored)."""
+    from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
+
+    last: dict[str, int] = {}
+    for path in sorted(Path(log_dir).glob(EVENT_FILES)):
+        for event in LegacyEventFileLoader(str(path)).Load():
+            for value in event.summary.value:
+                last[value.tag] = max(event.step, last.get(value.tag, event.step))
+    return last
+
+
+def _reason(exc: BaseException, path: Path) -> str:
+    if is_storage_error(exc):
+        return f"{exc.strerror} ({mb(free_bytes(path))} free there)"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class TensorBoardWriter:
+    """Write events.jsonl records (and HParams sessions) into `log_dir`; `warn(line)` hears a failure once."""
+
+    def __init__(self, log_dir: Path, warn: Callable[[str], None]):
+        self.log_dir = Path(log_dir)
+        self.warn = warn
+        self.failure: str | None = None
+        self.written: dict[str, int] = {}  # tag -> last step in the dir
+        self.counts: Counter = Counter()  # points and texts written by this writer, by record kind
+        self._writer = None
+        missing = unavailable()
+        if missing:
+            self._fail(missing)
+            return
+        from torch.utils.tensorboard import SummaryWriter
+
+        try:
+            self.written = last_steps(self.log_dir) if self.log_dir.is_dir() else {}
+            self._writer = SummaryWriter(log_dir=str(self.log_dir))
+        except Exception as exc:  # noqa: BLE001 -- whatever it is, the run must go on without it
+            self._fail(_reason(exc, self.log_dir))
+
+    @property
+    def active(self) -> bool:
+        return self._writer is not None
+
+    def _fail(self, reason: str) -> None:
+        """Say it once, then write nothing more (a writer that failed once may fail half-way again)."""
+        writer, self._writer = self._writer, None
+        if self.failure is None:
+            self.failure = reason
+            self.warn(f"TensorBoard: cannot write {self.log_dir}: {reason}; nothing more is written there "
+                      f"(the run goes on; `tatu tensorboard` writes it later from events.jsonl)")
+        if writer is not None:
+            try:
+                writer.close()
+            except Exception:  # noqa: BLE001 -- the failure is already reported
+                pass
+
+    def _new(self, tag: str, step: int) -> bool:
+        if step <= self.written.get(tag, -1):
+            return False
+        self.written[tag] = step
+        return True
+
+    def write(self, record: dict) -> None:
+        """A record's scalars and texts, those not in the dir yet; flushed."""
+        if self._writer is None:
+            return
+        walltime = record.get("time")
+        try:
+            wrote = self._scalars(scalars(record), walltime) + self._texts(texts(record), walltime)
+            if wrote:
+                self.counts[record.get("event")] += 1
+                self._writer.flush()
+        except Exception as exc:  # noqa: BLE001 -- see the module's docstring
+            self._fail(_reason(exc, self.log_dir))
+
+    def _scalars(self, points: list[Scalar], walltime: float | None) -> int:
+        fresh = [p for p in points if self._new(p.tag, p.step)]
+        for p in fresh:
+            self._writer.add_scalar(p.tag, p.value, p.step, walltime=walltime, new_style=True, double_precision=True)
+        return len(fresh)
+
+    def _texts(self, items: list[Text], walltime: float | None) -> int:
+        fresh = [t for t in items if self._new(t.tag + TEXT_SUFFIX, t.step)]
+        for t in fresh:
+            self._writer.add_text(t.tag, t.text, t.step, walltime=walltime)
+        return len(fresh)
+
+    def catch_up(self, records: list[dict]) -> None:
+        """Every record in order: what the dir lacks of them is written (the rest is skipped)."""
+        for record in records:
+            self.write(record)
+
+    def session(self, hparams: dict, metrics: list[Scalar], walltime: float | None = None) -> None:
+        """An HParams session: the hparams' start and end records (no experiment record: TensorBoard
+        builds the experiment from every session it finds, so members added later join it), and the
+        metrics as scalars of this dir."""
+        if self._writer is None:
+            return
+        from torch.utils.tensorboard.summary import hparams as hparams_records
+
+        try:
+            _experiment, start, end = hparams_records(hparams, {m.tag: m.value for m in metrics})
+            step = max((m.step for m in metrics), default=0)
+            file_writer = self._writer._get_file_writer()  # add_hparams' own route to the file
+            file_writer.add_summary(start, step, walltime)
+            self._scalars(metrics, walltime)
+            file_writer.add_summary(end, step, walltime)
+            self.counts["session"] += 1
+            self._writer.flush()
+        except Exception as exc:  # noqa: BLE001 -- see the module's docstring
+            self._fail(_reason(exc, self.log_dir))
+
+    def close(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        try:
+            writer.close()
+        except Exception as exc:  # noqa: BLE001 -- see the module's docstring
+            self._fail(_reason(exc, self.log_dir))
