@@ -53,30 +53,31 @@ def _reason(exc: BaseException, path: Path) -> str:
 
 
 class TensorBoardWriter:
-    """Write events.jsonl records (and HParams sessions) into `log_dir`; `warn(line)` hears a failure once."""
+    """Write events.jsonl records (and HParams sessions) into `log_dir`; `warn(line)` hears a failure once.
+
+    The SummaryWriter (and its event file) is made at the first point the dir lacks: a writer with
+    nothing new to write leaves the dir as it was."""
 
     def __init__(self, log_dir: Path, warn: Callable[[str], None]):
         self.log_dir = Path(log_dir)
         self.warn = warn
         self.failure: str | None = None
         self.written: dict[str, int] = {}  # tag -> last step in the dir
-        self.counts: Counter = Counter()  # points and texts written by this writer, by record kind
+        self.counts: Counter = Counter()  # records that brought something new, by kind ("session": sessions)
         self._writer = None
         missing = unavailable()
         if missing:
             self._fail(missing)
             return
-        from torch.utils.tensorboard import SummaryWriter
-
         try:
             self.written = last_steps(self.log_dir) if self.log_dir.is_dir() else {}
-            self._writer = SummaryWriter(log_dir=str(self.log_dir))
         except Exception as exc:  # noqa: BLE001 -- whatever it is, the run must go on without it
             self._fail(_reason(exc, self.log_dir))
 
     @property
     def active(self) -> bool:
-        return self._writer is not None
+        """Not failed: it writes what it is given."""
+        return self.failure is None
 
     def _fail(self, reason: str) -> None:
         """Say it once, then write nothing more (a writer that failed once may fail half-way again)."""
@@ -91,6 +92,13 @@ class TensorBoardWriter:
             except Exception:  # noqa: BLE001 -- the failure is already reported
                 pass
 
+    def _summary_writer(self):
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(log_dir=str(self.log_dir))
+        return self._writer
+
     def _new(self, tag: str, step: int) -> bool:
         if step <= self.written.get(tag, -1):
             return False
@@ -99,7 +107,7 @@ class TensorBoardWriter:
 
     def write(self, record: dict) -> None:
         """A record's scalars and texts, those not in the dir yet; flushed."""
-        if self._writer is None:
+        if not self.active:
             return
         walltime = record.get("time")
         try:
@@ -113,13 +121,14 @@ class TensorBoardWriter:
     def _scalars(self, points: list[Scalar], walltime: float | None) -> int:
         fresh = [p for p in points if self._new(p.tag, p.step)]
         for p in fresh:
-            self._writer.add_scalar(p.tag, p.value, p.step, walltime=walltime, new_style=True, double_precision=True)
+            self._summary_writer().add_scalar(p.tag, p.value, p.step, walltime=walltime, new_style=True,
+                                              double_precision=True)
         return len(fresh)
 
     def _texts(self, items: list[Text], walltime: float | None) -> int:
         fresh = [t for t in items if self._new(t.tag + TEXT_SUFFIX, t.step)]
         for t in fresh:
-            self._writer.add_text(t.tag, t.text, t.step, walltime=walltime)
+            self._summary_writer().add_text(t.tag, t.text, t.step, walltime=walltime)
         return len(fresh)
 
     def catch_up(self, records: list[dict]) -> None:
@@ -131,14 +140,14 @@ class TensorBoardWriter:
         """An HParams session: the hparams' start and end records (no experiment record: TensorBoard
         builds the experiment from every session it finds, so members added later join it), and the
         metrics as scalars of this dir."""
-        if self._writer is None:
+        if not self.active:
             return
         from torch.utils.tensorboard.summary import hparams as hparams_records
 
         try:
             _experiment, start, end = hparams_records(hparams, {m.tag: m.value for m in metrics})
             step = max((m.step for m in metrics), default=0)
-            file_writer = self._writer._get_file_writer()  # add_hparams' own route to the file
+            file_writer = self._summary_writer()._get_file_writer()  # add_hparams' own route to the file
             file_writer.add_summary(start, step, walltime)
             self._scalars(metrics, walltime)
             file_writer.add_summary(end, step, walltime)
