@@ -62,3 +62,42 @@ def _value(proto):
     kind = proto.WhichOneof("kind")
     return {"number_value": proto.number_value, "string_value": proto.string_value,
             "bool_value": proto.bool_value}[kind]
+
+
+def expected_points(events: list[dict]) -> dict[tuple[str, int], float]:
+    """(tag, step) -> value, picked out of events.jsonl by hand: every number TensorBoard must show,
+    from the first record of each step (a restart redoes the steps after its resume state; the
+    first copy is the one kept)."""
+    out: dict[tuple[str, int], float] = {}
+
+    def put(tag: str, step: int, value) -> None:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out.setdefault((tag, step), value)
+
+    for e in events:
+        step = e.get("step")
+        if e["event"] == "step":
+            for field in ("loss", "lr", "grad_norm", "tokens_per_s", "replay_fraction"):
+                put(f"train/{field}", step, e.get(field))
+        if e["event"] == "eval":
+            for name, numbers in e["sets"].items():
+                put(f"eval/{name}/ppl", step, numbers["ppl"])
+                put(f"eval/{name}/bpc", step, numbers["bpc"])
+            bounded = {"drift": e["drift"], "drift_tronco": e["drift_tronco"],
+                       **{f"change/{name}": c for name, c in e["changes"].items()}}
+            for prefix, change in bounded.items():
+                for key in ("value", "lo", "hi"):
+                    put(f"{prefix}/{key}", step, (change or {}).get(key))
+            for name, task in e["tasks"].items():
+                put(f"task/{name}/acc", step, task["acc"]["value"])
+                put(f"task/{name}/acc_norm", step, task["acc_norm"]["value"])
+    return out
+
+
+def assert_curves_equal_events(back: ReadBack, events: list[dict]) -> None:
+    """Every point once, at its step, equal to events.jsonl's number to the last bit; no point more."""
+    for tag, points in back.scalars.items():
+        steps = [step for step, _ in points]
+        assert steps == sorted(set(steps)), f"{tag}: steps {steps} (a step twice, or out of order)"
+    got = {(tag, step): value for tag, points in back.scalars.items() for step, value in points}
+    assert got == expected_points(events)

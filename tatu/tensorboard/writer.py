@@ -1,4 +1,5 @@
-"""One TensorBoard log dir, written with torch.utils.tensorboard's SummaryWriter.
+"""One TensorBoard log dir: event files as TensorBoard's own writer lays them out (tensorboard's
+RecordWriter), holding the summaries torch.utils.tensorboard builds (its `summary` functions).
 
 - Each (tag, step) is written once: a point whose step is not past the last one the dir already
   holds for its tag (read from its event files when the writer opens) is skipped. A run that
@@ -6,14 +7,19 @@
   events.jsonl's first record of that step (on CPU the two copies are bit-identical: exact resume).
 - Scalars are float64 tensors (new-style, double precision): a reader gets events.jsonl's number
   to the last bit, where a classic float32 `simple_value` would round it.
-- Every record is flushed when written, so a kill loses at most the record being written; a
-  later writer catches up from events.jsonl (`catch_up`).
+- Written in the caller's thread and flushed after every record (SummaryWriter's background
+  thread would print its own traceback on a full disk): a kill loses at most the record being
+  written, and a later writer catches up from events.jsonl (`catch_up`).
 - A failure of its own (the package missing, the dir unwritable, the disk full) is one warning
   naming the path, then the writer stops writing. It never raises: TensorBoard is a view of a run,
   and must never cost the run a step.
 """
 from __future__ import annotations
 
+import itertools
+import os
+import socket
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Callable
@@ -22,13 +28,15 @@ from tatu.storage import free_bytes, is_storage_error, mb
 from tatu.tensorboard.tags import Scalar, Text, scalars, texts
 
 EVENT_FILES = "events.out.tfevents.*"
-TEXT_SUFFIX = "/text_summary"  # add_text(tag) stores its text under tag + this (torch's text plugin naming)
+TEXT_SUFFIX = "/text_summary"  # torch's text summary stores a text under tag + this (the text plugin's naming)
+_FILE_NUMBERS = itertools.count()  # two writers of one process never share a file name
 
 
 def unavailable() -> str | None:
     """Why TensorBoard cannot be written from this process (None: it can)."""
     try:
-        from torch.utils.tensorboard import SummaryWriter  # noqa: F401 -- the import is the check
+        from tensorboard.summary.writer.record_writer import RecordWriter  # noqa: F401 -- the imports are the check
+        from torch.utils.tensorboard import summary  # noqa: F401
     except ImportError as exc:
         return f"the tensorboard package does not import ({exc})"
     return None
@@ -52,11 +60,35 @@ def _reason(exc: BaseException, path: Path) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+class _EventFile:
+    """One new event file: its version record first, then summaries, each flushed by the caller."""
+
+    def __init__(self, log_dir: Path):
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.summary.writer.record_writer import RecordWriter
+
+        self._event = Event
+        log_dir.mkdir(parents=True, exist_ok=True)
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_FILE_NUMBERS)}"
+        self._records = RecordWriter(open(log_dir / name, "ab"))
+        self._records.write(Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
+
+    def add(self, summary, step: int, walltime: float | None) -> None:
+        event = self._event(wall_time=time.time() if walltime is None else walltime, step=step, summary=summary)
+        self._records.write(event.SerializeToString())
+
+    def flush(self) -> None:
+        self._records.flush()
+
+    def close(self) -> None:
+        self._records.close()
+
+
 class TensorBoardWriter:
     """Write events.jsonl records (and HParams sessions) into `log_dir`; `warn(line)` hears a failure once.
 
-    The SummaryWriter (and its event file) is made at the first point the dir lacks: a writer with
-    nothing new to write leaves the dir as it was."""
+    Its event file is made at the first point the dir lacks: a writer with nothing new to write
+    leaves the dir as it was."""
 
     def __init__(self, log_dir: Path, warn: Callable[[str], None]):
         self.log_dir = Path(log_dir)
@@ -92,11 +124,9 @@ class TensorBoardWriter:
             except Exception:  # noqa: BLE001 -- the failure is already reported
                 pass
 
-    def _summary_writer(self):
+    def _file(self) -> _EventFile:
         if self._writer is None:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._writer = SummaryWriter(log_dir=str(self.log_dir))
+            self._writer = _EventFile(self.log_dir)
         return self._writer
 
     def _new(self, tag: str, step: int) -> bool:
@@ -119,16 +149,19 @@ class TensorBoardWriter:
             self._fail(_reason(exc, self.log_dir))
 
     def _scalars(self, points: list[Scalar], walltime: float | None) -> int:
+        from torch.utils.tensorboard import summary
+
         fresh = [p for p in points if self._new(p.tag, p.step)]
         for p in fresh:
-            self._summary_writer().add_scalar(p.tag, p.value, p.step, walltime=walltime, new_style=True,
-                                              double_precision=True)
+            self._file().add(summary.scalar(p.tag, p.value, new_style=True, double_precision=True), p.step, walltime)
         return len(fresh)
 
     def _texts(self, items: list[Text], walltime: float | None) -> int:
+        from torch.utils.tensorboard import summary
+
         fresh = [t for t in items if self._new(t.tag + TEXT_SUFFIX, t.step)]
         for t in fresh:
-            self._summary_writer().add_text(t.tag, t.text, t.step, walltime=walltime)
+            self._file().add(summary.text(t.tag, t.text), t.step, walltime)
         return len(fresh)
 
     def catch_up(self, records: list[dict]) -> None:
@@ -147,10 +180,9 @@ class TensorBoardWriter:
         try:
             _experiment, start, end = hparams_records(hparams, {m.tag: m.value for m in metrics})
             step = max((m.step for m in metrics), default=0)
-            file_writer = self._summary_writer()._get_file_writer()  # add_hparams' own route to the file
-            file_writer.add_summary(start, step, walltime)
+            self._file().add(start, step, walltime)
             self._scalars(metrics, walltime)
-            file_writer.add_summary(end, step, walltime)
+            self._file().add(end, step, walltime)
             self.counts["session"] += 1
             self._writer.flush()
         except Exception as exc:  # noqa: BLE001 -- see the module's docstring
