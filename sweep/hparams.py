@@ -3,7 +3,7 @@
 
 SWEEP_DIR/tb/<member> holds the session:
 - hparams: every variable the plan varies (its axes, the tuned variable, every variable a named
-  configuration sets, each at the member's effective value from plan.lock.json), CONFIG (the named
+  configuration sets, each at the member's effective value from plan.lock.json), config (the named
   configuration), seed, stage, and the verdict (a result, listed among the hparams because the
   dashboard filters and colours by hparams only);
 - metrics: the scalars of the member's last eval record in its events.jsonl, under the tags its

@@ -101,3 +101,41 @@ def assert_curves_equal_events(back: ReadBack, events: list[dict]) -> None:
         assert steps == sorted(set(steps)), f"{tag}: steps {steps} (a step twice, or out of order)"
     got = {(tag, step): value for tag, points in back.scalars.items() for step, value in points}
     assert got == expected_points(events)
+
+
+@dataclass
+class SessionGroup:
+    hparams: dict
+    metrics: dict[str, float]  # metric tag -> the value the HParams view shows
+
+
+def hparams_view(logdir: Path) -> dict[str, SessionGroup]:
+    """What TensorBoard's HParams dashboard lists for `tensorboard --logdir LOGDIR`, from its own
+    backend (the plugin's get_experiment and list_session_groups handlers over the data provider
+    the server would use), in this process, without a server: session group name -> its values.
+    Every hparam named by the experiment and every metric it finds must be shown for each group."""
+    require_tensorboard()
+    from tensorboard import context
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.hparams import api_pb2, backend_context, get_experiment, list_session_groups
+
+    mux = plugin_event_multiplexer.EventMultiplexer()
+    mux.AddRunsFromDirectory(str(logdir))
+    mux.Reload()
+    tb = base_plugin.TBContext(logdir=str(logdir), multiplexer=mux,
+                               data_provider=data_provider.MultiplexerDataProvider(mux, str(logdir)))
+    ctx, backend = context.RequestContext(), backend_context.Context(tb)
+    experiment = get_experiment.Handler(ctx, backend, "", api_pb2.GetExperimentRequest()).run()
+    request = api_pb2.ListSessionGroupsRequest(start_index=0, slice_size=1000, allowed_statuses=[
+        api_pb2.STATUS_UNKNOWN, api_pb2.STATUS_SUCCESS, api_pb2.STATUS_FAILURE, api_pb2.STATUS_RUNNING])
+    groups = list_session_groups.Handler(ctx, backend, "", request).run().session_groups
+    names = {h.name for h in experiment.hparam_infos}
+    metrics = {m.name.tag for m in experiment.metric_infos}
+    out = {}
+    for group in groups:
+        values = {name: _value(v) for name, v in group.hparams.items()}
+        assert set(values) == names, (group.name, set(values) ^ names)
+        out[group.name] = SessionGroup(values, {m.name.tag: m.value for m in group.metric_values})
+        assert set(out[group.name].metrics) == metrics, (group.name, set(out[group.name].metrics) ^ metrics)
+    return out
