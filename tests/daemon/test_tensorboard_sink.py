@@ -113,13 +113,10 @@ def test_a_full_disk_is_one_warning_and_the_run_takes_every_step(tiny_trunk, tmp
     assert got.items() <= expected_points(events).items()
 
 
-def test_without_the_tensorboard_package_the_run_says_so_and_goes_on(tiny_trunk, tmp_path):
-    shadow = tmp_path / "shadow" / "tensorboard"  # first on the path: `import tensorboard` fails as if absent
-    shadow.mkdir(parents=True)
-    (shadow / "__init__.py").write_text('raise ImportError("no tensorboard in this test")\n')
+def test_without_the_tensorboard_package_the_run_says_so_and_goes_on(tiny_trunk, tmp_path, without_tensorboard):
     env = sft_env(tiny_trunk, tmp_path / "out", MIX_STEPS_LIMIT=1, EVAL_EVERY=1, TATU_GEN_PROMPTS=0)
     proc = subprocess.run([sys.executable, "-m", "tatu.daemon"], capture_output=True, text=True, timeout=300,
-                          env={**clean_environ(), "PYTHONPATH": str(shadow.parent), **env})
+                          env={**clean_environ(), **without_tensorboard, **env})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("TensorBoard:")]
     assert line.startswith("TensorBoard: off (TATU_TENSORBOARD=auto [default]: the tensorboard package does not import (")
