@@ -1,21 +1,9 @@
 """What TensorBoard shows of each events.jsonl record: its scalars and texts, by tag.
 
 The records are the daemon's own (daemon/logs.py writes them; docs/metrics.md defines their
-numbers), so a curve in TensorBoard is events.jsonl's numbers and nothing computed here:
-
-    step     train/loss  train/lr  train/grad_norm  train/tokens_per_s  train/replay_fraction
-    eval     eval/<set>/ppl  eval/<set>/bpc                 every eval set of the run
-             drift/value  drift/lo  drift/hi                the paired 95% CI as two more tags
-             drift_tronco/value  /lo  /hi                   when the run has a trunk reference
-             change/<set>/value  /lo  /hi                   each set's paired change vs step 0
-                                                            (sftHeld's, every held-out set's; enRuler's is drift)
-             task/<task>/acc  task/<task>/acc_norm          multiple-choice tasks
-    config   text "config": the effective configuration at each start, with each value's source
-    verdict  text "verdict": the VERDICT line
-    abort    text "abort": why the run stopped
-
-A value that is missing, not a number or not finite (JSON "inf") has no point: a curve never
-shows a number events.jsonl does not hold.
+numbers), so a curve in TensorBoard is events.jsonl's numbers and nothing computed here. The tags
+and what each record gives: docs/operations.md#tensorboard. A value that is missing, not a number
+or not finite (JSON "inf") has no point: a curve never shows a number events.jsonl does not hold.
 """
 from __future__ import annotations
 
