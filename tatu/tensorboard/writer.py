@@ -96,7 +96,7 @@ class TensorBoardWriter:
         self.failure: str | None = None
         self.written: dict[str, int] = {}  # tag -> last step in the dir
         self.counts: Counter = Counter()  # records that brought something new, by kind ("session": sessions)
-        self._writer = None
+        self._events: _EventFile | None = None  # made at the first point the dir lacks
         missing = unavailable()
         if missing:
             self._fail(missing)
@@ -113,21 +113,21 @@ class TensorBoardWriter:
 
     def _fail(self, reason: str) -> None:
         """Say it once, then write nothing more (a writer that failed once may fail half-way again)."""
-        writer, self._writer = self._writer, None
+        events, self._events = self._events, None
         if self.failure is None:
             self.failure = reason
             self.warn(f"TensorBoard: cannot write {self.log_dir}: {reason}; nothing more is written there "
                       f"(the run goes on; `tatu tensorboard` writes it later from events.jsonl)")
-        if writer is not None:
+        if events is not None:
             try:
-                writer.close()
+                events.close()
             except Exception:  # noqa: BLE001 -- the failure is already reported
                 pass
 
     def _file(self) -> _EventFile:
-        if self._writer is None:
-            self._writer = _EventFile(self.log_dir)
-        return self._writer
+        if self._events is None:
+            self._events = _EventFile(self.log_dir)
+        return self._events
 
     def _new(self, tag: str, step: int) -> bool:
         if step <= self.written.get(tag, -1):
@@ -144,7 +144,7 @@ class TensorBoardWriter:
             wrote = self._scalars(scalars(record), walltime) + self._texts(texts(record), walltime)
             if wrote:
                 self.counts[record.get("event")] += 1
-                self._writer.flush()
+                self._events.flush()
         except Exception as exc:  # noqa: BLE001 -- see the module's docstring
             self._fail(_reason(exc, self.log_dir))
 
@@ -184,15 +184,15 @@ class TensorBoardWriter:
             self._scalars(metrics, walltime)
             self._file().add(end, step, walltime)
             self.counts["session"] += 1
-            self._writer.flush()
+            self._events.flush()
         except Exception as exc:  # noqa: BLE001 -- see the module's docstring
             self._fail(_reason(exc, self.log_dir))
 
     def close(self) -> None:
-        writer, self._writer = self._writer, None
-        if writer is None:
+        events, self._events = self._events, None
+        if events is None:
             return
         try:
-            writer.close()
+            events.close()
         except Exception as exc:  # noqa: BLE001 -- see the module's docstring
             self._fail(_reason(exc, self.log_dir))
