@@ -35,7 +35,8 @@ def test_every_point_of_a_run_equals_its_events_at_that_step(five_sets):
     tags = set(back.scalars)
     for name in HELD_OUT_EXTRA:  # the fixture's held-out sets and task are really there
         assert {f"eval/{name}/ppl", f"change/{name}/value", f"change/{name}/lo", f"change/{name}/hi"} <= tags
-    assert {"task/numbers/acc", "task/numbers/acc_norm", "drift_tronco/hi", "train/grad_norm"} <= tags
+    assert {"task/numbers/acc", "task/numbers/acc_norm", "drift_tronco/hi", "train/loss", "train/lr", "train/grad_norm",
+            "train/tokens_per_s"} <= tags
     (config,) = [e for e in events if e["event"] == "config"]
     width = max(len(name) for name in config["config"])
     assert back.texts["config"] == [(0, "\n".join(f"    {name:<{width}} = {value} [{config['origins'][name]}]"
