@@ -4,8 +4,8 @@
 SWEEP_DIR/tb/<member> holds the session:
 - hparams: every variable the plan varies (its axes, the tuned variable, every variable a named
   configuration sets, each at the member's effective value from plan.lock.json), config (the named
-  configuration), seed, stage, and the verdict (a result, listed among the hparams because the
-  dashboard filters and colours by hparams only);
+  configuration), seed, stage, and the verdict (a result, listed among the hparams so the view can
+  filter and sort by it: TensorBoard's metrics are numbers only);
 - metrics: the scalars of the member's last eval record in its events.jsonl, under the tags its
   curves have (tatu.tensorboard.tags): drift/value, change/sftHeld/hi, eval/ptFaq/ppl, ...
 
