@@ -87,7 +87,12 @@ def write_session(root: Path, lock: dict, status: MemberStatus, warn: Callable[[
     if not writer.active:
         shutil.rmtree(temporary, ignore_errors=True)
         return False
-    temporary.rename(target)
+    try:
+        temporary.rename(target)
+    except OSError as exc:  # another writer (`tatu tensorboard` beside the coordinator) got there first
+        shutil.rmtree(temporary, ignore_errors=True)
+        warn(f"TensorBoard: {target} not written: {exc.strerror or exc}")
+        return False
     return True
 
 
