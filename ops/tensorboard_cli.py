@@ -28,7 +28,7 @@ EVENTS = "events.jsonl"
 def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", type=Path, metavar="RUN_OR_SWEEP",
                         help="a run dir (its events.jsonl) or a sweep dir (its plan.lock.json)")
-    parser.add_argument("--out", type=Path, help="write under DIR instead of each run's and sweep's own dir")
+    parser.add_argument("--out", type=Path, metavar="DIR", help="write under DIR instead of each run's and sweep's own dir")
 
 
 @dataclass(frozen=True)
