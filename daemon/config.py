@@ -56,6 +56,8 @@ class RunConfig(BaseModel):
     eval_lines: bool = Field(False, alias="TATU_EVAL_LINES",
                              description="keep each eval's per-line scores (every set and its word categories) "
                                          "in RUN_DIR/evals/step-N.json (sweeps set it)")
+    tensorboard: str = Field("auto", alias="TATU_TENSORBOARD",
+                             description="auto (RUN_DIR/tb when the tensorboard package imports) | off | DIR (writes DIR/TATU_RUN)")
     # --- run identity and paths ---
     run: str = Field("run", alias="TATU_RUN", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     out: Path = Field(Path("runs"), alias="TATU_OUT", description="parent directory of run directories")

@@ -9,6 +9,8 @@
   they are held in memory: a start refused for bad input leaves no run directory behind.
 - A write the disk refuses (full, read-only) is a StorageError naming the file and the free
   space (exit 74), and that file is written no further.
+- Sinks (`add_sink`: TensorBoard) get every event record after events.jsonl has it, the same
+  dict: what they show is events.jsonl's numbers.
 """
 from __future__ import annotations
 
@@ -85,6 +87,7 @@ class RunLog:
         self._log_file = self._events_file = None
         self._pending_log: list[str] = []  # written to run.log / events.jsonl once attached
         self._pending_events: list[str] = []
+        self._sinks: list = []  # objects with write(record) and close(); neither may raise
         if run_dir is not None:
             self.attach(run_dir)
         self._lines = structlog.wrap_logger(_Sink(self._write_line), processors=[
@@ -146,7 +149,13 @@ class RunLog:
     def _write_event(self, line: str, record: dict) -> dict:
         if self.run_dir is None or self._events_file is not None:
             self._append("_events_file", line)
+        for sink in self._sinks:
+            sink.write(record)
         return record
+
+    def add_sink(self, sink) -> None:
+        """Hand every event record from now on to `sink.write(record)` too; `close` closes it."""
+        self._sinks.append(sink)
 
     def info(self, message: str, **fields) -> None:
         self._lines.info(message, **fields)
@@ -162,6 +171,8 @@ class RunLog:
         return self._events.info(kind, **data)
 
     def close(self) -> None:
+        for sink in self._sinks:
+            sink.close()
         for f in (self._log_file, self._events_file):
             if f is not None:
                 try:

@@ -26,6 +26,7 @@ from tatu.daemon.resume import restore_resume
 from tatu.daemon.run_lock import RunDirLock
 from tatu.daemon.run_state import RunState
 from tatu.daemon.suite import load_suite
+from tatu.daemon.tensorboard import attach as attach_tensorboard
 from tatu.daemon.trainer import Trainer
 from tatu.data.manifest import check_tokenizer, load_manifest
 from tatu.data.stream import MixedStream
@@ -95,6 +96,9 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
         # Every input is checked (data, eval sets, weights, the trunk): only now does the run leave a trace.
         lock.take_created(resumed=start.resume is not None)
         log.attach(config.run_dir)
+        if world.is_main:  # rank 0 alone writes the run's files
+            attach_tensorboard(config, origins, log)
+        log.event("config", step=state.step, config=config.to_json(), origins=origins)
         if suite.category_note:
             log.info(suite.category_note)
         if state.trunk_reference is None:
@@ -218,8 +222,9 @@ def train(run: RunActions) -> int:
             log.warning(f"step {stats.step}: no target tokens in any micro-batch; optimizer step skipped")
         state.step = step = stats.step
         mem = supervisor.tick(stats)
-        log.event("step", step=step, loss=stats.loss, lr=stats.lr, tokens=stats.target_tokens,
-                  replay_fraction=stats.replay_fraction, seconds=round(stats.seconds, 4), memory=mem)
+        log.event("step", step=step, loss=stats.loss, lr=stats.lr, grad_norm=stats.grad_norm, tokens=stats.target_tokens,
+                  tokens_per_s=stats.tokens_per_s, replay_fraction=stats.replay_fraction,
+                  seconds=round(stats.seconds, 4), memory=mem)
 
         if step % config.eval_every == 0 or step == limit or supervisor.requests.eval:
             supervisor.served("eval")

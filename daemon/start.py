@@ -32,6 +32,7 @@ RESUMABLE_CHANGES = frozenset({"MIX_STEPS_LIMIT", "TATU_CKPT_EVERY", "TATU_MEM_F
                                "EVAL_EVERY", "TATU_GEN_PROMPTS", "TATU_GEN_TOKENS", "TATU_FAULT_NAN_STEP",
                                "TATU_PRECISION",
                                "TATU_EVAL_LINES",  # which eval scores are kept on disk, not what they are
+                               "TATU_TENSORBOARD",  # where the run's numbers are also shown, not what they are
                                "TATU_THREADS"})  # like TATU_DEVICE: how the sums are computed (the last bits)
 
 

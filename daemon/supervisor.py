@@ -257,14 +257,14 @@ class Supervisor:
         limit = self.config.mix_steps_limit
         elapsed = stats.seconds
         self._step_seconds = elapsed if self._step_seconds is None else 0.9 * self._step_seconds + 0.1 * elapsed
-        tokens_per_s = stats.input_tokens / max(elapsed, 1e-9)
+        tokens_per_s = stats.tokens_per_s
         if time.monotonic() - self._memory_sampled_at >= MEMORY_SAMPLE_S:
             self.memory, self._memory_sampled_at = memory.sample(), time.monotonic()
         else:
             self.memory = {**self.memory, "rss_mb": memory.rss_mb()}
         eta_s = (limit - stats.step) * self._step_seconds
         self.status.update(step=stats.step, limit=limit, loss=stats.loss, lr=stats.lr,
-                           tokens_per_s=round(tokens_per_s, 1), eta_s=round(eta_s, 1),
+                           tokens_per_s=tokens_per_s, eta_s=round(eta_s, 1),
                            replay_fraction=stats.replay_fraction, memory=self.memory)
         self._publish()
         # `step 37/200 sftHeld 9.07 drift +1.2% 1830 tok/s ETA 12m`

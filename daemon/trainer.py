@@ -52,6 +52,11 @@ class StepStats:
     seconds: float
 
     @property
+    def tokens_per_s(self) -> float:
+        """Input tokens per second of the step (what `tatu status`, STATUS and the step event show)."""
+        return round(self.input_tokens / max(self.seconds, 1e-9), 1)
+
+    @property
     def finite(self) -> bool:
         """Loss and gradient norm finite: otherwise the update was not applied."""
         return math.isfinite(self.loss) and (self.grad_norm is None or math.isfinite(self.grad_norm))

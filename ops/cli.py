@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
     "report": ("tatu.ops.report.page", "add_args", "main", "plots and an HTML page from runs' events.jsonl"),
     "export": ("tatu.ops.export", "add_args", "main", "a checkpoint as a transformers GPT-2 directory (--format hf)"),
     "sweep": ("tatu.sweep.cli", "add_args", "main", "pre-registered sweeps over seeds and knobs (plan, start, status, stop, report)"),
+    "tensorboard": ("tatu.ops.tensorboard_cli", "add_args", "main", "TensorBoard event files from runs' events.jsonl and sweeps' members"),
 }
 
 

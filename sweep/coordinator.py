@@ -23,12 +23,14 @@ from tatu import exitcodes
 from tatu.atomic import write_json_atomic
 from tatu.envfile import EnvFileError, parse_env_file
 from tatu.formats import fmt_duration
+from tatu.sweep import hparams
 from tatu.sweep.backends import Backend, ForegroundBackend, SystemdBackend
 from tatu.sweep.errors import SweepError
 from tatu.sweep.lock import members as locked_members
 from tatu.sweep.lock import plan_from_lock, read_lock, record_tuned
 from tatu.sweep.members import TERMINAL, MemberStatus, member_status, member_wall_seconds, read_json, summary
 from tatu.sweep.plan import Member
+from tatu.tensorboard.writer import unavailable
 
 POLL_SECONDS = 2.0
 STOP_FILE = "stop.json"
@@ -47,6 +49,7 @@ class Coordinator:
         self.started_here: dict[str, str | None] = {}
         self.stopping = False
         self.notifier = _notifier()
+        self.tensorboard_missing: str | None = None  # why no HParams session can be written ("" : they can)
 
     def say(self, text: str) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
@@ -104,6 +107,19 @@ class Coordinator:
             used.add(device)
         return [d for d in self.devices if d not in used]
 
+    def record_session(self, status: MemberStatus) -> None:
+        """A member with a result: its TensorBoard HParams session (once; unless its TATU_TENSORBOARD
+        is off). A failure is a line of the coordinator's log, never the sweep's end."""
+        if status.state not in TERMINAL or not hparams.wanted(status.member):
+            return
+        if self.tensorboard_missing is None:
+            self.tensorboard_missing = unavailable() or ""
+            if self.tensorboard_missing:
+                self.say(f"TensorBoard: no HParams sessions ({self.tensorboard_missing}); "
+                         f"`tatu tensorboard {self.sweep_dir}` writes them later")
+        if not self.tensorboard_missing:
+            hparams.write_session(self.sweep_dir / hparams.SESSIONS, read_lock(self.sweep_dir), status, self.say)
+
     def choose_tuned(self, lock: dict, members: list[Member]) -> None:
         from tatu.sweep.tune import select_tuned
 
@@ -150,6 +166,7 @@ class Coordinator:
                     if previous.get(s.member.run) != s.state and s.state in TERMINAL + ("fatal",):
                         self.say(f"{s.member.name}: {s.state}" + (f" ({s.verdict})" if s.verdict and s.verdict != s.state else "")
                                  + (f": {s.detail}" if s.detail else ""))
+                        self.record_session(s)
                     previous[s.member.run] = s.state
                 text = summary(statuses, self.eta(statuses), stage)
                 self.notify(*(["READY=1"] if not ready else []), f"STATUS={text}")

@@ -51,3 +51,13 @@ def tiny_trunk(tmp_path_factory):
                          MIX_STEPS_LIMIT=24, EVAL_EVERY=12, TATU_LR="3e-3", TATU_GEN_PROMPTS=0)
     assert daemon_main(trunk_env) == 0
     return {"root": root, "data": data.absolute(), "trunk": (root / "runs" / "trunk" / "final").absolute()}
+
+
+@pytest.fixture
+def without_tensorboard(tmp_path):
+    """Variables for a child process in which `import tensorboard` fails as if it were not installed
+    (a package of that name first on PYTHONPATH that raises ImportError)."""
+    shadow = tmp_path / "no-tensorboard" / "tensorboard"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text('raise ImportError("no tensorboard in this test")\n')
+    return {"PYTHONPATH": str(shadow.parent)}

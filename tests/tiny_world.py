@@ -25,6 +25,10 @@ EN_WORDS = ("the a an of to in on and with for is was are were be has have it th
             "beautiful quickly slowly because when where which while").split()
 
 
+# The held-out sets tests/daemon/conftest.py's five_sets adds to the three roles (and a task, "numbers").
+HELD_OUT_EXTRA = ("ptNews", "ptLit")
+
+
 def clean_environ() -> dict[str, str]:
     """This process's environment without run variables: a stray one in the caller's shell
     would reach the daemon's config check (and its typo check) in a child process."""

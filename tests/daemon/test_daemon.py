@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tb_reader import assert_curves_equal_events, read_back, require_tensorboard
 from tiny_world import RUN_PREFIXES, clean_environ, daemon, sft_env
 
 from tatu.daemon.logs import read_events
@@ -324,6 +325,9 @@ def test_sigkill_at_random_moments_then_resume_is_bit_identical(tiny_trunk, tmp_
         assert sha(run_dir / "final" / "adapter.safetensors") == sha(reference / "run" / "final" / "adapter.safetensors")
     assert history(run_dir) == history(reference / "run")
     assert load_checkpoint(run_dir / "final").meta["precision"] == precision
+    require_tensorboard()  # the TensorBoard curves, killed mid-record too: each step once, events.jsonl's numbers
+    assert_curves_equal_events(read_back(run_dir / "tb"), read_events(run_dir / "events.jsonl"))
+    assert [step for step, _ in read_back(run_dir / "tb").scalars["train/loss"]] == list(range(1, steps + 1))
 
 
 def test_subsampled_ruler_is_explicit(tiny_trunk, tmp_path):

@@ -21,6 +21,7 @@ import psutil
 import pytest
 import torch
 
+from tb_reader import assert_curves_equal_events, read_back, require_tensorboard
 from tiny_world import base_env, clean_environ, wait_for
 
 from tatu.daemon.control import socket_path
@@ -232,7 +233,7 @@ def test_rank0_alone_writes_and_every_rank_state_is_saved(twins):
     events = read_events(run / "events.jsonl")
     assert [e["event"] for e in events].count("ready") == 1  # not one per rank
     assert len([e for e in events if e["event"] == "eval"]) == 4
-    assert sorted(p.name for p in run.iterdir() if not p.name.startswith(".")) == sorted(
+    assert sorted(p.name for p in run.iterdir() if not p.name.startswith(".") and p.name != "tb") == sorted(
         ["best", "events.jsonl", "final", "run.log", "state", "verdict.json"])
     saved = resume_json(run)
     assert saved["ranks"]["world_size"] == 2
@@ -241,6 +242,9 @@ def test_rank0_alone_writes_and_every_rank_state_is_saved(twins):
     assert (run / "state" / "rng_rank1.safetensors").is_file()
     assert "2 ranks (torchrun)" in twins["proc"].stdout
     assert "ranks" not in resume_json(twins["one"])  # a single process's state is as before
+    require_tensorboard()
+    assert len(list((run / "tb").iterdir())) == 1  # one event file: one writer, rank 0
+    assert_curves_equal_events(read_back(run / "tb"), events)  # each point once, as events.jsonl has it
 
 
 @pytest.mark.slow

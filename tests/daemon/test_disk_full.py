@@ -1,9 +1,8 @@
 """A full or read-only disk: a save that cannot fit, ENOSPC half-way through a write, a run that
 fills its disk (exit 74, the previous state intact), and the disk numbers in the status reply.
-Each on a real tmpfs mounted for the test (root and mount(8); otherwise `cannot_run`)."""
+Each on a real tmpfs mounted for the test (conftest.py's small_tmpfs: root and mount(8); otherwise `cannot_run`)."""
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import signal
@@ -13,34 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from strict import cannot_run
 from tiny_world import all_finite, clean_environ, daemon, sft_env, wait_for
 
 from tatu.daemon.logs import read_events
 from tatu.model.checkpoint import load_checkpoint, save_checkpoint
 from tatu.storage import StorageError
-
-
-@pytest.fixture
-def small_tmpfs(tmp_path):
-    """mount_tmpfs(size, inodes=None) -> a real tmpfs of that size under tmp_path, unmounted after."""
-    mounted = []
-
-    def mount_tmpfs(size: str, inodes: int | None = None) -> Path:
-        point = tmp_path / f"tmpfs{len(mounted)}"
-        point.mkdir()
-        options = f"size={size}" + (f",nr_inodes={inodes}" if inodes else "")
-        if os.geteuid() != 0 or shutil.which("mount") is None:
-            cannot_run("a small tmpfs needs root and mount(8)")
-        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            cannot_run(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
-        mounted.append(point)
-        return point
-
-    yield mount_tmpfs
-    for point in reversed(mounted):
-        subprocess.run(["umount", "-l", str(point)], check=False)
 
 
 def test_a_save_that_cannot_fit_names_the_path_and_free_space_and_keeps_the_old_one(tiny_trunk, small_tmpfs):

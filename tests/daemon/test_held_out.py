@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from strict import cannot_run
-from tiny_world import PT_WORDS, base_env, sentences
+from tiny_world import HELD_OUT_EXTRA
 
 from tatu.daemon.judge import change
 from tatu.daemon.logs import read_events
-from tatu.daemon.main import main as daemon_main
 from tatu.daemon.run_state import RunState
 from tatu.evals.scoring import compare_results
 from tatu.ops import cli
@@ -22,34 +20,9 @@ from tatu.ops.report import page as report
 
 pytestmark = pytest.mark.slow  # the module's fixture trains and evaluates a run with 5 sets and a task
 
-EXTRA = ("ptNews", "ptLit")
+EXTRA = HELD_OUT_EXTRA  # conftest.py's five_sets: its data has these after the three roles
 CONTRACT = re.compile(r"^EVAL \d+: sftHeld \S+ ptVal \S+ enRuler \S+ drift \S+ drift_tronco \S+ trunk_ok=\S+ "
                       r"best=\S+ \(\d+\.\ds\)")
-
-
-@pytest.fixture(scope="module")
-def five_sets(tiny_trunk, tmp_path_factory):
-    """The tiny world's data rebuilt with two more eval sets, and a 6-step SFT run on it."""
-    root = tmp_path_factory.mktemp("held_out")
-    src = tiny_trunk["root"] / "sources"
-    for i, name in enumerate(EXTRA):
-        (root / f"{name}.txt").write_text("\n".join(sentences(PT_WORDS, 12 + i, seed=100 + i)) + "\n", encoding="utf-8")
-    from tatu.data.task_gen import generate_task
-
-    (root / "numbers.jsonl").write_text("".join(json.dumps(i, ensure_ascii=False) + "\n"
-                                                for i in generate_task("numbers", 10, 0)), encoding="utf-8")
-    data = root / "data"
-    assert cli.main(["data", "build", "--task", f"numbers={root / 'numbers.jsonl'}",
-                     "--tokenizer", str(tiny_trunk["root"] / "tokenizer.json"), "--out", str(data),
-                     "--text", f"pretrain={src / 'pt_corpus.txt'},{src / 'en_corpus.txt'}",
-                     "--text", f"replay={src / 'en_corpus.txt'}", "--sft", f"sft={src / 'sft_train.jsonl'}",
-                     "--eval", f"sftHeld={src / 'sft_held.jsonl'}", "--eval", f"ptVal={src / 'pt_val.txt'}",
-                     "--eval", f"enRuler={src / 'en_ruler.txt'}",
-                     *[a for n in EXTRA for a in ("--eval", f"{n}={root / (n + '.txt')}")], "--seq-len", "192"]) == 0
-    env = base_env(data, root / "runs", TATU_RUN="five", TATU_SEED_CKPT=tiny_trunk["trunk"], SFT_GE=2, REPLAY_N=1,
-                   MIX_STEPS_LIMIT=4, EVAL_EVERY=2, TATU_LR="1e-3", TATU_GEN_PROMPTS=0)
-    assert daemon_main(env) == 0
-    return root / "runs" / "five"
 
 
 def test_every_extra_set_is_scored_and_compared_with_step_0_at_every_eval(five_sets):

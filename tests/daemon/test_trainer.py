@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tatu.daemon.config import load_config
-from tatu.daemon.trainer import Trainer
+from tatu.daemon.trainer import StepStats, Trainer
 from tatu.data.stream import IGNORE_INDEX, MicroBatch, StepBatch
 from tatu.model.gpt import GPTConfig
 
@@ -89,3 +89,11 @@ def test_a_non_finite_step_changes_no_weight_and_clip_off_reports_no_norm():
     assert not stats.finite and stats.grad_norm is None
     assert all(torch.equal(a, b) for a, b in zip(before, t.model.parameters()))
     assert t.step(step_batch(), 2).finite  # the fault is one step's
+
+
+def test_tokens_per_s_is_the_steps_input_tokens_over_its_seconds():
+    """What the step event, `tatu status` and STATUS show: input tokens (padding included) / seconds, 0.1 tok/s."""
+    stats = StepStats(step=1, loss=2.0, lr=1e-3, target_tokens={"sft": 300}, replay_fraction=0.0, grad_norm=0.5,
+                      input_tokens=1536, seconds=0.75)
+    assert stats.tokens_per_s == 2048.0
+    assert StepStats(**{**stats.__dict__, "seconds": 0.7}).tokens_per_s == round(1536 / 0.7, 1) == 2194.3

@@ -2,7 +2,8 @@
 vs every weight with replay and another learning rate), 2 seeds, through the foreground backend:
 each member runs with its configuration's variables, says what trained, and the report compares
 the two: per configuration over seeds and paired by seed and line against the baseline, its
-numbers recomputed here with plain loops from the re-scored checkpoints."""
+numbers recomputed here with plain loops from the re-scored checkpoints. TensorBoard's HParams
+view gets one session per member, with its configuration and its last eval, read back here."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from sweep_world import plan_world, run_through
+from tb_reader import assert_curves_equal_events, expected_points, hparams_view, read_back, require_tensorboard
 
+from tatu.daemon.logs import read_events
 from tatu.sweep.lock import members, read_lock
 
 pytestmark = pytest.mark.slow
@@ -101,3 +104,56 @@ def test_the_report_compares_the_configurations_against_the_baseline(sweep, tmp_
     # the HTML page has the same configurations table and verdict as the text
     page = write_page(data, text, [], tmp_path).read_text()
     assert "TATU_LORA_RANK=2" in page and "lora r=2 alpha=4" in page and esc(data["verdict"]["line"]) in page
+
+
+# What TensorBoard's HParams view must show of each configuration (the lock's effective values,
+# typed as sweep/hparams.py promises: numbers where every member's value is one, else strings).
+HPARAMS = {"lora-r2": {"config": "lora-r2", "TATU_TRAIN": "lora", "TATU_LORA_RANK": "2", "REPLAY_N": 0.0, "TATU_LR": 0.003},
+           "full-replay2": {"config": "full-replay2", "TATU_TRAIN": "all", "TATU_LORA_RANK": "unset", "REPLAY_N": 2.0,
+                            "TATU_LR": 0.001}}
+
+
+def test_each_member_has_one_hparams_session_with_its_configuration_and_its_last_eval(sweep):
+    """Written by the coordinator as each member finished (TATU_TENSORBOARD is auto in the plan)."""
+    require_tensorboard()
+    lock = read_lock(sweep)
+    assert sorted(p.name for p in (sweep / "tb").iterdir()) == sorted(m.name for m in members(lock))
+    for m in members(lock):
+        back = read_back(sweep / "tb" / m.name)
+        verdict = json.loads((m.run_dir / "verdict.json").read_text())["verdict"]
+        assert back.hparams == {**HPARAMS[m.config_key], "seed": float(m.seed), "stage": "compare", "verdict": verdict}
+        assert back.session_ended
+        events = read_events(m.run_dir / "events.jsonl")
+        last = max(e["step"] for e in events if e["event"] == "eval")
+        final = {(tag, step): v for (tag, step), v in expected_points(events).items()
+                 if step == last and not tag.startswith("train/")}
+        assert {"drift/hi", "change/sftHeld/value"} <= {tag for tag, _ in final}
+        assert {(tag, step): v for tag, points in back.scalars.items() for step, v in points} == final
+        assert_curves_equal_events(read_back(m.run_dir / "tb"), events)  # and its curves, beside it
+
+
+def test_tatu_tensorboard_writes_the_same_sessions_and_curves_again_from_the_files(sweep, tmp_path, capsys):
+    require_tensorboard()
+    from tatu.ops import cli
+
+    assert cli.main(["tensorboard", str(sweep), "--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"tensorboard --logdir {tmp_path}"
+    for m in members(read_lock(sweep)):
+        assert read_back(tmp_path / sweep.name / "tb" / m.name) == read_back(sweep / "tb" / m.name)
+        assert read_back(tmp_path / sweep.name / "runs" / m.run) == read_back(m.run_dir / "tb")
+    before = sorted(p for p in sweep.rglob("*") if p.is_file())
+    assert cli.main(["tensorboard", str(sweep)]) == 0  # onto what the coordinator and the daemons wrote
+    out = capsys.readouterr().out
+    assert out.count("nothing new") == 4 and "0 HParams session(s) written" in out
+    assert sorted(p for p in sweep.rglob("*") if p.is_file()) == before
+
+
+def test_tensorboards_own_hparams_view_lists_every_member_with_its_configuration_and_numbers(sweep):
+    """`tensorboard --logdir SWEEP_DIR`'s HParams dashboard, from TensorBoard's own backend (no server)."""
+    groups = hparams_view(sweep)
+    lock = read_lock(sweep)
+    assert sorted(groups) == sorted(f"tb/{m.name}" for m in members(lock))  # the curves' runs are no sessions
+    for m in members(lock):
+        session = read_back(sweep / "tb" / m.name)
+        assert groups[f"tb/{m.name}"].hparams == session.hparams
+        assert groups[f"tb/{m.name}"].metrics == {tag: points[-1][1] for tag, points in session.scalars.items()}
