@@ -106,6 +106,21 @@ class RunConfig(BaseModel):
     lora_dropout: float | None = Field(None, alias="TATU_LORA_DROPOUT", ge=0, lt=1, description="default 0")
     lora_targets: str | None = Field(None, alias="TATU_LORA_TARGETS", description="default attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj")
     lora_layers: str | None = Field(None, alias="TATU_LORA_LAYERS", description="all | top:K | 0,2,5 (default all)")
+    # --- ways out of forgetting beyond replay (daemon/seed_terms/): stay near the seed, distill it ---
+    anchor: Literal["none", "l2sp", "ewc"] = Field("none", alias="TATU_ANCHOR",
+                                                   description="penalty on the distance to the seed's weights")
+    anchor_weight: float | None = Field(None, alias="TATU_ANCHOR_WEIGHT", gt=0, le=1e12,
+                                        description="lambda of the anchor (required when TATU_ANCHOR is not none)")
+    ewc_batches: int = Field(32, alias="TATU_EWC_BATCHES", ge=1, le=1_000_000,
+                             description="replay micro-batches the seed's Fisher is estimated on (TATU_ANCHOR=ewc)")
+    ewc_fisher: Literal["true", "empirical"] = Field("true", alias="TATU_EWC_FISHER",
+                                                     description="Fisher labels: sampled from the seed (true) or the data's")
+    distill: bool = Field(False, alias="TATU_DISTILL", description="distill the seed's predictions (LwF)")
+    distill_weight: float | None = Field(None, alias="TATU_DISTILL_WEIGHT", gt=0, le=1e6,
+                                         description="alpha of the distillation term (required when TATU_DISTILL=1)")
+    distill_t: float = Field(2.0, alias="TATU_DISTILL_T", gt=0, le=1e3, description="distillation temperature")
+    distill_on: Literal["replay", "sft", "both"] = Field("replay", alias="TATU_DISTILL_ON",
+                                                         description="the micro-batches the distillation term is on")
 
     @field_validator(*FRACTIONS, mode="before")
     @classmethod
@@ -134,8 +149,36 @@ class RunConfig(BaseModel):
             raise ValueError(f"TATU_MIN_LR ({self.min_lr}) must not exceed TATU_LR ({self.lr})")
         if self.n_embd % self.n_head:
             raise ValueError(f"TATU_N_EMBD ({self.n_embd}) must be divisible by TATU_N_HEAD ({self.n_head})")
+        self._seed_terms_coherent()
         self.train_spec  # noqa: B018 -- every TATU_TRAIN / TATU_LORA_* problem is a 78 here, before anything loads
         return self
+
+    def _seed_terms_coherent(self) -> None:
+        """TATU_ANCHOR_* / TATU_EWC_* / TATU_DISTILL_*: each set only with its switch on, the weight then required."""
+        anchor_vars = {"anchor_weight": self.anchor != "none", "ewc_batches": self.anchor == "ewc",
+                       "ewc_fisher": self.anchor == "ewc"}
+        distill_vars = {name: self.distill for name in ("distill_weight", "distill_t", "distill_on")}
+        for name, on in {**anchor_vars, **distill_vars}.items():
+            if name in self.model_fields_set and not on:
+                switch = "TATU_ANCHOR=ewc" if name.startswith("ewc_") else (
+                    "TATU_ANCHOR" if name.startswith("anchor") else "TATU_DISTILL=1")
+                raise ValueError(f"{_alias(name)} is set but {switch} is not: it would change nothing")
+        if self.anchor != "none" and self.anchor_weight is None:
+            raise ValueError(f"TATU_ANCHOR={self.anchor} needs TATU_ANCHOR_WEIGHT (lambda > 0)")
+        if self.distill and self.distill_weight is None:
+            raise ValueError("TATU_DISTILL=1 needs TATU_DISTILL_WEIGHT (alpha > 0)")
+        if (self.anchor != "none" or self.distill) and self.mode != "sft":
+            raise ValueError("TATU_ANCHOR and TATU_DISTILL need TATU_MODE=sft (a seed to stay near or distill)")
+        if self.anchor != "none" and self.train == "lora":
+            raise ValueError(f"TATU_ANCHOR={self.anchor} with TATU_TRAIN=lora: the seed's weights are frozen and "
+                             "the adapters start at a zero update, so a penalty on the adapters' factors is not "
+                             "the distance to the seed; tatu does not anchor the merged update (use TATU_TRAIN=all or top:K)")
+        if self.distill:
+            need = {"replay": ("REPLAY_N", self.replay_n), "sft": ("SFT_GE", self.sft_ge)}
+            for channel in ("replay", "sft"):
+                name, count = need[channel]
+                if self.distill_on == channel and count == 0:
+                    raise ValueError(f"TATU_DISTILL_ON={channel} but {name}=0: no micro-batch to distill on")
 
     # --- derived, never stored twice ---
     @property
@@ -183,6 +226,10 @@ class RunConfig(BaseModel):
     @property
     def hash(self) -> str:
         return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _alias(name: str) -> str:
+    return RunConfig.model_fields[name].alias
 
 
 def known_variables() -> list[str]:
