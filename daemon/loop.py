@@ -25,6 +25,7 @@ from tatu.daemon.start import (check_same_eval_files, check_same_precision, lr_s
 from tatu.daemon.resume import restore_resume
 from tatu.daemon.run_lock import RunDirLock
 from tatu.daemon.run_state import RunState
+from tatu.daemon.seed_terms import setup as seed_terms
 from tatu.daemon.suite import load_suite
 from tatu.daemon.trainer import Trainer
 from tatu.data.manifest import check_tokenizer, load_manifest
@@ -92,18 +93,26 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
             state = RunState(trunk_reference=trunk_reference_for(config, start, suite, device, log),
                              eval_files=suite.file_hashes, lr_schedule_end=config.mix_steps_limit)
         trainer.lr_schedule_end = state.lr_schedule_end
+        terms = seed_terms.build(config, trainer, start.weights, state.seed_terms, device)
         # Every input is checked (data, eval sets, weights, the trunk): only now does the run leave a trace.
         lock.take_created(resumed=start.resume is not None)
         log.attach(config.run_dir)
+        if terms is not None:
+            if world.is_main:
+                terms.write_pending(config.run_dir)
+            state.seed_terms = terms.record
+            for line in [terms.line, *terms.notes]:
+                log.info(line)
         if suite.category_note:
             log.info(suite.category_note)
         if state.trunk_reference is None:
             log.info("drift_tronco: n/a (the seed carries no trunk reference and TATU_TRUNK_CKPT is not set)")
         supervisor.state = state
-        supervisor.describe_training(trainable["line"])
+        supervisor.describe_training(trainable["line"] + (f"; {terms.line}" if terms is not None else ""))
         meta_base = {"config": config.to_json(), "mode": config.mode, "run": config.run,
                      "seed_meta_step": start.seed_meta.get("step"), "trainable": trainable, "threads": threads,
-                     "mkl_cbwr": sums, "precision": trainer.precision.name}
+                     "mkl_cbwr": sums, "precision": trainer.precision.name,
+                     **({"seed_terms": {**terms.record, "line": terms.line}} if terms is not None else {})}
         return train(RunActions(config, log, supervisor, trainer, stream, suite, start.tokenizer, state, meta_base, world,
                                 env_file))
 
