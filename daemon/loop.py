@@ -228,7 +228,8 @@ def train(run: RunActions) -> int:
         state.step = step = stats.step
         mem = supervisor.tick(stats)
         log.event("step", step=step, loss=stats.loss, lr=stats.lr, tokens=stats.target_tokens,
-                  replay_fraction=stats.replay_fraction, seconds=round(stats.seconds, 4), memory=mem)
+                  replay_fraction=stats.replay_fraction, seconds=round(stats.seconds, 4), memory=mem,
+                  **stats.seed_terms)
 
         if step % config.eval_every == 0 or step == limit or supervisor.requests.eval:
             supervisor.served("eval")

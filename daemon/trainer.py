@@ -56,6 +56,11 @@ class StepStats:
     distill: float | None = None  # TATU_DISTILL's term, token-weighted over the step (not in `loss`)
 
     @property
+    def seed_terms(self) -> dict[str, float]:
+        """The step event's penalty / distill entries, only those that ran (none when both are off)."""
+        return {k: v for k, v in (("penalty", self.penalty), ("distill", self.distill)) if v is not None}
+
+    @property
     def finite(self) -> bool:
         """Loss and gradient norm finite: otherwise the update was not applied."""
         return math.isfinite(self.loss) and (self.grad_norm is None or math.isfinite(self.grad_norm))
