@@ -114,4 +114,5 @@ def test_distill_says_what_it_costs_and_a_restart_with_another_seed_is_65(tiny_t
     shutil.copytree(tmp_path / "o" / "o" / "final", seed)
     capsys.readouterr()
     assert daemon_main({**env, "MIX_STEPS_LIMIT": "4"}) == 65
-    assert "are not the seed this run started from" in capsys.readouterr().err
+    said = capsys.readouterr()
+    assert "are not the seed this run started from" in said.out + said.err
