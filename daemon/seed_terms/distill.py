@@ -32,7 +32,10 @@ class Distiller:
                  precision, device):
         self.channels, self.alpha, self.t = channels, alpha, t
         self.precision, self.device = precision, device
-        self.seed = GPT(gpt_config)
+        # A GPT's construction draws its random init from torch's global RNG, which a restart has just
+        # restored to the killed run's: the copy must not move it (its init is overwritten anyway).
+        with torch.random.fork_rng(devices=[]):
+            self.seed = GPT(gpt_config)
         load_model_state(self.seed, seed_state, "the seed (TATU_DISTILL)")
         self.seed.to(device).eval().requires_grad_(False)
 
