@@ -19,6 +19,7 @@ from typing import Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tatu.daemon.seed_terms.spec import check_seed_terms
 from tatu.model.train_spec import LoraSpec, TrainSpec, TrainSpecError, check_layers, parse_targets, parse_train
 
 PREFIXES = ("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_")
@@ -149,36 +150,9 @@ class RunConfig(BaseModel):
             raise ValueError(f"TATU_MIN_LR ({self.min_lr}) must not exceed TATU_LR ({self.lr})")
         if self.n_embd % self.n_head:
             raise ValueError(f"TATU_N_EMBD ({self.n_embd}) must be divisible by TATU_N_HEAD ({self.n_head})")
-        self._seed_terms_coherent()
+        check_seed_terms(self)  # TATU_ANCHOR* / TATU_EWC_* / TATU_DISTILL*: daemon/seed_terms/spec.py
         self.train_spec  # noqa: B018 -- every TATU_TRAIN / TATU_LORA_* problem is a 78 here, before anything loads
         return self
-
-    def _seed_terms_coherent(self) -> None:
-        """TATU_ANCHOR_* / TATU_EWC_* / TATU_DISTILL_*: each set only with its switch on, the weight then required."""
-        anchor_vars = {"anchor_weight": self.anchor != "none", "ewc_batches": self.anchor == "ewc",
-                       "ewc_fisher": self.anchor == "ewc"}
-        distill_vars = {name: self.distill for name in ("distill_weight", "distill_t", "distill_on")}
-        for name, on in {**anchor_vars, **distill_vars}.items():
-            if name in self.model_fields_set and not on:
-                switch = "TATU_ANCHOR=ewc" if name.startswith("ewc_") else (
-                    "TATU_ANCHOR" if name.startswith("anchor") else "TATU_DISTILL=1")
-                raise ValueError(f"{_alias(name)} is set but {switch} is not: it would change nothing")
-        if self.anchor != "none" and self.anchor_weight is None:
-            raise ValueError(f"TATU_ANCHOR={self.anchor} needs TATU_ANCHOR_WEIGHT (lambda > 0)")
-        if self.distill and self.distill_weight is None:
-            raise ValueError("TATU_DISTILL=1 needs TATU_DISTILL_WEIGHT (alpha > 0)")
-        if (self.anchor != "none" or self.distill) and self.mode != "sft":
-            raise ValueError("TATU_ANCHOR and TATU_DISTILL need TATU_MODE=sft (a seed to stay near or distill)")
-        if self.anchor != "none" and self.train == "lora":
-            raise ValueError(f"TATU_ANCHOR={self.anchor} with TATU_TRAIN=lora: the seed's weights are frozen and "
-                             "the adapters start at a zero update, so a penalty on the adapters' factors is not "
-                             "the distance to the seed; tatu does not anchor the merged update (use TATU_TRAIN=all or top:K)")
-        if self.distill:
-            need = {"replay": ("REPLAY_N", self.replay_n), "sft": ("SFT_GE", self.sft_ge)}
-            for channel in ("replay", "sft"):
-                name, count = need[channel]
-                if self.distill_on == channel and count == 0:
-                    raise ValueError(f"TATU_DISTILL_ON={channel} but {name}=0: no micro-batch to distill on")
 
     # --- derived, never stored twice ---
     @property
@@ -226,10 +200,6 @@ class RunConfig(BaseModel):
     @property
     def hash(self) -> str:
         return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:12]
-
-
-def _alias(name: str) -> str:
-    return RunConfig.model_fields[name].alias
 
 
 def known_variables() -> list[str]:

@@ -97,12 +97,7 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
         # Every input is checked (data, eval sets, weights, the trunk): only now does the run leave a trace.
         lock.take_created(resumed=start.resume is not None)
         log.attach(config.run_dir)
-        if terms is not None:
-            if world.is_main:
-                terms.write_pending(config.run_dir)
-            state.seed_terms = terms.record
-            for line in [terms.line, *terms.notes]:
-                log.info(line)
+        _seed_terms_started(terms, config, world, state, log)
         if suite.category_note:
             log.info(suite.category_note)
         if state.trunk_reference is None:
@@ -115,6 +110,18 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
                      **({"seed_terms": {**terms.record, "line": terms.line}} if terms is not None else {})}
         return train(RunActions(config, log, supervisor, trainer, stream, suite, start.tokenizer, state, meta_base, world,
                                 env_file))
+
+
+def _seed_terms_started(terms, config: RunConfig, world: distributed.World, state: RunState, log: RunLog) -> None:
+    """TATU_ANCHOR / TATU_DISTILL once the run dir exists: a new EWC run's Fisher file (rank 0 writes),
+    the record into the resume state, the start lines (daemon/seed_terms/setup.py)."""
+    if terms is None:
+        return
+    if world.is_main:
+        terms.write_pending(config.run_dir)
+    state.seed_terms = terms.record
+    for line in [terms.line, *terms.notes]:
+        log.info(line)
 
 
 def _resumed(config: RunConfig, resume, trainer: Trainer, stream: MixedStream, suite, world: distributed.World,
