@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from tiny_world import base_env
+from tiny_world import base_env, clean_environ
 
 from tatu.daemon.main import main as daemon_main
 from tatu.daemon.seed_terms import fisher as fisher_mod
@@ -116,3 +118,14 @@ def test_distill_says_what_it_costs_and_a_restart_with_another_seed_is_65(tiny_t
     assert daemon_main({**env, "MIX_STEPS_LIMIT": "4"}) == 65
     said = capsys.readouterr()
     assert "are not the seed this run started from" in said.out + said.err
+
+
+@pytest.mark.parametrize("settings,named", [({"TATU_ANCHOR": "l2sp"}, "TATU_ANCHOR_WEIGHT"),
+                                            ({"TATU_DISTILL": "1", "TATU_DISTILL_WEIGHT": "1", "TATU_DISTILL_T": "0"},
+                                             "TATU_DISTILL_T")])
+def test_a_bad_value_exits_78_in_one_line_before_anything_is_written(tiny_trunk, tmp_path, settings, named):
+    proc = subprocess.run([sys.executable, "-m", "tatu.daemon"], capture_output=True, text=True, timeout=120,
+                          env={**clean_environ(), **sft_env(tiny_trunk, tmp_path, **settings)})
+    assert proc.returncode == 78, proc.stderr[-800:]
+    assert named in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
