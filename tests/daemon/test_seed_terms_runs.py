@@ -68,6 +68,11 @@ def test_l2sp_first_step_loss_is_the_plain_runs_and_the_weights_stay_nearer(tiny
 def test_ewc_writes_its_fisher_once_and_says_so_everywhere(tiny_trunk, tmp_path, monkeypatch):
     from tatu.ops.report import page as report
 
+    from tatu.daemon.supervisor import Supervisor
+
+    shown = []  # what `tatu status` prints after "trains" (the supervisor's status reply)
+    original = Supervisor.describe_training
+    monkeypatch.setattr(Supervisor, "describe_training", lambda self, line: (shown.append(line), original(self, line)))
     assert daemon_main(sft_env(tiny_trunk, tmp_path, **EWC)) == 0
     run = tmp_path / "run"
     saved = json.loads((run / "state" / "resume.json").read_text())["seed_terms"]
@@ -76,6 +81,7 @@ def test_ewc_writes_its_fisher_once_and_says_so_everywhere(tiny_trunk, tmp_path,
     line = f"anchor ewc lambda=50 (Fisher: 3 replay micro-batches, true labels, sha256 {sha[:4]}..)"
     log = (run / "run.log").read_text()
     assert line in log and "Fisher mean " in log
+    assert shown and shown[-1].endswith(f"; {line}")
     for ckpt in ("final", "best"):
         assert json.loads((run / ckpt / "meta.json").read_text())["seed_terms"]["line"] == line
     index = report.build_report([run], tmp_path / "report")
