@@ -19,6 +19,7 @@ from typing import Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tatu.daemon.seed_terms.spec import check_seed_terms
 from tatu.model.train_spec import LoraSpec, TrainSpec, TrainSpecError, check_layers, parse_targets, parse_train
 
 PREFIXES = ("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_")
@@ -108,6 +109,21 @@ class RunConfig(BaseModel):
     lora_dropout: float | None = Field(None, alias="TATU_LORA_DROPOUT", ge=0, lt=1, description="default 0")
     lora_targets: str | None = Field(None, alias="TATU_LORA_TARGETS", description="default attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj")
     lora_layers: str | None = Field(None, alias="TATU_LORA_LAYERS", description="all | top:K | 0,2,5 (default all)")
+    # --- ways out of forgetting beyond replay (daemon/seed_terms/): stay near the seed, distill it ---
+    anchor: Literal["none", "l2sp", "ewc"] = Field("none", alias="TATU_ANCHOR",
+                                                   description="penalty on the distance to the seed's weights")
+    anchor_weight: float | None = Field(None, alias="TATU_ANCHOR_WEIGHT", gt=0, le=1e12,
+                                        description="lambda of the anchor (required when TATU_ANCHOR is not none)")
+    ewc_batches: int = Field(32, alias="TATU_EWC_BATCHES", ge=1, le=1_000_000,
+                             description="replay micro-batches the seed's Fisher is estimated on (TATU_ANCHOR=ewc)")
+    ewc_fisher: Literal["true", "empirical"] = Field("true", alias="TATU_EWC_FISHER",
+                                                     description="Fisher labels: sampled from the seed (true) or the data's")
+    distill: bool = Field(False, alias="TATU_DISTILL", description="distill the seed's predictions (LwF)")
+    distill_weight: float | None = Field(None, alias="TATU_DISTILL_WEIGHT", gt=0, le=1e6,
+                                         description="alpha of the distillation term (required when TATU_DISTILL=1)")
+    distill_t: float = Field(2.0, alias="TATU_DISTILL_T", gt=0, le=1e3, description="distillation temperature")
+    distill_on: Literal["replay", "sft", "both"] = Field("replay", alias="TATU_DISTILL_ON",
+                                                         description="the micro-batches the distillation term is on")
 
     @field_validator(*FRACTIONS, mode="before")
     @classmethod
@@ -136,6 +152,7 @@ class RunConfig(BaseModel):
             raise ValueError(f"TATU_MIN_LR ({self.min_lr}) must not exceed TATU_LR ({self.lr})")
         if self.n_embd % self.n_head:
             raise ValueError(f"TATU_N_EMBD ({self.n_embd}) must be divisible by TATU_N_HEAD ({self.n_head})")
+        check_seed_terms(self)  # TATU_ANCHOR* / TATU_EWC_* / TATU_DISTILL*: daemon/seed_terms/spec.py
         self.train_spec  # noqa: B018 -- every TATU_TRAIN / TATU_LORA_* problem is a 78 here, before anything loads
         return self
 

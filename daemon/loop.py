@@ -25,6 +25,7 @@ from tatu.daemon.start import (check_same_eval_files, check_same_precision, lr_s
 from tatu.daemon.resume import restore_resume
 from tatu.daemon.run_lock import RunDirLock
 from tatu.daemon.run_state import RunState
+from tatu.daemon.seed_terms import setup as seed_terms
 from tatu.daemon.suite import load_suite
 from tatu.daemon.tensorboard import attach as attach_tensorboard
 from tatu.daemon.trainer import Trainer
@@ -93,23 +94,38 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
             state = RunState(trunk_reference=trunk_reference_for(config, start, suite, device, log),
                              eval_files=suite.file_hashes, lr_schedule_end=config.mix_steps_limit)
         trainer.lr_schedule_end = state.lr_schedule_end
+        terms = seed_terms.build(config, trainer, start.weights, state.seed_terms, device)
         # Every input is checked (data, eval sets, weights, the trunk): only now does the run leave a trace.
         lock.take_created(resumed=start.resume is not None)
         log.attach(config.run_dir)
         if world.is_main:  # rank 0 alone writes the run's files
             attach_tensorboard(config, origins, log)
         log.event("config", step=state.step, config=config.to_json(), origins=origins)
+        _seed_terms_started(terms, config, world, state, log)
         if suite.category_note:
             log.info(suite.category_note)
         if state.trunk_reference is None:
             log.info("drift_tronco: n/a (the seed carries no trunk reference and TATU_TRUNK_CKPT is not set)")
         supervisor.state = state
-        supervisor.describe_training(trainable["line"])
+        supervisor.describe_training(trainable["line"] + (f"; {terms.line}" if terms is not None else ""))
         meta_base = {"config": config.to_json(), "mode": config.mode, "run": config.run,
                      "seed_meta_step": start.seed_meta.get("step"), "trainable": trainable, "threads": threads,
-                     "mkl_cbwr": sums, "precision": trainer.precision.name}
+                     "mkl_cbwr": sums, "precision": trainer.precision.name,
+                     **({"seed_terms": {**terms.record, "line": terms.line}} if terms is not None else {})}
         return train(RunActions(config, log, supervisor, trainer, stream, suite, start.tokenizer, state, meta_base, world,
                                 env_file))
+
+
+def _seed_terms_started(terms, config: RunConfig, world: distributed.World, state: RunState, log: RunLog) -> None:
+    """TATU_ANCHOR / TATU_DISTILL once the run dir exists: a new EWC run's Fisher file (rank 0 writes),
+    the record into the resume state, the start lines (daemon/seed_terms/setup.py)."""
+    if terms is None:
+        return
+    if world.is_main:
+        terms.write_pending(config.run_dir)
+    state.seed_terms = terms.record
+    for line in [terms.line, *terms.notes]:
+        log.info(line)
 
 
 def _resumed(config: RunConfig, resume, trainer: Trainer, stream: MixedStream, suite, world: distributed.World,
@@ -224,7 +240,7 @@ def train(run: RunActions) -> int:
         mem = supervisor.tick(stats)
         log.event("step", step=step, loss=stats.loss, lr=stats.lr, grad_norm=stats.grad_norm, tokens=stats.target_tokens,
                   tokens_per_s=stats.tokens_per_s, replay_fraction=stats.replay_fraction,
-                  seconds=round(stats.seconds, 4), memory=mem)
+                  seconds=round(stats.seconds, 4), memory=mem, **stats.seed_terms)
 
         if step % config.eval_every == 0 or step == limit or supervisor.requests.eval:
             supervisor.served("eval")

@@ -20,6 +20,8 @@ import torch
 
 from tatu.daemon.config import ConfigError, RunConfig
 from tatu.daemon.distributed import SINGLE, World
+from tatu.daemon.seed_terms.anchor import Anchor
+from tatu.daemon.seed_terms.distill import Distiller
 from tatu.data.stream import StepBatch
 from tatu.model.adapters import (apply_train_spec, is_adapter_key, merge_state, split_adapter_state, state_sha256,
                                  trainable_parameters, trainable_summary)
@@ -50,6 +52,13 @@ class StepStats:
     grad_norm: float | None  # before clipping; None when no update was computed
     input_tokens: int  # tokens fed to the model (padding included): what tok/s counts
     seconds: float
+    penalty: float | None = None  # TATU_ANCHOR's penalty at the step's starting weights (not in `loss`)
+    distill: float | None = None  # TATU_DISTILL's term, token-weighted over the step (not in `loss`)
+
+    @property
+    def seed_terms(self) -> dict[str, float]:
+        """The step event's penalty / distill entries, only those that ran (none when both are off)."""
+        return {k: v for k, v in (("penalty", self.penalty), ("distill", self.distill)) if v is not None}
 
     @property
     def tokens_per_s(self) -> float:
@@ -96,6 +105,9 @@ class Trainer:
         # Only what trains is handed to the optimizer: frozen weights get no moments, in memory or in the state.
         trainable = [p for _, p in trainable_parameters(self.model)]
         self.trainable = trainable
+        # The seed terms (daemon/seed_terms/), set by the run when TATU_ANCHOR / TATU_DISTILL are on.
+        self.anchor: Anchor | None = None
+        self.distiller: Distiller | None = None
         decay = [p for p in trainable if p.dim() >= 2]
         no_decay = [p for p in trainable if p.dim() < 2]
         self.optimizer = torch.optim.AdamW(
@@ -139,10 +151,12 @@ class Trainer:
             group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
         total_targets = sum(batch.target_tokens.values())  # the whole step's, on every rank
-        loss = self._accumulate(self.world.mine(batch.micro_batches), total_targets,
-                                poison=self.config.fault_nan_step == step)
-        grad_norm = None
+        loss, distill = self._accumulate(self.world.mine(batch.micro_batches), total_targets,
+                                         poison=self.config.fault_nan_step == step)
+        grad_norm = penalty = None
         if math.isfinite(loss) and total_targets > 0:
+            if self.anchor is not None:  # once per step, after every micro-batch (and rank) is summed
+                penalty = self.anchor.add_gradient()
             grad_norm = self._grad_norm()
             # A finite loss can still give an inf gradient (a huge TATU_LR, TATU_GRAD_CLIP=0):
             # stepping on it would write NaN into every weight it touches.
@@ -151,7 +165,7 @@ class Trainer:
         return StepStats(step=step, loss=loss, lr=lr, target_tokens=dict(batch.target_tokens),
                          replay_fraction=batch.replay_fraction, grad_norm=grad_norm,
                          input_tokens=sum(m.x.size for m in batch.micro_batches),
-                         seconds=time.perf_counter() - started)
+                         seconds=time.perf_counter() - started, penalty=penalty, distill=distill)
 
     def _grad_norm(self) -> float:
         """The gradients' total L2 norm, clipped to TATU_GRAD_CLIP when that is set (not 0)."""
@@ -160,25 +174,35 @@ class Trainer:
         grads = [p.grad for p in self.trainable if p.grad is not None]
         return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
 
-    def _accumulate(self, micro_batches: list, total_targets: int, poison: bool = False) -> float:
+    def _accumulate(self, micro_batches: list, total_targets: int, poison: bool = False) -> tuple[float, float | None]:
         """Backward over this rank's micro-batches, each scaled by 1 / the step's target tokens.
 
-        Returns the step's loss (all ranks'). `poison` (TATU_FAULT_NAN_STEP) makes it NaN, for tests."""
+        Returns the step's loss (all ranks') and its distillation term (None when off).
+        `poison` (TATU_FAULT_NAN_STEP) makes the loss NaN, for tests."""
         divisor = max(total_targets, 1)
         # Accumulated on the device: one host sync per step, not one per micro-batch.
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        distill_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         for i, micro in enumerate(micro_batches):
             x = torch.from_numpy(micro.x).to(self.device, non_blocking=True)
             y = torch.from_numpy(micro.y).to(self.device, non_blocking=True)
             with self.world.no_sync(self.forward_model, last=i == len(micro_batches) - 1):
                 with self.precision.autocast(self.device):
-                    _, nll = self.forward_model(x, y)
+                    logits, nll = self.forward_model(x, y)
                 micro_loss = nll.sum()
                 if poison:
                     micro_loss = micro_loss * float("nan")
-                (micro_loss / divisor).backward()
+                distilled = None if self.distiller is None else self.distiller.term(micro.channel, x, y, logits)
+                if distilled is None:
+                    (micro_loss / divisor).backward()
+                else:
+                    ((micro_loss + distilled) / divisor).backward()
+                    distill_sum += distilled.detach().double()
             loss_sum += micro_loss.detach().double()
-        return self.world.sum(loss_sum).item() / divisor
+        if self.distiller is None:
+            return self.world.sum(loss_sum).item() / divisor, None
+        sums = self.world.sum(torch.stack([loss_sum, distill_sum]))
+        return sums[0].item() / divisor, sums[1].item() / divisor
 
 
 def _load_adapters(model: GPT, adapters: dict, source: str) -> None:

@@ -259,15 +259,23 @@ PARTIAL = {"all": {}, "top:1": {"TATU_TRAIN": "top:1"},
            "lora": {"TATU_TRAIN": "lora", "TATU_LORA_RANK": "4", "TATU_LORA_DROPOUT": "0.1"}}
 
 
+# The seed terms (daemon/seed_terms/): the seed's weights, the Fisher file and the frozen teacher
+# must come back as they were, and the Fisher must not be estimated again.
+SEED_TERMS = {"l2sp": {"TATU_ANCHOR": "l2sp", "TATU_ANCHOR_WEIGHT": "100"},
+              "ewc": {"TATU_ANCHOR": "ewc", "TATU_ANCHOR_WEIGHT": "100", "TATU_EWC_BATCHES": "4"},
+              "distill": {"TATU_DISTILL": "1", "TATU_DISTILL_WEIGHT": "0.5"}}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("train,precision,n_kills,steps",
-                         [(train, "fp32", 5, 24) for train in PARTIAL] + [("all", "bf16", 2, 12)])
+                         [(train, "fp32", 5, 24) for train in PARTIAL] + [("all", "bf16", 2, 12)]
+                         + [(terms, "fp32", 3, 16) for terms in SEED_TERMS])
 def test_sigkill_at_random_moments_then_resume_is_bit_identical(tiny_trunk, tmp_path, train, precision, n_kills, steps):
     """bf16 (explicit, so it runs on any CPU: emulated where it is not native) with fewer kills:
     what it adds is that the resume is exact within a bf16 run, not more moments to strike."""
     # A checkpoint every step, so a good share of the run is spent writing state.
     settings = dict(MIX_STEPS_LIMIT=steps, EVAL_EVERY=4, TATU_CKPT_EVERY=1, TATU_DROPOUT="0.1", TATU_PRECISION=precision,
-                    **PARTIAL[train])
+                    **(PARTIAL.get(train) or SEED_TERMS[train]))
     reference = tmp_path / "reference"
     assert daemon(sft_env(tiny_trunk, reference, **settings)).returncode == 0
 

@@ -1,4 +1,4 @@
-"""TATU_TRAIN and the LoRA settings as sweep axes: members expand with their own train settings,
+"""TATU_TRAIN, the LoRA settings and the seed terms as sweep axes: members expand with their own settings,
 and a combination the daemon would refuse is refused by the plan, naming the member."""
 from __future__ import annotations
 
@@ -49,3 +49,21 @@ def test_a_lora_setting_crossed_with_full_training_is_refused_78_naming_the_memb
         load_plan(plan_file(tmp_path, 'TATU_TRAIN = ["all", "lora"]\nTATU_LORA_RANK = [4]\nREPLAY_N = [0]'))
     assert refused.value.code == BAD_CONFIG
     assert "member train" in str(refused.value) and "TATU_LORA_RANK" in str(refused.value)
+
+
+# --- the seed terms (TATU_ANCHOR*, TATU_EWC_*, TATU_DISTILL*: docs/forgetting.md) as axes ---
+
+def test_an_anchor_weight_axis_expands_into_members_with_their_weight(tmp_path):
+    path = tmp_path / "plan.toml"
+    path.write_text(PLAN.format(axes='TATU_ANCHOR_WEIGHT = [1, 10, 100]\nREPLAY_N = [1]').replace(
+        "MIX_STEPS_LIMIT = 4", 'MIX_STEPS_LIMIT = 4, TATU_ANCHOR = "ewc", TATU_EWC_BATCHES = 4'), encoding="utf-8")
+    members = load_plan(path).compare_members(tmp_path / "out", None)
+    assert len(members) == 3 * 2
+    assert sorted({float(m.env["TATU_ANCHOR_WEIGHT"]) for m in members}) == [1.0, 10.0, 100.0]
+    assert {m.env["TATU_ANCHOR"] for m in members} == {"ewc"}
+
+
+def test_a_distill_axis_whose_members_lack_replay_is_refused_78_naming_the_member(tmp_path):
+    with pytest.raises(SweepError) as refused:  # TATU_DISTILL_ON=replay (default) with REPLAY_N=0
+        load_plan(plan_file(tmp_path, 'TATU_DISTILL_WEIGHT = [0.5]\nTATU_DISTILL = [1]\nREPLAY_N = [0, 2]'))
+    assert refused.value.code == BAD_CONFIG and "REPLAY_N=0" in str(refused.value)

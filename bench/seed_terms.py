@@ -1,0 +1,104 @@
+"""The seed terms against a plain step: step time of l2sp, ewc and distill vs plain, one shape, peak RSS.
+
+The daemon's own Trainer (daemon/trainer.py) from the same seed weights, on the very same batches
+(generated once, fixed seed), in one process on one machine: TATU_ANCHOR=l2sp and ewc (the Fisher
+a random stand-in: its values do not change the cost), TATU_DISTILL=1 on every micro-batch (2 sft +
+2 replay here, TATU_DISTILL_ON=both: the most it can cost), against plain. Rounds alternate the
+methods and each method's step time is the median over its rounds, because the 2-core hosts this
+runs on are shared; the ratios to plain are what to read. Goals (issue 25): l2sp and ewc within 5%
+of plain; distill at most one extra forward per distilled micro-batch, so a forward of the seed is
+timed too (`seed fwd`). Peak RSS is the process's high-water mark after each method's first round
+(ru_maxrss only grows: cumulative, in the order printed).
+
+    .venv/bin/python bench/seed_terms.py [--steps 6] [--rounds 3] [--threads 1]
+"""
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import time
+
+import numpy as np
+import torch
+
+from tatu.daemon.config import load_config
+from tatu.daemon.seed_terms.anchor import Anchor
+from tatu.daemon.seed_terms.distill import Distiller
+from tatu.daemon.trainer import Trainer
+from tatu.data.stream import MicroBatch, StepBatch
+from tatu.model.adapters import trainable_parameters
+from tatu.model.gpt import GPT, GPTConfig
+
+SHAPE = GPTConfig(vocab_size=2048, block_size=128, n_layer=6, n_head=6, n_embd=384)
+MICRO, SEQ, PER_CHANNEL = 8, 128, 2
+METHODS = {"plain": {}, "l2sp": {"TATU_ANCHOR": "l2sp", "TATU_ANCHOR_WEIGHT": "10"},
+           "ewc": {"TATU_ANCHOR": "ewc", "TATU_ANCHOR_WEIGHT": "10"},
+           "distill": {"TATU_DISTILL": "1", "TATU_DISTILL_WEIGHT": "0.5", "TATU_DISTILL_ON": "both"}}
+
+
+def batches(n: int) -> list[StepBatch]:
+    rng = np.random.default_rng(0)
+    out = []
+    for _ in range(n):
+        micro = [MicroBatch(channel, rng.integers(0, SHAPE.vocab_size, (MICRO, SEQ)),
+                            rng.integers(0, SHAPE.vocab_size, (MICRO, SEQ)))
+                 for channel in ("sft",) * PER_CHANNEL + ("replay",) * PER_CHANNEL]
+        per = MICRO * SEQ * PER_CHANNEL
+        out.append(StepBatch(micro, {"sft": per, "replay": per}, 0.5))
+    return out
+
+
+def trainer_for(method: str, weights: dict) -> Trainer:
+    env = {"TATU_DATA": "unused", "TATU_SEED_CKPT": "unused", "TATU_DEVICE": "cpu", "TATU_LR": "1e-3",
+           "TATU_PRECISION": "fp32", "SFT_GE": str(PER_CHANNEL), "REPLAY_N": str(PER_CHANNEL), **METHODS[method]}
+    config, _ = load_config(env)
+    trainer = Trainer(config, SHAPE, torch.device("cpu"), weights, "bench")
+    named = trainable_parameters(trainer.model)
+    if config.anchor != "none":
+        fisher = {n: torch.rand(p.shape) for n, p in named} if config.anchor == "ewc" else None
+        trainer.anchor = Anchor(config.anchor, config.anchor_weight, named, weights, fisher)
+    if config.distill:
+        trainer.distiller = Distiller(SHAPE, weights, ("sft", "replay"), config.distill_weight, config.distill_t,
+                                      trainer.precision, torch.device("cpu"))
+    return trainer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    weights = {k: v for k, v in GPT(SHAPE).state_dict().items() if k != "lm_head.weight"}
+    steps = batches(args.steps)
+    trainers = {m: trainer_for(m, weights) for m in METHODS}
+    seconds: dict[str, list[float]] = {m: [] for m in METHODS}
+    rss: dict[str, float] = {}
+    for round_ in range(args.rounds):
+        for method, trainer in trainers.items():
+            trainer.step(steps[0], 1)  # warm-up (allocations, optimizer state)
+            started = time.perf_counter()
+            for i, batch in enumerate(steps[1:], start=2):
+                trainer.step(batch, i)
+            seconds[method].append((time.perf_counter() - started) / (len(steps) - 1))
+            if round_ == 0:
+                rss[method] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    seed_forward = statistics.median(
+        trainers["distill"].distiller.time_one_forward(MICRO, SEQ) for _ in range(args.rounds))
+    plain = statistics.median(seconds["plain"])
+    print(f"shape n_layer {SHAPE.n_layer} n_embd {SHAPE.n_embd} vocab {SHAPE.vocab_size}; step = {2 * PER_CHANNEL} x "
+          f"{MICRO} x {SEQ} tokens; {args.rounds} rounds x {args.steps - 1} timed steps, {args.threads} thread(s)")
+    print(f"{'method':<8} {'ms/step':>9} {'vs plain':>9} {'peak RSS MB':>12}")
+    for method in METHODS:
+        step_s = statistics.median(seconds[method])
+        print(f"{method:<8} {step_s * 1e3:>9.1f} {step_s / plain:>8.3f}x {rss[method]:>12.0f}")
+    extra = statistics.median(seconds["distill"]) - plain
+    print(f"seed fwd {seed_forward * 1e3:.1f} ms per micro-batch; distill's extra per step {extra * 1e3:.1f} ms = "
+          f"{extra / seed_forward:.2f} seed forwards for {2 * PER_CHANNEL} distilled micro-batches")
+
+
+if __name__ == "__main__":
+    main()

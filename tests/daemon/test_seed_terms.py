@@ -1,0 +1,235 @@
+"""The seed terms (daemon/seed_terms/) against naive float64 computations written here: the L2-SP and
+EWC penalties and their gradients (a loop over every weight), counted once per step whatever the
+micro-batches; the Fisher against a per-sequence loop with the same sampled labels; the distillation
+KL and its gradient against a plain softmax; and the variables' 78s."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tatu.daemon.config import ConfigError, load_config
+from tatu.daemon.seed_terms import fisher as fisher_mod
+from tatu.daemon.seed_terms.anchor import Anchor
+from tatu.daemon.seed_terms.distill import distill_sum
+from tatu.daemon.seed_terms.setup import describe
+from tatu.daemon.trainer import Trainer
+from tatu.data.stream import IGNORE_INDEX, MicroBatch, StepBatch
+from tatu.model.adapters import trainable_parameters
+from tatu.model.gpt import GPT, GPTConfig
+
+VOCAB, SEQ = 30, 12
+GPT_CONFIG = GPTConfig(vocab_size=VOCAB, block_size=SEQ, n_layer=2, n_head=2, n_embd=16)
+
+
+def config(**env):
+    base = {"TATU_DATA": "d", "TATU_SEED_CKPT": "s", "TATU_SEED": "3", "TATU_LR": "1e-2", "TATU_PRECISION": "fp32",
+            "TATU_GRAD_CLIP": "0", "REPLAY_N": "1"}
+    return load_config({**base, **{k: str(v) for k, v in env.items()}})[0]
+
+
+def seed_state() -> dict[str, torch.Tensor]:
+    torch.manual_seed(11)
+    return {k: v.clone() for k, v in GPT(GPT_CONFIG).state_dict().items() if k != "lm_head.weight"}
+
+
+def moved(state: dict, scale: float = 0.05) -> dict:
+    g = torch.Generator().manual_seed(5)
+    return {k: v + scale * torch.randn(v.shape, generator=g) for k, v in state.items()}
+
+
+def micro_batches(n: int, seed: int = 0) -> list[MicroBatch]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        x = rng.integers(0, VOCAB, (2, SEQ))
+        y = rng.integers(0, VOCAB, (2, SEQ))
+        y[rng.random((2, SEQ)) > 0.5] = IGNORE_INDEX
+        out.append(MicroBatch("sft" if i < n - 1 else "replay", x, y))
+    return out
+
+
+def step_batch(micro: list[MicroBatch]) -> StepBatch:
+    targets = {"sft": sum(m.n_targets for m in micro if m.channel == "sft"),
+               "replay": sum(m.n_targets for m in micro if m.channel == "replay")}
+    return StepBatch(micro, targets, targets["replay"] / sum(targets.values()))
+
+
+# --- the penalty -------------------------------------------------------------------------------
+
+def naive_penalty(named: list[tuple[str, torch.nn.Parameter]], seed: dict, lam: float, fisher: dict | None):
+    """lambda/2 sum F (theta - seed)^2 and its gradient, weight by weight in float64."""
+    total, grads = 0.0, {}
+    for name, p in named:
+        theta, s = p.detach().double().flatten().tolist(), seed[name].double().flatten().tolist()
+        f = fisher[name].double().flatten().tolist() if fisher else [1.0] * len(theta)
+        total += sum(fi * (a - b) ** 2 for a, b, fi in zip(theta, s, f))
+        grads[name] = torch.tensor([lam * fi * (a - b) for a, b, fi in zip(theta, s, f)],
+                                   dtype=torch.float64).view(p.shape)
+    return lam / 2 * total, grads
+
+
+@pytest.mark.parametrize("kind,train", [("l2sp", "all"), ("ewc", "all"), ("l2sp", "top:1")])
+def test_penalty_and_its_gradient_equal_a_loop_over_the_weights_that_train(kind, train):
+    trainer = Trainer(config(TATU_ANCHOR=kind, TATU_ANCHOR_WEIGHT=3, TATU_TRAIN=train), GPT_CONFIG,
+                      torch.device("cpu"), moved(seed_state()), "moved")
+    named = trainable_parameters(trainer.model)
+    g = torch.Generator().manual_seed(2)
+    fisher = {n: torch.rand(p.shape, generator=g) for n, p in named} if kind == "ewc" else None
+    anchor = Anchor(kind, 3.0, named, seed_state(), fisher)
+    expected, grads = naive_penalty(named, seed_state(), 3.0, fisher)
+    assert anchor.penalty() == pytest.approx(expected, rel=1e-7)
+    value = anchor.add_gradient()
+    assert value == pytest.approx(expected, rel=1e-7) and expected > 0  # theta - seed rounds once in float32
+    for name, p in named:
+        assert torch.allclose(p.grad.double(), grads[name], rtol=1e-6, atol=1e-9), name
+    if train == "top:1":  # only the last block and ln_f are anchored: frozen weights get no gradient
+        assert {n for n, _ in named} == {n for n in seed_state() if n.startswith(("transformer.h.1.", "transformer.ln_f."))}
+
+
+def test_the_penalty_is_zero_at_the_seed():
+    state = seed_state()
+    trainer = Trainer(config(), GPT_CONFIG, torch.device("cpu"), state, "seed")
+    assert Anchor("l2sp", 50.0, trainable_parameters(trainer.model), state).penalty() == 0.0
+
+
+def _step_grads(n_micro: int, anchored: bool) -> dict[str, torch.Tensor]:
+    """The gradient a step hands the optimizer (optimizer.step replaced by a copy of .grad)."""
+    env = dict(SFT_GE=n_micro - 1, **({"TATU_ANCHOR": "l2sp", "TATU_ANCHOR_WEIGHT": 7} if anchored else {}))
+    trainer = Trainer(config(**env), GPT_CONFIG, torch.device("cpu"), moved(seed_state()), "moved")
+    if anchored:
+        trainer.anchor = Anchor("l2sp", 7.0, trainable_parameters(trainer.model), seed_state())
+    seen = {}
+    trainer.optimizer.step = lambda: seen.update({n: p.grad.clone() for n, p in trainable_parameters(trainer.model)})
+    stats = trainer.step(step_batch(micro_batches(n_micro)), 1)
+    assert (stats.penalty is not None) == anchored
+    return seen
+
+
+@pytest.mark.parametrize("n_micro", [2, 5])  # SFT_GE=1 and SFT_GE=4 (+ one replay micro-batch)
+def test_the_penalty_counts_once_per_step_whatever_the_micro_batches(n_micro):
+    plain, anchored = _step_grads(n_micro, False), _step_grads(n_micro, True)
+    seed, current = seed_state(), moved(seed_state())
+    for name, grad in anchored.items():
+        contribution = (grad - plain[name]).double()
+        assert torch.allclose(contribution, 7.0 * (current[name] - seed[name]).double(), atol=1e-6), name
+
+
+# --- the Fisher --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["true", "empirical"])
+def test_fisher_equals_a_per_sequence_loop_with_the_same_labels(kind):
+    model = GPT(GPT_CONFIG).double()
+    model.load_state_dict({k: v.double() for k, v in seed_state().items()}, strict=False)
+    names = [n for n, _ in model.named_parameters()]
+    batches = micro_batches(3)
+    found = fisher_mod.estimate_fisher(model, names, batches, kind, seed=9, device="cpu")
+    generator = torch.Generator().manual_seed(9)  # the labels drawn in the same order
+    totals = {n: torch.zeros_like(p) for n, p in model.named_parameters()}
+    rows = 0
+    for micro in batches:
+        x, y = torch.from_numpy(micro.x), torch.from_numpy(micro.y)
+        labels = fisher_mod.fisher_labels(model, x, y, kind, generator)
+        valid = y != IGNORE_INDEX
+        if kind == "empirical":
+            assert torch.equal(labels, y)
+        else:  # drawn from the seed: nearly never the data's tokens, never where nothing is predicted
+            assert (labels[valid] != y[valid]).any() and (labels[~valid] == IGNORE_INDEX).all()
+        for row in range(x.size(0)):
+            model.zero_grad()
+            logits, _ = model(x[row:row + 1])
+            logp = torch.log_softmax(logits[0], dim=-1)
+            ll = sum(logp[t, labels[row, t]] for t in range(SEQ) if labels[row, t] != IGNORE_INDEX)
+            ll.backward()
+            for n, p in model.named_parameters():
+                totals[n] += p.grad ** 2
+            rows += 1
+    for n in names:
+        assert torch.allclose(found[n].double(), totals[n] / rows, rtol=1e-4, atol=1e-10), n
+    assert fisher_mod.summary(found).startswith("Fisher mean ")
+
+
+def test_fisher_file_round_trips_and_a_changed_file_is_refused(tmp_path):
+    from tatu.model.checkpoint import CheckpointError
+
+    fisher = {"a": torch.rand(3, 4), "b": torch.rand(5)}
+    sha = fisher_mod.write_fisher(tmp_path, fisher)
+    back = fisher_mod.read_fisher(tmp_path, sha).fisher
+    assert all(torch.equal(back[k], fisher[k]) for k in fisher)
+    fisher_mod.write_fisher(tmp_path, {"a": torch.zeros(3, 4), "b": torch.rand(5)})
+    with pytest.raises(CheckpointError, match="fisher.safetensors.*start a new TATU_RUN"):
+        fisher_mod.read_fisher(tmp_path, sha)
+
+
+# --- distillation ------------------------------------------------------------------------------
+
+def naive_kl_sum(student: torch.Tensor, teacher: torch.Tensor, y: torch.Tensor, t: float) -> float:
+    total = 0.0
+    for b in range(y.size(0)):
+        for i in range(y.size(1)):
+            if y[b, i] == IGNORE_INDEX:
+                continue
+            zs, zt = student[b, i].double() / t, teacher[b, i].double() / t
+            p = torch.exp(zt) / torch.exp(zt).sum()
+            q = torch.exp(zs) / torch.exp(zs).sum()
+            total += float((p * (torch.log(p) - torch.log(q))).sum())
+    return t * t * total
+
+
+@pytest.mark.parametrize("t", [1.0, 2.0, 4.5])
+def test_distillation_kl_and_its_gradient_equal_a_plain_softmax(t):
+    g = torch.Generator().manual_seed(4)
+    student = torch.randn(2, 6, VOCAB, generator=g, dtype=torch.float64).requires_grad_(True)
+    teacher = torch.randn(2, 6, VOCAB, generator=g, dtype=torch.float64)
+    y = torch.randint(0, VOCAB, (2, 6), generator=g)
+    y[0, :4] = IGNORE_INDEX
+    value = distill_sum(student.double(), teacher, y, t)
+    assert float(value.detach()) == pytest.approx(naive_kl_sum(student.detach(), teacher, y, t), rel=1e-5)
+    value.backward()
+    # d/dz_student of T^2 KL(p || q) = T (q - p) on each target token, 0 elsewhere
+    p, q = torch.softmax(teacher / t, -1), torch.softmax(student.detach() / t, -1)
+    expected = t * (q - p) * (y != IGNORE_INDEX).unsqueeze(-1)
+    assert torch.allclose(student.grad, expected, atol=1e-5)
+
+
+def test_a_micro_batch_without_targets_adds_exactly_zero():
+    logits = torch.randn(2, 5, VOCAB, requires_grad=True)
+    y = torch.full((2, 5), IGNORE_INDEX)
+    value = distill_sum(logits, torch.randn(2, 5, VOCAB), y, 2.0)
+    assert value.item() == 0.0
+    value.backward()
+    assert torch.equal(logits.grad, torch.zeros_like(logits))
+
+
+# --- the variables -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("settings,named", [
+    ({"TATU_ANCHOR": "l2sp"}, "TATU_ANCHOR_WEIGHT"),  # on without its weight
+    ({"TATU_ANCHOR": "l2sp", "TATU_ANCHOR_WEIGHT": "0"}, "TATU_ANCHOR_WEIGHT"),
+    ({"TATU_ANCHOR": "ewc", "TATU_ANCHOR_WEIGHT": "-1"}, "TATU_ANCHOR_WEIGHT"),
+    ({"TATU_ANCHOR": "fisher"}, "TATU_ANCHOR"),
+    ({"TATU_ANCHOR_WEIGHT": "5"}, "TATU_ANCHOR_WEIGHT"),  # a weight with the anchor off
+    ({"TATU_ANCHOR": "l2sp", "TATU_ANCHOR_WEIGHT": "5", "TATU_EWC_BATCHES": "8"}, "TATU_EWC_BATCHES"),
+    ({"TATU_ANCHOR": "ewc", "TATU_ANCHOR_WEIGHT": "5", "TATU_EWC_FISHER": "diag"}, "TATU_EWC_FISHER"),
+    ({"TATU_ANCHOR": "l2sp", "TATU_ANCHOR_WEIGHT": "5", "TATU_TRAIN": "lora"}, "TATU_TRAIN=lora"),
+    ({"TATU_DISTILL": "1"}, "TATU_DISTILL_WEIGHT"),
+    ({"TATU_DISTILL": "1", "TATU_DISTILL_WEIGHT": "0.5", "TATU_DISTILL_T": "0"}, "TATU_DISTILL_T"),
+    ({"TATU_DISTILL": "1", "TATU_DISTILL_WEIGHT": "0.5", "TATU_DISTILL_T": "-2"}, "TATU_DISTILL_T"),
+    ({"TATU_DISTILL_T": "2"}, "TATU_DISTILL_T"),  # a distill variable with distill off
+    ({"TATU_DISTILL_ON": "sft"}, "TATU_DISTILL_ON"),
+    ({"TATU_DISTILL": "1", "TATU_DISTILL_WEIGHT": "0.5", "REPLAY_N": "0"}, "REPLAY_N=0"),
+    ({"TATU_DISTILL": "1", "TATU_DISTILL_WEIGHT": "0.5", "TATU_DISTILL_ON": "sft", "SFT_GE": "0"}, "SFT_GE=0"),
+])
+def test_bad_seed_term_settings_are_78_naming_the_variable(settings, named):
+    with pytest.raises(ConfigError, match=named):
+        load_config({"TATU_DATA": "d", "TATU_SEED_CKPT": "s", "REPLAY_N": "1", **settings})
+
+
+def test_the_lines_say_what_each_term_is():
+    record = {"seed_sha256": "cd34" * 16,
+              "anchor": {"kind": "ewc", "lambda": 50.0, "fisher": {"batches": 32, "labels": "true", "sha256": "ab12" * 16}},
+              "distill": {"on": "replay", "alpha": 0.5, "t": 2.0}}
+    assert describe(record) == ("anchor ewc lambda=50 (Fisher: 32 replay micro-batches, true labels, sha256 ab12..); "
+                                "distill on replay alpha=0.5 T=2")
+    assert describe({"seed_sha256": "cd34" * 16, "anchor": {"kind": "l2sp", "lambda": 0.1}}) == \
+        "anchor l2sp lambda=0.1 (seed sha256 cd34..)"
