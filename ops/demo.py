@@ -237,6 +237,7 @@ Where things are:
   member runs     {sweep_dir / 'runs'}/<member>/ (run.log, events.jsonl, state/, final/, verdict.json)
   sweep report    {sweep_page} (report.json and plots beside it)
   run report      {out / 'report' / 'index.html'}
+  TensorBoard     tensorboard --logdir {out}      (every run's curves: <run>/tb; the members' HParams: {sweep_dir / 'tb'})
 Next:
   tatu sweep report {SWEEP} --sweeps {out / 'sweeps'}      # the tables again, from the files
   tatu generate {members[-1] / 'final'} --chat --prompt "Quanto é 12 mais 30?"

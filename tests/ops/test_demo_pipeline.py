@@ -18,9 +18,11 @@ import pytest
 
 from demo_world import demo_packages_problem
 from strict import cannot_run
+from tb_reader import read_back
 from tiny_world import RUN_PREFIXES
 
 from tatu.daemon.logs import read_events
+from tatu.data.tags import tagger_versions
 from tatu.formats import fmt_pct
 from tatu.ops.demo import RULE, SEEDS, SWEEP
 
@@ -86,6 +88,20 @@ def test_tiny_demo_end_to_end(tiny_demo):
     assert len(machine) == 2 and machine[0] == machine[1] and "ATen kernels" in machine[0] and "MKL_CBWR" in machine[0]
     assert (sweep_dir / "report" / "index.html").exists() and (out / "report" / "index.html").exists()
     assert re.search(r"sweep report\s+\S+index\.html", stdout)
+
+    # the reports: the run report leads with a verdict sentence per run and has the word-category tables
+    page = (out / "report" / "index.html").read_text()
+    for name in members:
+        assert f"{SWEEP}.{name}" in page
+    if not all(tagger_versions().values()):
+        cannot_run("Apertium's taggers are not installed: the demo's word-category tables are not checked")
+    assert "Word categories at the last eval" in page and "categories-absent" not in page
+    # ... and TensorBoard has every run's curve (TATU_TENSORBOARD=auto: RUN_DIR/tb), read back with its own reader
+    for run_dir in [out / "runs" / "trunk", *members.values()]:
+        steps = {e["step"]: e["loss"] for e in read_events(run_dir / "events.jsonl") if e["event"] == "step"}
+        curve = dict(read_back(run_dir / "tb").scalars["train/loss"])
+        assert curve == steps, run_dir
+    assert len(list((sweep_dir / "tb").iterdir())) == len(members)  # one HParams session per member
 
 
 @pytest.mark.slow
