@@ -236,7 +236,7 @@ Where things are:
   the plan        {out / 'demo-plan.toml'} (locked: {sweep_dir / 'plan.lock.json'})
   member runs     {sweep_dir / 'runs'}/<member>/ (run.log, events.jsonl, state/, final/, verdict.json)
   sweep report    {sweep_page} (report.json and plots beside it)
-  run report      {out / 'report' / 'index.html'}
+  run report      {out / 'report' / 'index.html'} (a verdict sentence per run, learning vs forgetting, the word-category tables)
   TensorBoard     tensorboard --logdir {out}      (every run's curves: <run>/tb; the members' HParams: {sweep_dir / 'tb'})
 Next:
   tatu sweep report {SWEEP} --sweeps {out / 'sweeps'}      # the tables again, from the files
