@@ -99,6 +99,8 @@ def decide(lock: dict, configs: list[dict]) -> dict:
         ordered = sorted(configs, key=lambda c: order.index(c["values"][CONFIG]))
     else:
         axis_values = lock["axes"][rule.axis]
+        # an interpolated configuration has its parent's value: judged after the parent's own (a stable sort)
+        configs = sorted(configs, key=lambda c: c["key"] in interpolated_order(lock))
         ordered = sorted(configs, key=lambda c: float(c["values"][rule.axis]) if _is_number(c["values"][rule.axis])
                          else axis_values.index(c["values"][rule.axis]), reverse=rule.choose == "largest")
     checks = []

@@ -104,3 +104,29 @@ def test_the_shipped_forgetting_plan_interpolates_full_replay6():
     assert plan.interpolate.keys() == ["full-replay6-a0.5"]
     assert {"l2sp", "ewc", "distill"} <= set(plan.configs)
     assert plan.configs["distill"]["REPLAY_N"] == plan.configs["full-replay6"]["REPLAY_N"]  # distill's own effect, paired
+
+
+def _config(key: str, values: dict, drift_hi: float) -> dict:
+    return {"key": key, "values": values, "effective": {"MIX_FORGET_LIMIT": 0.10}, "metrics": {"drift_hi": drift_hi},
+            "stats": {"drift": None, "sftHeld": None}}
+
+
+def test_the_rule_orders_interpolated_configurations_after_their_parents(tmp_path):
+    from tatu.sweep.analysis import decide
+
+    axis = {"rule": "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT", "axes": {"REPLAY_N": ["0", "2"]},
+            "plan_file": str(tmp_path / "p.toml"), "interpolate": {"config": "replay-n0", "alphas": [0.5]}}
+    configs = [_config("replay-n2", {"REPLAY_N": "2"}, 0.05),
+               _config("replay-n0-a0.5", {"REPLAY_N": "0", "config": "replay-n0-a0.5"}, 0.05),
+               _config("replay-n0", {"REPLAY_N": "0"}, 0.30)]
+    verdict = decide(axis, configs)
+    # an axis rule: its parent's value, judged right after the parent's own configuration
+    assert [c["config"] for c in verdict["checks"]] == ["replay-n0", "replay-n0-a0.5", "replay-n2"]
+    assert verdict["line"].startswith("REPLAY_N=0 (replay-n0-a0.5): the smallest REPLAY_N such that")
+    named = {"rule": "first config such that drift_hi < MIX_FORGET_LIMIT", "axes": {}, "plan_file": str(tmp_path / "p.toml"),
+             "configs": [["lora", {}], ["full", {}]], "interpolate": {"config": "full", "alphas": [0.5, 0.25]}}
+    configs = [_config(k, {"config": k}, d) for k, d in (("full-a0.25", 0.01), ("full-a0.5", 0.01), ("full", 0.05), ("lora", 0.3))]
+    verdict = decide(named, configs)
+    # `first config`: every named configuration first, then the interpolated ones in the order of alphas
+    assert [c["config"] for c in verdict["checks"]] == ["lora", "full", "full-a0.5", "full-a0.25"]
+    assert verdict["chosen"] == "full"
