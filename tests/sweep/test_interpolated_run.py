@@ -113,6 +113,12 @@ def test_the_report_compares_it_like_every_configuration(sweep):
     rows = [line for line in text.splitlines() if line.startswith(KEY + " ")]
     assert len(rows) >= 3  # the configurations legend, the comparison table, the paired table
     assert any("none: interpolated, (1-0.5) seed + 0.5 full-replay2's end" in line for line in rows)
+    from tatu.sweep.plots import drift_axes, tradeoff_axes
+
+    _, ax = tradeoff_axes(data)  # one point per member, its own among them
+    assert KEY in ax.get_legend_handles_labels()[1]
+    _, ax = drift_axes(data)  # a `first config` rule: every configuration on its own tick
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["full-replay2", "full", KEY]
 
 
 def _judged(sweep_dir: Path, lock: dict, rule: str) -> tuple[dict, dict, list[str]]:
