@@ -19,6 +19,8 @@ from pathlib import Path
 
 from tatu.evals import seeds as st
 from tatu.evals import seeds_power
+from tatu.sweep.interpolated import InterpolatedMember, interpolated_members, interpolated_order
+from tatu.sweep.interpolated_run import interpolated_result
 from tatu.sweep.members import TERMINAL, member_status, read_json
 from tatu.sweep.backends import UnitState
 from tatu.sweep.plan import Member
@@ -67,7 +69,7 @@ def _metrics(stats: dict | None, results: list[dict], common: int | None = None)
     if stats is None:
         return None
     drift, change = stats.get("drift"), stats.get("sftHeld")
-    usable = [r for r in results if "end" in r]
+    usable = [r for r in results if "every_eval_drift" in r]  # an interpolated member has no evals during training
     out = {"aborted": float(sum(r["state"] == "aborted" for r in results))}
     if drift:
         out.update(drift=drift["value"], drift_lo=drift["lo"], drift_hi=drift["hi"])
@@ -93,10 +95,12 @@ def decide(lock: dict, configs: list[dict]) -> dict:
     """The locked rule over the comparison stage's configurations."""
     rule = _locked_rule(lock)
     if rule.axis == CONFIG:  # `first config`: the plan's order of its configurations
-        order = list(locked_configs(lock))
+        order = list(locked_configs(lock)) + interpolated_order(lock)  # interpolated ones after the named
         ordered = sorted(configs, key=lambda c: order.index(c["values"][CONFIG]))
     else:
         axis_values = lock["axes"][rule.axis]
+        # an interpolated configuration has its parent's value: judged after the parent's own (a stable sort)
+        configs = sorted(configs, key=lambda c: c["key"] in interpolated_order(lock))
         ordered = sorted(configs, key=lambda c: float(c["values"][rule.axis]) if _is_number(c["values"][rule.axis])
                          else axis_values.index(c["values"][rule.axis]), reverse=rule.choose == "largest")
     checks = []
@@ -114,7 +118,8 @@ def decide(lock: dict, configs: list[dict]) -> dict:
                                "shown": _fmt_metric(cond.metric, value)})
         value = config["values"][rule.axis]
         label = f"{value} ({config['key']})" if shared[value] > 1 else value
-        checks.append({"config": config["key"], "value": value, "label": label, "failed": failed, "missing": missing})
+        checks.append({"config": config["key"], "value": value, "label": label, "failed": failed, "missing": missing,
+                       "interpolated": any(r.get("interpolated") for r in config.get("results", []))})
     chosen = next((c for c in checks if not c["failed"] and not c["missing"]), None)
     if rule.axis == CONFIG and len(checks) == 1:  # one configuration (--env-file --seeds): nothing to choose among
         line = one_config_line(rule, checks[0], sum("end" in r for r in ordered[0].get("results", [])))
@@ -190,23 +195,26 @@ def _would_change(rule, ordered: list[dict], checks: list[dict], chosen: dict | 
 def stage_table(lock: dict, members: list[Member], sweep_dir: Path, stage: str) -> list[dict]:
     """One entry per configuration: its members' results and its statistics over seeds."""
     half_sft = "judge" if lock.get("tune") and stage == "compare" else ("dev" if stage == "tune" else None)
-    grouped: dict[str, list[Member]] = {}
-    for m in members:
+    grouped: dict[str, list] = {}
+    for m in members + (interpolated_members(lock, members) if stage == "compare" else []):
         grouped.setdefault(m.config_key, []).append(m)
     from tatu.daemon.config import load_config
 
     # every held-out set of the members' data is scored; the ones the rule names must be there
     rule = _locked_rule(lock)
     named = tuple(dict.fromkeys(n for n in (held_out_set(c.metric) for c in rule.conditions) if n))
-    grouped_results = {key: [member_result(m, sweep_dir, named) for m in group] for key, group in grouped.items()}
-    common = common_step_.common_step([r for results in grouped_results.values() for r in results])
-    why_not = common_step_.attach([r for rs in grouped_results.values() for r in rs],
-                                  {m.name: m.run_dir for m in members}, common)
+    grouped_results = {key: [interpolated_result(m, sweep_dir, named) if isinstance(m, InterpolatedMember)
+                             else member_result(m, sweep_dir, named) for m in group] for key, group in grouped.items()}
+    # the common step is the daemon runs' (an interpolated member has no lines but its end's)
+    ran = [r for rs in grouped_results.values() for r in rs if not r.get("interpolated")]
+    common = common_step_.common_step(ran)
+    why_not = common_step_.attach(ran, {m.name: m.run_dir for m in members}, common)
     configs = []
     for index, (key, group) in enumerate(grouped.items()):
         results = grouped_results[key]
         stats, categories = set_stats(results, half_sft, index)
-        at_common, categories_common = (None, None) if why_not else set_stats(results, half_sft, index, *COMMON_LINES)
+        skip = why_not or isinstance(group[0], InterpolatedMember)
+        at_common, categories_common = (None, None) if skip else set_stats(results, half_sft, index, *COMMON_LINES)
         effective = load_config(group[0].env)[0].to_json()
         configs.append({"key": key, "values": group[0].values, "results": results, "stats": stats,
                         "categories": categories, "categories_common": categories_common,

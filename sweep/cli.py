@@ -90,6 +90,9 @@ def plan_main(args) -> int:
     print(f"decision rule: {plan.rule.text}")
     for name, sets in describe_configs(plan.configs).items():
         print(f"configuration {name}: {sets}")
+    for alpha, key in zip(plan.interpolate.alphas, plan.interpolate.keys()) if plan.interpolate else ():
+        print(f"configuration {key}: interpolated, (1-{alpha:g}) seed + {alpha:g} {plan.interpolate.config}'s end "
+              f"per seed (no daemon run: one checkpoint per seed in the sweep dir's interpolated/)")
     print(f"baseline: {', '.join(f'{k}={v}' for k, v in plan.baseline.items())}   seeds: {plan.seeds}")
     if plan.tune_var:
         print(f"tune stage: {plan.tune_var} in {plan.tune_values}, seeds {plan.tune_seeds}, chosen on the dev half "

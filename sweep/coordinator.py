@@ -26,6 +26,8 @@ from tatu.formats import fmt_duration
 from tatu.sweep import hparams
 from tatu.sweep.backends import Backend, ForegroundBackend, SystemdBackend
 from tatu.sweep.errors import SweepError
+from tatu.sweep.interpolated import interpolated_members
+from tatu.sweep.interpolated_run import write_ready
 from tatu.sweep.lock import members as locked_members
 from tatu.sweep.lock import plan_from_lock, read_lock, record_tuned
 from tatu.sweep.members import TERMINAL, MemberStatus, member_status, member_wall_seconds, read_json, summary
@@ -75,6 +77,8 @@ class Coordinator:
         """('running' | 'finished' | 'fatal' | 'tune-complete', statuses, stage)."""
         lock, stage, members = self.stage_members()
         statuses = self.statuses(members)
+        if stage != "tune":  # interpolated members: written once their parents have an end
+            write_ready(self.sweep_dir, interpolated_members(lock, members), self.say)
         fatal = [s for s in statuses if s.state == "fatal"]
         if fatal:
             return "fatal", statuses, stage

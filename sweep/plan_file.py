@@ -42,6 +42,7 @@ class PlanFile(_Section):
     configs: dict[str, dict[str, Any]] | None = None  # name -> { VAR = value, ... } (tatu.sweep.configs)
     decision: _Decision = _Decision()
     tune: dict[str, Any] | None = None
+    interpolate: dict[str, Any] | None = None  # config, alphas (tatu.sweep.interpolated)
 
     @field_validator("name")
     @classmethod
@@ -64,7 +65,7 @@ def seed_list(seeds) -> list[int]:
     return list(seeds)
 
 
-_SECTIONS = {"base": "[base]", "axes": "[axes]", "configs": "[configs]", "decision": "[decision]", "tune": "[tune]"}
+_SECTIONS = {"base": "[base]", "axes": "[axes]", "configs": "[configs]", "decision": "[decision]", "tune": "[tune]", "interpolate": "[interpolate]"}
 
 
 def _validation_error(path: Path, exc: ValidationError) -> SweepError:

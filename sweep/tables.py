@@ -151,6 +151,10 @@ def verdict_lines(data: dict) -> list[str]:
         if check["failed"]:
             lines.append(f"  {verdict['axis']}={check.get('label', check['value'])} fails "
                          + "; ".join(f"{f['condition']} ({f['shown']})" for f in check["failed"]))
+        if check["missing"]:  # never a silent pass: what it lacks, and why for an interpolated configuration
+            why = " (interpolated: no daemon run, so no evals during training)" if check.get("interpolated") else ""
+            lines.append(f"  {verdict['axis']}={check.get('label', check['value'])} is not judged: no value for "
+                         f"{', '.join(check['missing'])}{why}")
     return lines + [f"  what would change it: {note}" for note in verdict["would_change"]]
 
 

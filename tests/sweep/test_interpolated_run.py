@@ -1,0 +1,189 @@
+"""Interpolated members in a sweep, end to end in the foreground: 2 configurations x 2 seeds on
+the tiny world, with `[interpolate] config = "full-replay2", alphas = [0.5]`. The coordinator
+writes each seed's interpolated checkpoint once its parent has finished; the checkpoint equals a
+naive float64 interpolation of the two parents written here; the report compares it as a
+configuration of its own (its statistics and its paired difference with the baseline recomputed
+by hand from the re-scored checkpoints); the rule judges it only on what it has (no
+every_eval_drift, no common step: said, never a silent pass); an aborted parent's state/ is
+interpolated as its end."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from sweep_world import plan_world, run_through
+
+from tatu.exitcodes import BAD_DATA
+from tatu.sweep.analysis import analyze, decide
+from tatu.sweep.errors import SweepError
+from tatu.sweep.interpolated import interpolated_members
+from tatu.sweep.interpolated_run import interpolated_result
+from tatu.sweep.lock import members, read_lock
+from tatu.sweep.scores import score_checkpoint
+from tatu.sweep.tables import closing_text, verdict_lines
+
+pytestmark = pytest.mark.slow
+
+CONFIGS = "full-replay2 = { REPLAY_N = 2 }\nfull = {}\n"
+RULE = "first config such that drift < 50% and sftHeld_change < 0"
+KEY = "full-replay2-a0.5"
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory, tiny_trunk):
+    root, plan = plan_world(tmp_path_factory, tiny_trunk, "wise", seeds=(1, 2), rule=RULE, configs=CONFIGS,
+                            baseline='baseline = { config = "full" }')
+    plan.write_text(plan.read_text() + '\n[interpolate]\nconfig = "full-replay2"\nalphas = [0.5]\n')
+    out = run_through(plan, root / "sweeps", "4/4 done")
+    for seed in (1, 2):  # written by the coordinator's pass, before the sweep finished
+        assert f"{KEY}-s{seed}: interpolated (alpha 0.5) from full-replay2-s{seed}'s end" in out
+    assert out.index(f"{KEY}-s1: interpolated") < out.index("sweep finished")
+    return root / "sweeps" / "wise"
+
+
+def _weights(ckpt: Path) -> dict[str, np.ndarray]:
+    return load_file(str(ckpt / "model.safetensors"))
+
+
+def _sha(ckpt: Path) -> str:
+    return json.loads((ckpt / "manifest.json").read_text())["files"]["model.safetensors"]
+
+
+def test_the_checkpoint_is_a_naive_float64_interpolation_of_the_two_parents(sweep):
+    from tatu.model.hf import load_checkpoint_or_gpt2
+
+    lock = read_lock(sweep)
+    found = interpolated_members(lock, members(lock, "compare"))
+    assert [m.name for m in found] == [f"{KEY}-s1", f"{KEY}-s2"]
+    for m in found:
+        seed_ckpt, end = Path(m.env["TATU_SEED_CKPT"]), m.parent.run_dir / "final"
+        ckpt = sweep / "interpolated" / m.name
+        seed, ft, mixed = _weights(seed_ckpt), _weights(end), _weights(ckpt)
+        assert mixed.keys() == seed.keys() and "lm_head.weight" not in mixed  # the tied head is not a tensor of its own
+        moved = 0
+        for name, tensor in mixed.items():
+            naive = (0.5 * seed[name].astype(np.float64) + 0.5 * ft[name].astype(np.float64)).astype(seed[name].dtype)
+            assert tensor.dtype == seed[name].dtype and np.array_equal(tensor, naive), name
+            moved += not np.array_equal(seed[name], ft[name])
+        assert moved > 0  # the parents differ, so the check compares something
+        meta = json.loads((ckpt / "meta.json").read_text())["interpolation"]
+        assert meta["alpha"] == 0.5 and meta["parent_member"] == m.parent.name
+        assert (meta["seed"]["sha256"], meta["finetuned"]["sha256"]) == (_sha(seed_ckpt), _sha(end))
+        model = load_checkpoint_or_gpt2(ckpt).build_model("cpu")  # loads verified, and ties the head again
+        assert model.lm_head.weight is model.transformer.wte.weight
+
+
+def _log_ratio(start: dict, end: dict) -> float:
+    assert start["line_index"] == end["line_index"]
+    return sum(end["nll_sum"]) / sum(end["line_tokens"]) - sum(start["nll_sum"]) / sum(start["line_tokens"])
+
+
+def test_the_report_compares_it_like_every_configuration(sweep):
+    data = analyze(sweep)
+    configs = {c["key"]: c for c in data["compare"]["configs"]}
+    assert list(configs) == ["full-replay2", "full", KEY]
+    wise = configs[KEY]
+    assert [r["state"] for r in wise["results"]] == ["done", "done"] and not wise["is_baseline"]
+    assert wise["end_steps"] == configs["full-replay2"]["end_steps"]  # its parent's end step
+    assert wise["stats_common"] is None and "every_eval_drift" not in wise["metrics"]
+    per_seed = {}
+    env = {(m.config_key, m.seed): m.env for m in members(read_lock(sweep), "compare")}
+    for key, parent, folder in ((KEY, "full-replay2", lambda s: sweep / "interpolated" / f"{KEY}-s{s}"),
+                                ("full", "full", lambda s: sweep / "runs" / f"wise.full-s{s}" / "final")):
+        for s in (1, 2):  # scored on its parent's lines (cache hits: what the report used)
+            base = score_checkpoint(Path(env[parent, s]["TATU_SEED_CKPT"]), env[parent, s], sweep / "scores")
+            end = score_checkpoint(folder(s), env[parent, s], sweep / "scores")
+            for set_name in ("enRuler", "sftHeld"):
+                per_seed[key, set_name, s] = _log_ratio(base[set_name], end[set_name])
+    for metric, set_name in (("drift", "enRuler"), ("sftHeld", "sftHeld")):
+        mean = (per_seed[KEY, set_name, 1] + per_seed[KEY, set_name, 2]) / 2
+        assert wise["stats"][metric]["log_mean"] == pytest.approx(mean, abs=1e-12)
+        assert wise["stats"][metric]["value"] == pytest.approx(math.expm1(mean), abs=1e-12)
+        diffs = [per_seed[KEY, set_name, s] - per_seed["full", set_name, s] for s in (1, 2)]
+        assert wise["paired"][metric]["diff"] == pytest.approx(sum(diffs) / 2, abs=1e-12)
+    assert wise["paired_common"]["drift"] is None  # no lines at the common step: n/a, not a number
+    text = closing_text(data)
+    rows = [line for line in text.splitlines() if line.startswith(KEY + " ")]
+    assert len(rows) >= 3  # the configurations legend, the comparison table, the paired table
+    assert any("none: interpolated, (1-0.5) seed + 0.5 full-replay2's end" in line for line in rows)
+    from tatu.sweep.plots import drift_axes, tradeoff_axes
+
+    _, ax = tradeoff_axes(data)  # one point per member, its own among them
+    assert KEY in ax.get_legend_handles_labels()[1]
+    _, ax = drift_axes(data)  # a `first config` rule: every configuration on its own tick
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["full-replay2", "full", KEY]
+
+
+def _judged(sweep_dir: Path, lock: dict, rule: str) -> tuple[dict, dict, list[str]]:
+    """(the verdict, the interpolated configuration's check, the verdict's lines) under another rule."""
+    from tatu.sweep.analysis import add_paired, stage_table
+
+    lock = {**lock, "rule": rule}
+    configs = stage_table(lock, members(lock, "compare"), sweep_dir, "compare")
+    add_paired(lock, configs)
+    verdict = decide(lock, configs)
+    report = {"verdict": verdict, "compare": {"complete": True}}
+    return verdict, next(c for c in verdict["checks"] if c["config"] == KEY), verdict_lines(report)
+
+
+def test_the_rule_judges_it_on_what_it_has_and_says_what_it_lacks(sweep):
+    lock = read_lock(sweep)
+    wise = {c["key"]: c for c in analyze(sweep)["compare"]["configs"]}[KEY]
+    # judged last, after the named configurations, on its own end metrics
+    verdict, check, _ = _judged(sweep, lock, "first config such that drift_hi < -100%")
+    assert [c["config"] for c in verdict["checks"]] == ["full-replay2", "full", KEY]
+    assert check["failed"][0]["measured"] == wise["metrics"]["drift_hi"] and verdict["chosen"] is None
+    verdict, check, _ = _judged(sweep, lock, "first config such that drift_hi < 1000%")
+    assert verdict["chosen"] == "full-replay2" and not check["failed"] and not check["missing"]
+    # a rule naming every_eval_drift: it has none, so it is not judged, and the verdict says why
+    verdict, check, lines = _judged(sweep, lock, "first config such that every_eval_drift_hi < 1000% and drift_hi < 1000%")
+    assert check["missing"] == ["every_eval_drift_hi"] and verdict["chosen"] == "full-replay2"
+    assert (f"  config={KEY} is not judged: no value for every_eval_drift_hi (interpolated: no daemon run, "
+            "so no evals during training)") in lines
+    verdict, check, lines = _judged(sweep, lock, "first config such that every_eval_drift_hi < -100% and drift_hi < 1000%")
+    assert verdict["chosen"] is None and check["missing"] == ["every_eval_drift_hi"]  # never a silent pass
+    # at the common step it has no lines: every condition is missing
+    _, check, _ = _judged(sweep, lock, "first config such that drift_hi < 1000% at the common step")
+    assert check["missing"] == ["drift_hi"]
+
+
+def test_an_aborted_parent_is_interpolated_from_its_state(sweep, tmp_path):
+    """The member as an abort leaves it (no final/, state/ at the abort's eval, verdict.json saying
+    aborted), made from a finished one's files: its end is state/, and the interpolated member is aborted too."""
+    lock = read_lock(sweep)
+    member = interpolated_members(lock, members(lock, "compare"))[0]
+    runs = tmp_path / "runs"
+    shutil.copytree(member.parent.run_dir, runs / member.parent.run)
+    shutil.rmtree(runs / member.parent.run / "final")
+    verdict_path = runs / member.parent.run / "verdict.json"
+    verdict = json.loads(verdict_path.read_text())
+    verdict.setdefault("numbers", {})["aborted"] = "drift above the limit"
+    verdict_path.write_text(json.dumps(verdict))
+    aborted = dataclasses.replace(member, parent=dataclasses.replace(member.parent, env={**member.env, "TATU_OUT": str(runs)}))
+    result = interpolated_result(aborted, tmp_path / "sweep")
+    assert result["state"] == "aborted" and "end" in result and "every_eval_drift" not in result
+    ckpt = tmp_path / "sweep" / "interpolated" / member.name
+    meta = json.loads((ckpt / "meta.json").read_text())["interpolation"]
+    state = runs / member.parent.run / "state"
+    assert meta["finetuned"] == {"path": str(state), "sha256": _sha(state)}
+    seed, end, mixed = _weights(Path(member.env["TATU_SEED_CKPT"])), _weights(state), _weights(ckpt)
+    for name, tensor in mixed.items():
+        naive = (0.5 * seed[name].astype(np.float64) + 0.5 * end[name].astype(np.float64)).astype(tensor.dtype)
+        assert np.array_equal(tensor, naive), name
+    # written once: a second call keeps it; another end under the same name is refused (65)
+    before = (ckpt / "manifest.json").read_bytes()
+    assert interpolated_result(aborted, tmp_path / "sweep")["end"] == result["end"]
+    assert (ckpt / "manifest.json").read_bytes() == before
+    other = interpolated_members(lock, members(lock, "compare"))[1].parent.run_dir / "final"
+    shutil.rmtree(state)
+    shutil.copytree(other, state)  # another end under the parent's name: not the one interpolated
+    with pytest.raises(SweepError) as err:
+        interpolated_result(aborted, tmp_path / "sweep")
+    assert err.value.code == BAD_DATA and str(err.value).startswith(f"{ckpt}: interpolated from another end than {state}")
