@@ -95,7 +95,7 @@ class RunActions:
                 with self.saving("best"):
                     self.save_weights("best", self.meta(best=state.best))
         if not self.covers_said:  # the EVAL line (a contract) stays as it is; the journal gets this beside it
-            self.log.info(f"what the EVAL lines' CIs cover: {decision.record['ci_covers']['text']}")
+            self.log.info(f"what each eval's CIs cover: {decision.record['ci_covers']['text']}")
             self.covers_said = True
         self.log.info(decision.line)
         for warning in decision.record["warnings"]:

@@ -116,7 +116,7 @@ def test_the_verdict_says_what_its_cis_cover_in_run_log_and_verdict_json(finishe
     log = (finished["run"] / "run.log").read_text()
     assert [line for line in log.splitlines() if "VERDICT " in line][0].endswith(verdict["line"])
     # the EVAL lines' CIs, said once beside them (every set the eval scored)
-    said = [line for line in log.splitlines() if "what the EVAL lines' CIs cover: " in line]
+    said = [line for line in log.splitlines() if "what each eval's CIs cover: " in line]
     assert len(said) == 1 and f"{held} sftHeld" in said[0] and f"{ruler} enRuler" in said[0]
     assert log.index(said[0]) < log.index("EVAL 0: ")
 

@@ -275,7 +275,7 @@ def test_sigkill_at_random_moments_then_resume_is_bit_identical(tiny_trunk, tmp_
     what it adds is that the resume is exact within a bf16 run, not more moments to strike."""
     # A checkpoint every step, so a good share of the run is spent writing state.
     settings = dict(MIX_STEPS_LIMIT=steps, EVAL_EVERY=4, TATU_CKPT_EVERY=1, TATU_DROPOUT="0.1", TATU_PRECISION=precision,
-                    **(PARTIAL.get(train) or SEED_TERMS[train]))
+                    **(PARTIAL[train] if train in PARTIAL else SEED_TERMS[train]))
     reference = tmp_path / "reference"
     assert daemon(sft_env(tiny_trunk, reference, **settings)).returncode == 0
 

@@ -173,7 +173,7 @@ BUSY_WEIGHT_BOUND = 1e-3
 
 def printed_evals(run_dir: Path) -> list[str]:
     """The run's EVAL lines as run.log holds them, without the wall-clock seconds."""
-    lines = [line[line.index("EVAL "):] for line in (run_dir / "run.log").read_text().splitlines() if "EVAL " in line]
+    lines = [line[line.index("EVAL "):] for line in (run_dir / "run.log").read_text().splitlines() if re.search(r"EVAL [0-9]+: ", line)]
     return [re.sub(r" \([0-9.]+s\)", "", line) for line in lines]
 
 

@@ -45,7 +45,7 @@ def test_every_extra_set_is_scored_and_compared_with_step_0_at_every_eval(five_s
 
 
 def test_the_eval_line_keeps_its_contract_and_lists_the_extra_sets_last(five_sets):
-    lines = [ln for ln in (five_sets / "run.log").read_text().splitlines() if "EVAL " in ln]
+    lines = [ln for ln in (five_sets / "run.log").read_text().splitlines() if re.search(r"EVAL [0-9]+: ", ln)]
     assert len(lines) == 3
     events = {e["step"]: e for e in read_events(five_sets / "events.jsonl") if e["event"] == "eval"}
     for line in lines:
