@@ -76,6 +76,7 @@ def test_the_portable_hash_is_the_same_on_every_checkout_the_lock_hash_is_not(tm
     ("sweeps.md", "replay-dose", "sweep-replay.toml"),
     # the table measured with the plan's first version (4 configurations), kept as it was run
     ("partial-training.md", "forgetting", "sweep-forgetting-4.toml"),
+    ("forgetting.md", "forgetting", "sweep-forgetting.toml"),  # every way out
 ])
 def test_the_demo_sweep_table_in_the_docs_is_from_the_shipped_plan(doc, sweep, plan):
     root = Path(__file__).resolve().parents[2]
