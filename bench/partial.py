@@ -15,14 +15,13 @@ cumulative and only an increase is attributable to the method that caused it).
 from __future__ import annotations
 
 import argparse
-import resource
 import statistics
-import time
 
 import numpy as np
 import torch
 from safetensors.torch import save as st_save
 
+from step_timing import time_trainers
 from tatu.daemon.config import load_config
 from tatu.daemon.resume import optimizer_tensors
 from tatu.daemon.trainer import Trainer
@@ -68,17 +67,7 @@ def main() -> None:
     steps = batches(args.steps)
     tokens = MICRO * SEQ * PER_STEP
     trainers = {m: trainer_for(m, weights) for m in METHODS}
-    seconds: dict[str, list[float]] = {m: [] for m in METHODS}
-    rss: dict[str, float] = {}
-    for round_ in range(args.rounds):
-        for method, trainer in trainers.items():
-            trainer.step(steps[0], 1)  # warm-up (allocations, optimizer state)
-            started = time.perf_counter()
-            for i, batch in enumerate(steps[1:], start=2):
-                trainer.step(batch, i)
-            seconds[method].append((time.perf_counter() - started) / (len(steps) - 1))
-            if round_ == 0:
-                rss[method] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    seconds, rss = time_trainers(trainers, steps, args.rounds)
     full = statistics.median(seconds["all"])
     print(f"shape n_layer {SHAPE.n_layer} n_embd {SHAPE.n_embd} vocab {SHAPE.vocab_size}; step = {PER_STEP} x {MICRO} x {SEQ} "
           f"tokens; {args.rounds} rounds x {args.steps - 1} timed steps, {args.threads} thread(s)")

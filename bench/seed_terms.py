@@ -15,13 +15,12 @@ timed too (`seed fwd`). Peak RSS is the process's high-water mark after each met
 from __future__ import annotations
 
 import argparse
-import resource
 import statistics
-import time
 
 import numpy as np
 import torch
 
+from step_timing import time_trainers
 from tatu.daemon.config import load_config
 from tatu.daemon.seed_terms.anchor import Anchor
 from tatu.daemon.seed_terms.distill import Distiller
@@ -75,17 +74,7 @@ def main() -> None:
     weights = {k: v for k, v in GPT(SHAPE).state_dict().items() if k != "lm_head.weight"}
     steps = batches(args.steps)
     trainers = {m: trainer_for(m, weights) for m in METHODS}
-    seconds: dict[str, list[float]] = {m: [] for m in METHODS}
-    rss: dict[str, float] = {}
-    for round_ in range(args.rounds):
-        for method, trainer in trainers.items():
-            trainer.step(steps[0], 1)  # warm-up (allocations, optimizer state)
-            started = time.perf_counter()
-            for i, batch in enumerate(steps[1:], start=2):
-                trainer.step(batch, i)
-            seconds[method].append((time.perf_counter() - started) / (len(steps) - 1))
-            if round_ == 0:
-                rss[method] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    seconds, rss = time_trainers(trainers, steps, args.rounds)
     seed_forward = statistics.median(
         trainers["distill"].distiller.time_one_forward(MICRO, SEQ) for _ in range(args.rounds))
     plain = statistics.median(seconds["plain"])

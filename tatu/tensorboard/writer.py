@@ -69,7 +69,12 @@ class _EventFile:
 
         self._event = Event
         log_dir.mkdir(parents=True, exist_ok=True)
-        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_FILE_NUMBERS)}"
+        # TensorBoard reads a dir's event files in the order of their names: the number of files already
+        # there comes first, so a restart's file sorts after the killed run's even within one second
+        # (a timestamp and a pid do not: the restart may be the smaller pid).
+        order = len(list(log_dir.glob(EVENT_FILES)))
+        name = (f"events.out.tfevents.{order:06d}.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}"
+                f".{next(_FILE_NUMBERS)}")
         self._records = RecordWriter(open(log_dir / name, "ab"))
         self._records.write(Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
 

@@ -57,6 +57,20 @@ def test_each_tag_and_step_is_written_once_across_writers_and_a_writer_with_noth
     assert last_steps(tmp_path)["train/loss"] == 5
 
 
+def test_a_restart_within_the_same_second_from_a_smaller_pid_reads_back_after_the_killed_run(tmp_path, monkeypatch):
+    """TensorBoard reads a dir's event files in the order of their names. A killed daemon (a child,
+    a large pid) and its restart (here: a smaller pid) can open their files within one second: the
+    restart's points must still read back after the first run's."""
+    import tatu.tensorboard.writer as writer_module
+
+    monkeypatch.setattr(writer_module.time, "time", lambda: 1.7e9)
+    monkeypatch.setattr(writer_module.os, "getpid", lambda: 99999)
+    write(tmp_path, [step(1, 2.0), step(2, 3.0)])
+    monkeypatch.setattr(writer_module.os, "getpid", lambda: 11111)
+    write(tmp_path, [step(1, 2.0), step(2, 3.0), step(3, 4.0), step(4, 5.0)])
+    assert [s for s, _ in read_back(tmp_path).scalars["train/loss"]] == [1, 2, 3, 4]
+
+
 def test_a_torn_last_record_is_written_again(tmp_path):
     write(tmp_path, [step(n, float(n)) for n in (1, 2, 3)])
     (events,) = tmp_path.glob(EVENT_FILES)

@@ -1,0 +1,23 @@
+"""The timing loop the step-cost benchmarks share (bench/partial.py, bench/seed_terms.py): each
+trainer's steps, round-robin over the rounds so a slow spell of the machine falls on every one."""
+from __future__ import annotations
+
+import resource
+import time
+
+
+def time_trainers(trainers: dict, steps: list, rounds: int) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """({method: seconds per step, one per round}, {method: peak RSS in MB after its first round}).
+    Each round warms up on steps[0] (allocations, optimizer state), then times the rest."""
+    seconds: dict[str, list[float]] = {m: [] for m in trainers}
+    rss: dict[str, float] = {}
+    for round_ in range(rounds):
+        for method, trainer in trainers.items():
+            trainer.step(steps[0], 1)
+            started = time.perf_counter()
+            for i, batch in enumerate(steps[1:], start=2):
+                trainer.step(batch, i)
+            seconds[method].append((time.perf_counter() - started) / (len(steps) - 1))
+            if round_ == 0:
+                rss[method] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return seconds, rss
