@@ -3,7 +3,7 @@ dir scored as the daemon does (whole set, 2000 bootstrap resamples), with its ca
 (per-token NLLs kept, every category's ppl/bpc and CI) vs off, on the same model in the same
 process, median of --repeat; then the demo's generated tasks (100 items each) scored the same way.
 
-    .venv/bin/python bench/categories.py --data demo/data [--ckpt demo/runs/sft-replay/final]
+    .venv/bin/python bench/categories.py --data demo/data [--ckpt demo/sweeps/demo-replay/runs/demo-replay.replay-n6-s1/final]
 
 Without --ckpt the model is the demo's shape (4 layers x 128, block 128) freshly initialised:
 the cost of scoring does not depend on what the weights learned. Also prints the tagger's
