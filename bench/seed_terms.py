@@ -6,9 +6,12 @@ a random stand-in: its values do not change the cost), TATU_DISTILL=1 on every m
 2 replay here, TATU_DISTILL_ON=both: the most it can cost), against plain. Rounds alternate the
 methods and each method's step time is the median over its rounds, because the 2-core hosts this
 runs on are shared; the ratios to plain are what to read. Goals (issue 25): l2sp and ewc within 5%
-of plain; distill at most one extra forward per distilled micro-batch, so a forward of the seed is
-timed too (`seed fwd`). Peak RSS is the process's high-water mark after each method's first round
-(ru_maxrss only grows: cumulative, in the order printed).
+of plain; distill at most one extra forward per distilled micro-batch. So the parts of a distilled
+micro-batch are timed on their own too, each the median of `--rounds` repetitions on the step's
+first micro-batch: the seed's forward (no grad), the step's own forward (the trained model's, with
+its loss, under autograd, as the step runs it) and the KL's forward + backward on logits of that
+shape. distill's extra per distilled micro-batch is printed in both units. Peak RSS is the process's
+high-water mark after each method's first round (ru_maxrss only grows: cumulative, in the order printed).
 
     .venv/bin/python bench/seed_terms.py [--steps 6] [--rounds 3] [--threads 1]
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import time
 
 import numpy as np
 import torch
@@ -23,7 +27,7 @@ import torch
 from step_timing import time_trainers
 from tatu.daemon.config import load_config
 from tatu.daemon.seed_terms.anchor import Anchor
-from tatu.daemon.seed_terms.distill import Distiller
+from tatu.daemon.seed_terms.distill import Distiller, distill_sum
 from tatu.daemon.trainer import Trainer
 from tatu.data.stream import MicroBatch, StepBatch
 from tatu.model.adapters import trainable_parameters
@@ -75,8 +79,7 @@ def main() -> None:
     steps = batches(args.steps)
     trainers = {m: trainer_for(m, weights) for m in METHODS}
     seconds, rss = time_trainers(trainers, steps, args.rounds)
-    seed_forward = statistics.median(
-        trainers["distill"].distiller.time_one_forward(MICRO, SEQ) for _ in range(args.rounds))
+    parts = distilled_parts(trainers["distill"], steps[0].micro_batches[0], args.rounds)
     plain = statistics.median(seconds["plain"])
     print(f"shape n_layer {SHAPE.n_layer} n_embd {SHAPE.n_embd} vocab {SHAPE.vocab_size}; step = {2 * PER_CHANNEL} x "
           f"{MICRO} x {SEQ} tokens; {args.rounds} rounds x {args.steps - 1} timed steps, {args.threads} thread(s)")
@@ -84,10 +87,38 @@ def main() -> None:
     for method in METHODS:
         step_s = statistics.median(seconds[method])
         print(f"{method:<8} {step_s * 1e3:>9.1f} {step_s / plain:>8.3f}x {rss[method]:>12.0f}")
-    extra = statistics.median(seconds["distill"]) - plain
-    print(f"seed fwd {seed_forward * 1e3:.1f} ms per micro-batch; distill's extra per step {extra * 1e3:.1f} ms = "
-          f"{extra / seed_forward:.2f} seed forwards for {2 * PER_CHANNEL} distilled micro-batches")
+    per_micro = (statistics.median(seconds["distill"]) - plain) / (2 * PER_CHANNEL)
+    print(f"per micro-batch: seed forward {parts['seed'] * 1e3:.1f} ms, the step's own forward {parts['step'] * 1e3:.1f} ms, "
+          f"KL forward + backward {parts['kl'] * 1e3:.1f} ms")
+    print(f"distill's extra per distilled micro-batch {per_micro * 1e3:.1f} ms = {per_micro / parts['seed']:.3f} seed "
+          f"forwards = {per_micro / parts['step']:.3f} of the step's own forwards")
 
+
+def distilled_parts(trainer: Trainer, micro: MicroBatch, rounds: int) -> dict[str, float]:
+    """Seconds of a distilled micro-batch's parts, each the median of `rounds` (after one untimed call)."""
+    x, y = torch.from_numpy(micro.x), torch.from_numpy(micro.y)
+    distiller = trainer.distiller
+    seed_logits = distiller.seed_logits(x)
+
+    def step_forward():
+        logits, nll = trainer.forward_model(x, y)
+        nll.sum()
+
+    def kl():
+        logits = torch.randn(seed_logits.shape, requires_grad=True)
+        started = time.perf_counter()
+        distill_sum(logits, seed_logits, y, distiller.t).backward()
+        return time.perf_counter() - started
+
+    def timed(fn):
+        fn()
+        started = time.perf_counter()
+        fn()
+        return time.perf_counter() - started
+
+    return {"seed": statistics.median(timed(lambda: distiller.seed_logits(x)) for _ in range(rounds)),
+            "step": statistics.median(timed(step_forward) for _ in range(rounds)),
+            "kl": statistics.median(kl() for _ in range(rounds))}
 
 if __name__ == "__main__":
     main()

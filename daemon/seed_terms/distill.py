@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 
 import torch
-import torch.nn.functional as F
 
 from tatu.data.stream import IGNORE_INDEX
 from tatu.model.checkpoint import load_model_state
@@ -20,11 +19,57 @@ from tatu.model.gpt import GPT
 
 
 def distill_sum(model_logits: torch.Tensor, seed_logits: torch.Tensor, y: torch.Tensor, t: float) -> torch.Tensor:
-    """T^2 * sum over target tokens (y != IGNORE_INDEX) of KL(p_seed/T || p_model/T), in float32."""
-    valid = y != IGNORE_INDEX
-    student = F.log_softmax(model_logits.float()[valid] / t, dim=-1)
-    teacher = F.log_softmax(seed_logits.float()[valid] / t, dim=-1)
-    return F.kl_div(student, teacher, log_target=True, reduction="sum") * (t * t)
+    """T^2 * sum over target tokens (y != IGNORE_INDEX) of KL(p_seed/T || p_model/T), in float32
+    (float64 logits stay float64); only the model's side carries a gradient."""
+    rows = _target_rows(y)
+    with torch.no_grad():
+        scaled = _rows(seed_logits, rows).to(_work_dtype(seed_logits)) / t
+        teacher_log_p = torch.log_softmax(scaled, dim=-1)
+        teacher_p = torch.exp(teacher_log_p, out=scaled)  # the scaled logits' buffer, reused
+    return _SeedKL.apply(_rows(model_logits, rows), teacher_log_p, teacher_p, t)
+
+
+def _target_rows(y: torch.Tensor) -> torch.Tensor | None:
+    """The flattened positions that are targets, or None when every position is (a replay micro-batch)."""
+    valid = (y != IGNORE_INDEX).view(-1)
+    return None if bool(valid.all()) else valid.nonzero().squeeze(1)
+
+
+def _rows(logits: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+    flat = logits.reshape(-1, logits.size(-1))
+    return flat if rows is None else flat.index_select(0, rows)
+
+
+def _work_dtype(logits: torch.Tensor) -> torch.dtype:
+    return torch.promote_types(logits.dtype, torch.float32)
+
+
+class _SeedKL(torch.autograd.Function):
+    """T^2 * sum_rows KL(p || softmax(z / T)) for the seed's fixed p: one log-softmax forward and one
+    elementwise backward, T * (softmax(z / T) - p). Autograd's composition of a division, two
+    log-softmaxes and kl_div made twice the passes over the logits, each into a fresh buffer of the
+    logits' size (page faults on every micro-batch): bench/seed_terms.py measured the KL at 15% of a
+    seed forward that way."""
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, teacher_log_p: torch.Tensor, teacher_p: torch.Tensor, t: float) -> torch.Tensor:
+        scaled = z.to(teacher_log_p.dtype) / t
+        student_log_p = torch.log_softmax(scaled, dim=-1)
+        # p * (log p - log q) elementwise, then summed: the KL of two near-equal distributions is
+        # not the difference of two large cross-entropies (which would cancel to noise).
+        gap = torch.sub(teacher_log_p, student_log_p, out=scaled)
+        value = torch.dot(teacher_p.view(-1), gap.view(-1))
+        ctx.save_for_backward(student_log_p, teacher_p)
+        ctx.t, ctx.z_dtype = t, z.dtype
+        return value * (t * t)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: torch.Tensor):
+        student_log_p, teacher_p = ctx.saved_tensors
+        # In place on the saved log q: this graph is backpropagated once (the trainer never retains it).
+        dz = student_log_p.exp_().sub_(teacher_p).mul_(grad * ctx.t)
+        return dz.to(ctx.z_dtype), None, None, None
 
 
 class Distiller:
