@@ -80,7 +80,7 @@ def ci_covers(sets: Mapping[str, Mapping], names, config: RunConfig, env_file: s
 def run_env_file(instance: str | None, given: Path | None, environ: Mapping[str, str] | None = None) -> str | None:
     """The env file the run's variables came from: the one `tatu run/smoke --env-file` was given,
     else under a unit (`--instance NAME`) the unit's EnvironmentFile, %E/tatu/NAME.env, when it
-    exists; None when the daemon cannot know (the variables came from a shell, a sweep's child)."""
+    exists; None when the daemon cannot know (the variables came from a shell)."""
     if given is not None:
         return str(Path(given).absolute())
     if instance is None:

@@ -146,8 +146,10 @@ def _main(environ, overrides, smoke, layers, instance, env_file: str | None) -> 
 def cli(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tatu.daemon", description="the tatu training daemon")
     parser.add_argument("--instance", help="the unit instance (tatu-sft@NAME): names the run, wins over TATU_RUN")
+    parser.add_argument("--env-file", type=Path, help="the file the run's variables were written to (a sweep's "
+                        "backends pass the member's): named where the run says what its CIs cover; not read")
     args = parser.parse_args(argv)
-    return main(instance=args.instance)
+    return main(instance=args.instance, env_file=args.env_file)
 
 
 if __name__ == "__main__":

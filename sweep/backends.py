@@ -102,7 +102,7 @@ class ForegroundBackend:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             self.children[member.run] = subprocess.Popen(
-                [sys.executable, "-m", "tatu.daemon"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                [sys.executable, "-m", "tatu.daemon", "--env-file", str(self.env_path(member))], env=env, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
 
     def poll(self, member: Member) -> UnitState:

@@ -161,7 +161,7 @@ def _write_holder(lock, holder: dict) -> None:
     lock.flush()
 
 
-def run_member(env: dict, cwd: str, log_path: str, lock_path: str) -> int:
+def run_member(env: dict, cwd: str, log_path: str, lock_path: str, env_file: str) -> int:
     """One attempt at one member: the daemon in the foreground; its exit code, or MemberCrashed."""
     run = env["TATU_RUN"]
     lock = _take_lock(Path(lock_path))
@@ -173,7 +173,7 @@ def run_member(env: dict, cwd: str, log_path: str, lock_path: str) -> int:
         with open(log_path, "ab") as log:
             log.write(f"tatu ray: {run} on {holder['node']} (ray worker pid {os.getpid()})\n".encode())
             log.flush()
-            child = subprocess.Popen([sys.executable, "-m", "tatu.daemon"], env=daemon_env, stdout=log,
+            child = subprocess.Popen([sys.executable, "-m", "tatu.daemon", "--env-file", env_file], env=daemon_env, stdout=log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      cwd=cwd if os.path.isdir(cwd) else None, pass_fds=(lock.fileno(),),
                                      preexec_fn=_die_with_worker)
@@ -246,7 +246,8 @@ class RayBackend:
         self.log_path(member).parent.mkdir(parents=True, exist_ok=True)
         task = ray.remote(run_member).options(name=f"tatu-{member.run}", max_retries=CRASH_RESTARTS,
                                               retry_exceptions=[MemberCrashed], **options)
-        self.tasks[member.run] = task.remote(env, os.getcwd(), str(self.log_path(member)), str(self.lock_path(member)))
+        self.tasks[member.run] = task.remote(env, os.getcwd(), str(self.log_path(member)), str(self.lock_path(member)),
+                                                  str(self.env_path(member)))
 
     def poll(self, member: Member) -> UnitState:
         ref = self.tasks.get(member.run)

@@ -63,7 +63,7 @@ def test_what_is_not_included_follows_the_configuration():
 def test_the_env_file_is_the_one_given_else_the_units_own(tmp_path):
     environ = {"XDG_CONFIG_HOME": str(tmp_path / "config")}
     assert run_env_file(None, Path("rel.env"), environ) == str(Path("rel.env").absolute())
-    assert run_env_file(None, None, environ) is None  # variables from a shell or a sweep's child
+    assert run_env_file(None, None, environ) is None  # variables from a shell
     assert run_env_file("run5", None, environ) is None  # no such file: not claimed
     unit_env = tmp_path / "config" / "tatu" / "run5.env"
     unit_env.parent.mkdir(parents=True)

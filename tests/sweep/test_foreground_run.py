@@ -25,6 +25,7 @@ import pytest
 from sweep_world import plan_text, plan_world, run_through, start_foreground as start
 from tiny_world import clean_environ
 
+from tatu.envfile import parse_env_file
 from tatu.sweep.lock import members, read_lock
 
 pytestmark = pytest.mark.slow
@@ -319,6 +320,17 @@ def test_report_drift_is_the_daemons_drift(reference):
     for m in members(read_lock(reference), "compare"):
         result = member_result(m, reference)
         assert math.expm1(run_lines(result, "enRuler").log_ratio()) == pytest.approx(result["daemon_drift"], abs=1e-9)
+
+
+def test_each_member_names_its_own_env_file_where_it_says_what_its_cis_cover(reference):
+    """The foreground backend writes each member's variables to env/<run>.env and hands the daemon
+    that path: the covers wording names a file that exists and holds the member's configuration."""
+    for m in members(read_lock(reference), "compare"):
+        covers = json.loads((Path(m.env["TATU_OUT"]) / m.run / "verdict.json").read_text())["ci_covers"]
+        env_file = reference / "env" / f"{m.run}.env"
+        assert covers["env_file"] == str(env_file), covers
+        assert f"tatu sweep start --env-file {env_file} --seeds 3" in covers["text"]
+        assert parse_env_file(env_file).items() >= m.env.items()
 
 
 def test_exit_10_is_a_result_and_exit_78_stops_the_sweep(world):
