@@ -14,14 +14,13 @@ cumulative and only an increase is attributable to the method that caused it).
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 
 import numpy as np
 import torch
 from safetensors.torch import save as st_save
 
-from step_timing import time_trainers
+from step_timing import setup, time_trainers
 from tatu.daemon.config import load_config
 from tatu.daemon.resume import optimizer_tensors
 from tatu.daemon.trainer import Trainer
@@ -56,13 +55,7 @@ def resume_bytes(trainer: Trainer) -> tuple[int, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+    args = setup(__doc__)
     weights = {k: v for k, v in GPT(SHAPE).state_dict().items() if k != "lm_head.weight"}
     steps = batches(args.steps)
     tokens = MICRO * SEQ * PER_STEP

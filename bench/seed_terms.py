@@ -17,14 +17,13 @@ high-water mark after each method's first round (ru_maxrss only grows: cumulativ
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
 import numpy as np
 import torch
 
-from step_timing import time_trainers
+from step_timing import setup, time_trainers
 from tatu.daemon.config import load_config
 from tatu.daemon.seed_terms.anchor import Anchor
 from tatu.daemon.seed_terms.distill import Distiller, distill_sum
@@ -68,13 +67,7 @@ def trainer_for(method: str, weights: dict) -> Trainer:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+    args = setup(__doc__)
     weights = {k: v for k, v in GPT(SHAPE).state_dict().items() if k != "lm_head.weight"}
     steps = batches(args.steps)
     trainers = {m: trainer_for(m, weights) for m in METHODS}
