@@ -21,9 +21,9 @@ from tatu.sweep.errors import SweepError
 COMMANDS: dict[str, tuple[str, str, str, str]] = {
     "tokenizer": ("tatu.ops.tokenizer_cli", "add_tokenizer_args", "tokenizer_main", "train a char or BPE tokenizer (tatu tokenizer train)"),
     "data": ("tatu.ops.data_cli", "add_data_args", "data_main", "build a data dir: token shards, SFT pairs, eval sets (build, demo)"),
-    "eval": ("tatu.ops.eval_cli", "add_eval_args", "eval_main", "score a checkpoint on eval sets: ppl, bpc, bpb, 95% CI"),
-    "compare": ("tatu.ops.eval_cli", "add_compare_args", "compare_main", "two checkpoints on the same lines: paired ratio, CI, p"),
-    "interpolate": ("tatu.ops.interpolate", "add_args", "main", "the path between a seed and its fine-tune (WiSE-FT): scores, CIs, --pick"),
+    "eval": ("tatu.ops.eval.cli", "add_eval_args", "eval_main", "score a checkpoint on eval sets: ppl, bpc, bpb, 95% CI"),
+    "compare": ("tatu.ops.eval.cli", "add_compare_args", "compare_main", "two checkpoints on the same lines: paired ratio, CI, p"),
+    "interpolate": ("tatu.ops.interpolate.cli", "add_args", "main", "the path between a seed and its fine-tune (WiSE-FT): scores, CIs, --pick"),
     "generate": ("tatu.ops.generate", "add_args", "main", "continue prompts with a checkpoint (batched, KV cache)"),
     "run": ("tatu.ops.run_cli", "add_args", "main", "run the daemon in the foreground (config from the environment)"),
     "smoke": ("tatu.ops.run_cli", "add_smoke_args", "smoke_main", "the same config for 2 steps, eval every step, separate run dir"),

@@ -42,7 +42,7 @@ class PlanFile(_Section):
     configs: dict[str, dict[str, Any]] | None = None  # name -> { VAR = value, ... } (tatu.sweep.configs)
     decision: _Decision = _Decision()
     tune: dict[str, Any] | None = None
-    interpolate: dict[str, Any] | None = None  # config, alphas (tatu.sweep.interpolated)
+    interpolate: dict[str, Any] | None = None  # config, alphas (tatu.sweep.interpolated.members)
 
     @field_validator("name")
     @classmethod

@@ -11,7 +11,7 @@ from sweep_world import plan_text
 
 from tatu.exitcodes import BAD_CONFIG
 from tatu.sweep.errors import SweepError
-from tatu.sweep.interpolated import interpolated_members
+from tatu.sweep.interpolated.members import interpolated_members
 from tatu.sweep.lock import members, plan_from_lock, reconcile
 from tatu.sweep.plan import load_plan
 
