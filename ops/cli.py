@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
     "run": ("tatu.ops.run_cli", "add_args", "main", "run the daemon in the foreground (config from the environment)"),
     "smoke": ("tatu.ops.run_cli", "add_smoke_args", "smoke_main", "the same config for 2 steps, eval every step, separate run dir"),
     "status": ("tatu.ops.status", "add_status_args", "status_main", "ask a running daemon over its control socket"),
-    "doctor": ("tatu.ops.doctor", "add_doctor_args", "doctor_main", "check the unit and the host against what kills runs"),
+    "doctor": ("tatu.ops.doctor.cli", "add_doctor_args", "doctor_main", "check the unit and the host against what kills runs"),
     "units": ("tatu.ops.units", "add_units_args", "units_main", "install the systemd user units (tatu units install --run NAME)"),
     "report": ("tatu.ops.report.page", "add_args", "main", "plots and an HTML page from runs' events.jsonl"),
     "export": ("tatu.ops.export", "add_args", "main", "a checkpoint as a transformers GPT-2 directory (--format hf)"),

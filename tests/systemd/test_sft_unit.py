@@ -27,7 +27,7 @@ from tiny_world import base_env
 
 from tatu.daemon.control.server import socket_path
 from tatu.daemon.logs import read_events
-from tatu.ops import doctor
+from tatu.ops.doctor import cli as doctor
 from tatu.daemon.control.client import request, resolve_socket
 from tatu.ops.units import install_units
 
