@@ -23,7 +23,7 @@ from tatu.sweep.interpolated.members import InterpolatedMember, interpolated_mem
 from tatu.sweep.interpolated.results import interpolated_result
 from tatu.sweep.members import TERMINAL, member_status, read_json
 from tatu.sweep.backends import UnitState
-from tatu.sweep.plan import Member
+from tatu.sweep.plan.load import Member
 from tatu.sweep.lock import locked_configs
 from tatu.sweep.rule import CONFIG, held_out_set, one_config_line, parse_rule
 from tatu.sweep import common as common_step_

@@ -38,7 +38,7 @@ from tatu.daemon.control.client import ControlError, answers, request, resolve_s
 from tatu.daemon.run.lock import holder_pid
 from tatu.envfile import env_file_text
 from tatu.systemctl import SystemctlError, systemctl_user
-from tatu.sweep.plan import Member
+from tatu.sweep.plan.load import Member
 
 CRASH_RESTARTS = 4  # like the unit's StartLimitBurst=5: five starts, then it is the sweep's problem
 _NOT_INHERITED = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "RUNTIME_DIRECTORY", "JOURNAL_STREAM", "SWEEP_DIR")

@@ -31,7 +31,7 @@ from tatu.sweep.interpolated.results import write_ready
 from tatu.sweep.lock import members as locked_members
 from tatu.sweep.lock import plan_from_lock, read_lock, record_tuned
 from tatu.sweep.members import TERMINAL, MemberStatus, member_status, member_wall_seconds, read_json, summary
-from tatu.sweep.plan import Member
+from tatu.sweep.plan.load import Member
 from tatu.tensorboard.writer import unavailable
 
 POLL_SECONDS = 2.0

@@ -17,7 +17,7 @@ from tiny_world import daemon, sft_env
 from tatu import exitcodes
 from tatu.daemon.run.lock import RunDirBusy, RunDirLock, holder_pid
 from tatu.sweep.backends import ForegroundBackend
-from tatu.sweep.plan import Member
+from tatu.sweep.plan.load import Member
 
 HOLD = """
 import sys, time

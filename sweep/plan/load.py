@@ -40,7 +40,7 @@ from pathlib import Path
 
 from tatu.sweep.configs import check_distinct, config_variables, read_configs
 from tatu.sweep.interpolated.spec import InterpolateSpec, read_interpolate
-from tatu.sweep.plan_file import PlanFile, read_plan_file, seed_list
+from tatu.sweep.plan.file import PlanFile, read_plan_file, seed_list
 from tatu.sweep.rule import CONFIG, Rule, parse_rule, plan_error
 from tatu.sweep.values import PATH_VARIABLES, SWEEP_OWNED, config_label, env_value as _env_value, resolve_paths as _resolve_paths
 
