@@ -39,9 +39,9 @@ sys.path.insert(0, str(ROOT / "bench"))  # overhead: the demo-size seed and run 
 from overhead import DEMO_MODEL, SEQ_LEN, build_seed, run_env  # noqa: E402
 from tiny_world import clean_environ, write_sources  # noqa: E402
 
-from tatu.daemon.control_access import socket_path  # noqa: E402
-from tatu.daemon.control_client import request  # noqa: E402
-from tatu.daemon.control_protocol import MAX_CONNECTIONS, RATE_BURST, RATE_PER_S  # noqa: E402
+from tatu.daemon.control.access import socket_path  # noqa: E402
+from tatu.daemon.control.client import request  # noqa: E402
+from tatu.daemon.control.protocol import MAX_CONNECTIONS, RATE_BURST, RATE_PER_S  # noqa: E402
 from tatu.ops.demo import prepare_data  # noqa: E402
 
 # A client: malformed requests, each sent the moment the previous reply arrived, until SIGTERM;

@@ -12,8 +12,8 @@ from contextlib import contextmanager
 from tatu.atomic import write_json_atomic
 from tatu.daemon import distributed, judge, ranks
 from tatu.daemon.resume import save_resume
-from tatu.daemon.run_paths import eval_lines_path
-from tatu.daemon.run_state import RunState, results_to_json
+from tatu.daemon.run.paths import eval_lines_path
+from tatu.daemon.run.state import RunState, results_to_json
 from tatu.daemon.suite import best_set, generate_samples, score_categories, score_suite, score_tasks
 from tatu.model.checkpoint import NonFiniteTensorError, save_checkpoint
 from tatu.storage import StorageError, is_storage_error, storage_error, tree_bytes

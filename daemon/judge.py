@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from tatu.daemon.ci_covers import ci_covers
 from tatu.daemon.config import RunConfig
-from tatu.daemon.run_state import RunState
+from tatu.daemon.run.state import RunState
 from tatu.daemon.suite import REFERENCE_SETS, RULER, Suite, best_set
 from tatu.evals.choice import mcnemar_exact
 from tatu.evals.scoring import SetResult, compare_results

@@ -23,8 +23,8 @@ from tatu.daemon.logs import RunLog
 from tatu.daemon.start import (check_same_eval_files, check_same_precision, lr_schedule_end, lr_schedule_note,
                                starting_point, trunk_reference_for)
 from tatu.daemon.resume import restore_resume
-from tatu.daemon.run_lock import RunDirLock
-from tatu.daemon.run_state import RunState
+from tatu.daemon.run.lock import RunDirLock
+from tatu.daemon.run.state import RunState
 from tatu.daemon.seed_terms import setup as seed_terms
 from tatu.daemon.suite import load_suite
 from tatu.daemon.tensorboard import attach as attach_tensorboard

@@ -23,7 +23,7 @@ from tatu import exitcodes
 from tatu.daemon import signals
 from tatu.daemon.ci_covers import run_env_file
 from tatu.daemon.config import ConfigError, RunConfig, describe, load_layers
-from tatu.daemon.run_lock import has_resume
+from tatu.daemon.run.lock import has_resume
 from tatu.data.manifest import DataConfigError, DataError
 from tatu.storage import StorageError
 
@@ -34,7 +34,7 @@ def exit_codes() -> tuple[tuple[type[BaseException], int], ...]:
     """(exception, exit code), the first match wins. A new expected failure: one line here."""
     # These import torch: only once the config is valid.
     from tatu.daemon.actions import NonFiniteError
-    from tatu.daemon.run_lock import RunDirBusy
+    from tatu.daemon.run.lock import RunDirBusy
     from tatu.model.checkpoint import CheckpointError, NonFiniteTensorError
 
     return (

@@ -1,6 +1,6 @@
 """The resume state: everything a killed run needs to continue bit-identically.
 
-RunState (daemon/run_state.py) plus model, optimizer, stream position and every RNG, written
+RunState (daemon/run/state.py) plus model, optimizer, stream position and every RNG, written
 through the checkpoint format (atomic, verified on load) as <run dir>/state/.
 """
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tatu.daemon.run_lock import STATE_DIR
-from tatu.daemon.run_state import RunState
+from tatu.daemon.run.lock import STATE_DIR
+from tatu.daemon.run.state import RunState
 from tatu.model.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from tatu.daemon.config import ConfigError, RunConfig
 from tatu.daemon.judge import trunk_reference
 from tatu.daemon.resume import load_resume
-from tatu.daemon.run_lock import has_resume
-from tatu.daemon.run_state import is_results_json, results_from_json
+from tatu.daemon.run.lock import has_resume
+from tatu.daemon.run.state import is_results_json, results_from_json
 from tatu.daemon.suite import REFERENCE_SETS, Suite, score_suite
 from tatu.daemon.trainer import lr_at
 from tatu.data.manifest import DataConfigError, DataError

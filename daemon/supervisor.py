@@ -2,7 +2,7 @@
 
 - systemd: READY, STATUS text, the watchdog fed after each finished step, timeout extensions
   around the long operations (load, eval, save) - daemon/notify.py speaks the protocol.
-- the control socket (daemon/control.py): status, config, evals, and three requests - stop,
+- the control socket (daemon/control/server.py): status, config, evals, and three requests - stop,
   eval, checkpoint - that the loop acts on at the next step boundary.
 - SIGTERM and SIGINT (daemon/signals.py, installed before torch loads): a graceful stop at the
   next step boundary (the resume state is saved first).
@@ -30,7 +30,7 @@ from typing import Callable
 
 from tatu.daemon import memory, signals
 from tatu.daemon.config import ConfigError, RunConfig
-from tatu.daemon.control import ControlServer, socket_path
+from tatu.daemon.control.server import ControlServer, socket_path
 from tatu.daemon.notify import Notifier
 from tatu.daemon.status_snapshot import DISK_WARN_SAVES, HostSample, StatusSnapshot, disk_fields
 from tatu.daemon.suite import best_set

@@ -111,7 +111,7 @@ def _data_build(args: argparse.Namespace) -> int:
 
 
 def _data_demo(args: argparse.Namespace) -> int:
-    from tatu.data.demo import DemoPackagesError, build_demo_sources
+    from tatu.data.demo.sources import DemoPackagesError, build_demo_sources
     from tatu.ops.packages import ensure_demo_packages
 
     try:

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tatu.data.demo import CHAT_PRETRAIN_FILE, HELD_OUT_FILE
+from tatu.data.demo.sources import CHAT_PRETRAIN_FILE, HELD_OUT_FILE
 from tatu.formats import fmt_pct
 from tatu.ops.cli import main as tatu
 from tatu.systemctl import SystemctlError, systemctl_user
@@ -77,7 +77,7 @@ def prepare_data(sources: Path, work: Path, kind: str, vocab: int, seq_len: int)
     tokenizer = work / "tokenizer.json"
     data = work / "data"
     pt, en = sources / "pt_corpus.txt", sources / "en_corpus.txt"
-    # The SFT tasks in other phrasings (data/demo.py), in pretraining only: the trunk knows the
+    # The SFT tasks in other phrasings (data/demo/sources.py), in pretraining only: the trunk knows the
     # format and the tasks before SFT. A sources dir without them (the tests' own) pretrains on text alone.
     chat = [sources / CHAT_PRETRAIN_FILE] if (sources / CHAT_PRETRAIN_FILE).is_file() else []
     vocab_args = ["--vocab", str(vocab)] if vocab else []

@@ -172,7 +172,7 @@ def harness_main(args: argparse.Namespace) -> int:
     """The --harness path of `tatu eval` (see the module docstring)."""
     from tatu.model.checkpoint import CheckpointError
     from tatu.model.hf import load_checkpoint_or_gpt2
-    from tatu.ops.eval_inputs import check_device, resolve_bootstrap, set_specs
+    from tatu.ops.eval.inputs import check_device, resolve_bootstrap, set_specs
 
     try:
         import lm_eval  # noqa: F401

@@ -1,5 +1,5 @@
 """The Debian packages tatu needs, installed with apt-get when missing: the demo's text
-(tatu.data.demo.DEMO_PACKAGES), Apertium's taggers and the page tests' browser.
+(tatu.data.demo.sources.DEMO_PACKAGES), Apertium's taggers and the page tests' browser.
 
 Only as root: anyone else gets the command to run. The data module reads what is installed;
 installing software on the machine is an operator's action and lives here.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from tatu.data.demo import DemoPackagesError, installed_versions, missing_demo_packages
+from tatu.data.demo.sources import DemoPackagesError, installed_versions, missing_demo_packages
 from tatu.debian import installed_version
 
 _apt_updated = False

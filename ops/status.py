@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from tatu import exitcodes
-from tatu.daemon.control_client import ControlError, request, resolve_socket
+from tatu.daemon.control.client import ControlError, request, resolve_socket
 from tatu.formats import fmt_duration, fmt_pct
 
 # -- formatting ---------------------------------------------------------------------

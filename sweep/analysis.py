@@ -3,7 +3,7 @@ comparisons with the baseline, the tune stage's choice and the locked rule's ver
 
 Everything here is a pure function of the lock, the members' run dirs and checkpoints: the
 same files give the same numbers (fixed resampling seeds), however often and by whatever
-coordinator the sweep was run. Statistics (tatu.evals.seeds) are on the log scale of the
+coordinator the sweep was run. Statistics (tatu.evals.seeds.stats) are on the log scale of the
 paired perplexity ratio end/start and shown as relative changes: drift (enRuler), the
 sftHeld change, every held-out set's change and each word category's (sweep/sets.py). With a tune stage, sftHeld is judged on its judge half only (odd line
 indices); the tune stage chose on the dev half (even ones); the ruler never chooses. Every
@@ -17,13 +17,13 @@ import itertools
 import math
 from pathlib import Path
 
-from tatu.evals import seeds as st
-from tatu.evals import seeds_power
-from tatu.sweep.interpolated import InterpolatedMember, interpolated_members, interpolated_order
-from tatu.sweep.interpolated_run import interpolated_result
+from tatu.evals.seeds import power as seeds_power
+from tatu.evals.seeds import stats as st
+from tatu.sweep.interpolated.members import InterpolatedMember, interpolated_members, interpolated_order
+from tatu.sweep.interpolated.results import interpolated_result
 from tatu.sweep.members import TERMINAL, member_status, read_json
 from tatu.sweep.backends import UnitState
-from tatu.sweep.plan import Member
+from tatu.sweep.plan.load import Member
 from tatu.sweep.lock import locked_configs
 from tatu.sweep.rule import CONFIG, held_out_set, one_config_line, parse_rule
 from tatu.sweep import common as common_step_

@@ -16,7 +16,7 @@ reboot, derives the same thing. The Ray backend (tatu.sweep.ray) implements the 
 - foreground: members are child processes of the coordinator (`python -m tatu.daemon`); a
   crash is restarted here, at most CRASH_RESTARTS times; a child gets SIGTERM when the
   coordinator dies (PR_SET_PDEATHSIG), saves and exits, and a restarted coordinator waits for
-  a member whose daemon still holds its run dir's lock (tatu.daemon.run_lock) or answers on its
+  a member whose daemon still holds its run dir's lock (tatu.daemon.run.lock) or answers on its
   control socket instead of starting it twice.
 """
 from __future__ import annotations
@@ -34,11 +34,11 @@ from typing import Protocol
 from tatu import exitcodes, systemctl
 from tatu.atomic import write_atomic
 from tatu.daemon.config import PREFIXES as RUN_PREFIXES
-from tatu.daemon.control_client import ControlError, answers, request, resolve_socket
-from tatu.daemon.run_lock import holder_pid
+from tatu.daemon.control.client import ControlError, answers, request, resolve_socket
+from tatu.daemon.run.lock import holder_pid
 from tatu.envfile import env_file_text
 from tatu.systemctl import SystemctlError, systemctl_user
-from tatu.sweep.plan import Member
+from tatu.sweep.plan.load import Member
 
 CRASH_RESTARTS = 4  # like the unit's StartLimitBurst=5: five starts, then it is the sweep's problem
 _NOT_INHERITED = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "RUNTIME_DIRECTORY", "JOURNAL_STREAM", "SWEEP_DIR")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tatu.daemon.run_paths import eval_lines_path
+from tatu.daemon.run.paths import eval_lines_path
 from tatu.sweep.scores import category_entries
 
 START, AT_COMMON = "start@0", "end@common"  # the keys of a member result that hold these lines

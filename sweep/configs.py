@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tatu.sweep.plan_file import PlanFile
+from tatu.sweep.plan.file import PlanFile
 from tatu.sweep.rule import CONFIG, plan_error
 from tatu.sweep.values import SWEEP_OWNED, env_value, resolve_paths
 

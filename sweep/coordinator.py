@@ -26,12 +26,12 @@ from tatu.formats import fmt_duration
 from tatu.sweep import hparams
 from tatu.sweep.backends import Backend, ForegroundBackend, SystemdBackend
 from tatu.sweep.errors import SweepError
-from tatu.sweep.interpolated import interpolated_members
-from tatu.sweep.interpolated_run import write_ready
+from tatu.sweep.interpolated.members import interpolated_members
+from tatu.sweep.interpolated.results import write_ready
 from tatu.sweep.lock import members as locked_members
 from tatu.sweep.lock import plan_from_lock, read_lock, record_tuned
 from tatu.sweep.members import TERMINAL, MemberStatus, member_status, member_wall_seconds, read_json, summary
-from tatu.sweep.plan import Member
+from tatu.sweep.plan.load import Member
 from tatu.tensorboard.writer import unavailable
 
 POLL_SECONDS = 2.0

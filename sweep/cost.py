@@ -6,7 +6,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from tatu.sweep.plan import Member
+from tatu.sweep.plan.load import Member
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ from tatu.envfile import EnvFileError, parse_env_file_lines
 from tatu.exitcodes import BAD_CONFIG, USAGE
 from tatu.sweep.configs import CONFIG_NAME
 from tatu.sweep.errors import SweepError
-from tatu.sweep.plan import Plan, load_plan
-from tatu.sweep.plan_file import NAME_PATTERN
+from tatu.sweep.plan.load import Plan, load_plan
+from tatu.sweep.plan.file import NAME_PATTERN
 from tatu.sweep.values import PATH_VARIABLES, SWEEP_OWNED
 
 PLAN_FILE = "plan.toml"

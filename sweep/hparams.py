@@ -23,7 +23,7 @@ from typing import Callable
 from tatu.daemon.logs import read_events
 from tatu.sweep.backends import UnitState
 from tatu.sweep.members import TERMINAL, MemberStatus, member_status
-from tatu.sweep.plan import Member
+from tatu.sweep.plan.load import Member
 from tatu.sweep.rule import CONFIG
 from tatu.tensorboard.tags import Scalar, eval_scalars
 from tatu.tensorboard.writer import TensorBoardWriter

@@ -14,8 +14,8 @@ from pathlib import Path
 from tatu.atomic import write_json_atomic
 from tatu.exitcodes import BAD_CONFIG
 from tatu.sweep.errors import SweepError
-from tatu.sweep.interpolate_spec import InterpolateSpec
-from tatu.sweep.plan import Member, Plan
+from tatu.sweep.interpolated.spec import InterpolateSpec
+from tatu.sweep.plan.load import Member, Plan
 from tatu.sweep.rule import parse_rule
 
 LOCK_NAME = "plan.lock.json"

@@ -20,7 +20,7 @@ from pathlib import Path
 from tatu import exitcodes
 from tatu.sweep.backends import UnitState
 from tatu.formats import fmt_duration
-from tatu.sweep.plan import Member
+from tatu.sweep.plan.load import Member
 
 TERMINAL = ("done", "aborted", "diverged")
 

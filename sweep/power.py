@@ -1,7 +1,7 @@
 """How many seeds are enough: per judged metric of each configuration (drift, the sftHeld change,
 every held-out set the rule names) and per paired comparison with the baseline, the seeds whose
 crossed CI (seeds x lines) would resolve the plan's stated effect at 80% power, projected from
-the variance parts measured on the members (evals/seeds_power.py: seeds_needed, the one home of the
+the variance parts measured on the members (evals/seeds/power.py: seeds_needed, the one home of the
 formula). Where the rule judges: at the end, or at the common step.
 
 The stated effect is the plan's `[decision] mde` (a relative change of perplexity, "2%" = a ratio
@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from tatu.evals import seeds_power
+from tatu.evals.seeds import power as seeds_power
 from tatu.sweep.rule import Rule, held_out_set
 from tatu.sweep.stats import parts_of
 

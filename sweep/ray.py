@@ -40,7 +40,7 @@ from tatu import exitcodes
 from tatu.sweep.backends import (_NOT_INHERITED, CRASH_RESTARTS, RUN_PREFIXES, UnitState, _last_error_line,
                                      member_env, write_private)
 from tatu.sweep.errors import SweepError
-from tatu.sweep.plan import Member
+from tatu.sweep.plan.load import Member
 from tatu.envfile import env_file_text
 
 EXTRA_MISSING = "--backend ray needs Ray, which is not installed here: pip install 'tatu[ray]'"

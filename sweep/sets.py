@@ -12,7 +12,7 @@ from tatu.formats import SET_NAMES
 from tatu.sweep.scores import category_key
 from tatu.sweep.stats import config_stats, half_of
 
-MIN_LINES = 2  # lines with a token of a category, for it to be compared (tatu.evals.seeds.crossed_ci)
+MIN_LINES = 2  # lines with a token of a category, for it to be compared (tatu.evals.seeds.stats.crossed_ci)
 
 
 def _shared_keys(usable: list[dict], base: str, end: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""Per-configuration statistics over seeds from the members' per-line scores (tatu.evals.seeds).
+"""Per-configuration statistics over seeds from the members' per-line scores (tatu.evals.seeds.stats).
 
 A member result holds its per-line scores under two keys, a start and an end: "base"/"end" (the
 re-scored seed and end checkpoints) or the common step's (sweep/common.py). Every member of a
@@ -14,8 +14,8 @@ import math
 
 import numpy as np
 
-from tatu.evals import seeds as st
-from tatu.evals import seeds_power
+from tatu.evals.seeds import power as seeds_power
+from tatu.evals.seeds import stats as st
 
 RESAMPLES = 2000
 HALVES = {"dev": 0, "judge": 1}

@@ -53,7 +53,7 @@ def config_rows(configs: list[dict], common: bool = False) -> list[list[str]]:
     return rows
 
 
-# "seeds x lines": every CI here is the crossed one (evals/seeds.py), not one run's CI over its lines
+# "seeds x lines": every CI here is the crossed one (evals/seeds/stats.py), not one run's CI over its lines
 CI = "[95% CI, seeds x lines]"
 CONFIG_HEADER = ["config", "seeds", "step", f"drift {CI}", "seed SD", "within SE", "MDE", f"sftHeld change {CI}",
                  "seed SD", "within SE", "aborted", "outlier seeds"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tatu.sweep.analysis import stage_table
-from tatu.sweep.plan import Member
+from tatu.sweep.plan.load import Member
 
 
 def select_tuned(sweep_dir: Path, lock: dict, members: list[Member]) -> tuple[str, dict]:

@@ -17,7 +17,7 @@ class DemoRun:
 
 
 def demo_packages_problem() -> str | None:
-    from tatu.data.demo import DemoPackagesError
+    from tatu.data.demo.sources import DemoPackagesError
     from tatu.ops.packages import ensure_demo_packages
 
     try:

@@ -136,8 +136,8 @@ def test_the_report_says_what_the_cis_cover(finished):
 @pytest.mark.slow
 def test_tatu_status_of_a_unit_run_says_what_its_cis_cover(tiny_trunk, tmp_path):
     """As under tatu-sft@NAME: `--instance NAME`, the variables from %E/tatu/NAME.env."""
-    from tatu.daemon.control_access import socket_path
-    from tatu.daemon.control_client import request
+    from tatu.daemon.control.access import socket_path
+    from tatu.daemon.control.client import request
     from tatu.ops.status import format_status, status_main
 
     runtime, config_home = tmp_path / "rt", tmp_path / "config"

@@ -59,7 +59,7 @@ def test_a_restart_does_not_need_its_seed(tmp_path):
     """A restart starts from its own resume state: a seed moved since is no reason to refuse it;
     a smoke (always a fresh run dir) reads its seed again, so it is checked."""
     from tatu.daemon.main import check_start_paths
-    from tatu.daemon.run_lock import STATE_DIR
+    from tatu.daemon.run.lock import STATE_DIR
     from tatu.data.manifest import DataError
 
     config, origins = load_config({"TATU_DATA": str(tmp_path), "TATU_SEED_CKPT": str(tmp_path / "moved"),

@@ -1,7 +1,7 @@
 """What a busy client may cost the daemon (issue 28): a token bucket per connection, a cap on
 clients at once, and a live run that keeps training while many clients flood its socket.
 
-The limits are control_protocol.py's constants; the expectations below are derived from them
+The limits are daemon/control/protocol.py's constants; the expectations below are derived from them
 and from the clock the client reads, never from the server's own bookkeeping alone."""
 from __future__ import annotations
 
@@ -26,11 +26,11 @@ from tiny_world import clean_environ, sft_env, wait_for
 
 from tatu.daemon import memory
 from tatu.daemon.config import load_config
-from tatu.daemon.control import ControlServer
-from tatu.daemon.control_access import socket_path
-from tatu.daemon.control_client import ControlError, request
-from tatu.daemon.control_connection import RESUME_TICK_S, TokenBucket
-from tatu.daemon.control_protocol import MAX_CONNECTIONS, RATE_BURST, RATE_PER_S, nesting_depth
+from tatu.daemon.control.server import ControlServer
+from tatu.daemon.control.access import socket_path
+from tatu.daemon.control.client import ControlError, request
+from tatu.daemon.control.connection import RESUME_TICK_S, TokenBucket
+from tatu.daemon.control.protocol import MAX_CONNECTIONS, RATE_BURST, RATE_PER_S, nesting_depth
 from tatu.daemon.logs import read_events
 from tatu.daemon.supervisor import MEMORY_SAMPLE_S, Supervisor
 

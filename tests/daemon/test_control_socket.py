@@ -18,8 +18,8 @@ import pytest
 
 from strict import cannot_run
 
-from tatu.daemon.control import MAX_REQUEST_DEPTH, ControlServer, error_reply, peer_allowed, socket_path
-from tatu.daemon.control_client import ControlError, request
+from tatu.daemon.control.server import MAX_REQUEST_DEPTH, ControlServer, error_reply, peer_allowed, socket_path
+from tatu.daemon.control.client import ControlError, request
 from tatu.ops.status import add_status_args, format_status, status_main
 
 NOBODY_UID = 65534

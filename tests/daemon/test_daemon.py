@@ -24,7 +24,7 @@ from tb_reader import assert_curves_equal_events, read_back, require_tensorboard
 from tiny_world import RUN_PREFIXES, clean_environ, daemon, sft_env
 
 from tatu.daemon.logs import read_events
-from tatu.daemon.run_lock import holder_pid
+from tatu.daemon.run.lock import holder_pid
 from tatu.daemon.main import main as daemon_main
 from tatu.model.checkpoint import load_checkpoint
 

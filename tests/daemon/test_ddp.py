@@ -24,7 +24,7 @@ import torch
 from tb_reader import assert_curves_equal_events, read_back, require_tensorboard
 from tiny_world import base_env, clean_environ, wait_for
 
-from tatu.daemon.control import socket_path
+from tatu.daemon.control.server import socket_path
 from tatu.daemon.distributed import share
 from tatu.daemon.launch import run_exit_code
 from tatu.daemon.logs import read_events

@@ -79,7 +79,7 @@ def _status_once_saved(tiny_trunk, out: Path, runtime: Path, stop: signal.Signal
     """A long run writing under `out`: its `status` reply over the run's real socket once the
     baseline's state/ save is logged, the sizes of its best/ and state/ then, and its output
     after `stop` (SIGTERM: a graceful stop that saves again, exit 0; SIGKILL: no more writes)."""
-    from tatu.daemon.control_client import request
+    from tatu.daemon.control.client import request
 
     env = sft_env(tiny_trunk, out, TATU_RUN="disk", MIX_STEPS_LIMIT=100_000, EVAL_EVERY=1000, TATU_CKPT_EVERY=1000,
                   TATU_GEN_PROMPTS=0)

@@ -19,7 +19,7 @@ from tatu.daemon.actions import NonFiniteError
 from tatu.daemon.config import ConfigError
 from tatu.daemon.main import exit_code_for
 from tatu.daemon.main import main as daemon_main
-from tatu.daemon.run_lock import RunDirBusy
+from tatu.daemon.run.lock import RunDirBusy
 from tatu.data.manifest import DataConfigError, DataError, check_tokenizer
 from tatu.evals.sets import EvalSetError
 from tatu.model.checkpoint import CheckpointError, NonFiniteTensorError

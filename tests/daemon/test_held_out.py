@@ -13,7 +13,7 @@ from tiny_world import HELD_OUT_EXTRA
 
 from tatu.daemon.judge import change
 from tatu.daemon.logs import read_events
-from tatu.daemon.run_state import RunState
+from tatu.daemon.run.state import RunState
 from tatu.evals.scoring import compare_results
 from tatu.ops import cli
 from tatu.ops.report import page as report

@@ -14,7 +14,7 @@ import pytest
 from tatu.daemon.config import load_config
 from tatu.daemon.judge import decide
 from tatu.daemon.judge import verdict as judge
-from tatu.daemon.run_state import RunState
+from tatu.daemon.run.state import RunState
 from tatu.daemon.suite import Suite
 from tatu.evals.scoring import SetResult
 from tatu.evals.sets import EvalLine, EvalSet

@@ -165,8 +165,8 @@ def test_a_restart_with_other_train_settings_is_another_run_78(world, tmp_path, 
 def test_tatu_status_of_a_live_lora_run_says_what_trains(world, tmp_path):
     import time
 
-    from tatu.daemon.control_access import socket_path
-    from tatu.daemon.control_client import request
+    from tatu.daemon.control.access import socket_path
+    from tatu.daemon.control.client import request
     from tatu.ops.status import format_status
 
     runtime = tmp_path / "rt"

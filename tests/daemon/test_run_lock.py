@@ -1,4 +1,4 @@
-"""One daemon per run dir (daemon/run_lock.py): a second daemon exits 75 naming the dir and the
+"""One daemon per run dir (daemon/run/lock.py): a second daemon exits 75 naming the dir and the
 holder's pid and writes nothing; the lock dies with its process (kill -9); a fresh start that
 finds a resume state appeared meanwhile does not start over it; the foreground sweep backend
 sees a member whose daemon holds its run dir as running. Real processes, real flocks."""
@@ -15,13 +15,13 @@ import pytest
 from tiny_world import daemon, sft_env
 
 from tatu import exitcodes
-from tatu.daemon.run_lock import RunDirBusy, RunDirLock, holder_pid
+from tatu.daemon.run.lock import RunDirBusy, RunDirLock, holder_pid
 from tatu.sweep.backends import ForegroundBackend
-from tatu.sweep.plan import Member
+from tatu.sweep.plan.load import Member
 
 HOLD = """
 import sys, time
-from tatu.daemon.run_lock import RunDirLock
+from tatu.daemon.run.lock import RunDirLock
 RunDirLock(sys.argv[1]).take_existing()
 print("locked", flush=True)
 time.sleep(600)

@@ -7,7 +7,7 @@ import pytest
 
 from tatu import exitcodes
 from tatu.daemon.main import exit_code_for
-from tatu.daemon.run_state import RunState
+from tatu.daemon.run.state import RunState
 from tatu.evals.scoring import SetResult
 from tatu.model.checkpoint import CheckpointError
 

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from tatu.daemon.config import ConfigError, load_config
-from tatu.daemon.run_state import RunState
+from tatu.daemon.run.state import RunState
 from tatu.daemon.supervisor import Requests, Supervisor
 
 

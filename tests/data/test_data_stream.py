@@ -155,7 +155,7 @@ def test_chunks_cover_the_file_and_give_its_documents(tmp_path_factory, pieces, 
 
 
 def test_the_demo_sources_build_the_same_bytes_streamed_and_in_workers(tmp_path, monkeypatch):
-    from tatu.data import demo
+    from tatu.data.demo import sources as demo
     from tatu.ops import packages
 
     try:

@@ -9,7 +9,7 @@ import pytest
 
 from strict import cannot_run
 
-from tatu.data import demo, demo_text
+from tatu.data.demo import sources as demo, text as demo_text
 from tatu.ops import packages
 from tatu.data.sft_gen import TEMPLATES, generate_pairs, generate_pretraining_pairs, number_to_words
 

@@ -1,4 +1,4 @@
-"""evals/seeds.py against independent computations: scipy for t and the paired test, a hand
+"""evals/seeds/stats.py against independent computations: scipy for t and the paired test, a hand
 computation for Holm and the outlier score, simulated normal seeds for the false-flag rate.
 The crossed-design CI: tests/evals/test_seeds_crossed.py; seeds for a stated effect:
 tests/evals/test_seeds_power.py."""
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats as sp
 
-from tatu.evals import seeds, tdist
+from tatu.evals import tdist
+from tatu.evals.seeds import stats as seeds
 
 
 def test_t_distribution_matches_scipy():

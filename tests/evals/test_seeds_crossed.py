@@ -1,4 +1,4 @@
-"""evals/seeds.py's crossed-design CI (seeds x shared lines) against an independent two-way
+"""evals/seeds/stats.py's crossed-design CI (seeds x shared lines) against an independent two-way
 ANOVA written here with loops, and its coverage on simulated sweeps whose lines carry an effect
 shared by every seed plus a seed x line interaction. A lines-independent CI (the hierarchical
 bootstrap tatu used before, kept below as a test-local reference) fails the same coverage test.
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats as sp
 
-from tatu.evals import seeds
+from tatu.evals.seeds import stats as seeds
 
 N_LINES = 40
 N_SIMS = 400  # a true 95% interval covers 95.0 +- 1.1 points (binomial SD): the +-3-point band is ~2.8 SD

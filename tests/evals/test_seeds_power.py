@@ -1,4 +1,4 @@
-"""evals/seeds_power.py (seeds for a stated effect: seeds_needed, crossed_power, line_floor) against
+"""evals/seeds/power.py (seeds for a stated effect: seeds_needed, crossed_power, line_floor) against
 simulated crossed experiments: per-line changes with a known seed SD, shared-line SD and seed x
 line SD, the effect the report states (2%), many experiments at the seed count the formula names
 and at one seed fewer, each judged by the crossed 95% CI the report prints.
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from scipy import stats as sp
 
-from tatu.evals import seeds, seeds_power
+from tatu.evals.seeds import power as seeds_power, stats as seeds
 
 N_LINES = 166  # the demo's enRuler
 EFFECT = math.log1p(0.02)  # the report's default: a 2% change of perplexity

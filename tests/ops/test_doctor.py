@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from tatu.ops import doctor
-from tatu.ops.doctor import add_doctor_args, doctor_main
-from tatu.ops.doctor_checks import Finding, check_disk, diagnose, format_findings
+from tatu.ops.doctor import cli as doctor
+from tatu.ops.doctor.cli import add_doctor_args, doctor_main
+from tatu.ops.doctor.checks import Finding, check_disk, diagnose, format_findings
 from tatu.systemctl import parse_show
 
 DATA = Path(__file__).resolve().parents[1] / "fixtures" / "doctor"
@@ -120,7 +120,7 @@ def test_doctor_main_exit_code_follows_fail(monkeypatch, capsys):
 
 def test_unreachable_manager_still_reports_the_host(monkeypatch):
     """No user manager to ask (no login session): one FAIL saying so, then the host's own checks."""
-    from tatu.ops.doctor_checks import unreachable_manager
+    from tatu.ops.doctor.checks import unreachable_manager
 
     facts = {"user": "op", "swap_total_mb": 8192.0, "swap_used_mb": 6000.0, "linger": False, "cuda": None}
     findings = unreachable_manager("Failed to connect to bus: No medium found", facts)

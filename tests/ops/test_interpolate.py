@@ -17,7 +17,7 @@ from tatu.model.checkpoint import load_checkpoint
 from tatu.model.hf import load_checkpoint_or_gpt2
 from tatu.model.interpolation import interpolate_state, plain_weights
 from tatu.ops.cli import main as tatu
-from tatu.ops.interpolate_pick import choose, parse_pick
+from tatu.ops.interpolate.pick import choose, parse_pick
 
 BOOT = ["--seed", "7", "--resamples", "200"]
 

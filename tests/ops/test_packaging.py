@@ -1,8 +1,11 @@
 """The installed distribution: import names, the `tatu` console script, `tatu generate`."""
 
+import ast
+import importlib.util
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ import tatu
 from tatu.model.checkpoint import save_checkpoint
 from tatu.model.gpt import GPT, GPTConfig
 from tatu.model.tokenizer import CharTokenizer
+from tatu.ops.cli import COMMANDS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TATU = Path(sys.executable).parent / "tatu"
@@ -46,6 +50,34 @@ def test_console_script_help_and_version():
     assert version.stdout.decode().strip() == f"tatu {tatu.__version__}"
     unknown = run([str(TATU), "frobnicate"])
     assert unknown.returncode == 2 and b"frobnicate" in unknown.stderr
+
+
+def test_every_package_folder_is_in_the_wheel():
+    """pyproject lists packages by hand; an editable install finds a sub-package it does not list,
+    the wheel leaves it out. Every folder with an __init__.py under a mapped folder is listed, and
+    every listed package has its folder."""
+    setuptools = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed, folders = set(setuptools["packages"]), setuptools["package-dir"]
+    on_disk = set()
+    for package, folder in folders.items():
+        for init in (REPO_ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(REPO_ROOT / folder)
+            on_disk.add(".".join([package, *rel.parts]))
+    assert not on_disk - listed, f"folders pyproject's packages leave out of the wheel: {sorted(on_disk - listed)}"
+    no_folder = [p for p in listed if not (REPO_ROOT / folders.get(p, p.replace(".", "/")) / "__init__.py").exists()]
+    assert not no_folder, f"packages without a folder: {no_folder}"
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_subcommand_names_a_module_with_its_functions(command):
+    """ops/cli.py imports a subcommand only when it runs: a stale module path would show only then."""
+    module, add_args, main, _ = COMMANDS[command]
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin, f"tatu {command}: no module {module}"
+    tree = ast.parse(Path(spec.origin).read_text())
+    defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+    defined |= {alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert {add_args, main} <= defined, f"tatu {command}: {module} lacks {sorted({add_args, main} - defined)}"
 
 
 @pytest.fixture(scope="module")

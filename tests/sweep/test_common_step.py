@@ -87,7 +87,7 @@ def test_every_comparison_is_also_made_at_the_common_step_and_the_rule_judges_th
     end_table = text.split("comparison stage", 1)[1].split("outlier seeds:", 1)[0]
     assert any(line.startswith("mix-steps-limit6") and "  6  " in line for line in end_table.splitlines())
     # The seeds for the default MDE, where the rule judges (the common step), from its parts there.
-    from tatu.evals import seeds_power
+    from tatu.evals.seeds import power as seeds_power
 
     seeds_for = data["seeds_for"]
     assert (seeds_for["at"], seeds_for["effect"]) == ("common", 0.02)

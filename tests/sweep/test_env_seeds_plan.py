@@ -15,7 +15,7 @@ from tatu.sweep.analysis import decide
 from tatu.sweep.env_seeds import seeds_plan, write
 from tatu.sweep.errors import SweepError
 from tatu.sweep.lock import reconcile
-from tatu.sweep.plan import load_plan
+from tatu.sweep.plan.load import load_plan
 
 RULE = ("first config such that drift_hi < MIX_FORGET_LIMIT and every_eval_drift_hi < MIX_FORGET_LIMIT "
         "and sftHeld_change_hi < 0")

@@ -23,8 +23,8 @@ from sweep_world import plan_world, run_through
 from tatu.exitcodes import BAD_DATA
 from tatu.sweep.analysis import analyze, decide
 from tatu.sweep.errors import SweepError
-from tatu.sweep.interpolated import interpolated_members
-from tatu.sweep.interpolated_run import interpolated_result
+from tatu.sweep.interpolated.members import interpolated_members
+from tatu.sweep.interpolated.results import interpolated_result
 from tatu.sweep.lock import members, read_lock
 from tatu.sweep.scores import score_checkpoint
 from tatu.sweep.tables import closing_text, verdict_lines

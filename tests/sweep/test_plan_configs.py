@@ -16,7 +16,7 @@ from tatu.ops.cli import main as tatu
 from tatu.sweep.analysis import decide
 from tatu.sweep.errors import SweepError
 from tatu.sweep.lock import members, plan_from_lock, read_lock, reconcile
-from tatu.sweep.plan import load_plan
+from tatu.sweep.plan.load import load_plan
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CONFIGS = ('lora-r4 = { TATU_TRAIN = "lora", TATU_LORA_RANK = 4 }\n'

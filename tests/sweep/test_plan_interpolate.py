@@ -11,9 +11,9 @@ from sweep_world import plan_text
 
 from tatu.exitcodes import BAD_CONFIG
 from tatu.sweep.errors import SweepError
-from tatu.sweep.interpolated import interpolated_members
+from tatu.sweep.interpolated.members import interpolated_members
 from tatu.sweep.lock import members, plan_from_lock, reconcile
-from tatu.sweep.plan import load_plan
+from tatu.sweep.plan.load import load_plan
 
 CONFIGS = "full-replay2 = { REPLAY_N = 2 }\nfull = {}\n"
 RULE = "first config such that drift_hi < MIX_FORGET_LIMIT and sftHeld_change_hi < 0"

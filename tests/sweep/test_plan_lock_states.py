@@ -17,7 +17,7 @@ from tatu.sweep.backends import UnitState
 from tatu.sweep.errors import SweepError
 from tatu.sweep.members import member_status, summary
 from tatu.sweep.lock import lock_path, members, read_lock, reconcile
-from tatu.sweep.plan import config_label, load_plan
+from tatu.sweep.plan.load import config_label, load_plan
 
 TUNE = '[tune]\nTATU_LR = [1e-3, 3e-3]\nseeds = [1]\n'
 

@@ -6,7 +6,7 @@ import pytest
 
 from tatu.exitcodes import BAD_CONFIG
 from tatu.sweep.errors import SweepError
-from tatu.sweep.plan import load_plan
+from tatu.sweep.plan.load import load_plan
 
 PLAN = """
 name = "methods"

@@ -293,7 +293,7 @@ def test_a_wrong_address_is_one_line_and_78_at_once(world, tmp_path):
 def test_member_resources_follow_the_cluster(monkeypatch, resources, device, options, given, k):
     # A GPU cluster cannot exist on this machine: only Ray's resource table is stood in for.
     from tatu.sweep import ray as sweep_ray
-    from tatu.sweep.plan import Member
+    from tatu.sweep.plan.load import Member
 
     monkeypatch.setattr(sweep_ray, "cluster_resources", lambda: resources)
     member = Member("replay-n0-s1", "x.replay-n0-s1", "compare", "replay-n0", {}, 1, {"TATU_DEVICE": device})
@@ -305,7 +305,7 @@ def test_a_cuda_member_on_a_cluster_without_gpus_is_a_config_error(monkeypatch):
     from tatu.exitcodes import BAD_CONFIG
     from tatu.sweep import ray as sweep_ray
     from tatu.sweep.errors import SweepError
-    from tatu.sweep.plan import Member
+    from tatu.sweep.plan.load import Member
 
     monkeypatch.setattr(sweep_ray, "cluster_resources", lambda: {"CPU": 8})
     member = Member("replay-n0-s1", "x.replay-n0-s1", "compare", "replay-n0", {}, 1, {"TATU_DEVICE": "cuda:1"})

@@ -133,7 +133,7 @@ def test_a_plan_states_its_effect_and_a_plan_without_it_hashes_as_before(tmp_pat
     from sweep_world import plan_text
 
     from tatu.sweep.lock import plan_from_lock, reconcile
-    from tatu.sweep.plan import load_plan
+    from tatu.sweep.plan.load import load_plan
 
     text = plan_text("dose", Path("data"), Path("runs/trunk/final"))
     plain, stated, same = (tmp_path / "plain.toml", tmp_path / "stated.toml", tmp_path / "same.toml")

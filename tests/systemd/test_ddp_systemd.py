@@ -17,7 +17,7 @@ from systemd_harness import address_the_manager, scrub_environment_for_units, us
 from tiny_world import base_env
 
 from tatu.daemon.logs import read_events
-from tatu.daemon.control_client import request, resolve_socket
+from tatu.daemon.control.client import request, resolve_socket
 from tatu.ops.units import install_units
 
 pytestmark = [pytest.mark.systemd, pytest.mark.slow]

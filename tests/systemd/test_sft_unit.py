@@ -25,10 +25,10 @@ import pytest
 from systemd_harness import address_the_manager, scrub_environment_for_units, user_manager_session
 from tiny_world import base_env
 
-from tatu.daemon.control import socket_path
+from tatu.daemon.control.server import socket_path
 from tatu.daemon.logs import read_events
-from tatu.ops import doctor
-from tatu.daemon.control_client import request, resolve_socket
+from tatu.ops.doctor import cli as doctor
+from tatu.daemon.control.client import request, resolve_socket
 from tatu.ops.units import install_units
 
 pytestmark = pytest.mark.systemd

@@ -1,11 +1,11 @@
-"""The control socket server: the protocol of control_protocol.py, served at the path and
-with the access rules of control_access.py.
+"""The control socket server: the protocol of protocol.py, served at the path and
+with the access rules of access.py.
 
 One thread runs a selector loop over all connections, so a flood of clients costs one
 thread and bounded memory, and never blocks the training loop. Handlers run in that
 thread: the daemon keeps them cheap (read a snapshot, or set a flag the loop acts on at
 the next step boundary). That thread shares the interpreter lock with the loop, so what clients
-may make it do is bounded (control_protocol.py's limits): MAX_CONNECTIONS clients at once, and a
+may make it do is bounded (protocol.py's limits): MAX_CONNECTIONS clients at once, and a
 connection over its rate gets one error reply and is not read again until a token is back (a
 flooding client waits in its own send or recv). Use: `with ControlServer(path, handlers):`.
 """
@@ -20,11 +20,11 @@ import threading
 import time
 from pathlib import Path
 
-from tatu.daemon.control_access import (  # noqa: F401  (socket_path, peer_allowed: the module's API)
+from tatu.daemon.control.access import (  # noqa: F401  (socket_path, peer_allowed: the module's API)
     bind_private, ensure_private_dir, peer_allowed, peer_credentials, refuse_if_live, socket_path,
 )
-from tatu.daemon.control_connection import IDLE_TIMEOUT_S, LINGER_MAX_BYTES, LINGER_S, MAX_PENDING_REPLY_BYTES, Connection
-from tatu.daemon.control_protocol import (  # noqa: F401  (PROTOCOL_VERSION: the module's API)
+from tatu.daemon.control.connection import IDLE_TIMEOUT_S, LINGER_MAX_BYTES, LINGER_S, MAX_PENDING_REPLY_BYTES, Connection
+from tatu.daemon.control.protocol import (  # noqa: F401  (PROTOCOL_VERSION: the module's API)
     MAX_CONNECTIONS, MAX_REQUEST_BYTES, MAX_REQUEST_DEPTH, PROTOCOL_VERSION, Handler, dispatch, error_reply,
     rate_limited_reply, too_many_clients_reply,
 )

@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tatu.sweep.configs import check_distinct, config_variables, read_configs
-from tatu.sweep.interpolate_spec import InterpolateSpec, read_interpolate
-from tatu.sweep.plan_file import PlanFile, read_plan_file, seed_list
+from tatu.sweep.interpolated.spec import InterpolateSpec, read_interpolate
+from tatu.sweep.plan.file import PlanFile, read_plan_file, seed_list
 from tatu.sweep.rule import CONFIG, Rule, parse_rule, plan_error
 from tatu.sweep.values import PATH_VARIABLES, SWEEP_OWNED, config_label, env_value as _env_value, resolve_paths as _resolve_paths
 
@@ -87,7 +87,7 @@ class Plan:
     tune_seeds: list[int] = field(default_factory=list)
     configs: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> the variables it sets, in order
     mde: float | None = None  # [decision] mde, a relative change; None: the report's default (sweep/power.py)
-    interpolate: InterpolateSpec | None = None  # [interpolate]: interpolated members (tatu.sweep.interpolated)
+    interpolate: InterpolateSpec | None = None  # [interpolate]: interpolated members (tatu.sweep.interpolated.members)
 
     def core(self) -> dict:
         """Everything pre-registered except the comparison seeds (which may only grow)."""

@@ -13,7 +13,7 @@ import stat
 import struct
 from pathlib import Path
 
-from tatu.daemon.control_protocol import MAX_CONNECTIONS
+from tatu.daemon.control.protocol import MAX_CONNECTIONS
 
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 

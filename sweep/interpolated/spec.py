@@ -1,5 +1,5 @@
 """A plan's `[interpolate]` section as pre-registered: which configuration and which alphas
-(what the members are and how they are scored: tatu.sweep.interpolated). In the plan's hash and
+(what the members are and how they are scored: tatu.sweep.interpolated.members). In the plan's hash and
 lock only when the plan has it, so a plan without it hashes as before."""
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from tatu.atomic import write_json_atomic
 from tatu.formats import fmt_ppl
 from tatu.model.checkpoint import save_checkpoint
 from tatu.model.interpolation import interpolate_state, interpolated_config, plain_weights
-from tatu.ops.interpolate_path import RULER, SFT_HELD, AlphaPoint, Change, Parent, held_out_names
+from tatu.ops.interpolate.path import RULER, SFT_HELD, AlphaPoint, Change, Parent, held_out_names
 from tatu.pages.figures import PlotFile, colour, new_axes, save
 
 FORMAT = "tatu-interpolate-1"

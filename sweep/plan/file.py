@@ -1,5 +1,5 @@
 """A sweep plan's TOML as written: its keys and their types, validated by pydantic as the run
-config is (RunConfig); what the plan means is tatu.sweep.plan's. Errors are one line naming the
+config is (RunConfig); what the plan means is tatu.sweep.plan.load's. Errors are one line naming the
 file and the key, exit 78."""
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class _Base(_Section):
 class _Decision(_Section):
     baseline: dict[str, Any] = {}
     rule: str | None = None
-    mde: Any = None  # the effect "seeds for MDE" is stated for: "2%" or 0.02 (checked by sweep/plan.py's _mde)
+    mde: Any = None  # the effect "seeds for MDE" is stated for: "2%" or 0.02 (checked by sweep/plan/load.py's _mde)
 
 
 class PlanFile(_Section):
@@ -42,7 +42,7 @@ class PlanFile(_Section):
     configs: dict[str, dict[str, Any]] | None = None  # name -> { VAR = value, ... } (tatu.sweep.configs)
     decision: _Decision = _Decision()
     tune: dict[str, Any] | None = None
-    interpolate: dict[str, Any] | None = None  # config, alphas (tatu.sweep.interpolated)
+    interpolate: dict[str, Any] | None = None  # config, alphas (tatu.sweep.interpolated.members)
 
     @field_validator("name")
     @classmethod

@@ -22,8 +22,8 @@ from pathlib import Path
 from tatu.data.tags import CATEGORIES as TAG_CATEGORIES
 from tatu.evals.masks import WORD_LISTS
 from tatu.exitcodes import BAD_DATA, USAGE, TatuExit
-from tatu.ops import eval_tags, eval_tasks
-from tatu.ops.eval_inputs import check_device, load_model, peek_meta, resolve_bootstrap, set_specs
+from tatu.ops.eval import tags as eval_tags, tasks as eval_tasks
+from tatu.ops.eval.inputs import check_device, load_model, peek_meta, resolve_bootstrap, set_specs
 
 
 def _category_list(text: str) -> list[str]:

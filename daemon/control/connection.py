@@ -1,5 +1,5 @@
-"""One client connection of the control server (control.py): its buffers, its state, and the
-token bucket that bounds its rate (control_protocol.py's RATE_PER_S and RATE_BURST), with the
+"""One client connection of the control server (server.py): its buffers, its state, and the
+token bucket that bounds its rate (protocol.py's RATE_PER_S and RATE_BURST), with the
 server's per-connection policies: idle timeout, linger on close, reply backlog."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import selectors
 import socket
 import time
 
-from tatu.daemon.control_protocol import RATE_BURST, RATE_PER_S
+from tatu.daemon.control.protocol import RATE_BURST, RATE_PER_S
 
 # A client that sends nothing for this long is dropped, freeing its slot.
 IDLE_TIMEOUT_S = 60.0

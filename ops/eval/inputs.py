@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from tatu.exitcodes import BAD_DATA, USAGE, TatuExit
-from tatu.ops.eval_tasks import task_specs
+from tatu.ops.eval.tasks import task_specs
 
 
 def set_specs(args: argparse.Namespace) -> list[tuple[str, Path, str]]:

@@ -1,5 +1,5 @@
 """The demo's Debian texts as documents: decoding (UTF-8, else the package's legacy encoding),
-man-page overstrike, focalinux paragraphs, fortunes and pydoc topics (tatu.data.demo uses them)."""
+man-page overstrike, focalinux paragraphs, fortunes and pydoc topics (tatu.data.demo.sources uses them)."""
 from __future__ import annotations
 
 import re

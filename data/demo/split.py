@@ -7,7 +7,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from tatu.data.demo_text import SourceText, faq_documents
+from tatu.data.demo.text import SourceText, faq_documents
 
 
 def _normalize(text: str) -> str:

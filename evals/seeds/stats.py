@@ -36,7 +36,7 @@ and SD of the other seeds) beyond a Bonferroni cut over the seeds at family leve
 seeds get a flag in at most 4% of configuration-metrics at any seed count >= 3 (exact t, tested
 by simulation at 3, 5 and 10 against the 5% the report promises). The median/MAD z it replaces flagged 29% of three normal seeds.
 
-How many seeds are enough: evals/seeds_power.py projects the parts crossed_ci measures
+How many seeds are enough: evals/seeds/power.py projects the parts crossed_ci measures
 (CrossedParts) to other seed counts.
 
 Student's t comes from evals/tdist.py (numpy-free, tested against scipy).
@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tatu.evals.stats import _line_sums, _resampled_sums
-from tatu.evals.seeds_power import CrossedParts, crossed_mde
+from tatu.evals.seeds.power import CrossedParts, crossed_mde
 from tatu.evals.tdist import t_cdf, t_ppf
 
 DEFAULT_RESAMPLES = 2000

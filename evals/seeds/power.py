@@ -1,5 +1,5 @@
 """How many seeds are enough: the variance parts of a crossed design (seeds x shared lines,
-evals/seeds.py) projected to other seed counts. The one home of the formula.
+evals/seeds/stats.py) projected to other seed counts. The one home of the formula.
 
 From the measured parts, the mean over S seeds on these L lines has
     Var(S) = (sigma_a^2 + sigma_e^2/L) / S + sigma_b^2 / L                 (CrossedParts)

@@ -22,8 +22,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tatu.data.demo_split import Split, held_out_lines, split_documents
-from tatu.data.demo_text import SourceText, decode_lines, focalinux_documents, fortune_documents, pydoc_documents
+from tatu.data.demo.split import Split, held_out_lines, split_documents
+from tatu.data.demo.text import SourceText, decode_lines, focalinux_documents, fortune_documents, pydoc_documents
 from tatu.data.sft_gen import generate_pairs, generate_pretraining_pairs
 from tatu.data.task_gen import TASKS, generate_task, language_task, source_task
 from tatu.debian import dpkg_available, installed_version

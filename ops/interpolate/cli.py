@@ -14,10 +14,10 @@ import argparse
 from pathlib import Path
 
 from tatu.exitcodes import BAD_CONFIG, NO_CHOICE, USAGE, TatuExit
-from tatu.ops.eval_inputs import check_device, resolve_bootstrap, set_specs
-from tatu.ops.interpolate_out import payload, table, write_checkpoint, write_report
-from tatu.ops.interpolate_path import check_pair, held_out_names, load_parent, load_sets, score_path
-from tatu.ops.interpolate_pick import choose, parse_alphas, parse_pick
+from tatu.ops.eval.inputs import check_device, resolve_bootstrap, set_specs
+from tatu.ops.interpolate.output import payload, table, write_checkpoint, write_report
+from tatu.ops.interpolate.path import check_pair, held_out_names, load_parent, load_sets, score_path
+from tatu.ops.interpolate.pick import choose, parse_alphas, parse_pick
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:

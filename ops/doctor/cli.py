@@ -1,6 +1,6 @@
 """`tatu doctor [RUN]`: what protects the run from the OOM killers, and what only looks like it
 does. This module gathers the live facts (the unit's `systemctl show`, /proc, the host) and
-prints; what they mean is ops/doctor_checks.py's, tested on recorded outputs."""
+prints; what they mean is ops/doctor/checks.py's, tested on recorded outputs."""
 from __future__ import annotations
 
 import argparse
@@ -17,7 +17,7 @@ import psutil
 from tatu.envfile import EnvFileError, parse_env_file
 from tatu.exitcodes import USAGE, TatuExit
 from tatu import systemctl
-from tatu.ops.doctor_checks import CAP_SYS_RESOURCE, diagnose, format_findings, int_or_none, unreachable_manager
+from tatu.ops.doctor.checks import CAP_SYS_RESOURCE, diagnose, format_findings, int_or_none, unreachable_manager
 
 # -- live facts ----------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""An interpolated member's checkpoint and result (what sweep/interpolated.py defines): written
+"""An interpolated member's checkpoint and result (what sweep/interpolated/members.py defines): written
 once its parent has a result, by the coordinator's pass or, failing that, by the report, both
 through `write_checkpoint` (idempotent: an existing checkpoint of the same parents is kept)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 from tatu.exitcodes import BAD_CONFIG, BAD_DATA
 from tatu.sweep.backends import UnitState
 from tatu.sweep.errors import SweepError
-from tatu.sweep.interpolated import InterpolatedMember
+from tatu.sweep.interpolated.members import InterpolatedMember
 from tatu.sweep.members import TERMINAL, member_status, read_json
 from tatu.sweep.scores import end_checkpoint, score_checkpoint
 

@@ -1,4 +1,4 @@
-"""The client side of the control socket (daemon/control_protocol.py): one request, one reply.
+"""The client side of the control socket (daemon/control/protocol.py): one request, one reply.
 
 What `tatu status`, the sweep's backends and the tests use to talk to a running daemon.
 """
@@ -8,8 +8,8 @@ import json
 import socket
 from pathlib import Path
 
-from tatu.daemon.control_access import socket_path
-from tatu.daemon.control_protocol import MAX_REQUEST_BYTES, PROTOCOL_VERSION
+from tatu.daemon.control.access import socket_path
+from tatu.daemon.control.protocol import MAX_REQUEST_BYTES, PROTOCOL_VERSION
 
 # Replies (the evals history) can be much longer than requests.
 _MAX_REPLY_BYTES = 64 * 1024 * 1024

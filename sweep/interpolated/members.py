@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tatu.sweep.plan import Member
-from tatu.sweep.interpolate_spec import InterpolateSpec, interpolated_key
+from tatu.sweep.plan.load import Member
+from tatu.sweep.interpolated.spec import InterpolateSpec, interpolated_key
 from tatu.sweep.rule import CONFIG
 
 FOLDER = "interpolated"

@@ -1,0 +1,1 @@
+"""The offline demo data from Debian packages (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""Statistics across seeds and their power (see docs/architecture.md)."""

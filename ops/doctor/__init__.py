@@ -1,0 +1,1 @@
+"""tatu doctor: what protects a run from the OOM killers (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""tatu eval and tatu compare (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""Interpolated members of a sweep (see docs/architecture.md)."""
