@@ -23,7 +23,7 @@ from tatu.data.tags import CATEGORIES as TAG_CATEGORIES
 from tatu.evals.masks import WORD_LISTS
 from tatu.exitcodes import BAD_DATA, USAGE, TatuExit
 from tatu.ops.eval import tags as eval_tags, tasks as eval_tasks
-from tatu.ops.eval.inputs import check_device, load_model, peek_meta, resolve_bootstrap, set_specs
+from tatu.ops.eval.inputs import add_bootstrap_args, check_device, load_model, peek_meta, resolve_bootstrap, set_specs
 
 
 def _category_list(text: str) -> list[str]:
@@ -65,11 +65,7 @@ def _common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", dest="tasks", action="append", default=[], metavar="NAME=FILE",
                         help="a multiple-choice task, JSONL {context, choices, answer}: acc and acc_norm by "
                              "log-likelihood (repeatable; --data adds the data dir's tasks)")
-    parser.add_argument("--resamples", type=int, default=None,
-                        help="bootstrap resamples (default: the checkpoint's TATU_EVAL_RESAMPLES, else 2000)")
-    parser.add_argument("--seed", type=int, default=None,
-                        help="bootstrap and subsample seed (default: the checkpoint's TATU_SEED, as the daemon)")
-    parser.add_argument("--token-budget", type=int, default=None, help="padded tokens per batch (default: 2048 on CPU, 16384 on CUDA)")
+    add_bootstrap_args(parser, "the checkpoint", seed_also=" and subsample")
 
 
 def add_eval_args(parser: argparse.ArgumentParser) -> None:

@@ -10,6 +10,16 @@ from tatu.exitcodes import BAD_DATA, USAGE, TatuExit
 from tatu.ops.eval.tasks import task_specs
 
 
+def add_bootstrap_args(parser: argparse.ArgumentParser, whose: str, seed_also: str = "") -> None:
+    """--resamples, --seed and --token-budget, defaulting as the daemon does from `whose` checkpoint."""
+    parser.add_argument("--resamples", type=int, default=None,
+                        help=f"bootstrap resamples (default: {whose}'s TATU_EVAL_RESAMPLES, else 2000)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help=f"bootstrap{seed_also} seed (default: {whose}'s TATU_SEED, as the daemon)")
+    parser.add_argument("--token-budget", type=int, default=None,
+                        help="padded tokens per batch (default: 2048 on CPU, 16384 on CUDA)")
+
+
 def set_specs(args: argparse.Namespace) -> list[tuple[str, Path, str]]:
     """(name, file, kind) of every set asked for, --data's manifest first."""
     specs: list[tuple[str, Path, str]] = []

@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 
 from tatu.exitcodes import BAD_CONFIG, NO_CHOICE, USAGE, TatuExit
-from tatu.ops.eval.inputs import check_device, resolve_bootstrap, set_specs
+from tatu.ops.eval.inputs import add_bootstrap_args, check_device, resolve_bootstrap, set_specs
 from tatu.ops.interpolate.output import payload, table, write_checkpoint, write_report
 from tatu.ops.interpolate.path import check_pair, held_out_names, load_parent, load_sets, score_path
 from tatu.ops.interpolate.pick import choose, parse_alphas, parse_pick
@@ -33,11 +33,7 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", type=Path, default=Path("interpolation"),
                         help="where path.json and path.png go (default ./interpolation)")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--resamples", type=int, default=None,
-                        help="bootstrap resamples (default: the fine-tune's TATU_EVAL_RESAMPLES, else 2000)")
-    parser.add_argument("--seed", type=int, default=None,
-                        help="bootstrap seed (default: the fine-tune's TATU_SEED, as tatu compare)")
-    parser.add_argument("--token-budget", type=int, default=None, help="padded tokens per batch (as tatu eval)")
+    add_bootstrap_args(parser, "the fine-tune")
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
