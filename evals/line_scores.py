@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from tatu.evals.sets import EvalLine
+from tatu.model.cpu_sums import warm_vml
 from tatu.model.gpt import IGNORE_INDEX
 
 # Tokens per scoring batch. On CPU small batches stay in cache and win (measured on the demo
@@ -148,20 +149,20 @@ def score_lines(
     (the daemon deals the batches to its ranks): every batch is the one built here, so each
     line's sum is the same whoever scores it.
     """
+    warm_vml()  # `tatu eval`, compare, interpolate and the sweeps score in processes of their own
     if token_budget is None:
         token_budget = default_token_budget(device)
     if token_budget < 1:
         raise ValueError(f"token_budget must be >= 1, got {token_budget}")
     if position_mask is not None and len(position_mask) != len(lines):
         raise ValueError(f"position_mask has {len(position_mask)} entries for {len(lines)} lines")
-    block = model.config.block_size
     n = len(lines)
     nll_sum = np.zeros(n, dtype=np.float64)
     n_tokens = np.zeros(n, dtype=np.int64)
     n_chars = np.array([len(line.text) for line in lines], dtype=np.int64)
     n_bytes = np.array([len(line.text.encode("utf-8")) for line in lines], dtype=np.int64)
 
-    rows = _windows(lines, block, position_mask, n_tokens)
+    rows = _windows(lines, model.config.block_size, position_mask, n_tokens)
     batches = _batches(rows, token_budget)
 
     def score_batch(batch) -> np.ndarray:

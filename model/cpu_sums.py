@@ -65,8 +65,12 @@ VML_OPS = ("sqrt", "exp", "log", "log10", "log2", "sin", "cos", "tan", "tanh", "
            "erf", "erfc", "erfinv", "trunc")
 
 
+_WARMED_AT: set[int] = set()  # the thread counts this process has warmed VML at
+
+
 def warm_vml() -> None:
-    """Call every VML op once on one thread, then once on every thread of the team, results unused.
+    """Call every VML op once on one thread, then once on every thread of the team, results unused;
+    once per process and thread count (the daemon at its start, then any scoring: score_lines).
 
     Why: a straight run at 2 threads was caught (bench/straight_runs.py --daemon) with its first
     AdamW sqrt of the 10816-element embedding, the process's first VML sqrt, made by the two
@@ -76,7 +80,11 @@ def warm_vml() -> None:
     uses, before its own: one thread first (below the grain size), then one chunk per thread."""
     import torch
 
-    small, large = torch.full((64,), 0.5), torch.full((2048 * max(1, torch.get_num_threads()),), 0.5)
+    threads = max(1, torch.get_num_threads())
+    if threads in _WARMED_AT:
+        return
+    _WARMED_AT.add(threads)
+    small, large = torch.full((64,), 0.5), torch.full((2048 * threads,), 0.5)
     for x in (small, large):
         for op in VML_OPS:
             getattr(torch, op)(x)

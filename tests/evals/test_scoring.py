@@ -292,3 +292,19 @@ def test_pairs_set_reader(tmp_path):
         bad_path.write_text(json.dumps(records[0]) + "\n" + bad + "\n", encoding="utf-8")
         with pytest.raises(ValueError, match=rf"bad.jsonl:2: .*{reason}"):
             load_eval_set(bad_path, tok)
+
+
+def test_a_scoring_process_warms_vml_before_its_first_forward(monkeypatch):
+    """`tatu eval`, compare, interpolate and the sweeps score in processes the daemon's start never
+    ran in: their first VML call must be the warm-up's (model/cpu_sums.py warm_vml says why), so
+    score_lines warms before the model's first forward, once per thread count."""
+    from tatu.model import cpu_sums
+
+    monkeypatch.setattr(cpu_sums, "_WARMED_AT", set())  # as in a process that has scored nothing
+    seen = []
+    hook = MODEL.register_forward_pre_hook(lambda module, args: seen.append(set(cpu_sums._WARMED_AT)))
+    try:
+        score_lines(MODEL, random_lines(np.random.default_rng(3), [5, 9], pairs_like=False))
+    finally:
+        hook.remove()
+    assert seen and seen[0] == {max(1, torch.get_num_threads())}
