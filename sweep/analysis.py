@@ -21,6 +21,7 @@ from tatu.evals.seeds import power as seeds_power
 from tatu.evals.seeds import stats as st
 from tatu.sweep.interpolated.members import InterpolatedMember, interpolated_members, interpolated_order
 from tatu.sweep.interpolated.results import interpolated_result
+from tatu.sweep.interpolated.vs_parent import vs_parent
 from tatu.sweep.members import TERMINAL, member_status, read_json
 from tatu.sweep.backends import UnitState
 from tatu.sweep.plan.load import Member
@@ -275,8 +276,9 @@ def analyze(sweep_dir: Path) -> dict:
     if compare:
         configs = stage_table(lock, compare, sweep_dir, "compare")
         add_paired(lock, configs)
+        parents = vs_parent(lock, configs)
         complete = all(r["state"] in TERMINAL for c in configs for r in c["results"])
-        out["compare"] = {"configs": _strip(configs), "complete": complete}
+        out["compare"] = {"configs": _strip(configs), "complete": complete, "vs_parent": parents}
         out["verdict"] = {**decide(lock, configs), "complete": complete}
         out["seeds_for"] = seeds_for_effect(_locked_rule(lock), configs, stated_effect(lock))
     return out

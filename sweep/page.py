@@ -67,6 +67,10 @@ def write_page(data: dict, closing: str, plots: list[PlotFile], out_dir: Path) -
             sections += [f"<h2>Configurations</h2><p>{esc(tables.CONFIGS_TITLE)}.</p>",
                          plain_table(tables.CONFIGS_HEADER, legend, "configurations")]
         sections += _comparison(data["compare"]["configs"])
+        header, vs_parent = tables.vs_parent_table(data["compare"].get("vs_parent") or [])
+        if vs_parent:
+            sections += [f"<h2>Interpolated vs its parent</h2><p>{esc(tables.VS_PARENT_TITLE)}.</p>",
+                         plain_table(header, vs_parent, "vs-parent")]
         power = tables.power_lines(data)
         if power:
             sections += [f"<h2>How many seeds are enough</h2><p>{esc(power[0])}.</p>",

@@ -115,6 +115,7 @@ def closing_text(data: dict) -> str:
                 text_table(CONFIG_HEADER, config_rows(cmp["configs"])), OUTLIER_NOTE]
         out += _sets_text(cmp["configs"], common=False)
         out += _paired_text(cmp["configs"], common=False)
+        out += _vs_parent_text(cmp.get("vs_parent") or [])
         out += _common_text(cmp["configs"])
         power = power_lines(data)
         out += ["", *power] if power else []
@@ -205,6 +206,30 @@ def _paired_text(configs: list[dict], common: bool) -> list[str]:
     n = max(((c.get(where) or {}).get("drift") or {}).get("n_compared", 0) for c in configs)
     return ["", f"paired by seed and line vs the baseline (log-ratio differences; paired t over seeds; Holm over {n} comparisons)",
             text_table(PAIRED_HEADER, rows)]
+
+
+VS_PARENT_TITLE = ("interpolated vs its parent at the end, paired by seed and line (log-ratio differences; "
+                   "paired t over seeds; Holm over the alphas)")
+
+
+def vs_parent_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """Each interpolated configuration vs its parent (sweep/interpolated/vs_parent.py): header, rows."""
+    if not rows:
+        return [], []
+    header = ["config vs parent", "seeds"] + [h for m in rows[0]["paired"] for h in (f"{m} diff {CI}", "p", "p Holm")]
+    table = []
+    for row in rows:
+        cells = [f"{row['config']} vs {row['parent']}", str(max((p or {}).get("n_seeds", 0) for p in row["paired"].values()))]
+        for p in row["paired"].values():
+            cells += (["n/a"] * 3 if not p else [f"{_log_pct(p['diff'])} [{_log_pct(p['lo'])},{_log_pct(p['hi'])}]",
+                                                 _p(p["p_value"]), _p(p.get("p_holm"))])
+        table.append(cells)
+    return header, table
+
+
+def _vs_parent_text(rows: list[dict]) -> list[str]:
+    header, table = vs_parent_table(rows)
+    return ["", VS_PARENT_TITLE, text_table(header, table)] if table else []
 
 
 def _common_text(configs: list[dict]) -> list[str]:

@@ -187,3 +187,35 @@ def test_an_aborted_parent_is_interpolated_from_its_state(sweep, tmp_path):
     with pytest.raises(SweepError) as err:
         interpolated_result(aborted, tmp_path / "sweep")
     assert err.value.code == BAD_DATA and str(err.value).startswith(f"{ckpt}: interpolated from another end than {state}")
+
+
+def test_it_is_paired_with_its_own_parent_too(sweep):
+    """WiSE-FT's question, by seed and line: the interpolated end against its parent's end, per set
+    (the ruler, sftHeld, every held-out set), each difference recomputed here from the re-scored
+    checkpoints; Holm over the alphas (one here: p Holm = p)."""
+    data = analyze(sweep)
+    [row] = data["compare"]["vs_parent"]
+    assert (row["config"], row["parent"], row["alpha"]) == (KEY, "full-replay2", 0.5)
+    held_out = [name for name in {c["key"]: c for c in data["compare"]["configs"]}[KEY]["stats"]
+                if name not in ("drift", "sftHeld")]
+    assert list(row["paired"]) == ["drift", "sftHeld", *held_out]
+    env = {m.seed: m.env for m in members(read_lock(sweep), "compare") if m.config_key == "full-replay2"}
+    for metric in row["paired"]:
+        set_name = {"drift": "enRuler"}.get(metric, metric)
+        diffs = []
+        for s in (1, 2):
+            base = score_checkpoint(Path(env[s]["TATU_SEED_CKPT"]), env[s], sweep / "scores")[set_name]
+            child = score_checkpoint(sweep / "interpolated" / f"{KEY}-s{s}", env[s], sweep / "scores")[set_name]
+            parent = score_checkpoint(sweep / "runs" / f"wise.full-replay2-s{s}" / "final", env[s], sweep / "scores")[set_name]
+            diffs.append(_log_ratio(base, child) - _log_ratio(base, parent))
+        paired = row["paired"][metric]
+        assert paired["n_seeds"] == 2 and paired["diff"] == pytest.approx(sum(diffs) / 2, abs=1e-12), metric
+        assert paired["lo"] <= paired["diff"] <= paired["hi"] and paired["p_holm"] == paired["p_value"]
+    assert diffs[0] != 0.0  # the walk back changed the scores, so the check compares something
+    text = closing_text(data)
+    assert "interpolated vs its parent at the end, paired by seed and line" in text
+    from tatu.sweep.report import write_report
+
+    _, _, page = write_report(sweep, sweep / "report-vs-parent")
+    assert 'id="vs-parent"' in page.read_text() and f"{KEY} vs full-replay2" in page.read_text()
+    assert any(line.startswith(f"{KEY} vs full-replay2 ") for line in text.splitlines())

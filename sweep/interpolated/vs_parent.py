@@ -1,0 +1,40 @@
+"""Each interpolated configuration against its own parent, paired by seed and line: WiSE-FT's
+question (how much of the fine-tune's gain does the walk back keep, how much of its forgetting and
+held-out damage does it take back), which the pairing with the baseline does not answer.
+
+Per alpha: the enRuler (drift), sftHeld and every held-out set's paired log-ratio difference,
+config's end vs its parent's end on the same seeds and lines, with the crossed seeds x lines CI of
+every other paired comparison (sweep/stats.py paired_stats) and Holm over the alphas, per set.
+"""
+from __future__ import annotations
+
+from tatu.evals.seeds import stats as st
+from tatu.sweep.interpolated.spec import InterpolateSpec
+from tatu.sweep.stats import paired_stats
+
+# The set each metric reads: drift is enRuler's; a held-out set is its own name.
+SETS = {"drift": "enRuler", "sftHeld": "sftHeld"}
+INDEX_OFFSET = 500  # bootstrap streams apart from the baseline comparisons' (index 0..)
+
+
+def vs_parent(lock: dict, configs: list[dict]) -> list[dict]:
+    """[{"config", "parent", "alpha", "paired": {metric: paired_stats or None}}], in the plan's alpha order."""
+    spec = InterpolateSpec.from_json(lock.get("interpolate"))
+    by_key = {c["key"]: c for c in configs}
+    parent = by_key.get(spec.config) if spec else None
+    if parent is None:
+        return []
+    metrics = [*SETS, *(name for name in (parent["stats"] or {}) if name not in SETS)]
+    rows = [{"config": key, "parent": spec.config, "alpha": alpha, "paired": {}}
+            for key, alpha in zip(spec.keys(), spec.alphas) if key in by_key]
+    for metric in metrics:
+        found = []
+        for index, row in enumerate(rows):
+            paired = paired_stats(by_key[row["config"]]["results"], parent["results"], SETS.get(metric, metric),
+                                  by_key[row["config"]]["half"], INDEX_OFFSET + index)
+            row["paired"][metric] = paired
+            if paired:
+                found.append(paired)
+        for paired, adjusted in zip(found, st.holm([p["p_value"] for p in found]) if found else []):
+            paired["p_holm"], paired["n_compared"] = adjusted, len(found)
+    return rows
