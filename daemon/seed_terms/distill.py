@@ -48,8 +48,7 @@ class _SeedKL(torch.autograd.Function):
     """T^2 * sum_rows KL(p || softmax(z / T)) for the seed's fixed p: one log-softmax forward and one
     elementwise backward, T * (softmax(z / T) - p). Autograd's composition of a division, two
     log-softmaxes and kl_div made twice the passes over the logits, each into a fresh buffer of the
-    logits' size (page faults on every micro-batch): bench/seed_terms.py measured the KL at 15% of a
-    seed forward that way."""
+    logits' size (page faults on every micro-batch); what this one costs: docs/forgetting.md#measured."""
 
     @staticmethod
     def forward(ctx, z: torch.Tensor, teacher_log_p: torch.Tensor, teacher_p: torch.Tensor, t: float) -> torch.Tensor:
