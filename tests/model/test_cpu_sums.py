@@ -94,9 +94,13 @@ def test_settle_warms_every_vml_op_on_one_thread_then_on_every_thread_of_the_tea
     for op in cpu_sums.VML_OPS:
         real = getattr(torch, op)
         monkeypatch.setattr(torch, op, lambda x, _op=op, _real=real: calls.append((_op, x.numel())) or _real(x))
+    monkeypatch.setattr(cpu_sums, "_WARMED_AT", set())  # as in a fresh process (earlier tests scored)
     team = torch.get_num_threads()
     cpu_sums.settle()
     assert [op for op, n in calls if n < 2048] == list(cpu_sums.VML_OPS)
     assert [op for op, n in calls if n >= 2048 * team] == list(cpu_sums.VML_OPS)
     assert [i for i, (_, n) in enumerate(calls) if n < 2048] == list(range(len(cpu_sums.VML_OPS)))  # one thread first
+    warmed = len(calls)
+    cpu_sums.warm_vml()  # once per process and thread count: score_lines' call after the daemon's costs nothing
+    assert len(calls) == warmed
     assert "sqrt" in cpu_sums.VML_OPS
