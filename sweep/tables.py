@@ -69,13 +69,15 @@ def paired_rows(configs: list[dict], common: bool = False) -> list[list[str]]:
         if c.get("is_baseline") or not paired:
             continue
         d, s = paired.get("drift"), paired.get("sftHeld")
-
-        def diff(p):
-            return "n/a" if not p else f"{_log_pct(p['diff'])} [{_log_pct(p['lo'])},{_log_pct(p['hi'])}]"
-
-        rows.append([c["key"], str((d or {}).get("n_seeds", 0)), _step(c, common), diff(d), _p(d and d["p_value"]), _p(d and d.get("p_holm")),
-                     diff(s), _p(s and s["p_value"]), _p(s and s.get("p_holm"))])
+        rows.append([c["key"], str((d or {}).get("n_seeds", 0)), _step(c, common), *_paired_cells(d), *_paired_cells(s)])
     return rows
+
+
+def _paired_cells(p: dict | None) -> list[str]:
+    """A paired comparison's difference with its CI, p and p Holm (n/a without one)."""
+    if not p:
+        return ["n/a"] * 3
+    return [f"{_log_pct(p['diff'])} [{_log_pct(p['lo'])},{_log_pct(p['hi'])}]", _p(p["p_value"]), _p(p.get("p_holm"))]
 
 
 def tune_rows(tune: dict, tuned: dict | None) -> list[list[str]]:
@@ -221,8 +223,7 @@ def vs_parent_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     for row in rows:
         cells = [f"{row['config']} vs {row['parent']}", str(max((p or {}).get("n_seeds", 0) for p in row["paired"].values()))]
         for p in row["paired"].values():
-            cells += (["n/a"] * 3 if not p else [f"{_log_pct(p['diff'])} [{_log_pct(p['lo'])},{_log_pct(p['hi'])}]",
-                                                 _p(p["p_value"]), _p(p.get("p_holm"))])
+            cells += _paired_cells(p)
         table.append(cells)
     return header, table
 
