@@ -209,7 +209,7 @@ def closing_table(data: dict) -> str:
         f"{data['question']}",
         "per configuration over seeds (* = baseline):",
         tables.text_table(tables.CONFIG_HEADER, tables.config_rows(configs)),
-        "\npaired by seed and line vs the baseline (paired t over seeds)",
+        f"\npaired by seed and line vs the baseline ({tables.PAIRED_P})",
         tables.text_table(tables.PAIRED_HEADER, tables.paired_rows(configs)),
         f"\n{tables.HELD_OUT_NOTE}",
         tables.text_table(tables.HELD_OUT_HEADER, tables.held_out_rows(configs)),

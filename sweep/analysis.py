@@ -183,13 +183,13 @@ def _would_change(rule, ordered: list[dict], checks: list[dict], chosen: dict | 
             if "results" in before and "results" in this:
                 lines = COMMON_LINES if rule.at == "common" else ("base", "end")
                 p = paired_stats(this["results"], before["results"], "enRuler", None, 99, *lines)
-                if p and p["p_value"] > 0.05:
+                if p and p["p_value"] >= seeds_power.ALPHA:
                     # the seeds whose crossed CI resolves the difference measured, at 80% power
                     need = seeds_power.seeds_needed(parts_of(p), p["diff"])
                     more = (f"{max(1, need - p['n_seeds'])} more seeds would resolve it" if need
                             else f"no number of seeds would resolve it with these {p['parts']['n_lines']} lines (more lines would)")
                     notes.append(f"{rule.axis}={checks[position - 1]['label']} vs {chosen['label']}: drift difference "
-                                 f"not resolved (paired p={p['p_value']:.2f}); {more}")
+                                 f"not resolved (its 95% CI, seeds x lines, includes 0: p={p['p_value']:.2f}); {more}")
     return notes
 
 

@@ -106,7 +106,9 @@ def paired_stats(results: list[dict], baseline: list[dict], set_name: str, half:
     config_runs, base_runs = runs[:len(pairs)], runs[len(pairs):]
     ci = st.crossed_ci(config_runs, base_runs, n_resamples=RESAMPLES, seed=_seed_rng(1000 + index, set_name))
     a_est, b_est = [r.log_ratio() for r in config_runs], [r.log_ratio() for r in base_runs]
-    test = st.paired_t(a_est, b_est)
     sd = float(np.std(np.subtract(a_est, b_est), ddof=1))
-    return {"diff": ci.mean, "lo": ci.lo, "hi": ci.hi, "p_value": test.p_value, "t": test.t if math.isfinite(test.t) else None,
+    # p and t from the interval's own SE and df (seeds x lines), so p < 0.05 exactly when the CI excludes 0
+    t = ci.mean / ci.se if ci.se > 0 else None
+    return {"diff": ci.mean, "lo": ci.lo, "hi": ci.hi, "p_value": ci.p_value, "t": t,
+            "df": ci.df if math.isfinite(ci.df) else None,
             "n_seeds": len(pairs), "seed_sd": sd, "mde": _rel(ci.mde), "parts": parts_json(ci.parts)}

@@ -59,6 +59,8 @@ CONFIG_HEADER = ["config", "seeds", "step", f"drift {CI}", "seed SD", "within SE
                  "seed SD", "within SE", "aborted", "outlier seeds"]
 OUTLIER_NOTE = ("outlier seeds: leave-one-out t beyond a Bonferroni cut (normal seeds: at most 4% of "
                 "config-metrics flagged); no flag below 3 seeds")
+# where every paired p comes from: the crossed CI's own SE and df (evals/seeds/stats.py crossed_p)
+PAIRED_P = "p from the crossed CI's t, seeds x lines"
 PAIRED_HEADER = ["config vs baseline", "seeds", "step", f"drift diff {CI}", "p", "p Holm", f"sftHeld diff {CI}", "p", "p Holm"]
 
 
@@ -206,12 +208,12 @@ def _paired_text(configs: list[dict], common: bool) -> list[str]:
         return []
     where = "paired_common" if common else "paired"
     n = max(((c.get(where) or {}).get("drift") or {}).get("n_compared", 0) for c in configs)
-    return ["", f"paired by seed and line vs the baseline (log-ratio differences; paired t over seeds; Holm over {n} comparisons)",
+    return ["", f"paired by seed and line vs the baseline (log-ratio differences; {PAIRED_P}; Holm over {n} comparisons)",
             text_table(PAIRED_HEADER, rows)]
 
 
 VS_PARENT_TITLE = ("interpolated vs its parent at the end, paired by seed and line (log-ratio differences; "
-                   "paired t over seeds; Holm over the alphas)")
+                   f"{PAIRED_P}; Holm over the alphas)")
 
 
 def vs_parent_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:

@@ -63,3 +63,23 @@ def plan_world(tmp_path_factory, tiny_trunk: dict, name: str, text: str | None =
     path = root / f"{name}.toml"
     path.write_text(text if text is not None else plan_text(name, tiny_trunk["data"], tiny_trunk["trunk"], **plan))
     return root, path
+
+
+def assert_every_p_agrees_with_its_ci(report) -> int:
+    """Walk report.json: every paired comparison (a dict with diff, lo, hi and p_value) has
+    p < 0.05 exactly when its 95% CI excludes 0, and a Holm-adjusted p no smaller than its own.
+    Returns how many it checked (a caller asserts there were some)."""
+    checked = 0
+    if isinstance(report, dict):
+        if {"diff", "lo", "hi", "p_value"} <= report.keys():
+            excludes = report["lo"] > 0 or report["hi"] < 0
+            assert (report["p_value"] < 0.05) == excludes, report
+            if report.get("p_holm") is not None:
+                assert report["p_holm"] >= report["p_value"], report
+            checked += 1
+        children = report.values()
+    elif isinstance(report, list):
+        children = report
+    else:
+        return 0
+    return checked + sum(assert_every_p_agrees_with_its_ci(child) for child in children)

@@ -7,9 +7,13 @@ with Satterthwaite's df(S) as crossed_ci computes it. Its 95% CI excludes a true
 (from zero, or from a rule's threshold) with power 1 - beta when
     delta >= (t_{0.975, df(S)} + t_{1-beta, df(S)}) * sqrt(Var(S))          (crossed_mde),
 and seeds_needed is the fewest S >= 2 that satisfies it. The line part does not shrink with S:
-when (t + t at df L - 1) * sigma_b / sqrt(L) alone is at least delta (line_floor), no number of
-seeds resolves it with these lines (more lines would). Measured against simulated crossed
-experiments: tests/evals/test_seeds_power.py.
+with every seed in the world the MDE tends to (t + t at df L - 1) * sigma_b / sqrt(L) (line_floor).
+That limit is not a floor at a finite S: Satterthwaite's df there can exceed L - 1 (the seed
+part adds its own), so with few lines crossed_mde dips below it on the way. seeds_needed
+therefore answers "none" only from a bound that holds for every S it skips (mde_at_least: the
+variance at the interval's end, the t quantiles at a df no seed count in it exceeds), never from
+the limit. Measured against simulated crossed experiments and a plain loop over S:
+tests/evals/test_seeds_power.py.
 """
 from __future__ import annotations
 
@@ -74,23 +78,62 @@ def crossed_power(parts: CrossedParts, n_seeds: int, effect: float, alpha: float
 
 
 def line_floor(parts: CrossedParts, alpha: float = ALPHA, power: float = POWER) -> float:
-    """crossed_mde with every seed in the world: what the shared lines alone allow (df L - 1)."""
+    """crossed_mde with every seed in the world: what the shared lines alone allow (df L - 1).
+    The limit as S grows, not a lower bound at every S (see the module doc)."""
     df = parts.n_lines - 1
     return (t_ppf(1.0 - alpha / 2.0, df) + t_ppf(power, df)) * math.sqrt(parts.lines)
 
 
+MAX_SEEDS = 1 << 20  # past this, seeds_needed answers None (no seed count an operator would run)
+
+
+def _df_ceiling(parts: CrossedParts, low: int, high: float) -> float:
+    """A df that no seed count S in [low, high] exceeds: Satterthwaite's numerator is the variance,
+    largest at `low`; each term of its denominator is smallest at `high` (high may be inf)."""
+    inter_hi = parts.interaction / high
+    seed_ms, line_ms = parts.seed / high + inter_hi, parts.lines + inter_hi
+    c_seed, c_line = float(parts.seed > 0), float(parts.lines > 0)
+    spread = ((c_seed * seed_ms) ** 2 / (high - 1) + (c_line * line_ms) ** 2 / (parts.n_lines - 1)
+              + ((1.0 - c_seed - c_line) * inter_hi) ** 2 / ((high - 1) * (parts.n_lines - 1)))
+    return parts.variance(low) ** 2 / spread if spread > 0 else math.inf
+
+
+def mde_at_least(parts: CrossedParts, low: int, high: float, alpha: float = ALPHA, power: float = POWER) -> float:
+    """A lower bound on crossed_mde(S) for every S in [low, high] (high may be inf): the variance at
+    high (it falls with S), the t quantiles at _df_ceiling (they fall with df). Needs power >= 0.5."""
+    df = _df_ceiling(parts, low, high)
+    variance = parts.lines if math.isinf(high) else parts.variance(int(high))
+    return (t_ppf(1.0 - alpha / 2.0, df) + t_ppf(power, df)) * math.sqrt(variance)
+
+
+def _fewest_in(parts: CrossedParts, low: int, high: int, effect: float, alpha: float, power: float) -> int | None:
+    """The fewest S in [low, high] with crossed_mde(S) <= effect, skipping every part of the range
+    whose lower bound (mde_at_least) is already above the effect."""
+    if mde_at_least(parts, low, high, alpha, power) > effect:
+        return None
+    if high - low < 4:
+        return next((n for n in range(low, high + 1) if crossed_mde(parts, n, alpha, power) <= effect), None)
+    mid = (low + high) // 2
+    found = _fewest_in(parts, low, mid, effect, alpha, power)
+    return found if found is not None else _fewest_in(parts, mid + 1, high, effect, alpha, power)
+
+
 def seeds_needed(parts: CrossedParts, effect: float, power: float = POWER, alpha: float = ALPHA) -> int | None:
     """The fewest seeds (at least 2) whose crossed CI resolves `effect` (log scale) with `power`;
-    None when no number of seeds does with these lines (line_floor >= |effect|: more lines would)."""
+    None when no number of seeds does with these lines (more lines would), or none up to MAX_SEEDS.
+
+    crossed_mde need not fall monotonically with S (its df can rise above the limit's and come
+    back), so the seed counts are searched in doubling blocks [2^k, 2^(k+1) - 1], each pruned by
+    mde_at_least, and the search stops once mde_at_least over [2^k, inf) is above the effect."""
+    if not 0.5 <= power < 1.0:
+        raise ValueError(f"power must be in [0.5, 1), got {power!r}")
     effect = abs(effect)
-    if crossed_mde(parts, 2, alpha, power) <= effect:
-        return 2
-    if line_floor(parts, alpha, power) >= effect:
-        return None
-    low, high = 2, 4  # crossed_mde falls with the seeds (less variance, more df): bracket, then halve
-    while crossed_mde(parts, high, alpha, power) > effect:
-        low, high = high, high * 2
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (mid, high) if crossed_mde(parts, mid, alpha, power) > effect else (low, mid)
-    return high
+    low = 2
+    while low <= MAX_SEEDS:
+        if mde_at_least(parts, low, math.inf, alpha, power) > effect:
+            return None
+        found = _fewest_in(parts, low, 2 * low - 1, effect, alpha, power)
+        if found is not None:
+            return found
+        low *= 2
+    return None

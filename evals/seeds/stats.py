@@ -27,9 +27,12 @@ Measured coverage per regime (seed-, shared-line-dominated, both, neither; 3 and
 tests/evals/test_seeds_crossed.py and docs/sweeps.md.
 
 Between configurations, results are paired by seed (the same TATU_SEED draws the same stream
-order) and by line: d_s = t(config, s) - t(baseline, s), the same crossed CI on d. The
-p-value is the paired t-test over seeds (what scipy.stats.ttest_rel computes; tested against
-it). Several configurations against one baseline: Holm's step-down adjustment.
+order) and by line: d_s = t(config, s) - t(baseline, s), the same crossed CI on d. Its p-value
+comes from the same parts as the interval, 2 * t_cdf(-|mean| / SE, df) at Satterthwaite's df, so
+p < 1 - level exactly when the CI excludes zero (a paired t over seeds alone would leave out the
+shared lines' variance and could disagree with the CI printed beside it:
+tests/evals/test_seeds_crossed.py). Several configurations against one baseline: Holm's step-down
+adjustment.
 
 A seed far from the others is flagged, never dropped: its leave-one-out t (against the mean
 and SD of the other seeds) beyond a Bonferroni cut over the seeds at family level 4%, so normal
@@ -96,7 +99,8 @@ class SeedCI:
     mean's SE that comes from which lines the set holds (the same for every seed: more seeds do
     not shrink it); interaction_se: the seed x line part; se: the mean's SE (all three parts);
     mde: the smallest true effect this CI excludes at 80% power (crossed_mde at S; inf below 2
-    seeds); parts: the variance components (None below 2 seeds: the seed part is unknown)."""
+    seeds); parts: the variance components (None below 2 seeds: the seed part is unknown);
+    p_value: the two-sided p of "the mean is 0" from the same SE and df as the interval."""
 
     mean: float
     lo: float
@@ -111,6 +115,7 @@ class SeedCI:
     n_seeds: int
     mde: float
     parts: CrossedParts | None = None
+    p_value: float = math.nan
 
 
 def _check_crossed(runs: list[RunLines], baseline: list[RunLines] | None) -> int:
@@ -176,40 +181,19 @@ def crossed_ci(runs: list[RunLines], baseline: list[RunLines] | None = None, n_r
         seed_effect_sd=math.sqrt(seed_part * n_seeds), within_se=math.sqrt(within),
         shared_line_se=math.sqrt(line_part), interaction_se=math.sqrt(inter_ms), df=df, n_seeds=n_seeds,
         mde=crossed_mde(parts, n_seeds) if n_seeds > 1 else math.inf, parts=parts if n_seeds > 1 else None,
+        p_value=crossed_p(mean, math.sqrt(variance), df),
     )
 
 
+def crossed_p(mean: float, se: float, df: float) -> float:
+    """Two-sided p of "the true mean is 0" on the crossed CI's own scale: 2 * t_cdf(-|mean| / se, df).
+    With se 0 (every part measured 0), 1 for a mean of exactly 0 and 0 otherwise."""
+    if se == 0.0:
+        return 1.0 if mean == 0.0 else 0.0
+    return min(1.0, 2.0 * t_cdf(-abs(mean) / se, df))
+
+
 # --- between configurations, paired by seed --------------------------------------------------------
-
-@dataclass(frozen=True)
-class PairedTest:
-    mean_diff: float
-    t: float
-    df: int
-    p_value: float
-    n_seeds: int
-
-
-def paired_t(a, b) -> PairedTest:
-    """Paired t-test of a - b over seeds (a[s] and b[s] ran with the same seed)."""
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    if a.shape != b.shape or a.ndim != 1:
-        raise ValueError(f"paired values need equal 1-D shapes, got {a.shape} and {b.shape}")
-    n = int(a.size)
-    if n < 2:
-        raise ValueError(f"a paired test over seeds needs at least 2 seeds, got {n}")
-    d = a - b
-    mean = float(d.mean())
-    sd = float(d.std(ddof=1))
-    if sd == 0.0:
-        t = 0.0 if mean == 0.0 else math.copysign(math.inf, mean)
-        p = 1.0 if mean == 0.0 else 0.0
-    else:
-        t = mean / (sd / math.sqrt(n))
-        p = min(1.0, 2.0 * t_cdf(-abs(t), n - 1))
-    return PairedTest(mean_diff=mean, t=t, df=n - 1, p_value=p, n_seeds=n)
-
 
 def holm(p_values) -> list[float]:
     """Holm's step-down adjusted p-values (family-wise error), in the order given."""

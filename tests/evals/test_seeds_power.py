@@ -162,12 +162,52 @@ def test_the_formula_against_scipy_and_its_seeds_only_limit():
     # Seeds alone: the paired t over seeds' MDE, (t_.975 + t_.8 at n - 1 df) * sd / sqrt(n).
     alone = seeds_power.CrossedParts(seed=0.02 ** 2, interaction=0.0, lines=0.0, n_lines=100)
     assert seeds_power.crossed_mde(alone, 5) == pytest.approx((sp.t.ppf(0.975, 4) + sp.t.ppf(0.8, 4)) * 0.02 / math.sqrt(5), rel=1e-8)
-    # The fewest seeds, by a plain loop; none where the lines' floor is above the effect.
-    for effect in (0.01, 0.02, 0.05):
-        loop = next(n for n in range(2, 100000) if seeds_power.crossed_mde(parts, n) <= effect) \
-            if seeds_power.line_floor(parts) < effect else None
-        assert seeds_power.seeds_needed(parts, effect) == loop, effect
+    # The fewest seeds (a plain loop over seed counts: test_seeds_needed_is_the_fewest_count_...).
     assert seeds_power.seeds_needed(parts, 0.005) is None and seeds_power.line_floor(parts) > 0.005
     # Power 0.5: the CI's expected half-width (t_.975 * SE) under the margin.
     n = seeds_power.seeds_needed(alone, 0.03, power=0.5)
     assert sp.t.ppf(0.975, n - 1) * 0.02 / math.sqrt(n) <= 0.03 < sp.t.ppf(0.975, n - 2) * 0.02 / math.sqrt(n - 1)
+
+
+def _naive_mde(parts: seeds_power.CrossedParts, n_seeds: np.ndarray, power: float = 0.8) -> np.ndarray:
+    """crossed_mde at every seed count in n_seeds, vectorised with scipy's t (the formula of the
+    module doc, Satterthwaite over the parts present)."""
+    n = n_seeds.astype(np.float64)
+    inter = parts.interaction / n
+    seed_ms, line_ms = parts.seed / n + inter, parts.lines + inter
+    var = seed_ms + line_ms - inter
+    c_s, c_l = float(parts.seed > 0), float(parts.lines > 0)
+    spread = ((c_s * seed_ms) ** 2 / (n - 1) + (c_l * line_ms) ** 2 / (parts.n_lines - 1)
+              + ((1 - c_s - c_l) * inter) ** 2 / ((n - 1) * (parts.n_lines - 1)))
+    df = var ** 2 / spread
+    return (sp.t.ppf(0.975, df) + sp.t.ppf(power, df)) * np.sqrt(var)
+
+
+@pytest.mark.parametrize("n_lines", [3, 5, 10, 100])
+def test_seeds_needed_is_the_fewest_count_a_plain_loop_finds(n_lines):
+    """Against every seed count from 2 to 20000 at once. With few lines Satterthwaite's df can
+    exceed L - 1 at a finite seed count, so crossed_mde dips below its limit (line_floor): a count
+    exists where the limit says none. The effects straddle the limit to catch that."""
+    rng = np.random.default_rng(n_lines)
+    counts = np.arange(2, 20_000)
+    dipped = 0
+    for _ in range(12):
+        seed_sd, line_sd, inter_sd = rng.uniform(0.001, 0.05, 3)
+        parts = seeds_power.CrossedParts(seed=seed_sd ** 2, interaction=inter_sd ** 2 / n_lines,
+                                         lines=line_sd ** 2 / n_lines, n_lines=n_lines)
+        mde = _naive_mde(parts, counts)
+        limit = seeds_power.line_floor(parts)
+        # the dip's bottom too, where there is one (a minimum at the end is the limit, approached from above)
+        bottom = [float(mde.min()) * (1 + 1e-9)] if int(mde.argmin()) < counts.size - 1000 else []
+        for effect in (0.9 * limit, 0.97 * limit, 0.995 * limit, 1.05 * limit, 2 * limit, *bottom):
+            ok = np.nonzero(mde <= effect)[0]
+            found = seeds_power.seeds_needed(parts, effect)  # past the loop's end: the loop's None
+            assert (found if found is None or found <= counts[-1] else None) == (int(counts[ok[0]]) if ok.size else None), \
+                (parts, effect)
+            dipped += bool(ok.size) and effect < limit
+            # mde_at_least is a lower bound wherever it claims one
+            low = int(rng.integers(2, 50))
+            assert seeds_power.mde_at_least(parts, low, 4 * low) <= mde[low - 2:4 * low - 1].min() * (1 + 1e-9)
+            assert seeds_power.mde_at_least(parts, low, math.inf) <= mde[low - 2:].min() * (1 + 1e-9)
+    if n_lines <= 5:
+        assert dipped > 0  # the case a limit used as a floor answers "none" for

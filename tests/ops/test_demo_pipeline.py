@@ -17,13 +17,14 @@ import sys
 import pytest
 
 from demo_world import demo_packages_problem
+from sweep_world import assert_every_p_agrees_with_its_ci
 from strict import cannot_run
 from tb_reader import read_back
 from tiny_world import RUN_PREFIXES
 
 from tatu.daemon.logs import read_events
 from tatu.data.tags import tagger_versions
-from tatu.formats import fmt_pct
+from tatu.formats import fmt_p_formula, fmt_pct
 from tatu.ops.demo import RULE, SEEDS, SWEEP
 
 CONFIGS = ("replay-n0", "replay-n2")  # REPLAY_N 0 and the tiny scale's replay_n
@@ -76,6 +77,8 @@ def test_tiny_demo_end_to_end(tiny_demo):
         assert p["n_seeds"] == len(SEEDS)
         diff = f"{fmt_pct(math.expm1(p['diff']))} [{fmt_pct(math.expm1(p['lo']))},{fmt_pct(math.expm1(p['hi']))}]"
         assert diff in paired_row, (paired_row, diff)
+        assert paired_row.split(diff, 1)[1].split()[0] == fmt_p_formula(p['p_value']), (paired_row, p)  # its p, beside its CI
+    assert assert_every_p_agrees_with_its_ci(report) >= 2
     verdict_line = next(line for line in lines if line.startswith("VERDICT (locked rule): "))
     assert report["verdict"]["line"] in verdict_line and report["verdict"]["complete"]
     # each seed's own verdict, as its daemon wrote it

@@ -2,7 +2,7 @@
 
 Two configurations that end at different steps (MIX_STEPS_LIMIT 4 and 6, an axis: their ends
 differ the way an aborted member's and a finished one's do), two seeds each. The report's
-per-configuration means and paired t are recomputed here with plain loops from the members'
+per-configuration means and paired differences (with a p that agrees with their CI) are recomputed here with plain loops from the members'
 per-line scores: at the end from the re-scored checkpoints (sweeps/<name>/scores), at the common
 step from the daemon's own per-line files (RUN_DIR/evals/step-N.json)."""
 from __future__ import annotations
@@ -46,11 +46,17 @@ def _daemon_lines(run: Path, step: int) -> dict:
             for name, s in sets.items()}
 
 
-def _naive_t(diffs: list[float]) -> float:
-    n = len(diffs)
-    mean = sum(diffs) / n
-    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
-    return mean / (sd / math.sqrt(n))
+def _assert_p_agrees_with_ci(paired: dict, diffs: list[float]) -> None:
+    """The paired difference is the mean of the per-seed differences; its p is the two-sided t at
+    the CI's own SE (its half-width over t_.975 at its df: scipy here) and df, so p < 0.05 exactly
+    when the CI excludes 0."""
+    from scipy import stats as sp
+
+    assert paired["diff"] == pytest.approx(sum(diffs) / len(diffs), abs=1e-12)
+    df = paired["df"] if paired["df"] is not None else math.inf
+    se = (paired["hi"] - paired["lo"]) / 2 / sp.t.ppf(0.975, df)
+    assert paired["p_value"] == pytest.approx(2 * sp.t.sf(abs(paired["diff"]) / se, df), rel=1e-6, abs=1e-12)
+    assert (paired["p_value"] < 0.05) == (paired["lo"] > 0 or paired["hi"] < 0)
 
 
 def test_every_comparison_is_also_made_at_the_common_step_and_the_rule_judges_there(sweep):
@@ -77,8 +83,7 @@ def test_every_comparison_is_also_made_at_the_common_step_and_the_rule_judges_th
         assert config["metrics_common"]["drift"] == pytest.approx(math.expm1(mean), abs=1e-12)
     paired = configs["mix-steps-limit6"]["paired_common"]["drift"]
     diffs = [naive["mix-steps-limit6", s] - naive["mix-steps-limit4", s] for s in (1, 2)]
-    assert paired["diff"] == pytest.approx(sum(diffs) / 2, abs=1e-12)
-    assert paired["t"] == pytest.approx(_naive_t(diffs), rel=1e-9)
+    _assert_p_agrees_with_ci(paired, diffs)
     assert data["verdict"]["at"] == "common" and data["verdict"]["at_step"] == 4
     assert data["verdict"]["chosen"] == "4"
     text = closing_text(data)
@@ -98,7 +103,7 @@ def test_every_comparison_is_also_made_at_the_common_step_and_the_rule_judges_th
     assert "  mix-steps-limit6 vs mix-steps-limit4 drift diff: MDE " in text
 
 
-def test_the_end_means_and_paired_t_recompute_from_the_rescored_lines(sweep):
+def test_the_end_means_and_paired_differences_recompute_from_the_rescored_lines(sweep):
     from tatu.sweep.analysis import analyze
     from tatu.sweep.scores import score_checkpoint
 
@@ -118,4 +123,4 @@ def test_the_end_means_and_paired_t_recompute_from_the_rescored_lines(sweep):
             assert config["stats"][metric]["log_mean"] == pytest.approx(mean, abs=1e-12)
     for metric, set_name in (("drift", "enRuler"), ("sftHeld", "sftHeld")):
         diffs = [per_seed["mix-steps-limit6", set_name, s] - per_seed["mix-steps-limit4", set_name, s] for s in (1, 2)]
-        assert configs["mix-steps-limit6"]["paired"][metric]["t"] == pytest.approx(_naive_t(diffs), rel=1e-9)
+        _assert_p_agrees_with_ci(configs["mix-steps-limit6"]["paired"][metric], diffs)

@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sweep_world import plan_text, plan_world, run_through, start_foreground as start
+from sweep_world import assert_every_p_agrees_with_its_ci, plan_text, plan_world, run_through, start_foreground as start
 from tiny_world import clean_environ
 
 from tatu.envfile import parse_env_file
@@ -310,6 +310,7 @@ def test_the_tune_stage_chooses_on_the_dev_half_and_locks_the_value(world, refer
     assert "VERDICT (locked rule): " in out
     for name in ("index.html", "report.json", "drift_vs_axis.png", "tradeoff.png"):
         assert (reference / "report" / name).stat().st_size > 0
+    assert assert_every_p_agrees_with_its_ci(json.loads((reference / "report" / "report.json").read_text())) >= 2
 
 
 def test_report_drift_is_the_daemons_drift(reference):
