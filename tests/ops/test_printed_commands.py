@@ -111,3 +111,22 @@ def test_the_demos_next_lines_name_what_the_demo_made(demo, capsys):
     assert Path(generate[2]) == members[-1] / "final"
     # the trunk's env file: the one the demo wrote, which `tatu smoke` reads (refusing one it cannot)
     assert smoke[2:] == ["--env-file", str(demo["trunk"])]
+
+
+def test_the_demos_smoke_line_runs_on_its_trunk_env_file(tiny_trunk, tmp_path, monkeypatch, capsys):
+    """`tatu smoke --env-file .../runs/trunk.env`, as the demo's Next: prints it, on the demo's own
+    trunk variables (tiny scale) over the tiny world's data: the 2-step check runs."""
+    scale = SCALES["tiny"]
+    out = tmp_path / "demo"
+    common = {"TATU_DATA": str(tiny_trunk["data"]), "TATU_OUT": str(out / "runs"), "TATU_DEVICE": "cpu", "TATU_SEED": "0",
+              "TATU_MICRO_BATCH": str(scale.micro_batch), "TATU_SEQ_LEN": str(scale.seq_len),
+              "EVAL_EVERY": str(scale.eval_every), "TATU_EVAL_RESAMPLES": str(scale.resamples),
+              "TATU_MEM_FLOOR_MB": "0", "TATU_PRECISION": "fp32"}
+    write_run_env(trunk_env(scale, common))
+    members = [out / "sweeps" / SWEEP / "runs" / "m"]
+    text = where_things_are(out, tiny_trunk["data"], out / "runs" / "trunk" / "final", out / "sweeps" / SWEEP,
+                            out / "page.html", members)
+    smoke = [shlex.split(line, comments=True) for line in text.split("Next:\n", 1)[1].splitlines()][-1]
+    assert smoke[:2] == ["tatu", "smoke"]
+    monkeypatch.chdir(tmp_path)
+    assert tatu(smoke[1:]) == 0, capsys.readouterr().err
