@@ -35,11 +35,20 @@ class CiCovers:
     sets: tuple[SetLines, ...]
     not_included: tuple[str, ...]  # the run-to-run sources of this configuration
     env_file: str | None
+    mode: str = "sft"
 
     @property
-    def command(self) -> str:
-        """The command that measures what is not included (`tatu sweep start`, issue 26 item 4)."""
+    def command(self) -> str | None:
+        """The command that measures what is not included (`tatu sweep start`, issue 26 item 4); None
+        for a run it would refuse (`--env-file --seeds` judges an SFT run's criteria: not a pretrain run)."""
+        if self.mode != "sft":
+            return None
         return f"tatu sweep start --env-file {self.env_file or ENV_FILE_PLACEHOLDER} --seeds {SEEDS_SUGGESTED}"
+
+    @property
+    def measured_by(self) -> str:
+        return (f"{self.command} measures it" if self.command
+                else f"a sweep plan with this configuration at several seeds measures it, docs/sweeps.md")
 
     @property
     def text(self) -> str:
@@ -48,7 +57,7 @@ class CiCovers:
         listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
         many = len(parts) > 1
         return (f"CI{'s' if many else ''} over the {listed} line{'s' if many or self.sets[0].scored != 1 else ''}; "
-                f"run-to-run variation not included ({self.command} measures it)")
+                f"run-to-run variation not included ({self.measured_by})")
 
     def to_json(self) -> dict:
         return {"text": self.text, "lines": {s.name: s.scored for s in self.sets},
@@ -74,7 +83,7 @@ def ci_covers(sets: Mapping[str, Mapping], names, config: RunConfig, env_file: s
     """The record for the CIs of `names` (in that order), from an eval record's `sets` summaries."""
     lines = tuple(SetLines(name, int(sets[name]["n_lines"]), int(sets[name]["n_lines_total"]))
                   for name in names if name in sets)
-    return CiCovers(lines, run_to_run_sources(config), env_file)
+    return CiCovers(lines, run_to_run_sources(config), env_file, config.mode)
 
 
 def run_env_file(instance: str | None, given: Path | None, environ: Mapping[str, str] | None = None) -> str | None:

@@ -115,12 +115,19 @@ def user_manager_running() -> bool:
     return state.strip() in ("running", "degraded")
 
 
-def run_daemon(env: dict[str, str], use_systemd: bool) -> int:
-    """One run through the daemon; returns its exit status. Its variables are kept beside the
-    run dir as <run>.env (what ran; `tatu smoke --env-file` takes it as it is)."""
+def write_run_env(env: dict[str, str]) -> Path:
+    """The run's variables beside its run dir, TATU_OUT/<run>.env (what ran; `tatu smoke --env-file`
+    takes it as it is)."""
     env_file = Path(env["TATU_OUT"]) / f"{env['TATU_RUN']}.env"
     env_file.parent.mkdir(parents=True, exist_ok=True)
     env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+    return env_file
+
+
+def run_daemon(env: dict[str, str], use_systemd: bool) -> int:
+    """One run through the daemon; returns its exit status. Its variables are kept beside the
+    run dir as <run>.env (write_run_env)."""
+    env_file = write_run_env(env)
     if use_systemd:
         check(tatu(["units", "install", "--run", env["TATU_RUN"], "--env-file", str(env_file), "--force-env"]), "units install")
         unit = f"tatu-sft@{env['TATU_RUN']}.service"
@@ -131,14 +138,18 @@ def run_daemon(env: dict[str, str], use_systemd: bool) -> int:
     return subprocess.run([sys.executable, "-m", "tatu.daemon"], env={**os.environ, **env}).returncode
 
 
+def trunk_env(scale: Scale, common: dict[str, str]) -> dict[str, str]:
+    """The trunk's run variables: pretraining from scratch, the run `trunk`."""
+    return {**common, "TATU_RUN": "trunk", "TATU_MODE": "pretrain", "SFT_GE": str(scale.pretrain_micro),
+            "MIX_STEPS_LIMIT": str(scale.pretrain_steps), "TATU_LR": str(scale.pretrain_lr),
+            "TATU_WARMUP_STEPS": str(max(1, scale.pretrain_steps // 20)), "TATU_SCHEDULE": "cosine",
+            "TATU_MIN_LR": str(scale.pretrain_lr / 10), "EVAL_EVERY": str(max(scale.eval_every, scale.pretrain_steps // 4)),
+            "TATU_GEN_PROMPTS": "0", **{k: str(v) for k, v in scale.model.items()}}
+
+
 def _train_trunk(scale: Scale, common: dict[str, str], use_systemd: bool, runs: Path) -> Path:
     say(f"trunk: pretraining from scratch, {scale.pretrain_steps} steps ({'systemd --user' if use_systemd else 'foreground'})")
-    trunk_env = {**common, "TATU_RUN": "trunk", "TATU_MODE": "pretrain", "SFT_GE": str(scale.pretrain_micro),
-                 "MIX_STEPS_LIMIT": str(scale.pretrain_steps), "TATU_LR": str(scale.pretrain_lr),
-                 "TATU_WARMUP_STEPS": str(max(1, scale.pretrain_steps // 20)), "TATU_SCHEDULE": "cosine",
-                 "TATU_MIN_LR": str(scale.pretrain_lr / 10), "EVAL_EVERY": str(max(scale.eval_every, scale.pretrain_steps // 4)),
-                 "TATU_GEN_PROMPTS": "0", **{k: str(v) for k, v in scale.model.items()}}
-    check(run_daemon(trunk_env, use_systemd), "trunk pretraining")
+    check(run_daemon(trunk_env(scale, common), use_systemd), "trunk pretraining")
     return runs / "trunk" / "final"
 
 

@@ -85,6 +85,8 @@ def plan_main(args) -> int:
     print(f"sweep {plan.name}  plan hash {plan.portable_hash}  ({plan.path}; with this checkout's absolute paths: {plan.hash})")
     if generated:
         print(f"generated from {args.env_file}: {'as' if generated.written() else '`tatu sweep start` writes it to'} {generated.path}")
+        if generated.derived:
+            print(generated.derived)
     if plan.question:
         print(f"question: {plan.question}")
     print(f"decision rule: {plan.rule.text}")
@@ -153,6 +155,8 @@ def start_main(args) -> int:
 
     plan, generated = plan_or_env_file(args)
     sweep_dir = _sweep_dir(args, plan.name)
+    if generated and generated.derived:
+        print(generated.derived)
     kind = args.backend or ("foreground" if args.foreground else "systemd")
     if kind == "ray":  # before anything is written: a missing extra or an unreachable cluster is one line
         from tatu.sweep.ray import connect

@@ -5,6 +5,7 @@ env file conflicts); bad input is one line with its exit code and writes nothing
 verdict reads `holds|forgets|does not hold across N seeds`. End to end: test_env_seeds_run.py."""
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from tatu.exitcodes import BAD_CONFIG, USAGE
 from tatu.ops.cli import main as tatu
 from tatu.sweep.analysis import decide
-from tatu.sweep.env_seeds import seeds_plan, write
+from tatu.sweep.env_seeds import derived_name, seeds_plan, write
 from tatu.sweep.errors import SweepError
 from tatu.sweep.lock import reconcile
 from tatu.sweep.plan.load import load_plan
@@ -113,6 +114,48 @@ def test_a_locked_sweep_continues_grows_and_refuses_another_env_file(world, caps
     assert (sweep_dir / "plan.toml").read_text() == kept and not (sweep_dir / "runs").exists()
 
 
+def _sha6(run: str) -> str:
+    return hashlib.sha1(run.encode()).hexdigest()[:6]
+
+
+# (TATU_RUN, the configuration, the sweep): the run's own name where it is a plain one; else '.'
+# and the like become '-', 'tune...' gets 'r-' in front, and a name cut to fit ends in '-' and 6 hex
+# of sha1(TATU_RUN).
+DERIVED = [
+    ("r5", "r5", "r5-seeds"),
+    ("demo-replay.replay-n6-s1", "demo-replay-replay-n6-s1", f"demo-replay-{_sha6('demo-replay.replay-n6-s1')}-seeds"),
+    ("tune5", "r-tune5", "r-tune5-seeds"),
+    ("a-run-name-of-twenty-one", "a-run-name-of-twenty-one", f"a-run-name-{_sha6('a-run-name-of-twenty-one')}-seeds"),
+    ("x" * 64, "x" * 17 + f"-{_sha6('x' * 64)}", "x" * 11 + f"-{_sha6('x' * 64)}-seeds"),
+]
+
+
+@pytest.mark.parametrize("run, config, sweep", DERIVED)
+def test_a_run_name_that_is_not_a_configuration_name_is_made_one_and_said(world, capsys, run, config, sweep):
+    (world / "r5.env").write_text(ENV_TEXT.replace("TATU_RUN=r5", f"TATU_RUN={run}"))
+    generated = seeds_plan(Path("r5.env"), 2, Path("sweeps"))
+    assert (generated.plan.name, list(generated.plan.configs)) == (sweep, [config])
+    assert [m.name for m in generated.plan.compare_members(world, None)] == [f"{config}-s7", f"{config}-s8"]
+    assert tatu(["sweep", "plan", "--env-file", "r5.env", "--seeds", "2"]) == 0
+    out = capsys.readouterr().out
+    said = [line for line in out.splitlines() if line.startswith(f"TATU_RUN={run} (r5.env:2)")]
+    if (config, sweep) == (run, f"{run}-seeds"):
+        assert said == [] and generated.derived is None
+    else:
+        assert said == [generated.derived] and said[0].endswith(
+            f"the configuration is {config}, the sweep {sweep}" if config != run else f"the sweep is {sweep}")
+    # the same run, the same names (a second `start` continues the sweep it locked)
+    assert seeds_plan(Path("r5.env"), 2, Path("sweeps")).plan.hash == generated.plan.hash
+
+
+def test_two_long_runs_that_share_a_beginning_get_two_names():
+    one, two = "demo-replay.replay-n6-s12", "demo-replay.replay-n6-s13"
+    assert derived_name(one) != derived_name(two) and derived_name(one, 18) != derived_name(two, 18)
+    for name in (derived_name(one), derived_name(two), derived_name(".tune" + "é" * 40)):
+        assert len(name) <= 24 and name[0].isalnum() and set(name) <= set("abcdefghijklmnopqrstuvwxyz0123456789-_r"), name
+        assert not name.lower().startswith("tune")
+
+
 @pytest.mark.parametrize("edit, args, code, message", [
     (None, ["--env-file", "nowhere.env", "--seeds", "3"], BAD_CONFIG, "nowhere.env: cannot read"),
     (lambda t: t + "REPLAY_M=2\n", ["--seeds", "3"], BAD_CONFIG, "r5.env:13: unknown variable REPLAY_M (did you mean REPLAY_N?)"),
@@ -120,8 +163,6 @@ def test_a_locked_sweep_continues_grows_and_refuses_another_env_file(world, caps
     (lambda t: t.replace("MIX_FORGET_LIMIT=0.25", "MIX_FORGET_LIMIT=25"), ["--seeds", "3"], BAD_CONFIG, "r5.env:9: MIX_FORGET_LIMIT: Value error, a fraction"),
     (lambda t: t + "OMP_NUM_THREADS=1\n", ["--seeds", "3"], BAD_CONFIG, "r5.env:13: OMP_NUM_THREADS is not a run variable"),
     (lambda t: t.replace("TATU_DATA=data", "TATU_DATA=missing"), ["--seeds", "3"], BAD_CONFIG, "r5.env:4: TATU_DATA=missing: "),
-    (lambda t: t.replace("TATU_RUN=r5", "TATU_RUN=tune5"), ["--seeds", "3"], BAD_CONFIG, "r5.env:2: TATU_RUN=tune5: the sweep's one configuration"),
-    (lambda t: t.replace("TATU_RUN=r5", "TATU_RUN=a-run-name-of-twenty-one"), ["--seeds", "3"], BAD_CONFIG, "(<TATU_RUN>-seeds): letters, digits"),
     (None, ["--seeds", "1"], USAGE, "--seeds 1: at least 2"),
     (None, [], USAGE, "--env-file: --seeds N is required"),
     (None, ["--name", "bad name", "--seeds", "2"], USAGE, "--name: letters, digits"),

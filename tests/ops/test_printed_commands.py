@@ -1,0 +1,132 @@
+"""A command tatu prints as a next step works when pasted, on the demo's own runs (issue 33 §3).
+
+The commands are collected from the code that prints them, called with the demo's own run names
+and env files (tatu.ops.demo's plan, its trunk's variables, the env file the sweep's foreground
+backend writes for each member): what every run's verdict, run.log, status and report say about
+run-to-run variation (tatu.daemon.ci_covers), what `tatu sweep plan --env-file` prints next, and
+the demo's closing `Next:` lines. A long command (`tatu sweep start`) is checked through `tatu
+sweep plan` with the same arguments, which loads and validates the same plan without training."""
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from tatu.daemon.ci_covers import ci_covers, run_env_file
+from tatu.daemon.config import load_config
+from tatu.daemon.judge import RULER, best_set
+from tatu.envfile import parse_env_file_lines
+from tatu.ops.cli import main as tatu
+from tatu.ops.demo import SCALES, SWEEP, sweep_plan, trunk_env, where_things_are, write_run_env
+from tatu.sweep.backends import ForegroundBackend, member_env, write_private
+from tatu.envfile import env_file_text
+from tatu.sweep.plan.load import load_plan
+
+TICKED = re.compile(r"`(tatu [^`]+)`")
+MEASURES = re.compile(r"\((tatu [^()]+) measures it\)")
+
+
+def _printed(text: str) -> list[str]:
+    """The tatu commands in a line of output: `ticked` ones and the ci_covers '(CMD measures it)'."""
+    return TICKED.findall(text) + MEASURES.findall(text)
+
+
+@pytest.fixture
+def demo(tmp_path, monkeypatch) -> dict:
+    """The demo's directory as `python -m tatu.ops.demo --scale tiny` lays it out before training:
+    its plan (ops.demo.sweep_plan), the trunk's env file (ops.demo.write_run_env), and each member's
+    env file as the foreground backend writes it (sweeps/demo-replay/env/<run>.env). The data and the
+    trunk's checkpoint are empty directories: nothing here trains."""
+    out = tmp_path / "demo"
+    (out / "data").mkdir(parents=True)
+    (out / "runs" / "trunk" / "final").mkdir(parents=True)
+    scale = SCALES["tiny"]
+    common = {"TATU_DATA": str(out / "data"), "TATU_OUT": str(out / "runs"), "TATU_DEVICE": "cpu", "TATU_SEED": "0",
+              "TATU_MICRO_BATCH": str(scale.micro_batch), "TATU_SEQ_LEN": str(scale.seq_len),
+              "EVAL_EVERY": str(scale.eval_every), "TATU_EVAL_RESAMPLES": str(scale.resamples),
+              "TATU_MEM_FLOOR_MB": "0", "TATU_PRECISION": "fp32"}
+    trunk = write_run_env(trunk_env(scale, common))
+    plan_file = out / "demo-plan.toml"
+    plan_file.write_text(sweep_plan(scale, common))
+    sweep_dir = out / "sweeps" / SWEEP
+    backend = ForegroundBackend(sweep_dir)
+    members = {}
+    for member in load_plan(plan_file).compare_members(sweep_dir / "runs", None):
+        write_private(backend.env_path(member), env_file_text(member_env(member, None)))
+        members[member.run] = backend.env_path(member)
+    monkeypatch.chdir(tmp_path)  # elsewhere than the demo: the printed paths are absolute
+    return {"out": out, "trunk": trunk, "members": members, "sweep_dir": sweep_dir}
+
+
+def _advice(env_path: Path) -> tuple[str, str]:
+    """(the run's name, what its verdict says its CIs cover) as the daemon writes it for a run
+    started with `tatu run --env-file env_path`."""
+    env = {key: value for key, (value, _) in parse_env_file_lines(env_path).items()}
+    config, _ = load_config(env)
+    sets = {name: {"n_lines": 40, "n_lines_total": 40} for name in (best_set(config.mode), RULER)}
+    return config.run, ci_covers(sets, list(sets), config, run_env_file(None, env_path)).text
+
+
+def test_the_demo_members_run_names_are_not_configuration_names(demo):
+    # what makes the advice worth testing: the members' TATU_RUN is <sweep>.<member>
+    assert "demo-replay.replay-n2-s1" in demo["members"] and len(demo["members"]) == 6
+
+
+def test_every_runs_run_to_run_advice_runs_as_printed(demo, capsys):
+    sweeps = []
+    for env_path in [demo["trunk"], *demo["members"].values()]:
+        run, text = _advice(env_path)
+        commands = _printed(text)
+        if run == "trunk":  # a pretrain run: a seeds sweep judges an SFT run's criteria, so none is printed
+            assert commands == [] and "run-to-run variation not included" in text
+            continue
+        assert commands == [f"tatu sweep start --env-file {env_path} --seeds 3"], text
+        argv = shlex.split(commands[0])[1:]
+        assert argv[:2] == ["sweep", "start"]
+        assert tatu(["sweep", "plan", *argv[2:]]) == 0, capsys.readouterr().err
+        out = capsys.readouterr().out
+        name = out.split()[1]  # "sweep NAME  plan hash ..."
+        said = [line for line in out.splitlines() if line.startswith(f"TATU_RUN={run} ({env_path}:")]
+        assert len(said) == 1 and said[0].endswith(f", the sweep {name}"), out
+        sweeps.append(name)
+        # what it says next: "generated from FILE: `tatu sweep start` writes it to PATH" (the same arguments)
+        generated = [line for line in out.splitlines() if line.startswith("generated from ")]
+        assert len(generated) == 1 and _printed(generated[0]) == ["tatu sweep start"], out
+    assert len(set(sweeps)) == len(demo["members"])  # one sweep per run
+
+
+def test_the_demos_next_lines_name_what_the_demo_made(demo, capsys):
+    out, sweep_dir = demo["out"], demo["sweep_dir"]
+    members = sorted(sweep_dir / "runs" / run for run in demo["members"])
+    text = where_things_are(out, out / "data", out / "runs" / "trunk" / "final", sweep_dir,
+                            sweep_dir / "report" / "index.html", members)
+    lines = text.split("Next:\n", 1)[1].splitlines()
+    commands = [shlex.split(line, comments=True) for line in lines]
+    assert [c[:2] for c in commands] == [["tatu", "sweep"], ["tatu", "generate"], ["tatu", "smoke"]]
+    report, generate, smoke = commands
+    # the sweep the plan names, in the sweeps dir it was written to
+    assert report[2:] == ["report", SWEEP, "--sweeps", str(out / "sweeps")] and load_plan(out / "demo-plan.toml").name == SWEEP
+    assert Path(generate[2]) == members[-1] / "final"
+    # the trunk's env file: the one the demo wrote, which `tatu smoke` reads (refusing one it cannot)
+    assert smoke[2:] == ["--env-file", str(demo["trunk"])]
+
+
+def test_the_demos_smoke_line_runs_on_its_trunk_env_file(tiny_trunk, tmp_path, monkeypatch, capsys):
+    """`tatu smoke --env-file .../runs/trunk.env`, as the demo's Next: prints it, on the demo's own
+    trunk variables (tiny scale) over the tiny world's data: the 2-step check runs."""
+    scale = SCALES["tiny"]
+    out = tmp_path / "demo"
+    common = {"TATU_DATA": str(tiny_trunk["data"]), "TATU_OUT": str(out / "runs"), "TATU_DEVICE": "cpu", "TATU_SEED": "0",
+              "TATU_MICRO_BATCH": str(scale.micro_batch), "TATU_SEQ_LEN": str(scale.seq_len),
+              "EVAL_EVERY": str(scale.eval_every), "TATU_EVAL_RESAMPLES": str(scale.resamples),
+              "TATU_MEM_FLOOR_MB": "0", "TATU_PRECISION": "fp32"}
+    write_run_env(trunk_env(scale, common))
+    members = [out / "sweeps" / SWEEP / "runs" / "m"]
+    text = where_things_are(out, tiny_trunk["data"], out / "runs" / "trunk" / "final", out / "sweeps" / SWEEP,
+                            out / "page.html", members)
+    smoke = [shlex.split(line, comments=True) for line in text.split("Next:\n", 1)[1].splitlines()][-1]
+    assert smoke[:2] == ["tatu", "smoke"]
+    monkeypatch.chdir(tmp_path)
+    assert tatu(smoke[1:]) == 0, capsys.readouterr().err
