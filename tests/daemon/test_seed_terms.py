@@ -343,7 +343,7 @@ def test_ewc_is_added_before_clipping():
     (NLL gradient + penalty gradient) by clip / its norm, and grad_norm is that sum's norm before clipping."""
     batch, fisher, lam = step_batch(micro_batches(3)), _random_fisher(), 4.0
     plain, _ = _spied_step(_anchored_trainer(None, None), batch)  # unclipped, no penalty
-    value, penalty = naive_penalty(trainable_parameters(_anchored_trainer(lam, fisher).model), seed_state(), lam, fisher)
+    _, penalty = naive_penalty(trainable_parameters(_anchored_trainer(lam, fisher).model), seed_state(), lam, fisher)
     whole = {n: plain[n].double() + penalty[n] for n in plain}
     norm = math.sqrt(sum(float((g * g).sum()) for g in whole.values()))
     plain_norm = math.sqrt(sum(float((g.double() ** 2).sum()) for g in plain.values()))
