@@ -131,3 +131,94 @@ def test_a_cosine_run_killed_then_extended_keeps_its_curve_and_says_so(tiny_trun
     assert [lr for _, lr in lrs] == pytest.approx(expected, rel=1e-12)
     after = [lr for _, lr in lrs[3:]]  # from the last step before the restart on
     assert all(a >= b for a, b in zip(after, after[1:]))  # never jumps up at or after the restart
+
+
+# --- the LR the optimizer used ----------------------------------------------------------------
+# The step events' `lr` is lr_at's value, not the optimizer's: these read the optimizer itself (its
+# param_groups at each optimizer.step) and what it applied (the weights after each step against a
+# naive float64 AdamW with the hand-computed LRs and the gradients the step handed it).
+
+def _tiny_trainer(**env):
+    import torch
+
+    from tatu.daemon.trainer import Trainer
+    from tatu.model.gpt import GPTConfig
+
+    cfg = load_config({"TATU_DATA": "d", "TATU_SEED_CKPT": "s", "TATU_SEED": "3", "TATU_PRECISION": "fp32",
+                       "TATU_GRAD_CLIP": "0", "REPLAY_N": "1", **{k: str(v) for k, v in env.items()}})[0]
+    return Trainer(cfg, GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=8), torch.device("cpu"))
+
+
+def _step_batch():
+    import numpy as np
+
+    from tatu.data.stream import MicroBatch, StepBatch
+
+    rng = np.random.default_rng(1)
+    micro = [MicroBatch(ch, rng.integers(0, 20, (2, 8)), rng.integers(0, 20, (2, 8))) for ch in ("sft", "replay")]
+    return StepBatch(micro, {"sft": 16, "replay": 16}, 0.5)
+
+
+def _naive_adamw(befores, grads, lrs, decays, beta1=0.9, beta2=0.95, eps=1e-8):
+    """AdamW (decoupled decay) in float64: each step's weights from the weights it started from
+    (the optimizer's own, so float32 rounding does not accumulate), per name."""
+    import torch
+
+    m = {n: torch.zeros_like(t, dtype=torch.float64) for n, t in befores[0].items()}
+    v = {n: torch.zeros_like(t, dtype=torch.float64) for n, t in befores[0].items()}
+    after = []
+    for t, (before, g_step, lr) in enumerate(zip(befores, grads, lrs), start=1):
+        step = {}
+        for n, theta in before.items():
+            g = g_step[n].double()
+            m[n] = beta1 * m[n] + (1 - beta1) * g
+            v[n] = beta2 * v[n] + (1 - beta2) * g * g
+            m_hat, v_hat = m[n] / (1 - beta1 ** t), v[n] / (1 - beta2 ** t)
+            step[n] = theta.double() * (1 - lr * decays[n]) - lr * m_hat / (v_hat.sqrt() + eps)
+        after.append(step)
+    return after
+
+
+# By hand (as in the killed-then-extended test): warmup 2, a cosine ending at step 6 although
+# MIX_STEPS_LIMIT is 10 (the end a restart's state stored), TATU_MIN_LR after it.
+EXTENDED_COSINE = [5e-4, 1e-3, 1e-3, 8.6819805153394640e-4, 5.5e-4, 2.3180194846605360e-4, 1e-4, 1e-4]
+WARMUP_3_CONSTANT = [1e-3 / 3, 2e-3 / 3, 1e-3, 1e-3, 1e-3]
+
+
+@pytest.mark.parametrize("settings,end,expected", [
+    ({"TATU_SCHEDULE": "cosine", "TATU_WARMUP_STEPS": 2, "MIX_STEPS_LIMIT": 10}, 6, EXTENDED_COSINE),
+    ({"TATU_SCHEDULE": "constant", "TATU_WARMUP_STEPS": 3, "MIX_STEPS_LIMIT": 5}, None, WARMUP_3_CONSTANT),
+])
+def test_the_optimizer_applies_the_scheduled_lr_at_each_step(settings, end, expected):
+    import torch
+
+    trainer = _tiny_trainer(TATU_LR="1e-3", TATU_MIN_LR="1e-4", **settings)
+    if end is not None:
+        trainer.lr_schedule_end = end  # what daemon/start.py sets on a restart that changed the limit
+    named = list(trainer.model.named_parameters())
+    start = {n: p.detach().clone() for n, p in named}
+    decays = {n: group["weight_decay"] for group in trainer.optimizer.param_groups
+              for p in group["params"] for n, q in named if q is p}
+    assert set(decays) == set(start) and set(decays.values()) == {0.1, 0.0}
+    used, grads, befores, weights = [], [], [], []
+    applied = trainer.optimizer.step
+
+    def spy():
+        used.append([group["lr"] for group in trainer.optimizer.param_groups])
+        grads.append({n: p.grad.detach().clone() for n, p in named})
+        befores.append({n: p.detach().clone() for n, p in named})
+        applied()
+        weights.append({n: p.detach().clone() for n, p in named})
+
+    trainer.optimizer.step = spy
+    batch = _step_batch()
+    for step in range(1, len(expected) + 1):
+        assert trainer.step(batch, step).lr == pytest.approx(expected[step - 1], rel=1e-12)
+    assert len(used) == len(expected)
+    for step, lrs in enumerate(used):
+        assert lrs == pytest.approx([expected[step]] * 2, rel=1e-12), f"step {step + 1}: the optimizer held {lrs}"
+    for step, (found, naive) in enumerate(zip(weights, _naive_adamw(befores, grads, expected, decays)), start=1):
+        for n in found:  # float32 rounding of one update: a few parts in 1e7
+            assert torch.allclose(found[n].double(), naive[n], rtol=1e-6, atol=1e-9), f"step {step}: {n}"
+    # the updates are far larger than the tolerance: another LR at any step would show
+    assert max(float((weights[0][n] - start[n]).abs().max()) for n in start) > 1e-4

@@ -4,6 +4,8 @@ micro-batches; the Fisher against a per-sequence loop with the same sampled labe
 KL and its gradient against a plain softmax; and the variables' 78s."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -233,3 +235,121 @@ def test_the_lines_say_what_each_term_is():
                                 "distill on replay alpha=0.5 T=2")
     assert describe({"seed_sha256": "cd34" * 16, "anchor": {"kind": "l2sp", "lambda": 0.1}}) == \
         "anchor l2sp lambda=0.1 (seed sha256 cd34..)"
+
+
+# --- the seed terms inside a real step ---------------------------------------------------------
+# The units above check each term alone; these check what Trainer.step hands the optimizer (every
+# micro-batch backpropagated, so .grad exists when the penalty is added), against float64 autograd
+# of naive formulas on a float64 copy of the model.
+
+def _spied_step(trainer: Trainer, batch: StepBatch):
+    """(the gradient the step hands the optimizer, its StepStats): optimizer.step replaced by a copy of .grad."""
+    seen = {}
+    trainer.optimizer.step = lambda: seen.update({n: p.grad.clone() for n, p in trainable_parameters(trainer.model)})
+    stats = trainer.step(batch, 1)
+    assert seen, "the step did not reach optimizer.step"
+    return seen, stats
+
+
+def _float64_gpt(state: dict) -> GPT:
+    model = GPT(GPT_CONFIG).double()
+    model.load_state_dict({k: v.double() for k, v in state.items()}, strict=False)  # the head is tied to wte
+    return model
+
+
+def naive_distill(batch: StepBatch, channels: tuple[str, ...], alpha: float, t: float):
+    """alpha * T^2 * KL(softmax(seed / T) || softmax(model / T)), token by token in float64 over the
+    micro-batches of `channels` only, divided by ALL the step's target tokens: (value, d value / d weights)."""
+    student, teacher = _float64_gpt(moved(seed_state())), _float64_gpt(seed_state())
+    total = torch.zeros((), dtype=torch.float64)
+    for micro in batch.micro_batches:
+        if micro.channel not in channels:
+            continue
+        x = torch.from_numpy(micro.x)
+        zs, _ = student(x)
+        with torch.no_grad():
+            zt, _ = teacher(x)
+        for b in range(x.size(0)):
+            for i in range(x.size(1)):
+                if micro.y[b, i] == IGNORE_INDEX:
+                    continue
+                p = torch.softmax(zt[b, i] / t, -1)
+                log_q = torch.log_softmax(zs[b, i] / t, -1)
+                total = total + (p * (torch.log(p) - log_q)).sum()
+    value = alpha * t * t * total / sum(batch.target_tokens.values())
+    value.backward()
+    return float(value.detach()), {n: p.grad.clone() for n, p in student.named_parameters()}
+
+
+def _distilling_trainer(on: str | None) -> Trainer:
+    from tatu.daemon.seed_terms.setup import build
+
+    env = ({"TATU_DISTILL": 1, "TATU_DISTILL_WEIGHT": 0.7, "TATU_DISTILL_T": 2.5, "TATU_DISTILL_ON": on}
+           if on else {})
+    trainer = Trainer(config(SFT_GE=2, TATU_MICRO_BATCH=2, TATU_SEQ_LEN=SEQ, **env), GPT_CONFIG,
+                      torch.device("cpu"), moved(seed_state()), "moved")
+    terms = build(trainer.config, trainer, seed_state(), None, torch.device("cpu"))  # as the run builds it
+    assert (terms is not None) == (on is not None) and (trainer.distiller is not None) == (on is not None)
+    return trainer
+
+
+@pytest.mark.parametrize("on,channels", [("replay", ("replay",)), ("sft", ("sft",)), ("both", ("sft", "replay"))])
+def test_distillation_adds_alpha_t2_kl_of_its_channel_over_all_the_steps_targets(on, channels):
+    batch = step_batch(micro_batches(3))  # 2 sft micro-batches, 1 replay
+    plain, plain_stats = _spied_step(_distilling_trainer(None), batch)
+    distilled, stats = _spied_step(_distilling_trainer(on), batch)
+    value, expected = naive_distill(batch, channels, 0.7, 2.5)
+    assert stats.loss == pytest.approx(plain_stats.loss, rel=1e-6)  # the step's loss stays the NLL
+    largest = max(float(g.abs().max()) for g in expected.values())
+    assert largest > 1e-4  # a contribution the float32 step resolves
+    for name, grad in distilled.items():
+        contribution = grad.double() - plain[name].double()
+        assert torch.allclose(contribution, expected[name], rtol=1e-3, atol=1e-4 * largest), name
+    assert stats.distill == pytest.approx(value, rel=1e-5) and value > 1e-4  # the step event's `distill`
+
+
+# --- EWC inside the step -----------------------------------------------------------------------
+
+def _anchored_trainer(lam: float | None, fisher: dict | None, clip: float = 0.0) -> Trainer:
+    env = {"TATU_GRAD_CLIP": clip, **({"TATU_ANCHOR": "ewc", "TATU_ANCHOR_WEIGHT": lam} if lam else {})}
+    trainer = Trainer(config(SFT_GE=2, **env), GPT_CONFIG, torch.device("cpu"), moved(seed_state()), "moved")
+    if lam:
+        trainer.anchor = Anchor("ewc", lam, trainable_parameters(trainer.model), seed_state(), fisher)
+    return trainer
+
+
+def _random_fisher() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(8)
+    named = trainable_parameters(GPT(GPT_CONFIG))
+    return {n: torch.rand(p.shape, generator=g) * 3 for n, p in named}
+
+
+def test_ewc_in_a_step_adds_lambda_fisher_times_the_distance_to_the_existing_gradient():
+    """In a step .grad already holds the micro-batches' gradient (the addcmul_ branch): the sum must
+    be that gradient + lambda * F * (theta - seed), not sqrt(lambda F) * (theta - seed)."""
+    batch, fisher, lam = step_batch(micro_batches(3)), _random_fisher(), 4.0
+    plain, _ = _spied_step(_anchored_trainer(None, None), batch)
+    anchored, stats = _spied_step(_anchored_trainer(lam, fisher), batch)
+    trainer = _anchored_trainer(lam, fisher)
+    value, grads = naive_penalty(trainable_parameters(trainer.model), seed_state(), lam, fisher)
+    assert stats.penalty == pytest.approx(value, rel=1e-6) and value > 0
+    for name, grad in anchored.items():
+        assert torch.allclose(grad.double() - plain[name].double(), grads[name], rtol=1e-5, atol=1e-6), name
+        assert not torch.allclose(grads[name], torch.zeros_like(grads[name]))  # lambda F is not 1: the check sees it
+
+
+def test_ewc_is_added_before_clipping():
+    """docs/forgetting.md: the penalty's gradient is part of the step's gradient, so the clip scales
+    (NLL gradient + penalty gradient) by clip / its norm, and grad_norm is that sum's norm before clipping."""
+    batch, fisher, lam = step_batch(micro_batches(3)), _random_fisher(), 4.0
+    plain, _ = _spied_step(_anchored_trainer(None, None), batch)  # unclipped, no penalty
+    _, penalty = naive_penalty(trainable_parameters(_anchored_trainer(lam, fisher).model), seed_state(), lam, fisher)
+    whole = {n: plain[n].double() + penalty[n] for n in plain}
+    norm = math.sqrt(sum(float((g * g).sum()) for g in whole.values()))
+    plain_norm = math.sqrt(sum(float((g.double() ** 2).sum()) for g in plain.values()))
+    clip = norm / 3  # active, and far from the norm of either part alone
+    assert abs(norm - plain_norm) > 0.1 * norm
+    clipped, stats = _spied_step(_anchored_trainer(lam, fisher, clip=clip), batch)
+    for name, grad in clipped.items():
+        assert torch.allclose(grad.double(), whole[name] * (clip / norm), rtol=1e-4, atol=1e-7), name
+    assert stats.grad_norm == pytest.approx(norm, rel=1e-5)  # the step event's grad_norm: before clipping
