@@ -1,5 +1,6 @@
 """One client connection of the control server (server.py): its buffers, its state, and the
-token bucket that bounds its rate (protocol.py's RATE_PER_S and RATE_BURST), with the
+token bucket that bounds its rate (protocol.py's RATE_PER_S and RATE_BURST; its peer uid's, shared
+by every connection of that uid, is the server's: UID_RATE_PER_S, UID_RATE_BURST), with the
 server's per-connection policies: idle timeout, linger on close, reply backlog."""
 from __future__ import annotations
 
@@ -42,14 +43,29 @@ class TokenBucket:
             return 0.0
         return (1.0 - self.tokens) / self.rate
 
+    def wait(self, now: float) -> float:
+        """The seconds until a token is there (0.0: one is), none spent."""
+        tokens = min(float(self.burst), self.tokens + max(now - self.stamp, 0.0) * self.rate)
+        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self.rate
+
+
+def take_both(first: TokenBucket, second: TokenBucket, now: float) -> float:
+    """A token from each bucket, or from neither: 0.0 if both had one, else the seconds until both will."""
+    wait = max(first.wait(now), second.wait(now))
+    if wait:
+        return wait
+    first.take(now)
+    second.take(now)
+    return 0.0
+
 
 class Connection:
     """One client of the control server: its buffers, where it stands, its token bucket."""
 
     __slots__ = ("sock", "inbox", "outbox", "closing", "last_active", "linger_until", "discarded", "bucket",
-                 "paused_until", "served", "events")
+                 "paused_until", "served", "events", "uid_bucket")
 
-    def __init__(self, sock: socket.socket, served: bool):
+    def __init__(self, sock: socket.socket, served: bool, uid_bucket: TokenBucket | None = None):
         self.sock = sock
         self.inbox = bytearray()
         self.outbox = bytearray()
@@ -61,6 +77,7 @@ class Connection:
         self.paused_until: float | None = None  # over its rate: not read until then
         self.served = served  # counts against MAX_CONNECTIONS (a refused one only lingers)
         self.events = 0  # what the selector watches for it (0: not registered)
+        self.uid_bucket = uid_bucket  # its peer uid's, shared with that uid's other connections
 
     def pause(self, now: float, wait: float) -> float:
         """Over its rate: not read until a token is back (`wait` from now, rounded up to the

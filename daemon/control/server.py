@@ -6,13 +6,15 @@ thread and bounded memory, and never blocks the training loop. Handlers run in t
 thread: the daemon keeps them cheap (read a snapshot, or set a flag the loop acts on at
 the next step boundary). That thread shares the interpreter lock with the loop, so what clients
 may make it do is bounded (protocol.py's limits): MAX_CONNECTIONS clients at once, and a
-connection over its rate gets one error reply and is not read again until a token is back (a
-flooding client waits in its own send or recv). Use: `with ControlServer(path, handlers):`.
+connection over its rate (its own, or its peer uid's across all that uid's connections) gets one
+error reply and is not read again until a token is back (a flooding client waits in its own send or
+recv; a client that reconnects for each request shares its uid's bucket). Use: `with ControlServer(path, handlers):`.
 """
 from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import selectors
 import socket
@@ -23,10 +25,12 @@ from pathlib import Path
 from tatu.daemon.control.access import (  # noqa: F401  (socket_path, peer_allowed: the module's API)
     bind_private, ensure_private_dir, peer_allowed, peer_credentials, refuse_if_live, socket_path,
 )
-from tatu.daemon.control.connection import IDLE_TIMEOUT_S, LINGER_MAX_BYTES, LINGER_S, MAX_PENDING_REPLY_BYTES, Connection
+from tatu.daemon.control.connection import (
+    IDLE_TIMEOUT_S, LINGER_MAX_BYTES, LINGER_S, MAX_PENDING_REPLY_BYTES, RESUME_TICK_S, Connection, TokenBucket, take_both,
+)
 from tatu.daemon.control.protocol import (  # noqa: F401  (PROTOCOL_VERSION: the module's API)
-    MAX_CONNECTIONS, MAX_REQUEST_BYTES, MAX_REQUEST_DEPTH, PROTOCOL_VERSION, Handler, dispatch, error_reply,
-    rate_limited_reply, too_many_clients_reply,
+    MAX_CONNECTIONS, MAX_REQUEST_BYTES, MAX_REQUEST_DEPTH, PROTOCOL_VERSION, UID_RATE_BURST, UID_RATE_PER_S, Handler,
+    dispatch, error_reply, rate_limited_reply, too_many_clients_reply,
 )
 
 _UNIX_PATH_MAX = 107
@@ -51,6 +55,8 @@ class ControlServer:
         self.refused_peers = 0
         self.refused_clients = 0  # over MAX_CONNECTIONS
         self.rate_limited = 0  # requests answered with rate_limited_reply
+        self._uid_buckets: dict[int, TokenBucket] = {}  # peer uid -> the bucket all its connections share
+        self._accept_at: float | None = None  # a uid over its rate: no accept until then (new clients wait in the backlog)
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> "ControlServer":
@@ -125,12 +131,16 @@ class ControlServer:
             self._resume_due()
             self._drop_idle()
 
-    def _select_timeout(self) -> float:  # until the next paused connection is due (1 s at most: idle checks)
-        due = min((c.paused_until for c in self._connections.values() if c.paused_until is not None), default=None)
+    def _select_timeout(self) -> float:  # until the next paused connection (or held accept) is due (1 s at most)
+        due = min((c.paused_until for c in self._connections.values() if c.paused_until is not None),
+                  default=self._accept_at)
+        due = due if self._accept_at is None else min(due, self._accept_at)
         return 1.0 if due is None else min(1.0, max(due - time.monotonic(), 0.0))
 
     def _resume_due(self) -> None:
         now = time.monotonic()
+        if self._accept_at is not None and self._accept_at <= now:
+            self._accept_again()
         for conn in [c for c in self._connections.values() if c.paused_until is not None and c.paused_until <= now]:
             conn.paused_until = None  # always cleared: a due pause left set would make select() spin
             try:
@@ -163,10 +173,16 @@ class ControlServer:
                 continue
             sock.setblocking(False)
             allowed = peer_allowed(peer_uid, self._own_uid)
-            conn = Connection(sock, served=allowed and self._served < MAX_CONNECTIONS)
+            conn = Connection(sock, served=allowed and self._served < MAX_CONNECTIONS,
+                              uid_bucket=self._uid_bucket(peer_uid) if allowed else None)
             self._connections[sock.fileno()] = conn
+            now = time.monotonic()
+            # A served connection's lines spend its uid's tokens; a refusal (over MAX_CONNECTIONS) spends one itself.
+            wait = 0.0 if not allowed else conn.uid_bucket.wait(now) if conn.served else conn.uid_bucket.take(now)
             if conn.served:
                 self._served += 1
+                if wait:  # its uid is over its rate: not read until a token is back (reconnecting gains nothing)
+                    conn.pause(now, wait)
                 self._watch(conn)
             else:  # one line, then closed (after a linger, so that the client reads it)
                 self.refused_peers, self.refused_clients = self.refused_peers + (not allowed), self.refused_clients + allowed
@@ -174,8 +190,27 @@ class ControlServer:
                             error_reply(f"permission denied: peer uid {peer_uid} is not the daemon's uid {self._own_uid}"))
                 conn.closing = True
                 self._flush(conn)
+            if wait:  # and nobody else is accepted until then: the next ones wait in the listen backlog
+                self._hold_accepts(math.ceil((now + wait) / RESUME_TICK_S) * RESUME_TICK_S)
+                return
 
-    def _accept_again(self) -> None:  # a no-op unless accepting had stopped
+    def _hold_accepts(self, until: float) -> None:
+        if self._accepting:
+            self._selector.unregister(self._listener)
+            self._accepting = False
+        self._accept_at = until
+
+    def _uid_bucket(self, uid: int) -> TokenBucket:
+        bucket = self._uid_buckets.get(uid)
+        if bucket is None:
+            bucket = self._uid_buckets[uid] = TokenBucket(UID_RATE_PER_S, UID_RATE_BURST, time.monotonic())
+        return bucket
+
+    def _accept_again(self) -> None:  # a no-op unless accepting had stopped (or is held for a uid's rate)
+        if self._accept_at is not None:
+            if time.monotonic() < self._accept_at:
+                return
+            self._accept_at = None
         if not self._accepting and self._listener is not None:
             self._selector.register(self._listener, selectors.EVENT_READ, None)
             self._accepting = True
@@ -226,7 +261,7 @@ class ControlServer:
                     conn.inbox.clear()
                     conn.closing = True
                 break
-            wait = conn.bucket.take(now)
+            wait = conn.bucket.take(now) if conn.uid_bucket is None else take_both(conn.bucket, conn.uid_bucket, now)
             if wait:
                 del conn.inbox[: newline + 1]
                 self.rate_limited += 1
