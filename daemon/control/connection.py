@@ -9,7 +9,7 @@ import selectors
 import socket
 import time
 
-from tatu.daemon.control.protocol import RATE_BURST, RATE_PER_S
+from tatu.daemon.control.protocol import RATE_BURST, RATE_PER_S, UID_RATE_BURST, UID_RATE_PER_S
 
 # A client that sends nothing for this long is dropped, freeing its slot.
 IDLE_TIMEOUT_S = 60.0
@@ -59,6 +59,19 @@ def take_both(first: TokenBucket, second: TokenBucket, now: float) -> float:
     return 0.0
 
 
+class UidBuckets(dict):
+    """peer uid -> the token bucket every connection of that uid spends from (made at its first)."""
+
+    def __missing__(self, uid: int) -> TokenBucket:
+        bucket = self[uid] = TokenBucket(UID_RATE_PER_S, UID_RATE_BURST, time.monotonic())
+        return bucket
+
+
+def on_resume_grid(t: float) -> float:
+    """`t` rounded up to the resume grid (RESUME_TICK_S)."""
+    return math.ceil(t / RESUME_TICK_S) * RESUME_TICK_S
+
+
 class Connection:
     """One client of the control server: its buffers, where it stands, its token bucket."""
 
@@ -82,8 +95,32 @@ class Connection:
     def pause(self, now: float, wait: float) -> float:
         """Over its rate: not read until a token is back (`wait` from now, rounded up to the
         resume grid); the seconds the client is told to wait."""
-        self.paused_until = math.ceil((now + wait) / RESUME_TICK_S) * RESUME_TICK_S
+        self.paused_until = on_resume_grid(now + wait)
         return round(self.paused_until - now, 3)
+
+    def take(self, now: float) -> float:
+        """A token from its own bucket and its uid's (or from neither): 0.0, else the seconds until both have one."""
+        return self.bucket.take(now) if self.uid_bucket is None else take_both(self.bucket, self.uid_bucket, now)
+
+    def admission_wait(self, now: float) -> float:
+        """At accept: the seconds its uid is over its rate (0.0: not). A served connection's lines will
+        spend the uid's tokens; a refusal (over MAX_CONNECTIONS) spends one itself."""
+        if self.uid_bucket is None:
+            return 0.0
+        return self.uid_bucket.wait(now) if self.served else self.uid_bucket.take(now)
+
+    def watch(self, selector: selectors.BaseSelector) -> None:
+        """Have `selector` watch it for what it needs now (nothing: not registered)."""
+        events = self.wanted_events()
+        if events == self.events:
+            return
+        if not events:
+            selector.unregister(self.sock)
+        elif not self.events:
+            selector.register(self.sock, events, self)
+        else:
+            selector.modify(self.sock, events, self)
+        self.events = events
 
     def wanted_events(self) -> int:
         """Input unless paused, output while replies wait (0: nothing to watch for now)."""

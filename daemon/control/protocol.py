@@ -53,6 +53,15 @@ def error_reply(message: str) -> dict:
     return {"v": PROTOCOL_VERSION, "ok": False, "error": message}
 
 
+def encode_reply(reply: dict) -> bytes:
+    """A reply as its line on the wire (one that is not JSON becomes an error reply saying so)."""
+    try:
+        encoded = json.dumps(reply, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        encoded = json.dumps(error_reply(f"reply is not JSON-serializable: {exc}")).encode("utf-8")
+    return encoded + b"\n"
+
+
 def rate_limited_reply(retry_after_s: float) -> dict:
     """A request over the connection's rate: not handled; the same request may be sent again
     after `retry_after_s` seconds."""
