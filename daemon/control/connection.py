@@ -76,7 +76,7 @@ class Connection:
     """One client of the control server: its buffers, where it stands, its token bucket."""
 
     __slots__ = ("sock", "inbox", "outbox", "closing", "last_active", "linger_until", "discarded", "bucket",
-                 "paused_until", "served", "events", "uid_bucket")
+                 "paused_until", "served", "events", "uid_bucket", "prepaid")
 
     def __init__(self, sock: socket.socket, served: bool, uid_bucket: TokenBucket | None = None):
         self.sock = sock
@@ -91,6 +91,7 @@ class Connection:
         self.served = served  # counts against MAX_CONNECTIONS (a refused one only lingers)
         self.events = 0  # what the selector watches for it (0: not registered)
         self.uid_bucket = uid_bucket  # its peer uid's, shared with that uid's other connections
+        self.prepaid = False  # its first line's uid token taken at its admission (admit)
 
     def pause(self, now: float, wait: float) -> float:
         """Over its rate: not read until a token is back (`wait` from now, rounded up to the
@@ -99,15 +100,19 @@ class Connection:
         return round(self.paused_until - now, 3)
 
     def take(self, now: float) -> float:
-        """A token from its own bucket and its uid's (or from neither): 0.0, else the seconds until both have one."""
-        return self.bucket.take(now) if self.uid_bucket is None else take_both(self.bucket, self.uid_bucket, now)
+        """A token from its own bucket and its uid's (or from neither): 0.0, else the seconds until both
+        have one. Its first line's uid token was taken when it was admitted."""
+        if self.uid_bucket is None or self.prepaid:
+            self.prepaid = False
+            return self.bucket.take(now)
+        return take_both(self.bucket, self.uid_bucket, now)
 
-    def admission_wait(self, now: float) -> float:
-        """At accept: the seconds its uid is over its rate (0.0: not). A served connection's lines will
-        spend the uid's tokens; a refusal (over MAX_CONNECTIONS) spends one itself."""
-        if self.uid_bucket is None:
-            return 0.0
-        return self.uid_bucket.wait(now) if self.served else self.uid_bucket.take(now)
+    def admit(self, now: float) -> float:
+        """At accept: one of its uid's tokens, for its first line or its refusal: 0.0, else the seconds
+        until its uid has one (then it is answered `rate limited` and closed)."""
+        wait = 0.0 if self.uid_bucket is None else self.uid_bucket.take(now)
+        self.prepaid = self.uid_bucket is not None and not wait
+        return wait
 
     def watch(self, selector: selectors.BaseSelector) -> None:
         """Have `selector` watch it for what it needs now (nothing: not registered)."""

@@ -34,10 +34,10 @@ RATE_PER_S = 10.0
 RATE_BURST = 64
 # Per peer uid (SO_PEERCRED), across all its connections, a second token bucket every request line
 # also spends: a client that reconnects for each request gets a fresh connection bucket each time,
-# but not a fresh uid bucket. A connection accepted while its uid's bucket is empty is not read
-# until a token is back, and no other connection is accepted until then (they wait in the listen
-# backlog, each client in its own connect or recv: reconnecting gains nothing). The uid's burst
-# holds a few connections' bursts; its rate, `tatu status --watch`, a sweep and scripts together.
+# but not a fresh uid bucket. A connection is admitted with one of its uid's tokens (its first line's,
+# or its refusal's); one that finds none gets `rate_limited_reply`, then EOF, and no other connection
+# is accepted until a token is back (they wait in the listen backlog: reconnecting gains nothing).
+# The uid's burst holds a few connections' bursts; its rate, `tatu status --watch`, a sweep and scripts together.
 UID_RATE_PER_S = 40.0
 UID_RATE_BURST = 256
 

@@ -174,21 +174,26 @@ class ControlServer:
                               uid_bucket=self._uid_buckets[peer_uid] if allowed else None)
             self._connections[sock.fileno()] = conn
             now = time.monotonic()
-            wait = conn.admission_wait(now)
-            if conn.served:
+            wait = conn.admit(now)
+            if conn.served and not wait:
                 self._served += 1
-                if wait:  # its uid is over its rate: not read until a token is back (reconnecting gains nothing)
-                    conn.pause(now, wait)
                 conn.watch(self._selector)
             else:  # one line, then closed (after a linger, so that the client reads it)
-                self.refused_peers, self.refused_clients = self.refused_peers + (not allowed), self.refused_clients + allowed
-                self._queue(conn, too_many_clients_reply() if allowed else
-                            error_reply(f"permission denied: peer uid {peer_uid} is not the daemon's uid {self._own_uid}"))
+                conn.served = False
+                self._queue(conn, self._refusal(allowed, peer_uid, on_resume_grid(now + wait) - now if wait else 0.0))
                 conn.closing = True
                 self._flush(conn)
             if wait:  # and nobody else is accepted until then: the next ones wait in the listen backlog
                 self._accepts.stop(until=on_resume_grid(now + wait))
                 return
+
+    def _refusal(self, allowed: bool, peer_uid: int, wait: float) -> dict:
+        if wait:  # its uid is over its rate (a client that reconnects for each request)
+            self.rate_limited += 1
+            return rate_limited_reply(round(wait, 3))
+        self.refused_peers, self.refused_clients = self.refused_peers + (not allowed), self.refused_clients + allowed
+        return too_many_clients_reply() if allowed else error_reply(
+            f"permission denied: peer uid {peer_uid} is not the daemon's uid {self._own_uid}")
 
     def _read(self, conn: Connection) -> None:
         try:
