@@ -16,7 +16,10 @@ far less and which the control thread's work lowers directly.
 Prints what it measured; asserts nothing about timing (exit 0 unless the run or a client fails,
 or a request went unanswered).
 
-    .venv/bin/python -u bench/control_flood.py [--clients 20] [--seconds 20] [--rounds 2]
+    .venv/bin/python -u bench/control_flood.py [--clients 20] [--seconds 20] [--rounds 2] [--reconnect]
+
+--reconnect: each client connects anew for every request, so a connection's own bucket is always
+fresh; what bounds it is its uid's bucket (protocol.py's UID_RATE_*).
 """
 from __future__ import annotations
 
@@ -41,7 +44,9 @@ from tiny_world import clean_environ, write_sources  # noqa: E402
 
 from tatu.daemon.control.access import socket_path  # noqa: E402
 from tatu.daemon.control.client import request  # noqa: E402
-from tatu.daemon.control.protocol import MAX_CONNECTIONS, RATE_BURST, RATE_PER_S  # noqa: E402
+from tatu.daemon.control.protocol import (  # noqa: E402
+    MAX_CONNECTIONS, RATE_BURST, RATE_PER_S, UID_RATE_BURST, UID_RATE_PER_S,
+)
 from tatu.ops.demo import prepare_data  # noqa: E402
 
 # A client: malformed requests, each sent the moment the previous reply arrived, until SIGTERM;
@@ -79,6 +84,48 @@ try:
         else:
             counts["errors"] += 1
 except OSError as exc:
+    counts["unanswered"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(counts), flush=True)
+'''
+
+# --reconnect: the same requests, each on a connection of its own (connect, one line, its reply,
+# close), the next at once; a refusal (over MAX_CONNECTIONS) or `rate limited` is counted and the
+# client connects again without waiting (it ignores retry_after_s: the worst script of the uid).
+RECONNECT_CLIENT = r'''
+import json, signal, socket, sys, time
+kinds = [b"not json", b"{", b"[1,2]", b'{"v":1}', b'{"v":1,"cmd":"nope"}', b'{"v":2,"cmd":"status"}', b"\xff\xfe"]
+counts = {"sent": 0, "errors": 0, "rate_limited": 0, "ok": 0, "refused": 0, "unanswered": ""}
+stopping = False
+def stop(*_):
+    global stopping
+    stopping = True
+signal.signal(signal.SIGTERM, stop)
+print("connected", flush=True)
+try:
+    while not stopping:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(30)
+            try:
+                sock.connect(sys.argv[1])
+            except BlockingIOError:  # the listen backlog is full: not a request yet; try again
+                time.sleep(0.01)
+                continue
+            sock.sendall(kinds[counts["sent"] % len(kinds)] + b"\n")
+            counts["sent"] += 1
+            line = sock.makefile("rb").readline()
+        if not line:
+            counts["unanswered"] = "EOF"
+            break
+        reply = json.loads(line)
+        if reply["ok"]:
+            counts["ok"] += 1
+        elif reply["error"] == "rate limited":
+            counts["rate_limited"] += 1
+        elif reply["error"].startswith("too many clients"):
+            counts["refused"] += 1
+        else:
+            counts["errors"] += 1
+except Exception as exc:  # noqa: BLE001 -- whatever it is, it is said in the counts
     counts["unanswered"] = f"{type(exc).__name__}: {exc}"
 print(json.dumps(counts), flush=True)
 '''
@@ -135,8 +182,9 @@ def measure(kind: str, seconds: float, steps: Steps, pid: int) -> Window:
     return Window(kind, t1 - t0, s1 - s0, c1 - c0)
 
 
-def start_clients(n: int, path: Path) -> list[subprocess.Popen]:
-    clients = [subprocess.Popen([sys.executable, "-c", FLOOD_CLIENT, str(path)], stdout=subprocess.PIPE, text=True)
+def start_clients(n: int, path: Path, reconnect: bool = False) -> list[subprocess.Popen]:
+    script = RECONNECT_CLIENT if reconnect else FLOOD_CLIENT
+    clients = [subprocess.Popen([sys.executable, "-c", script, str(path)], stdout=subprocess.PIPE, text=True)
                for _ in range(n)]
     for client in clients:  # every one connected before the window opens
         if client.stdout.readline().strip() != "connected":
@@ -170,12 +218,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="length of each A and each B window")
     parser.add_argument("--rounds", type=int, default=2, help="A/B pairs; odd rounds run B first")
     parser.add_argument("--warmup-steps", type=int, default=10, help="steps the run takes before the first window")
+    parser.add_argument("--reconnect", action="store_true",
+                        help="each client connects anew for every request (the per-uid limit's case)")
     args = parser.parse_args(argv)
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), "unknown CPU")
     print(f"{cpu}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.clients} clients, "
           f"{args.rounds} x (A {args.seconds:g}s + B {args.seconds:g}s); limits: {MAX_CONNECTIONS} clients, "
-          f"{RATE_BURST} requests at once then {RATE_PER_S:g}/s per connection")
+          f"{RATE_BURST} requests at once then {RATE_PER_S:g}/s per connection, {UID_RATE_BURST} then "
+          f"{UID_RATE_PER_S:g}/s per uid; {'reconnecting for every request' if args.reconnect else 'one connection each'}")
     with tempfile.TemporaryDirectory(prefix="tatu-flood-", dir="/tmp") as tmp:  # /tmp: AF_UNIX's path limit
         work = Path(tmp)
         data = prepare_data(write_sources(work / "sources"), work, "char", 0, SEQ_LEN)
@@ -199,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
                     if kind == "A":
                         windows.append(measure("A", args.seconds, steps, proc.pid))
                     else:
-                        clients = start_clients(args.clients, path)
+                        clients = start_clients(args.clients, path, args.reconnect)
                         windows.append(measure("B", args.seconds, steps, proc.pid))
                         counts = stop_clients(clients)
                         for c in counts:
@@ -236,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  steps per daemon CPU second: A {statistics.median(w.steps_per_cpu_s for w in a):.3f}, "
           f"B {statistics.median(w.steps_per_cpu_s for w in b):.3f} (median), ratio {cpu_ratio:.3f}")
     print(f"  target: ratio >= 0.90 {'met' if ratio >= 0.90 else 'NOT met'}")
-    print(f"control_flood: {args.clients} flooding clients {b_rate:.1f} vs unloaded {a_rate:.1f} steps/min, "
+    print(f"control_flood: {args.clients} {'reconnecting' if args.reconnect else 'flooding'} clients {b_rate:.1f} vs unloaded {a_rate:.1f} steps/min, "
           f"ratio {ratio:.3f} (per CPU second {cpu_ratio:.3f}); load average now {os.getloadavg()[0]:.1f}")
     if unanswered:
         print(f"control_flood: requests went unanswered: {unanswered[:5]}", file=sys.stderr)

@@ -26,6 +26,7 @@ from tatu.daemon.resume import restore_resume
 from tatu.daemon.run.lock import RunDirLock
 from tatu.daemon.run.state import RunState
 from tatu.daemon.seed_terms import setup as seed_terms
+from tatu.daemon.seed_terms.anchor import SWAMPS
 from tatu.daemon.suite import load_suite
 from tatu.daemon.tensorboard import attach as attach_tensorboard
 from tatu.daemon.trainer import Trainer
@@ -215,6 +216,7 @@ def train(run: RunActions) -> int:
         return code
 
     run.trainer.model.train()
+    swamp_said = False  # the seed term's warning, once per start
     while state.step < limit:
         run.world.at_step_boundary(supervisor)  # under torchrun: every rank acts on the same requests
         if supervisor.requests.stop:
@@ -241,6 +243,11 @@ def train(run: RunActions) -> int:
         log.event("step", step=step, loss=stats.loss, lr=stats.lr, grad_norm=stats.grad_norm, tokens=stats.target_tokens,
                   tokens_per_s=stats.tokens_per_s, replay_fraction=stats.replay_fraction,
                   seconds=round(stats.seconds, 4), memory=mem, **stats.seed_terms)
+        if not swamp_said and _swamps(stats):
+            swamp_said = True
+            line = _swamp_line(stats, config)
+            log.warning(line)
+            supervisor.warn(line)
 
         if step % config.eval_every == 0 or step == limit or supervisor.requests.eval:
             supervisor.served("eval")
@@ -251,3 +258,15 @@ def train(run: RunActions) -> int:
 
     run.final_checkpoint()
     return run.finish(exitcodes.OK)
+
+
+def _swamps(stats) -> bool:
+    """The anchor's gradient outweighs the data's by more than SWAMPS (daemon/seed_terms/anchor.py)."""
+    return stats.grad_norm_penalty is not None and stats.grad_norm_penalty > SWAMPS * stats.grad_norm_data
+
+
+def _swamp_line(stats, config: RunConfig) -> str:
+    ratio = stats.grad_norm_penalty / stats.grad_norm_data if stats.grad_norm_data > 0 else math.inf
+    return (f"step {stats.step}: TATU_ANCHOR={config.anchor}'s gradient norm {stats.grad_norm_penalty:.4g} is "
+            f"{ratio:.0f}x the data's {stats.grad_norm_data:.4g} (more than {SWAMPS:g}x): the run is learning the "
+            f"penalty, not the data; lower TATU_ANCHOR_WEIGHT (now {config.anchor_weight:g})")

@@ -74,9 +74,14 @@ def configure(layers: Layers, instance: str | None, smoke: bool) -> tuple[RunCon
 
 
 def check_start_paths(config: RunConfig, origins: dict[str, str], fresh: bool) -> None:
-    """The seed and trunk a new run reads exist: refused (65) before torch loads, which takes
+    """The data, and the seed and trunk a new run reads, exist: refused (65) before torch loads, which takes
     5-9 s on a loaded machine where a bad variable takes 0.6 s. A restart reads neither (its
-    resume state holds the weights and the trunk's scores), so a moved seed does not stop it."""
+    resume state holds the weights and the trunk's scores), so a moved seed does not stop it.
+    TATU_DATA every run reads, a restart too."""
+    if not config.data.is_dir():
+        what = "not a directory" if config.data.exists() else f"no directory {config.data.absolute()}"
+        raise DataError(f"TATU_DATA={config.data} [{origins.get('TATU_DATA', '?')}]: no such data directory "
+                        f"({what}; `tatu data build` writes one)")
     if not fresh and has_resume(config.run_dir):
         return
     for variable, path in (("TATU_SEED_CKPT", config.seed_ckpt), ("TATU_TRUNK_CKPT", config.trunk_ckpt)):

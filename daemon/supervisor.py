@@ -187,6 +187,11 @@ class Supervisor:
         self.status["trainable"] = trainable
         self._publish()
 
+    def warn(self, line: str) -> None:
+        """A warning `tatu status` shows from now on (the seed terms': a term that swamps the data)."""
+        self.status["warning"] = line
+        self._publish()
+
     @contextmanager
     def long_operation(self, phase: str):
         """An eval or a save: the watchdog (and, while stopping, the stop timeout) gets room."""

@@ -54,11 +54,17 @@ class StepStats:
     seconds: float
     penalty: float | None = None  # TATU_ANCHOR's penalty at the step's starting weights (not in `loss`)
     distill: float | None = None  # TATU_DISTILL's term, token-weighted over the step (not in `loss`)
+    # With TATU_ANCHOR on: the gradient norms side by side, the micro-batches' (the loss's, with
+    # TATU_DISTILL's term when on) before the penalty's is added, and the penalty's own.
+    grad_norm_data: float | None = None
+    grad_norm_penalty: float | None = None
 
     @property
     def seed_terms(self) -> dict[str, float]:
-        """The step event's penalty / distill entries, only those that ran (none when both are off)."""
-        return {k: v for k, v in (("penalty", self.penalty), ("distill", self.distill)) if v is not None}
+        """The step event's seed-term entries, only those that ran (none when both are off)."""
+        return {k: v for k, v in (("penalty", self.penalty), ("distill", self.distill),
+                                  ("grad_norm_data", self.grad_norm_data),
+                                  ("grad_norm_penalty", self.grad_norm_penalty)) if v is not None}
 
     @property
     def tokens_per_s(self) -> float:
@@ -153,10 +159,12 @@ class Trainer:
         total_targets = sum(batch.target_tokens.values())  # the whole step's, on every rank
         loss, distill = self._accumulate(self.world.mine(batch.micro_batches), total_targets,
                                          poison=self.config.fault_nan_step == step)
-        grad_norm = penalty = None
+        grad_norm = penalty = data_norm = penalty_norm = None
         if math.isfinite(loss) and total_targets > 0:
             if self.anchor is not None:  # once per step, after every micro-batch (and rank) is summed
+                data_norm = self._total_norm()  # read only: the step's arithmetic is the same without it
                 penalty = self.anchor.add_gradient()
+                penalty_norm = self.anchor.gradient_norm
             grad_norm = self._grad_norm()
             # A finite loss can still give an inf gradient (a huge TATU_LR, TATU_GRAD_CLIP=0):
             # stepping on it would write NaN into every weight it touches.
@@ -165,12 +173,18 @@ class Trainer:
         return StepStats(step=step, loss=loss, lr=lr, target_tokens=dict(batch.target_tokens),
                          replay_fraction=batch.replay_fraction, grad_norm=grad_norm,
                          input_tokens=sum(m.x.size for m in batch.micro_batches),
-                         seconds=time.perf_counter() - started, penalty=penalty, distill=distill)
+                         seconds=time.perf_counter() - started, penalty=penalty, distill=distill,
+                         grad_norm_data=data_norm, grad_norm_penalty=penalty_norm)
 
     def _grad_norm(self) -> float:
         """The gradients' total L2 norm, clipped to TATU_GRAD_CLIP when that is set (not 0)."""
         if self.config.grad_clip > 0:
             return float(torch.nn.utils.clip_grad_norm_(self.trainable, self.config.grad_clip))
+        return self._total_norm()
+
+    @torch.no_grad()
+    def _total_norm(self) -> float:
+        """The gradients' total L2 norm as they are now (nothing changed)."""
         grads = [p.grad for p in self.trainable if p.grad is not None]
         return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
 

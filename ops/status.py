@@ -78,6 +78,8 @@ def format_status(status: dict) -> str:
         lines.append(f"oom_score_adj {oom}{note}")
     if status.get("trainable"):
         lines.append(f"trains  {status['trainable']}")
+    if status.get("warning"):
+        lines.append(f"WARNING {status['warning']}")
     if status.get("config_hash"):
         lines.append(f"config  {status['config_hash']}")
     return "\n".join(lines)

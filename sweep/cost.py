@@ -6,6 +6,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from tatu.daemon.config import ConfigError, RunConfig, known_variables, load_config
 from tatu.sweep.plan.load import Member
 
 
@@ -36,9 +37,10 @@ def measured_cost(runs: list[Path]) -> StepCost | None:
         steps = [e["seconds"] for e in events if e.get("event") == "step" and e.get("seconds")]
         if not steps:
             continue
-        n_micro = int(config.get("SFT_GE", 0)) + (int(config.get("REPLAY_N", 0)) if config.get("TATU_MODE") == "sft" else 0)
-        slot = max(1, n_micro) * int(config.get("TATU_MICRO_BATCH", 8)) * int(config.get("TATU_SEQ_LEN", 128))
-        slots.append(statistics.median(steps) / slot)
+        parsed = saved_config(config)
+        if parsed is None:
+            continue
+        slots.append(statistics.median(steps) / slot_tokens(parsed))
         evals += [e["seconds"] for e in events if e.get("event") == "eval" and e.get("step", 0) > 0]
         used.append(run_dir.name)
     if not slots:
@@ -46,13 +48,27 @@ def measured_cost(runs: list[Path]) -> StepCost | None:
     return StepCost(statistics.median(slots), statistics.median(evals) if evals else 0.0, ", ".join(used[:3]))
 
 
+def slot_tokens(config: RunConfig) -> int:
+    """A step's micro-batches x micro_batch x seq_len, as the run itself counts its mix (RunConfig.mix)."""
+    return max(1, sum(config.mix.values())) * config.micro_batch * config.seq_len
+
+
+def saved_config(saved: dict) -> RunConfig | None:
+    """A checkpoint's meta.json "config" (RunConfig.to_json) parsed as the daemon parses its environment:
+    a value equal to its default is left to it (as if unset: a TATU_EWC_BATCHES the run never set is
+    not "set"), as is a variable this version does not know; None when it is not a run's."""
+    known, defaults = set(known_variables()), RunConfig.defaults_json()
+    try:
+        return load_config({k: str(v) for k, v in saved.items()
+                            if k in known and v is not None and (k not in defaults or v != defaults[k])})[0]
+    except ConfigError:
+        return None
+
+
 def member_seconds(member: Member, cost: StepCost) -> float:
-    env = member.env
-    steps = int(env.get("MIX_STEPS_LIMIT", 200))
-    n_micro = int(env.get("SFT_GE", 8)) + int(env.get("REPLAY_N", 0))
-    slot = n_micro * int(env.get("TATU_MICRO_BATCH", 8)) * int(env.get("TATU_SEQ_LEN", 128))
-    evals = steps // int(env.get("EVAL_EVERY", 8)) + 2  # the baseline and the last step
-    return steps * slot * cost.seconds_per_slot + evals * cost.eval_seconds
+    config, _ = load_config(member.env)  # the member's run configuration, its defaults the daemon's
+    evals = config.mix_steps_limit // config.eval_every + 2  # the baseline and the last step
+    return config.mix_steps_limit * slot_tokens(config) * cost.seconds_per_slot + evals * cost.eval_seconds
 
 
 def estimate(plan, out: Path, shown: list[Member]) -> tuple[StepCost | None, float | None]:

@@ -77,7 +77,8 @@ def expected_points(events: list[dict]) -> dict[tuple[str, int], float]:
     for e in events:
         step = e.get("step")
         if e["event"] == "step":
-            for field in ("loss", "lr", "grad_norm", "tokens_per_s", "replay_fraction"):
+            for field in ("loss", "lr", "grad_norm", "tokens_per_s", "replay_fraction", "penalty", "distill",
+                          "grad_norm_data", "grad_norm_penalty"):
                 put(f"train/{field}", step, e.get(field))
         if e["event"] == "eval":
             for name, numbers in e["sets"].items():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from pathlib import Path
 
 from tatu.daemon.control.access import socket_path
@@ -20,11 +21,28 @@ class ControlError(RuntimeError):
 
 
 def request(path: Path | str, cmd: str, timeout: float = 5.0, **args) -> dict:
-    """Send one command to the daemon at `path`; return its reply (ok=true) or raise ControlError."""
+    """Send one command to the daemon at `path`; return its reply (ok=true) or raise ControlError.
+
+    A `rate limited` reply (the request was not handled: its uid's other clients spent the tokens)
+    is retried after the `retry_after_s` it names, for as long as `timeout` allows."""
     path = Path(path)
     line = json.dumps({"v": PROTOCOL_VERSION, "cmd": cmd, **args}).encode("utf-8") + b"\n"
     if len(line) > MAX_REQUEST_BYTES:
         raise ControlError(f"tatu: request {cmd!r} is {len(line)} bytes, over the {MAX_REQUEST_BYTES}-byte limit")
+    deadline = time.monotonic() + timeout
+    while True:
+        decoded = _send(path, cmd, line, timeout)
+        wait = decoded.get("retry_after_s") if decoded.get("error") == "rate limited" else None
+        if not isinstance(wait, (int, float)) or time.monotonic() + wait >= deadline:
+            break
+        time.sleep(wait)
+    if decoded.get("ok") is not True:
+        raise ControlError(f"tatu: the daemon refused {cmd!r}: {decoded.get('error')}")
+    return decoded
+
+
+def _send(path: Path, cmd: str, line: bytes, timeout: float) -> dict:
+    """One connection, one request line, its reply decoded (a dict; a reply that is not one is an error)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
@@ -49,9 +67,8 @@ def request(path: Path | str, cmd: str, timeout: float = 5.0, **args) -> dict:
         decoded = json.loads(reply)
     except ValueError as exc:
         raise ControlError(f"tatu: unreadable reply from {path}: {exc}") from None
-    if not isinstance(decoded, dict) or decoded.get("ok") is not True:
-        error = decoded.get("error") if isinstance(decoded, dict) else decoded
-        raise ControlError(f"tatu: the daemon refused {cmd!r}: {error}")
+    if not isinstance(decoded, dict):
+        raise ControlError(f"tatu: the daemon refused {cmd!r}: {decoded}")
     return decoded
 
 

@@ -32,6 +32,14 @@ MAX_CONNECTIONS = 32
 # connection until a token is back. 10/s: a person or a polling script asks about once a second.
 RATE_PER_S = 10.0
 RATE_BURST = 64
+# Per peer uid (SO_PEERCRED), across all its connections, a second token bucket every request line
+# also spends: a client that reconnects for each request gets a fresh connection bucket each time,
+# but not a fresh uid bucket. A connection is admitted with one of its uid's tokens (its first line's,
+# or its refusal's); one that finds none gets `rate_limited_reply`, then EOF, and no other connection
+# is accepted until a token is back (they wait in the listen backlog: reconnecting gains nothing).
+# The uid's burst holds a few connections' bursts; its rate, `tatu status --watch`, a sweep and scripts together.
+UID_RATE_PER_S = 40.0
+UID_RATE_BURST = 256
 
 Handler = Callable[[dict], dict]
 
@@ -43,6 +51,15 @@ _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 def error_reply(message: str) -> dict:
     return {"v": PROTOCOL_VERSION, "ok": False, "error": message}
+
+
+def encode_reply(reply: dict) -> bytes:
+    """A reply as its line on the wire (one that is not JSON becomes an error reply saying so)."""
+    try:
+        encoded = json.dumps(reply, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        encoded = json.dumps(error_reply(f"reply is not JSON-serializable: {exc}")).encode("utf-8")
+    return encoded + b"\n"
 
 
 def rate_limited_reply(retry_after_s: float) -> dict:

@@ -6,13 +6,13 @@ thread and bounded memory, and never blocks the training loop. Handlers run in t
 thread: the daemon keeps them cheap (read a snapshot, or set a flag the loop acts on at
 the next step boundary). That thread shares the interpreter lock with the loop, so what clients
 may make it do is bounded (protocol.py's limits): MAX_CONNECTIONS clients at once, and a
-connection over its rate gets one error reply and is not read again until a token is back (a
-flooding client waits in its own send or recv). Use: `with ControlServer(path, handlers):`.
+connection over its rate (its own, or its peer uid's across all that uid's connections: reconnecting
+gains nothing) gets one error reply and is not read again until a token is back (a flooding client
+waits in its own send or recv). Use: `with ControlServer(path, handlers):`.
 """
 from __future__ import annotations
 
 import errno
-import json
 import os
 import selectors
 import socket
@@ -23,10 +23,13 @@ from pathlib import Path
 from tatu.daemon.control.access import (  # noqa: F401  (socket_path, peer_allowed: the module's API)
     bind_private, ensure_private_dir, peer_allowed, peer_credentials, refuse_if_live, socket_path,
 )
-from tatu.daemon.control.connection import IDLE_TIMEOUT_S, LINGER_MAX_BYTES, LINGER_S, MAX_PENDING_REPLY_BYTES, Connection
+from tatu.daemon.control.connection import (
+    IDLE_TIMEOUT_S, LINGER_MAX_BYTES, LINGER_S, MAX_PENDING_REPLY_BYTES, Connection, UidBuckets, on_resume_grid,
+)
+from tatu.daemon.control.listener import Listener
 from tatu.daemon.control.protocol import (  # noqa: F401  (PROTOCOL_VERSION: the module's API)
     MAX_CONNECTIONS, MAX_REQUEST_BYTES, MAX_REQUEST_DEPTH, PROTOCOL_VERSION, Handler, dispatch, error_reply,
-    rate_limited_reply, too_many_clients_reply,
+    encode_reply, rate_limited_reply, too_many_clients_reply,
 )
 
 _UNIX_PATH_MAX = 107
@@ -46,11 +49,12 @@ class ControlServer:
         self._wakeup_r, self._wakeup_w = -1, -1
         self._connections: dict[int, Connection] = {}
         self._served = 0  # connections counted against MAX_CONNECTIONS
-        self._accepting = False  # the listener is watched (not while refused ones fill their quota)
+        self._accepts: Listener | None = None  # the listener as the selector watches it
         self.requests_handled = 0
         self.refused_peers = 0
         self.refused_clients = 0  # over MAX_CONNECTIONS
         self.rate_limited = 0  # requests answered with rate_limited_reply
+        self._uid_buckets = UidBuckets()  # peer uid -> the bucket all its connections share
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> "ControlServer":
@@ -64,7 +68,8 @@ class ControlServer:
         os.set_blocking(self._wakeup_r, False)
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._wakeup_r, selectors.EVENT_READ, "wakeup")
-        self._accept_again()
+        self._accepts = Listener(self._listener, self._selector)
+        self._accepts.resume()
         self._thread = threading.Thread(target=self._serve, name="tatu-control", daemon=True)
         self._thread.start()
         return self
@@ -92,7 +97,7 @@ class ControlServer:
             if fd >= 0:
                 os.close(fd)
         self._wakeup_r = self._wakeup_w = -1
-        self._listener = self._selector = self._thread = None
+        self._listener = self._selector = self._thread = self._accepts = None
 
     def __enter__(self):
         return self.start()
@@ -125,12 +130,15 @@ class ControlServer:
             self._resume_due()
             self._drop_idle()
 
-    def _select_timeout(self) -> float:  # until the next paused connection is due (1 s at most: idle checks)
-        due = min((c.paused_until for c in self._connections.values() if c.paused_until is not None), default=None)
+    def _select_timeout(self) -> float:  # until the next paused connection (or held accept) is due (1 s at most)
+        due = min((t for t in (*(c.paused_until for c in self._connections.values()), self._accepts.held_until) if t is not None),
+                  default=None)
         return 1.0 if due is None else min(1.0, max(due - time.monotonic(), 0.0))
 
     def _resume_due(self) -> None:
         now = time.monotonic()
+        if self._accepts.held_until is not None and self._accepts.held_until <= now:
+            self._accepts.resume()
         for conn in [c for c in self._connections.values() if c.paused_until is not None and c.paused_until <= now]:
             conn.paused_until = None  # always cleared: a due pause left set would make select() spin
             try:
@@ -145,8 +153,7 @@ class ControlServer:
             # Refused clients linger (as every closing connection does) so they read their
             # refusal; past this many open connections the rest wait in the listen backlog.
             if len(self._connections) >= 2 * MAX_CONNECTIONS:
-                self._selector.unregister(self._listener)
-                self._accepting = False
+                self._accepts.stop()
                 return
             try:
                 sock, _ = self._listener.accept()
@@ -163,35 +170,30 @@ class ControlServer:
                 continue
             sock.setblocking(False)
             allowed = peer_allowed(peer_uid, self._own_uid)
-            conn = Connection(sock, served=allowed and self._served < MAX_CONNECTIONS)
+            conn = Connection(sock, served=allowed and self._served < MAX_CONNECTIONS,
+                              uid_bucket=self._uid_buckets[peer_uid] if allowed else None)
             self._connections[sock.fileno()] = conn
-            if conn.served:
+            now = time.monotonic()
+            wait = conn.admit(now)
+            if conn.served and not wait:
                 self._served += 1
-                self._watch(conn)
+                conn.watch(self._selector)
             else:  # one line, then closed (after a linger, so that the client reads it)
-                self.refused_peers, self.refused_clients = self.refused_peers + (not allowed), self.refused_clients + allowed
-                self._queue(conn, too_many_clients_reply() if allowed else
-                            error_reply(f"permission denied: peer uid {peer_uid} is not the daemon's uid {self._own_uid}"))
+                conn.served = False
+                self._queue(conn, self._refusal(allowed, peer_uid, on_resume_grid(now + wait) - now if wait else 0.0))
                 conn.closing = True
                 self._flush(conn)
+            if wait:  # and nobody else is accepted until then: the next ones wait in the listen backlog
+                self._accepts.stop(until=on_resume_grid(now + wait))
+                return
 
-    def _accept_again(self) -> None:  # a no-op unless accepting had stopped
-        if not self._accepting and self._listener is not None:
-            self._selector.register(self._listener, selectors.EVENT_READ, None)
-            self._accepting = True
-
-    def _watch(self, conn: Connection) -> None:
-        """Have the selector watch `conn` for what it needs now (nothing: not registered)."""
-        events = conn.wanted_events()
-        if events == conn.events:
-            return
-        if not events:
-            self._selector.unregister(conn.sock)
-        elif not conn.events:
-            self._selector.register(conn.sock, events, conn)
-        else:
-            self._selector.modify(conn.sock, events, conn)
-        conn.events = events
+    def _refusal(self, allowed: bool, peer_uid: int, wait: float) -> dict:
+        if wait:  # its uid is over its rate (a client that reconnects for each request)
+            self.rate_limited += 1
+            return rate_limited_reply(round(wait, 3))
+        self.refused_peers, self.refused_clients = self.refused_peers + (not allowed), self.refused_clients + allowed
+        return too_many_clients_reply() if allowed else error_reply(
+            f"permission denied: peer uid {peer_uid} is not the daemon's uid {self._own_uid}")
 
     def _read(self, conn: Connection) -> None:
         try:
@@ -226,7 +228,7 @@ class ControlServer:
                     conn.inbox.clear()
                     conn.closing = True
                 break
-            wait = conn.bucket.take(now)
+            wait = conn.take(now)
             if wait:
                 del conn.inbox[: newline + 1]
                 self.rate_limited += 1
@@ -246,11 +248,7 @@ class ControlServer:
         return dispatch(self.handlers, line)
 
     def _queue(self, conn: Connection, reply: dict) -> None:
-        try:
-            encoded = json.dumps(reply, allow_nan=False).encode("utf-8")
-        except (TypeError, ValueError) as exc:
-            encoded = json.dumps(error_reply(f"reply is not JSON-serializable: {exc}")).encode("utf-8")
-        conn.outbox += encoded + b"\n"
+        conn.outbox += encode_reply(reply)
         if len(conn.outbox) > MAX_PENDING_REPLY_BYTES:
             self._drop(conn)
 
@@ -274,7 +272,7 @@ class ControlServer:
             except OSError:
                 self._drop(conn)
                 return
-        self._watch(conn)
+        conn.watch(self._selector)
 
     def _drop(self, conn: Connection) -> None:
         conn.closing = True
@@ -291,7 +289,7 @@ class ControlServer:
             conn.events = 0
         conn.sock.close()
         if not self._stop.is_set() and self._selector is not None:
-            self._accept_again()  # a slot is free again
+            self._accepts.resume()  # a slot is free again
 
     def _drop_idle(self) -> None:
         now = time.monotonic()

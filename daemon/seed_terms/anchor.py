@@ -22,6 +22,10 @@ import torch
 
 _CHUNK = 1 << 16  # elements per float64 partial sum: small enough to stay in cache
 
+# A term whose gradient norm is more than SWAMPS times the data's is what the step learns: the run is
+# learning the penalty, not the data (lower TATU_ANCHOR_WEIGHT). The loop warns once (docs/forgetting.md).
+SWAMPS = 10.0
+
 
 @dataclass
 class AnchoredWeight:
@@ -35,6 +39,8 @@ class Anchor:
     def __init__(self, kind: str, weight: float, trainable: list[tuple[str, torch.nn.Parameter]],
                  seed_state: dict[str, torch.Tensor], fisher: dict[str, torch.Tensor] | None = None):
         self.kind, self.weight = kind, weight
+        self.gradient_norm: float | None = None  # of the gradient the last add_gradient added
+        self._fisher = fisher is not None
         self.weights = []
         for name, param in trainable:
             seed = seed_state[name].detach().to(param.device, param.dtype).clone()
@@ -52,11 +58,13 @@ class Anchor:
 
     @torch.no_grad()
     def add_gradient(self) -> float:
-        """Adds the penalty's gradient to each weight's .grad; returns the penalty's value."""
+        """Adds the penalty's gradient to each weight's .grad; returns the penalty's value. The norm of
+        the gradient it added is then `gradient_norm` (read, never used by the step's arithmetic)."""
         return self._visit(add_gradient=True)
 
     def _visit(self, add_gradient: bool) -> float:
         total = torch.zeros((), dtype=torch.float64, device=self._scratch.device)
+        added = torch.zeros((), dtype=torch.float64, device=self._scratch.device)  # |gradient|^2, EWC's
         for w in self.weights:
             r = self._scratch[: w.param.numel()].view(w.param.shape)
             torch.sub(w.param, w.seed, out=r)
@@ -71,4 +79,11 @@ class Anchor:
             for chunk in r.view(-1).split(_CHUNK):
                 chunk = chunk.double()
                 total += torch.dot(chunk, chunk)
+            if add_gradient and not isinstance(w.root_scale, float):  # the added r * sqrt(lambda F), chunk by chunk
+                for chunk, root in zip(r.view(-1).split(_CHUNK), w.root_scale.view(-1).split(_CHUNK)):
+                    chunk = (chunk * root).double()
+                    added += torch.dot(chunk, chunk)
+        if add_gradient:
+            # L2-SP adds sqrt(lambda) * r: its norm is sqrt(lambda) * |r| = sqrt(lambda * 2 * penalty)
+            self.gradient_norm = (float(added) if self._fisher else self.weight * float(total)) ** 0.5
         return 0.5 * float(total)

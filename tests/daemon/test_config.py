@@ -55,6 +55,24 @@ def test_a_missing_seed_or_trunk_exits_65_naming_it_before_torch_is_imported(tmp
     assert not out.exists()
 
 
+@pytest.mark.parametrize("missing_is", ["absent", "a file"])
+def test_a_missing_data_dir_exits_65_naming_it_before_torch_is_imported(tmp_path, missing_is):
+    """TATU_DATA is checked with the seed and trunk: one line naming it, 65, torch never imported."""
+    out, missing = tmp_path / "out", tmp_path / "no-such-data"
+    if missing_is == "a file":
+        missing.write_text("")
+    env = {**clean_environ(), "TATU_DATA": str(missing), "TATU_OUT": str(out), "TATU_SEED_CKPT": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "tatu.daemon"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 65, proc.stderr[-2000:]
+    message = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
+    what = "not a directory" if missing_is == "a file" else f"no directory {missing}"
+    assert message == [f"tatu: TATU_DATA={missing} [env]: no such data directory ({what}; `tatu data build` writes one)"]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    assert "pydantic" in imported and not [m for m in imported if m == "torch" or m.startswith("torch.")]
+    assert not out.exists()
+
+
 def test_a_restart_does_not_need_its_seed(tmp_path):
     """A restart starts from its own resume state: a seed moved since is no reason to refuse it;
     a smoke (always a fresh run dir) reads its seed again, so it is checked."""

@@ -30,7 +30,8 @@ from tatu.daemon.control.server import ControlServer
 from tatu.daemon.control.access import socket_path
 from tatu.daemon.control.client import ControlError, request
 from tatu.daemon.control.connection import RESUME_TICK_S, TokenBucket
-from tatu.daemon.control.protocol import MAX_CONNECTIONS, RATE_BURST, RATE_PER_S, nesting_depth
+from tatu.daemon.control.protocol import (MAX_CONNECTIONS, RATE_BURST, RATE_PER_S, UID_RATE_BURST, UID_RATE_PER_S,
+                                          nesting_depth)
 from tatu.daemon.logs import read_events
 from tatu.daemon.supervisor import MEMORY_SAMPLE_S, Supervisor
 
@@ -166,6 +167,35 @@ def test_a_flooding_client_costs_the_server_a_bounded_number_of_replies(server):
     assert server.rate_limited <= refilled, (server.rate_limited, elapsed)
     assert sent == server.requests_handled + server.rate_limited  # every request answered
     sock.close()
+
+
+def test_clients_that_reconnect_for_each_request_share_their_uids_bucket(server):
+    """A fresh connection is a fresh connection bucket, not a fresh uid bucket: clients of one uid that
+    reconnect for every request are answered the uid's burst, then its rate, then `rate limited`."""
+    extra, n_clients = 60, 8
+    replies: list[dict] = []
+    lock, started = threading.Lock(), time.monotonic()
+
+    def reconnecting(count: int) -> None:
+        for i in range(count):
+            with connect(server.path) as sock:
+                sock.sendall(b'{"v":1,"cmd":"echo","x":%d}\n' % i)
+                (reply,) = read_lines(sock, 1)
+            with lock:
+                replies.append(reply)
+    share = (UID_RATE_BURST + extra) // n_clients + 1
+    threads = [threading.Thread(target=reconnecting, args=(share,)) for _ in range(n_clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    elapsed = time.monotonic() - started
+    assert len(replies) == share * n_clients  # every request answered
+    ok = sum(r["ok"] for r in replies)
+    assert all(r["ok"] or is_rate_limited(r) for r in replies)
+    assert sum(map(is_rate_limited, replies)) >= 1
+    assert ok == server.requests_handled <= UID_RATE_BURST + UID_RATE_PER_S * elapsed + 1, (ok, elapsed)
+    assert UID_RATE_BURST >= RATE_BURST  # one connection's burst is never cut by its uid's
 
 
 def thread_cpu_s(native_id: int) -> float:

@@ -2,8 +2,8 @@
 and evals scored in fp32 whatever the run trained in.
 
 bf16 runs here set TATU_PRECISION=bf16 explicitly, so they run on any CPU (emulated where the
-flags lack amx_bf16 and avx512_bf16); the kill -9 resume under bf16 is in tests/test_daemon.py,
-2 ranks = 1 under bf16 in tests/test_ddp.py.
+flags lack amx_bf16 and avx512_bf16); the kill -9 resume under bf16 is in tests/daemon/test_daemon.py,
+2 ranks = 1 under bf16 in tests/daemon/test_ddp.py.
 """
 from __future__ import annotations
 

@@ -135,3 +135,56 @@ def test_a_bad_value_exits_78_in_one_line_before_anything_is_written(tiny_trunk,
     assert proc.returncode == 78, proc.stderr[-800:]
     assert named in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()
+
+
+SWAMP_WARNING = "the run is learning the penalty, not the data; lower TATU_ANCHOR_WEIGHT"
+
+
+@pytest.mark.parametrize("anchor", ["l2sp", "ewc"])
+def test_the_step_event_holds_the_data_and_penalty_gradient_norms_as_a_naive_recomputation(tiny_trunk, tmp_path,
+                                                                                           monkeypatch, anchor):
+    """Beside each other: the micro-batches' gradient norm before the penalty's is added, and the norm of
+    what the penalty adds (the difference), each recomputed here in float64 from the .grad tensors."""
+    naive = []
+    original = Anchor.add_gradient
+
+    def watched(self):
+        before = {w.name: w.param.grad.double().clone() for w in self.weights}
+        value = original(self)
+        data = sum(float(g.square().sum()) for g in before.values()) ** 0.5
+        added = sum(float((w.param.grad.double() - before[w.name]).square().sum()) for w in self.weights) ** 0.5
+        naive.append((data, added))
+        return value
+    monkeypatch.setattr(Anchor, "add_gradient", watched)
+    settings = {**EWC} if anchor == "ewc" else {"TATU_ANCHOR": "l2sp", "TATU_ANCHOR_WEIGHT": "50"}
+    assert daemon_main(sft_env(tiny_trunk, tmp_path, MIX_STEPS_LIMIT=3, **settings)) == 0
+    got = [(e["grad_norm_data"], e["grad_norm_penalty"]) for e in steps(tmp_path / "run")]
+    assert len(got) == len(naive) == 3
+    assert got[0][1] == 0.0 and all(p > 0 for _, p in got[1:])  # 0 at the seed, then the weights have moved
+    for (data, added), (naive_data, naive_added) in zip(got, naive):
+        assert data == pytest.approx(naive_data, rel=1e-5)
+        assert added == pytest.approx(naive_added, rel=1e-4, abs=1e-9)
+
+
+def test_a_penalty_that_swamps_the_data_is_said_once_and_a_normal_one_is_not(tiny_trunk, tmp_path, monkeypatch):
+    from tatu.daemon.supervisor import Supervisor
+    from tatu.ops.status import format_status
+
+    supervisors = []
+    original = Supervisor.warn
+    monkeypatch.setattr(Supervisor, "warn", lambda self, line: (supervisors.append(self), original(self, line)))
+    assert daemon_main(sft_env(tiny_trunk, tmp_path / "huge", MIX_STEPS_LIMIT=4,
+                               TATU_ANCHOR="l2sp", TATU_ANCHOR_WEIGHT="1000")) == 0
+    log = (tmp_path / "huge" / "run" / "run.log").read_text()
+    (warning,) = [line for line in log.splitlines() if SWAMP_WARNING in line]
+    big = [e for e in steps(tmp_path / "huge" / "run") if e["grad_norm_penalty"] > 10 * e["grad_norm_data"]]
+    assert len(big) >= 2  # it swamps at more than one step, and is said at the first alone
+    assert f"step {big[0]['step']}: TATU_ANCHOR=l2sp's gradient norm " in warning and "(now 1000)" in warning
+    (supervisor,) = supervisors
+    shown = format_status(dict(supervisor._snapshot.progress))  # what `tatu status` prints
+    said = warning[warning.index("step "):]
+    assert f"WARNING {said}" in shown.splitlines()
+    assert daemon_main(sft_env(tiny_trunk, tmp_path / "normal", MIX_STEPS_LIMIT=4,
+                               TATU_ANCHOR="l2sp", TATU_ANCHOR_WEIGHT="0.01")) == 0
+    assert SWAMP_WARNING not in (tmp_path / "normal" / "run" / "run.log").read_text()
+    assert len(supervisors) == 1

@@ -124,3 +124,18 @@ def test_without_the_tensorboard_package_the_run_says_so_and_goes_on(tiny_trunk,
     assert "no tensorboard in this test" in line and "`pip install tensorboard` turns it on" in line
     assert not (tmp_path / "out" / "run" / "tb").exists()
     assert (tmp_path / "out" / "run" / "verdict.json").is_file()
+
+
+def test_the_seed_terms_values_are_curves_equal_to_their_events(tiny_trunk, tmp_path):
+    """A run with TATU_ANCHOR and TATU_DISTILL: its step records' penalty and distill are points too."""
+    env = sft_env(tiny_trunk, tmp_path, MIX_STEPS_LIMIT=3, EVAL_EVERY=3, TATU_GEN_PROMPTS=0, TATU_LR="1e-2",
+                  TATU_ANCHOR="l2sp", TATU_ANCHOR_WEIGHT="10", TATU_DISTILL="1", TATU_DISTILL_WEIGHT="0.5")
+    assert daemon_main(env) == 0
+    events = read_events(tmp_path / "run" / "events.jsonl")
+    steps = [e for e in events if e["event"] == "step"]
+    assert all("penalty" in e and "distill" in e for e in steps)
+    back = read_back(tmp_path / "run" / "tb")
+    assert_curves_equal_events(back, events)
+    for field in ("penalty", "distill"):
+        assert back.scalars[f"train/{field}"] == [(e["step"], e[field]) for e in steps]
+    assert back.scalars["train/penalty"][-1][1] > 0 and back.scalars["train/distill"][-1][1] > 0
