@@ -23,7 +23,7 @@ from tatu import exitcodes
 from tatu.daemon import signals
 from tatu.daemon.ci_covers import run_env_file
 from tatu.daemon.config import ConfigError, RunConfig, describe, load_layers
-from tatu.daemon.run.lock import has_resume
+from tatu.daemon.run.paths import RunDir
 from tatu.data.manifest import DataConfigError, DataError
 from tatu.storage import StorageError
 
@@ -77,7 +77,7 @@ def check_start_paths(config: RunConfig, origins: dict[str, str], fresh: bool) -
     """The seed and trunk a new run reads exist: refused (65) before torch loads, which takes
     5-9 s on a loaded machine where a bad variable takes 0.6 s. A restart reads neither (its
     resume state holds the weights and the trunk's scores), so a moved seed does not stop it."""
-    if not fresh and has_resume(config.run_dir):
+    if not fresh and RunDir(config.run_dir).has_resume():
         return
     for variable, path in (("TATU_SEED_CKPT", config.seed_ckpt), ("TATU_TRUNK_CKPT", config.trunk_ckpt)):
         if path is not None and not path.exists():
