@@ -5,13 +5,15 @@ from pathlib import Path
 
 import pytest
 
+from package_map import TOP_LEVEL
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # a path with at least one folder, ending in .py: `daemon/seed_terms/anchor.py`, `../bench/eval.py`
 PATH = re.compile(r"(?<![\w./-])(?:\.\./)?([A-Za-z_][\w-]*(?:/[\w.-]+)+\.py)\b")
 # where a doc may name a path from: the repository, or inside one of its packages (architecture.md's
 # "daemon/: ... run/state.py"), or the test and bench folders
-BASES = [ROOT, *(ROOT / p for p in ("daemon", "ops", "sweep", "evals", "model", "data", "tatu", "tests", "bench"))]
+BASES = [ROOT, *(ROOT / p for p in (*TOP_LEVEL.values(), "tests", "bench"))]
 
 
 def named_paths(doc: Path) -> list[tuple[int, str]]:
