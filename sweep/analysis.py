@@ -7,7 +7,7 @@ coordinator the sweep was run. Statistics (tatu.evals.seeds.stats) are on the lo
 paired perplexity ratio end/start and shown as relative changes: drift (enRuler), the
 sftHeld change, every held-out set's change and each word category's (sweep/sets.py). With a tune stage, sftHeld is judged on its judge half only (odd line
 indices); the tune stage chose on the dev half (even ones); the ruler never chooses. Every
-comparison is made at the members' ends and at the common step (sweep/common.py); the rule
+comparison is made at the members' ends and at the common step (sweep/common_step.py); the rule
 judges the one it names.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tatu.sweep.backends import UnitState
 from tatu.sweep.plan.load import Member
 from tatu.sweep.lock import locked_configs
 from tatu.sweep.rule import CONFIG, held_out_set, one_config_line, parse_rule
-from tatu.sweep import common as common_step_
+from tatu.sweep import common_step as common_step_
 from tatu.sweep.scores import end_checkpoint, score_checkpoint
 from tatu.sweep.power import seeds_for_effect, stated_effect
 from tatu.sweep.sets import set_stats

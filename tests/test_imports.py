@@ -142,7 +142,7 @@ def test_every_layer_has_its_rule():
 # What reads run dirs without training: the sweep's coordinator (a service of its own that only
 # starts members and reads their files) and the common step's reader never load torch, so a
 # sweep command is not seconds of torch start-up per call (they once did, for a path helper).
-TORCH_FREE = ("tatu.sweep.common", "tatu.sweep.coordinator", "tatu.daemon.run.paths")
+TORCH_FREE = ("tatu.sweep.common_step", "tatu.sweep.coordinator", "tatu.daemon.run.paths")
 
 
 @pytest.mark.parametrize("module", TORCH_FREE)
