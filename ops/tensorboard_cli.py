@@ -24,7 +24,6 @@ from tatu.exitcodes import BAD_CONFIG, BAD_DATA, IO_ERROR, TatuExit
 from tatu.sweep.lock import LOCK_NAME
 
 
-
 def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", type=Path, metavar="RUN_OR_SWEEP",
                         help=f"a run dir (its {EVENTS}) or a sweep dir (its plan.lock.json)")
