@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from tatu.atomic import write_json_atomic
 from tatu.daemon import distributed, judge, ranks
 from tatu.daemon.resume import save_resume
-from tatu.daemon.run.paths import eval_lines_path
+from tatu.daemon.run.paths import RunDir
 from tatu.daemon.run.state import RunState, results_to_json
 from tatu.daemon.suite import best_set, generate_samples, score_categories, score_suite, score_tasks
 from tatu.model.checkpoint import NonFiniteTensorError, save_checkpoint
@@ -45,6 +45,7 @@ class RunActions:
         self.world = world  # under torchrun, rank 0 alone writes files
         self.stream, self.suite, self.tokenizer, self.state = stream, suite, tokenizer, state
         self.meta_base = meta_base
+        self.files = RunDir(config.run_dir)
         self.last_saved_step = state.step
         self.latest_results: dict = {}  # the last eval's results (a trunk stores them)
 
@@ -83,8 +84,8 @@ class RunActions:
             self.non_finite_eval({name: r.ppl for name, r in results.items()}, where)
         state.history.append(decision.record)
         if config.eval_lines and self.world.is_main:  # before the event: a reader who sees the eval finds its lines
-            path = eval_lines_path(config.run_dir, state.step)
-            with self.saving("evals"):
+            path = self.files.eval_lines(state.step)
+            with self.saving(self.files.evals_dir):
                 path.parent.mkdir(exist_ok=True)
                 write_json_atomic(path, {"step": state.step, "sets": results_to_json(results),
                                          "categories": {name: results_to_json(per) for name, per in categories.items()}})
@@ -92,8 +93,8 @@ class RunActions:
             key = best_set(config.mode)
             state.best = {"step": state.step, "set": key, "ppl": results[key].ppl}
             if self.world.is_main:
-                with self.saving("best"):
-                    self.save_weights("best", self.meta(best=state.best))
+                with self.saving(self.files.best):
+                    self.save_weights(self.files.best, self.meta(best=state.best))
         if not self.covers_said:  # the EVAL line (a contract) stays as it is; the journal gets this beside it
             self.log.info(f"what each eval's CIs cover: {decision.record['ci_covers']['text']}")
             self.covers_said = True
@@ -114,8 +115,8 @@ class RunActions:
                              f"(step {self.last_saved_step}) is intact")
 
     @contextmanager
-    def saving(self, name: str):
-        """A save of run_dir/name: refused when a tensor is not finite (exit 11) or the disk is full
+    def saving(self, path):
+        """A save of `path` (in the run dir): refused when a tensor is not finite (exit 11) or the disk is full
         (exit 74), either way with the previous copy intact; its size feeds the free-space warning."""
         try:
             yield
@@ -127,7 +128,7 @@ class RunActions:
         except StorageError:
             self.supervisor.phase("disk full")
             raise
-        warning = self.supervisor.saved(name, tree_bytes(self.config.run_dir / name))
+        warning = self.supervisor.saved(path.name, tree_bytes(path))
         if warning:
             self.log.warning(warning)
 
@@ -136,7 +137,7 @@ class RunActions:
         if not self.world.is_main:
             self.last_saved_step = self.state.step
             return
-        with self.supervisor.long_operation("checkpoint"), self.saving("state"):
+        with self.supervisor.long_operation("checkpoint"), self.saving(self.files.state):
             save_resume(self.config.run_dir, model=self.trainer.model, optimizer=self.trainer.optimizer,
                         gpt_config=self.trainer.gpt_config, tokenizer=self.tokenizer, run_state=self.state,
                         stream_state=self.stream.state_dict(), meta=self.meta(**self.trainer.adapter_meta()),
@@ -145,10 +146,10 @@ class RunActions:
         self.log.info(f"saved resume state at step {self.state.step} ({reason})")
         self.log.event("checkpoint", step=self.state.step, reason=reason)
 
-    def save_weights(self, name: str, meta: dict) -> None:
+    def save_weights(self, path, meta: dict) -> None:
         """best/ or final/: weights any checkpoint reader loads (a LoRA run's merged, its adapter beside)."""
         weights, extra, meta_extra = self.trainer.saved_view()
-        save_checkpoint(self.config.run_dir / name, model_state=weights, model_config=self.trainer.gpt_config,
+        save_checkpoint(path, model_state=weights, model_config=self.trainer.gpt_config,
                         tokenizer=self.tokenizer, meta={**meta, **meta_extra}, extra_tensors=extra)
 
     def final_checkpoint(self) -> None:
@@ -161,19 +162,19 @@ class RunActions:
                 self.trainer.model.eval()
                 self.latest_results = score_suite(self.trainer.model, self.suite, self.trainer.device, self.config)
             meta["trunk_reference"] = results_to_json(judge.trunk_reference(self.latest_results))
-        with self.saving("final"):
-            self.save_weights("final", meta)
-        self.log.info(f"final checkpoint: {self.config.run_dir / 'final'}")
+        with self.saving(self.files.final):
+            self.save_weights(self.files.final, meta)
+        self.log.info(f"final checkpoint: {self.files.final}")
 
     def finish(self, code: int, abort_reason: str | None = None) -> int:
         verdict = judge.verdict(self.state.history, abort_reason, self.config, self.env_file)
         if not self.world.is_main:
             return code
         try:
-            write_json_atomic(self.config.run_dir / "verdict.json", verdict)  # never a half-written verdict
+            write_json_atomic(self.files.verdict_file, verdict)  # never a half-written verdict
         except OSError as exc:
             if is_storage_error(exc):
-                raise storage_error(self.config.run_dir / "verdict.json", exc, "verdict") from None
+                raise storage_error(self.files.verdict_file, exc, "verdict") from None
             raise
         self.log.info(verdict["line"])
         self.log.event("verdict", step=self.state.step, **verdict)

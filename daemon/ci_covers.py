@@ -1,4 +1,4 @@
-"""What a single run's CIs cover, said in one place: the verdict line, verdict.json, the eval
+"""What a single run's CIs cover, said in one place: the verdict line, the verdict file, the eval
 events, `tatu status` and the run report all carry the record built here.
 
 A run's CIs are bootstraps over the lines of its eval sets: they cover one source of noise,

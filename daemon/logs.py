@@ -1,16 +1,17 @@
-"""Where the run speaks: the console (or journald), run.log and events.jsonl.
+"""Where the run speaks: the console (or journald), the run log and the events file (their names:
+daemon/run/paths.py, RunDir).
 
 - Under journald (JOURNAL_STREAM set) each stdout line carries its syslog priority prefix
   (<3> error, <4> warning, <6> info); journald strips it, so `journalctl -o cat` shows the
   contract lines (EVAL ...) exactly as written.
 - Elsewhere (a terminal, a pipe): info lines as they are, others prefixed with their level.
-- Always: run.log (plain lines) and events.jsonl (one JSON object per event, every number
+- Always: the run log (plain lines) and the events file (one JSON object per event, every number
   of the run) in the run directory. Until the run directory is attached (every input checked)
   they are held in memory: a start refused for bad input leaves no run directory behind.
 - A write the disk refuses (full, read-only) is a StorageError naming the file and the free
   space (exit 74), and that file is written no further.
-- Sinks (`add_sink`: TensorBoard) get every event record after events.jsonl has it, the same
-  dict: what they show is events.jsonl's numbers.
+- Sinks (`add_sink`: TensorBoard) get every event record after the events file has it, the same
+  dict: what they show is the events file's numbers.
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from typing import Any
 
 import structlog
 
+# read_events is the run dir's reader; kept importable from here, where tests and benches look for it
+from tatu.daemon.run.paths import RunDir, read_events  # noqa: F401
 from tatu.storage import is_storage_error, storage_error
 
 _PRIORITY = {"error": 3, "critical": 2, "warning": 4, "info": 6, "debug": 7}
@@ -78,14 +81,14 @@ class _Sink:
 
 class RunLog:
     """Two structlog pipelines: lines (level, timestamp -> the console line with its journald
-    priority prefix, and the run.log line) and events (time, JSON -> events.jsonl)."""
+    priority prefix, and the run log's line) and events (time, JSON -> the events file)."""
 
     def __init__(self, run_dir: Path | None, stream=None):
         self.stream = stream or sys.stdout
         self.journal = connected_to_journal(self.stream)
         self.run_dir = run_dir
         self._log_file = self._events_file = None
-        self._pending_log: list[str] = []  # written to run.log / events.jsonl once attached
+        self._pending_log: list[str] = []  # written to the run log / the events file once attached
         self._pending_events: list[str] = []
         self._sinks: list = []  # objects with write(record) and close(); neither may raise
         if run_dir is not None:
@@ -98,11 +101,12 @@ class RunLog:
         self._events = structlog.wrap_logger(_Sink(self._write_event), processors=[_event_record, _event_json])
 
     def attach(self, run_dir: Path) -> None:
-        """Start writing run.log and events.jsonl (called once the run dir may exist)."""
+        """Start writing the run log and the events file (called once the run dir may exist)."""
         run_dir.mkdir(parents=True, exist_ok=True)
         self.run_dir = run_dir
-        self._log_file = open(run_dir / "run.log", "a", encoding="utf-8", buffering=1)
-        self._events_file = open(run_dir / "events.jsonl", "a", encoding="utf-8", buffering=1)
+        files = RunDir(run_dir)
+        self._log_file = open(files.run_log, "a", encoding="utf-8", buffering=1)
+        self._events_file = open(files.events_file, "a", encoding="utf-8", buffering=1)
         pending_log, pending_events = self._pending_log, self._pending_events
         self._pending_log, self._pending_events = [], []
         for line in pending_log:
@@ -128,7 +132,7 @@ class RunLog:
             raise storage_error(handle.name, exc, "log") from None
 
     def _render_line(self, _logger, _method_name: str, event_dict: dict) -> dict:
-        """The last line processor: per line of the message, the console's and run.log's text."""
+        """The last line processor: per line of the message, the console's and the run log's text."""
         level, stamp = event_dict.pop("level"), event_dict.pop("stamp")
         message = event_dict.pop("event", "")
         extras = " ".join(f"{k}={v}" for k, v in event_dict.items())
@@ -167,7 +171,7 @@ class RunLog:
         self._lines.error(message, **fields)
 
     def event(self, kind: str, **data) -> dict:
-        """Append one event to events.jsonl (the report's only source of numbers)."""
+        """Append one event to the events file (the report's only source of numbers)."""
         return self._events.info(kind, **data)
 
     def close(self) -> None:
@@ -189,15 +193,3 @@ def _event_record(_logger, _method_name: str, event_dict: dict) -> dict:
 
 def _event_json(_logger, _method_name: str, record: dict) -> dict:
     return {"line": json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n", "record": record}
-
-
-def read_events(path: Path) -> list[dict]:
-    """events.jsonl as a list; a torn last line (a kill mid-write) is ignored."""
-    events = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return events

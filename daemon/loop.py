@@ -189,7 +189,7 @@ def _before_training(run: RunActions) -> int | None:
         log.error(f"run {config.run} was aborted at step {state.aborted['step']}: {state.aborted['reason']}; "
                   f"start a new TATU_RUN")
         return state.aborted["code"]
-    if state.step >= limit and (config.run_dir / "verdict.json").exists():
+    if state.step >= limit and run.files.verdict_file.exists():
         supervisor.finished_already(state.step)
         log.info(f"run {config.run} already finished at step {state.step}; nothing to do")
         return exitcodes.OK

@@ -23,7 +23,7 @@ from tatu import exitcodes
 from tatu.daemon import signals
 from tatu.daemon.ci_covers import run_env_file
 from tatu.daemon.config import ConfigError, RunConfig, describe, load_layers
-from tatu.daemon.run.lock import has_resume
+from tatu.daemon.run.paths import RunDir
 from tatu.data.manifest import DataConfigError, DataError
 from tatu.storage import StorageError
 
@@ -82,7 +82,7 @@ def check_start_paths(config: RunConfig, origins: dict[str, str], fresh: bool) -
         what = "not a directory" if config.data.exists() else f"no directory {config.data.absolute()}"
         raise DataError(f"TATU_DATA={config.data} [{origins.get('TATU_DATA', '?')}]: no such data directory "
                         f"({what}; `tatu data build` writes one)")
-    if not fresh and has_resume(config.run_dir):
+    if not fresh and RunDir(config.run_dir).has_resume():
         return
     for variable, path in (("TATU_SEED_CKPT", config.seed_ckpt), ("TATU_TRUNK_CKPT", config.trunk_ckpt)):
         if path is not None and not path.exists():

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tatu.daemon.run.lock import STATE_DIR
+from tatu.daemon.run.paths import RunDir
 from tatu.daemon.run.state import RunState
 from tatu.model.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 
@@ -71,7 +71,7 @@ def save_resume(run_dir: Path, *, model, optimizer, gpt_config, tokenizer, run_s
     if ranks_json is not None:
         resume["ranks"] = ranks_json
     return save_checkpoint(
-        run_dir / STATE_DIR,
+        RunDir(run_dir).state,
         model=model,
         model_config=gpt_config,
         tokenizer=tokenizer,
@@ -82,7 +82,7 @@ def save_resume(run_dir: Path, *, model, optimizer, gpt_config, tokenizer, run_s
 
 
 def load_resume(run_dir: Path, device) -> Checkpoint:
-    return load_checkpoint(run_dir / STATE_DIR, map_location=str(device))
+    return load_checkpoint(RunDir(run_dir).state, map_location=str(device))
 
 
 def restore_resume(resume: Checkpoint, optimizer, stream) -> None:

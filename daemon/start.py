@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from tatu.daemon.config import ConfigError, RunConfig
 from tatu.daemon.judge import trunk_reference
 from tatu.daemon.resume import load_resume
-from tatu.daemon.run.lock import has_resume
+from tatu.daemon.run.paths import RunDir
 from tatu.daemon.run.state import is_results_json, results_from_json
 from tatu.daemon.suite import REFERENCE_SETS, Suite, score_suite
 from tatu.daemon.trainer import lr_at
@@ -47,7 +47,7 @@ class Start:
 
 
 def starting_point(config: RunConfig, manifest: dict) -> Start:
-    if has_resume(config.run_dir):
+    if RunDir(config.run_dir).has_resume():
         try:
             resume = load_resume(config.run_dir, "cpu")
         except CheckpointError as exc:
@@ -95,7 +95,7 @@ def lr_schedule_end(stored: int | None, saved_config: dict, config: RunConfig) -
         return config.mix_steps_limit
     raise ConfigError(f"run {config.run}'s resume state records neither its LR schedule's end nor its "
                       f"MIX_STEPS_LIMIT, so TATU_SCHEDULE=cosine cannot continue its curve; start a new TATU_RUN "
-                      f"with TATU_SEED_CKPT={config.run_dir / 'state'}")
+                      f"with TATU_SEED_CKPT={RunDir(config.run_dir).state}")
 
 
 def lr_schedule_note(end: int, step: int, config: RunConfig) -> str | None:
@@ -108,7 +108,7 @@ def lr_schedule_note(end: int, step: int, config: RunConfig) -> str | None:
         first = max(step, end) + 1
         return (f"MIX_STEPS_LIMIT={limit} is past the end of this run's cosine (step {end}, its first MIX_STEPS_LIMIT): "
                 f"the curve is kept, so steps {first}-{limit} get TATU_MIN_LR={config.min_lr:g}; for a new cosine, "
-                f"start a new TATU_RUN with TATU_SEED_CKPT={config.run_dir / 'state'}")
+                f"start a new TATU_RUN with TATU_SEED_CKPT={RunDir(config.run_dir).state}")
     return (f"MIX_STEPS_LIMIT={limit} stops this run before the end of its cosine (step {end}, its first "
             f"MIX_STEPS_LIMIT): the curve is kept, so its last step gets LR "
             f"{lr_at(limit - 1, config, end):.3g}, not TATU_MIN_LR={config.min_lr:g}")

@@ -4,8 +4,8 @@
     off   nothing is written
     DIR   DIR/TATU_RUN (a dir several runs share, for one `tensorboard --logdir DIR`)
 
-The sink is tatu.tensorboard's writer, fed the records events.jsonl gets (RunLog.add_sink). When
-it is attached it first catches up from the run's events.jsonl, so a restart writes what a kill
+The sink is tatu.tensorboard's writer, fed the records the events file gets (RunLog.add_sink). When
+it is attached it first catches up from the run's events file, so a restart writes what a kill
 (or an earlier start with TATU_TENSORBOARD=off) left out, and skips what the dir already holds.
 The loop attaches it on rank 0 alone. A failure is a warning, never the run's end.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tatu.daemon.config import RunConfig
-from tatu.daemon.logs import read_events
+from tatu.daemon.run.paths import RunDir
 from tatu.tensorboard.writer import TensorBoardWriter, unavailable
 
 
@@ -27,7 +27,7 @@ def log_dir_for(config: RunConfig, origin: str = "default") -> tuple[Path | None
         missing = unavailable()
         if missing:
             return None, f"TensorBoard: off ({setting}: {missing}; `pip install tensorboard` turns it on)"
-        return config.run_dir / "tb", f"TensorBoard: {config.run_dir / 'tb'} ({setting})"
+        return RunDir(config.run_dir).tb, f"TensorBoard: {RunDir(config.run_dir).tb} ({setting})"
     where = Path(config.tensorboard) / config.run
     return where, f"TensorBoard: {where} ({setting})"
 
@@ -39,8 +39,7 @@ def attach(config: RunConfig, origins: dict[str, str], log) -> TensorBoardWriter
     if where is None:
         return None
     writer = TensorBoardWriter(where, log.warning)
-    events = config.run_dir / "events.jsonl"
-    writer.catch_up(read_events(events) if events.is_file() else [])
+    writer.catch_up(RunDir(config.run_dir).events())
     if not writer.active:
         return None
     log.add_sink(writer)

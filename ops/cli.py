@@ -12,6 +12,7 @@ import select
 import sys
 
 from tatu import __version__
+from tatu.daemon.run.paths import EVENTS
 from tatu.envfile import EnvFileError
 from tatu.exitcodes import CLOSED_PIPE, USAGE, TatuExit
 from tatu.model import cpu_sums
@@ -30,10 +31,10 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
     "status": ("tatu.ops.status", "add_status_args", "status_main", "ask a running daemon over its control socket"),
     "doctor": ("tatu.ops.doctor.cli", "add_doctor_args", "doctor_main", "check the unit and the host against what kills runs"),
     "units": ("tatu.ops.units", "add_units_args", "units_main", "install the systemd user units (tatu units install --run NAME)"),
-    "report": ("tatu.ops.report.page", "add_args", "main", "plots and an HTML page from runs' events.jsonl"),
+    "report": ("tatu.ops.report.page", "add_args", "main", f"plots and an HTML page from runs' {EVENTS}"),
     "export": ("tatu.ops.export", "add_args", "main", "a checkpoint as a transformers GPT-2 directory (--format hf)"),
     "sweep": ("tatu.sweep.cli", "add_args", "main", "pre-registered sweeps over seeds and knobs (plan, start, status, stop, report)"),
-    "tensorboard": ("tatu.ops.tensorboard_cli", "add_args", "main", "TensorBoard event files from runs' events.jsonl and sweeps' members"),
+    "tensorboard": ("tatu.ops.tensorboard_cli", "add_args", "main", f"TensorBoard event files from runs' {EVENTS} and sweeps' members"),
 }
 
 

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tatu.daemon.run.paths import EVENTS, FINAL, RUN_LOG, STATE, TB, VERDICT, RunDir
 from tatu.data.demo.sources import CHAT_PRETRAIN_FILE, HELD_OUT_FILE
 from tatu.formats import fmt_pct
 from tatu.ops.cli import main as tatu
@@ -118,7 +119,7 @@ def user_manager_running() -> bool:
 def write_run_env(env: dict[str, str]) -> Path:
     """The run's variables beside its run dir, TATU_OUT/<run>.env (what ran; `tatu smoke --env-file`
     takes it as it is)."""
-    env_file = Path(env["TATU_OUT"]) / f"{env['TATU_RUN']}.env"
+    env_file = RunDir(Path(env["TATU_OUT"]) / env["TATU_RUN"]).env_file
     env_file.parent.mkdir(parents=True, exist_ok=True)
     env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
     return env_file
@@ -150,7 +151,7 @@ def trunk_env(scale: Scale, common: dict[str, str]) -> dict[str, str]:
 def _train_trunk(scale: Scale, common: dict[str, str], use_systemd: bool, runs: Path) -> Path:
     say(f"trunk: pretraining from scratch, {scale.pretrain_steps} steps ({'systemd --user' if use_systemd else 'foreground'})")
     check(run_daemon(trunk_env(scale, common), use_systemd), "trunk pretraining")
-    return runs / "trunk" / "final"
+    return RunDir(runs / "trunk").final
 
 
 SWEEP = "demo-replay"
@@ -245,14 +246,14 @@ Where things are:
   data            {data}
   trunk           {trunk}
   the plan        {out / 'demo-plan.toml'} (locked: {sweep_dir / 'plan.lock.json'})
-  member runs     {sweep_dir / 'runs'}/<member>/ (run.log, events.jsonl, state/, final/, verdict.json)
+  member runs     {sweep_dir / 'runs'}/<member>/ ({RUN_LOG}, {EVENTS}, {STATE}/, {FINAL}/, {VERDICT})
   sweep report    {sweep_page} (report.json and plots beside it)
   run report      {out / 'report' / 'index.html'} (a verdict sentence per run, learning vs forgetting, the word-category tables)
-  TensorBoard     tensorboard --logdir {out}      (every run's curves: <run>/tb; the members' HParams: {sweep_dir / 'tb'})
+  TensorBoard     tensorboard --logdir {out}      (every run's curves: <run>/{TB}; the members' HParams: {sweep_dir / 'tb'})
 Next:
   tatu sweep report {SWEEP} --sweeps {out / 'sweeps'}      # the tables again, from the files
-  tatu generate {members[-1] / 'final'} --chat --prompt "Quanto é 12 mais 30?"
-  tatu smoke --env-file {trunk.parent.parent / 'trunk.env'}      # the 2-step check an operator runs before a real run"""
+  tatu generate {RunDir(members[-1]).final} --chat --prompt "Quanto é 12 mais 30?"
+  tatu smoke --env-file {RunDir(trunk.parent).env_file}      # the 2-step check an operator runs before a real run"""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,7 +3,7 @@ sweeps already hold, for runs made before TensorBoard was on (or with TATU_TENSO
 
     tatu tensorboard runs/run5 sweeps/forgetting   # then: tensorboard --logdir_spec run5:runs/run5,forgetting:sweeps/forgetting
 
-The same writer as the daemon's (tatu.tensorboard): a run's events.jsonl records go to RUN_DIR/tb,
+The same writer as the daemon's (tatu.tensorboard): a run's event records go to RUN_DIR/tb,
 each (tag, step) once, so running it again, or on a run the daemon already wrote, adds only what
 is missing. A sweep (its plan.lock.json) gets every member's curves (the member's RUN_DIR/tb) and
 every finished member's HParams session (SWEEP_DIR/tb/<member>, sweep/hparams.py). With
@@ -19,41 +19,39 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from tatu.daemon.run.paths import EVENTS, RunDir
 from tatu.exitcodes import BAD_CONFIG, BAD_DATA, IO_ERROR, TatuExit
 from tatu.sweep.lock import LOCK_NAME
-
-EVENTS = "events.jsonl"
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", type=Path, metavar="RUN_OR_SWEEP",
-                        help="a run dir (its events.jsonl) or a sweep dir (its plan.lock.json)")
+                        help=f"a run dir (its {EVENTS}) or a sweep dir (its plan.lock.json)")
     parser.add_argument("--out", type=Path, metavar="DIR", help="write under DIR instead of each run's and sweep's own dir")
 
 
 @dataclass(frozen=True)
 class Curves:
-    events: Path  # a run's events.jsonl
+    run: RunDir
     log_dir: Path  # where its TensorBoard files go
 
 
 def _kind(path: Path) -> str:
     if (path / LOCK_NAME).is_file():
         return "sweep"
-    if (path / EVENTS).is_file():
+    if RunDir(path).events_file.is_file():
         return "run"
     raise TatuExit(BAD_DATA, f"{path}: neither a run dir (no {EVENTS}) nor a sweep dir (no {LOCK_NAME})")
 
 
 def _write_curves(curves: Curves, warn) -> str:
-    from tatu.daemon.logs import read_events
     from tatu.tensorboard.writer import TensorBoardWriter
 
     writer = TensorBoardWriter(curves.log_dir, warn)
-    writer.catch_up(read_events(curves.events))
+    writer.catch_up(curves.run.events())
     writer.close()
     counts = ", ".join(f"{n} {kind}" for kind, n in sorted(writer.counts.items())) or "nothing new"
-    return f"{curves.log_dir}: {counts} (records of {curves.events})"
+    return f"{curves.log_dir}: {counts} (records of {curves.run.events_file})"
 
 
 def _sweep(path: Path, out: Path | None, warn) -> list[str]:
@@ -64,9 +62,10 @@ def _sweep(path: Path, out: Path | None, warn) -> list[str]:
     base = out / path.absolute().name if out else None
     lines = []
     for member in members(lock):
-        if (member.run_dir / EVENTS).is_file():
-            log_dir = base / "runs" / member.run if base else member.run_dir / "tb"
-            lines.append(_write_curves(Curves(member.run_dir / EVENTS, log_dir), warn))
+        run = RunDir(member.run_dir)
+        if run.events_file.is_file():
+            log_dir = base / "runs" / member.run if base else run.tb
+            lines.append(_write_curves(Curves(run, log_dir), warn))
     root = base / SESSIONS if base else path / SESSIONS
     written = write_sessions(path, lock, warn, root)
     lines.append(f"{root}: {written} HParams session(s) written (a member's session is written once, when it has a result)")
@@ -85,8 +84,8 @@ def main(args: argparse.Namespace) -> int:
         if kind == "sweep":
             lines = _sweep(path, args.out, failures.append)
         else:
-            log_dir = args.out / path.absolute().name if args.out else path / "tb"
-            lines = [_write_curves(Curves(path / EVENTS, log_dir), failures.append)]
+            log_dir = args.out / path.absolute().name if args.out else RunDir(path).tb
+            lines = [_write_curves(Curves(RunDir(path), log_dir), failures.append)]
         for line in lines:
             print(line)
     if failures:

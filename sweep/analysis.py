@@ -7,7 +7,7 @@ coordinator the sweep was run. Statistics (tatu.evals.seeds.stats) are on the lo
 paired perplexity ratio end/start and shown as relative changes: drift (enRuler), the
 sftHeld change, every held-out set's change and each word category's (sweep/sets.py). With a tune stage, sftHeld is judged on its judge half only (odd line
 indices); the tune stage chose on the dev half (even ones); the ruler never chooses. Every
-comparison is made at the members' ends and at the common step (sweep/common.py); the rule
+comparison is made at the members' ends and at the common step (sweep/common_step.py); the rule
 judges the one it names.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tatu.sweep.backends import UnitState
 from tatu.sweep.plan.load import Member
 from tatu.sweep.lock import locked_configs
 from tatu.sweep.rule import CONFIG, held_out_set, one_config_line, parse_rule
-from tatu.sweep import common as common_step_
+from tatu.sweep import common_step as common_step_
 from tatu.sweep.scores import end_checkpoint, score_checkpoint
 from tatu.sweep.power import seeds_for_effect, stated_effect
 from tatu.sweep.sets import set_stats
@@ -39,7 +39,7 @@ COMMON_LINES = (common_step_.START, common_step_.AT_COMMON)  # the base/end keys
 def member_result(member: Member, sweep_dir: Path, required: tuple[str, ...] = ()) -> dict:
     """Status, verdict, per-line start/end scores (every set and category, sweep/scores.py; the
     held-out sets a rule names `required`), the worst drift over its evals."""
-    from tatu.daemon.logs import read_events
+    from tatu.daemon.run.paths import RunDir
 
     status = member_status(member, UnitState("absent"))
     directory = member.run_dir
@@ -54,8 +54,8 @@ def member_result(member: Member, sweep_dir: Path, required: tuple[str, ...] = (
     # what trained, as the daemon said it ("trainable 1.3M of 27.1M (4.8%): h.6-7, ln_f"); None for older runs
     result["trainable"] = ((read_json(end / "meta.json") or {}).get("trainable") or {}).get("line") if end else None
     evals = {}
-    for event in read_events(directory / "events.jsonl"):
-        if event.get("event") == "eval" and event.get("step", 0) > 0:
+    for event in RunDir(directory).events("eval"):
+        if event.get("step", 0) > 0:
             evals[event["step"]] = event  # a re-run eval after a kill repeats the same numbers: last wins
     result["steps"] = max(evals) if evals else 0
     result["every_eval_drift"] = max((e["drift"]["value"] for e in evals.values()), default=0.0)

@@ -220,7 +220,7 @@ def _gpu_count() -> int:
 # --- status / stop / report --------------------------------------------------------------------------
 
 def status_main(args) -> int:
-    from tatu.daemon.logs import read_events
+    from tatu.daemon.run.paths import RunDir
     from tatu.sweep.coordinator import STOP_FILE, Coordinator, backend_for, settings
     from tatu.sweep.members import summary
 
@@ -236,8 +236,7 @@ def status_main(args) -> int:
     if stop.exists():
         print(f"stopped: {stop.read_text().strip()}")
     for s in statuses:
-        events_path = s.member.run_dir / "events.jsonl"
-        steps = [e["step"] for e in read_events(events_path) if e.get("event") == "step"] if events_path.is_file() else []
+        steps = [e["step"] for e in RunDir(s.member.run_dir).events("step")]
         limit = s.member.env.get("MIX_STEPS_LIMIT", "?")
         print(f"  {s.member.name:<24} {s.state:<9} {s.verdict or '':<13} step {max(steps, default=0)}/{limit}"
               + (f"  {s.detail}" if s.detail else ""))

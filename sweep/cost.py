@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tatu.daemon.config import ConfigError, RunConfig, known_variables, load_config
+from tatu.daemon.run.paths import RunDir
 from tatu.sweep.plan.load import Member
 
 
@@ -18,30 +19,27 @@ class StepCost:
 
 
 def measured_cost(runs: list[Path]) -> StepCost | None:
-    """Step and eval times measured by earlier runs of this machine (their events.jsonl and the
+    """Step and eval times measured by earlier runs of this machine (their events and the
     config in their checkpoints' meta.json)."""
-    from tatu.daemon.logs import read_events
-
     slots, evals, used = [], [], []
     for run_dir in runs:
-        events_path = run_dir / "events.jsonl"
+        files = RunDir(run_dir)
         config = None
-        for ckpt in ("final", "state", "best"):
-            meta = run_dir / ckpt / "meta.json"
+        for ckpt in (files.final, files.state, files.best):
+            meta = ckpt / "meta.json"
             if meta.is_file():
                 config = json.loads(meta.read_text()).get("config")
                 break
-        if not events_path.is_file() or not config:
+        if not files.events_file.is_file() or not config:
             continue
-        events = read_events(events_path)
-        steps = [e["seconds"] for e in events if e.get("event") == "step" and e.get("seconds")]
+        steps = [e["seconds"] for e in files.events("step") if e.get("seconds")]
         if not steps:
             continue
         parsed = saved_config(config)
         if parsed is None:
             continue
         slots.append(statistics.median(steps) / slot_tokens(parsed))
-        evals += [e["seconds"] for e in events if e.get("event") == "eval" and e.get("step", 0) > 0]
+        evals += [e["seconds"] for e in files.events("eval") if e.get("step", 0) > 0]
         used.append(run_dir.name)
     if not slots:
         return None
@@ -85,5 +83,5 @@ def unfinished_estimate(plan, sweep_dir: Path, k: int) -> float | None:
     """Wall seconds the members without a verdict take at K at a time, as `tatu sweep plan` estimates."""
     out = sweep_dir.absolute() / "runs"
     shown = plan.tune_members(out) + plan.compare_members(out, {plan.tune_var: plan.tune_values[0]} if plan.tune_var else None)
-    _, total = estimate(plan, out, [m for m in shown if not (out / m.run / "verdict.json").exists()])
+    _, total = estimate(plan, out, [m for m in shown if not RunDir(out / m.run).verdict_file.exists()])
     return None if total is None else total / k

@@ -6,7 +6,7 @@ SWEEP_DIR/tb/<member> holds the session:
   configuration sets, each at the member's effective value from plan.lock.json), config (the named
   configuration), seed, stage, and the verdict (a result, listed among the hparams so the view can
   filter and sort by it: TensorBoard's metrics are numbers only);
-- metrics: the scalars of the member's last eval record in its events.jsonl, under the tags its
+- metrics: the scalars of the member's last eval record in its events, under the tags its
   curves have (tatu.tensorboard.tags): drift/value, change/sftHeld/hi, eval/ptFaq/ppl, ...
 
 It is written once, when the member has a result (the coordinator, as it sees the result; or
@@ -20,7 +20,7 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from tatu.daemon.logs import read_events
+from tatu.daemon.run.paths import RunDir
 from tatu.sweep.backends import UnitState
 from tatu.sweep.members import TERMINAL, MemberStatus, member_status
 from tatu.sweep.plan.load import Member
@@ -63,8 +63,7 @@ def hparams_by_run(lock: dict) -> dict[str, dict]:
 
 def final_metrics(run_dir: Path) -> list[Scalar]:
     """The scalars of the member's last eval (its first record of that step, as its curves keep)."""
-    path = Path(run_dir) / "events.jsonl"
-    evals = [e for e in read_events(path) if e.get("event") == "eval"] if path.is_file() else []
+    evals = RunDir(run_dir).events("eval")
     if not evals:
         return []
     last = max(e["step"] for e in evals)

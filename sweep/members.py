@@ -3,7 +3,7 @@
 The coordinator holds no state of its own; this is what it (and `tatu sweep status`, and the
 analysis) reads:
 
-    verdict.json                        done (its verdict), or aborted when the verdict says so
+    its verdict                         done (its verdict), or aborted when the verdict says so
     events: abort "non-finite loss"     diverged (exit 11: a result, there is no verdict)
     the unit/child is running           running
     exited 65 or 78                     fatal: the sweep stops with the member's reason
@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tatu import exitcodes
+from tatu.daemon.run.paths import RunDir
 from tatu.sweep.backends import UnitState
 from tatu.formats import fmt_duration
 from tatu.sweep.plan.load import Member
@@ -43,10 +44,7 @@ def read_json(path: Path) -> dict | None:
 
 
 def _diverged(directory: Path) -> bool:
-    from tatu.daemon.logs import read_events
-
-    path = directory / "events.jsonl"
-    return path.is_file() and any(e.get("event") == "abort" and e.get("reason") == "non-finite loss" for e in read_events(path))
+    return any(e.get("reason") == "non-finite loss" for e in RunDir(directory).events("abort"))
 
 
 def member_status(member: Member, unit: UnitState) -> MemberStatus:
@@ -56,7 +54,7 @@ def member_status(member: Member, unit: UnitState) -> MemberStatus:
 
 def _member_status(member: Member, unit: UnitState) -> MemberStatus:
     directory = member.run_dir
-    verdict = read_json(directory / "verdict.json")
+    verdict = read_json(RunDir(directory).verdict_file)
     if verdict is not None:
         aborted = (verdict.get("numbers") or {}).get("aborted")
         return MemberStatus(member, "aborted" if aborted else "done", verdict.get("verdict"),
@@ -73,7 +71,7 @@ def _member_status(member: Member, unit: UnitState) -> MemberStatus:
 
 
 def _last_error(directory: Path) -> str:
-    log = directory / "run.log"
+    log = RunDir(directory).run_log
     if not log.is_file():
         return ""
     errors = [line for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if " error " in line]
@@ -97,10 +95,5 @@ def summary(statuses: list[MemberStatus], eta_s: float | None, stage: str | None
 
 
 def member_wall_seconds(member: Member) -> float | None:
-    from tatu.daemon.logs import read_events
-
-    path = member.run_dir / "events.jsonl"
-    if not path.is_file():
-        return None
-    times = [e["time"] for e in read_events(path) if "time" in e]
+    times = [e["time"] for e in RunDir(member.run_dir).events() if "time" in e]
     return times[-1] - times[0] if len(times) >= 2 else None

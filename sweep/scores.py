@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tatu.atomic import write_json_atomic
+from tatu.daemon.run.paths import RunDir
 from tatu.data.tags import CATEGORIES
 from tatu.exitcodes import BAD_CONFIG
 from tatu.formats import SET_NAMES, ordered_sets
@@ -33,9 +34,10 @@ def weights_hash(ckpt: Path) -> str:
 
 
 def end_checkpoint(run_dir: Path) -> Path | None:
-    for name in ("final", "state"):
-        if (run_dir / name / "manifest.json").is_file():
-            return run_dir / name
+    files = RunDir(run_dir)
+    for ckpt in (files.final, files.state):
+        if (ckpt / "manifest.json").is_file():
+            return ckpt
     return None
 
 

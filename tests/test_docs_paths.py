@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from package_map import TOP_LEVEL
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # the tests' and benchmarks' docstrings and comments name source files too (what they test, measure, mirror)
@@ -14,7 +16,7 @@ SOURCES = sorted(p for folder in ("tests", "bench") for p in (ROOT / folder).rgl
 PATH = re.compile(r"(?<![\w./-])(?:\.\./)?([A-Za-z_][\w-]*(?:/[\w.-]+)+\.py)\b")
 # where a doc may name a path from: the repository, or inside one of its packages (architecture.md's
 # "daemon/: ... run/state.py"), or the test and bench folders
-BASES = [ROOT, *(ROOT / p for p in ("daemon", "ops", "sweep", "evals", "model", "data", "tatu", "tests", "bench"))]
+BASES = [ROOT, *(ROOT / p for p in (*TOP_LEVEL.values(), "tests", "bench"))]
 # a benchmark that mirrors torch names torch's own files (`torch/optim/adam.py`): where torch is installed
 _TORCH = importlib.util.find_spec("torch")
 INSTALLED = [Path(_TORCH.origin).parents[1]] if _TORCH and _TORCH.origin else []

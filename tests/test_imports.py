@@ -1,4 +1,4 @@
-"""The dependency rule and the size rule, checked on the source itself (ast, no imports run).
+"""The dependency rule, checked on the source itself (ast, no imports run).
 
 Every `import` counts, at module level and inside functions alike: a lazy import that only
 breaks a cycle is still a cycle. The layers (docs/architecture.md, "Dependencies"):
@@ -12,16 +12,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-# package -> folder (pyproject's package-dir mapping)
-PACKAGES = {"tatu": "tatu", "tatu.model": "model", "tatu.data": "data", "tatu.evals": "evals",
-            "tatu.daemon": "daemon", "tatu.ops": "ops", "tatu.sweep": "sweep"}
-MAX_MODULE_LINES = 300
-MAX_FUNCTION_LINES = 60
-# Modules and functions still over the limits, each with what it waits for. The lists only
-# shrink: an entry that no longer needs its exception fails the test too, so it is removed.
-OVER_SIZE: dict[str, str] = {}
-OVER_LONG: dict[str, str] = {}
+from package_map import ROOT, TOP_LEVEL
+
+# package -> folder: pyproject's package-dir, tatu and its top-level packages (the layers)
+PACKAGES = TOP_LEVEL
 
 
 def modules() -> dict[str, Path]:
@@ -106,7 +100,8 @@ ALLOWED = {
     "evals": {"core", "model", "data"},
     "daemon": {"core", "model", "data", "evals"},
     "sweep": {"core", "model", "data", "evals", "daemon"},
-    "ops": {"core", "model", "data", "evals", "daemon", "sweep"},
+    "ops": {"core", "model", "data", "evals", "daemon", "sweep", "units"},  # `tatu units install` copies the unit files
+    "units": set(),  # package data (unit files, env files): it imports nothing
 }
 # what model/ and evals/ never import, so they stay usable from a notebook
 FORBIDDEN_IN_LIBRARIES = ("torch.distributed", "sdnotify", "socket", "systemd", "selectors")
@@ -139,32 +134,15 @@ def test_libraries_import_no_process_or_service_code(package):
     assert not bad, "\n".join(bad)
 
 
-def test_modules_are_small():
-    sizes = {str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for path in modules().values()}
-    long = [f"{name}: {n} lines" for name, n in sizes.items() if n > MAX_MODULE_LINES and name not in OVER_SIZE]
-    assert not long, "\n".join(long)
-    stale = [name for name in OVER_SIZE if sizes.get(name, 0) <= MAX_MODULE_LINES]
-    assert not stale, f"no longer over {MAX_MODULE_LINES} lines, drop from OVER_SIZE: {stale}"
-
-
-def test_functions_are_short():
-    lengths = []  # (module:function, first line, lines): every def, methods and nested ones too
-    for path in modules().values():
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                lengths.append((f"{path.relative_to(ROOT)}:{node.name}", node.lineno, node.end_lineno - node.lineno + 1))
-    long = [f"{name} (line {line}): {n} lines" for name, line, n in lengths
-            if n > MAX_FUNCTION_LINES and name not in OVER_LONG]
-    assert not long, "\n".join(long)
-    still_long = {name for name, _, n in lengths if n > MAX_FUNCTION_LINES}
-    stale = [name for name in OVER_LONG if name not in still_long]
-    assert not stale, f"no longer over {MAX_FUNCTION_LINES} lines, drop from OVER_LONG: {stale}"
+def test_every_layer_has_its_rule():
+    """A package pyproject gains is a layer: it needs its row in ALLOWED before anything imports it."""
+    assert {layer(name) for name in PACKAGES} == set(ALLOWED)
 
 
 # What reads run dirs without training: the sweep's coordinator (a service of its own that only
 # starts members and reads their files) and the common step's reader never load torch, so a
 # sweep command is not seconds of torch start-up per call (they once did, for a path helper).
-TORCH_FREE = ("tatu.sweep.common", "tatu.sweep.coordinator", "tatu.daemon.run.paths")
+TORCH_FREE = ("tatu.sweep.common_step", "tatu.sweep.coordinator", "tatu.daemon.run.paths")
 
 
 @pytest.mark.parametrize("module", TORCH_FREE)

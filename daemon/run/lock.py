@@ -20,13 +20,7 @@ import os
 import shutil
 from pathlib import Path
 
-STATE_DIR = "state"  # the resume state's directory in a run dir (tatu.daemon.resume writes it)
-
-
-def has_resume(run_dir: Path) -> bool:
-    """A resume state is there (or its `.old` copy mid-swap): what only a daemon that ran here
-    leaves. Here, not in resume.py, so the sweep coordinator reads run dirs without torch."""
-    return (run_dir / STATE_DIR).is_dir() or (run_dir / f"{STATE_DIR}.old").is_dir()
+from tatu.daemon.run.paths import RunDir
 
 
 class RunDirBusy(RuntimeError):
@@ -85,7 +79,7 @@ class RunDirLock:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._take()
-        if not resumed and has_resume(self.run_dir):  # what only a daemon that ran here leaves
+        if not resumed and RunDir(self.run_dir).has_resume():  # what only a daemon that ran here leaves
             self.release()
             raise RunDirBusy(f"run dir {self.run_dir} gained a resume state while this daemon started (another "
                              f"daemon ran on it meanwhile); starting again resumes it")

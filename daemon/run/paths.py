@@ -1,12 +1,118 @@
-"""Paths inside a run dir that readers outside the daemon also use (the sweep's common step).
+"""A run dir's files, named here and nowhere else: the daemon writes them, and the sweep, the
+report, `tatu tensorboard` and `tatu doctor` read them through `RunDir`.
 
-Torch-free on purpose: sweep/common.py reads the per-line eval files from here without
-loading the training code (daemon/actions.py imports torch and the checkpoint writers)."""
+Torch-free on purpose: the sweep's coordinator and common step read run dirs without loading
+the training code (daemon/actions.py imports torch and the checkpoint writers)."""
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+RUN_LOG = "run.log"
+EVENTS = "events.jsonl"
+VERDICT = "verdict.json"
+STATE = "state"
+BEST = "best"
+FINAL = "final"
+EVALS = "evals"
+TB = "tb"
+REPORT = "report"
+FISHER = "fisher.safetensors"
+# The checkpoint writer's swap leaves the previous copy as NAME.old for a moment (model/checkpoint/directory.py).
+OLD_SUFFIX = ".old"
+
+Event = dict[str, Any]
 
 
-def eval_lines_path(run_dir: Path, step: int) -> Path:
-    """Where TATU_EVAL_LINES=1 keeps the per-line scores of the eval at `step`."""
-    return Path(run_dir) / "evals" / f"step-{step:06d}.json"
+def read_events(path: Path) -> list[Event]:
+    """An events file as a list; a torn last line (a kill mid-write) is ignored."""
+    events = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return events
+
+
+def event_kind(record: Any) -> str | None:
+    """An event's kind ("eval", "step", ...); None for a line that is not an event object."""
+    return record.get("event") if isinstance(record, dict) else None
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """One run's directory, TATU_OUT/TATU_RUN. The daemon holds a flock on the directory itself
+    (daemon/run/lock.py), so there is no lock file."""
+
+    path: Path
+
+    def __post_init__(self):
+        object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def run_log(self) -> Path:
+        return self.path / RUN_LOG
+
+    @property
+    def events_file(self) -> Path:
+        return self.path / EVENTS
+
+    @property
+    def verdict_file(self) -> Path:
+        return self.path / VERDICT
+
+    @property
+    def state(self) -> Path:
+        """The resume state (tatu.daemon.resume)."""
+        return self.path / STATE
+
+    @property
+    def best(self) -> Path:
+        return self.path / BEST
+
+    @property
+    def final(self) -> Path:
+        return self.path / FINAL
+
+    @property
+    def evals_dir(self) -> Path:
+        return self.path / EVALS
+
+    @property
+    def tb(self) -> Path:
+        """TensorBoard's files under TATU_TENSORBOARD=auto (and `tatu tensorboard`'s default)."""
+        return self.path / TB
+
+    @property
+    def report(self) -> Path:
+        """`tatu report RUN_DIR`'s page when it is given one run and no --out."""
+        return self.path / REPORT
+
+    @property
+    def fisher_file(self) -> Path:
+        """The seed's Fisher, computed once (daemon/seed_terms/fisher.py)."""
+        return self.path / FISHER
+
+    @property
+    def env_file(self) -> Path:
+        """The run's variables beside its run dir, TATU_OUT/<run>.env (the demo writes it)."""
+        return self.path.parent / f"{self.path.name}.env"
+
+    def eval_lines(self, step: int) -> Path:
+        """Where TATU_EVAL_LINES=1 keeps the per-line scores of the eval at `step`."""
+        return self.evals_dir / f"step-{step:06d}.json"
+
+    def has_resume(self) -> bool:
+        """A resume state is there (or its `.old` copy mid-swap): what only a daemon that ran here leaves."""
+        return self.state.is_dir() or self.path.joinpath(STATE + OLD_SUFFIX).is_dir()
+
+    def events(self, kind: str | None = None) -> list[Event]:
+        """The run's events in order, only those of `kind` when given; none before the run wrote any."""
+        if not self.events_file.is_file():
+            return []
+        events = read_events(self.events_file)
+        return events if kind is None else [e for e in events if event_kind(e) == kind]

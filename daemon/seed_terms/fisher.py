@@ -29,10 +29,11 @@ from safetensors.torch import load as load_safetensors, save as save_safetensors
 from torch.func import functional_call, grad, vmap
 
 from tatu.atomic import write_atomic
+from tatu.daemon.run.paths import FISHER, RunDir
 from tatu.data.stream import IGNORE_INDEX
 from tatu.model.checkpoint import CheckpointError
 
-FISHER_FILE = "fisher.safetensors"
+FISHER_FILE = FISHER  # the name the seed-terms record gives (setup.py)
 
 
 @dataclass
@@ -92,13 +93,13 @@ def estimate_fisher(model, names: list[str], micro_batches, kind: str, seed: int
 def write_fisher(run_dir: Path, fisher: dict[str, torch.Tensor]) -> str:
     """Writes RUN_DIR/fisher.safetensors atomically; returns its sha256."""
     payload = save_safetensors({n: t.contiguous() for n, t in fisher.items()})
-    write_atomic(Path(run_dir) / FISHER_FILE, payload)
+    write_atomic(RunDir(run_dir).fisher_file, payload)
     return hashlib.sha256(payload).hexdigest()
 
 
 def read_fisher(run_dir: Path, sha256: str) -> FisherFile:
     """The run's Fisher as its resume state names it (CheckpointError, 65, when missing or changed)."""
-    path = Path(run_dir) / FISHER_FILE
+    path = RunDir(run_dir).fisher_file
     try:
         payload = path.read_bytes()
     except OSError as exc:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 
+from tatu.daemon.run.paths import RunDir
 from tatu.envfile import EnvFileError, parse_env_file
 from tatu.exitcodes import USAGE, TatuExit
 from tatu import systemctl
@@ -84,7 +85,7 @@ def disk_facts(run_dir: Path) -> dict:
         existing = existing.parent
     try:
         free = shutil.disk_usage(existing).free
-        state = run_dir / "state"
+        state = RunDir(run_dir).state
         state_size = _directory_size(state) if state.is_dir() else None
     except OSError as exc:
         return {"run_dir": str(run_dir), "error": f"{run_dir}: {exc.strerror or exc}"}

@@ -1,1 +1,1 @@
-"""The run report: plots and one HTML page from runs' events.jsonl."""
+"""The run report: plots and one HTML page from runs' events."""

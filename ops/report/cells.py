@@ -1,4 +1,4 @@
-"""The report's HTML cells: each number cell carries its events.jsonl path, its kind and its
+"""The report's HTML cells: each number cell carries its path in the events, its kind and its
 raw value, so the page can be checked against the events cell by cell."""
 from __future__ import annotations
 

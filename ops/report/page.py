@@ -1,11 +1,11 @@
 """`tatu report RUN_DIR [RUN_DIR...] [--out DIR]`: PNG plots and one HTML page per set of runs.
 
-Three parts: runs.py reads the runs (events.jsonl, stored config), plots.py draws
-them, this module writes the page. Every number on the page is read from the runs' events.jsonl
+Three parts: runs.py reads the runs (events, stored config), plots.py draws
+them, this module writes the page. Every number on the page is read from the runs' events files
 (eval and verdict events) or their stored config (`state/meta.json`); nothing is recomputed, so
 the page shows exactly what the daemon measured and decided. Each number cell carries
 `data-path` (where in the events it comes from) and `data-value` (the JSON value itself), so a
-test or a script can check the page against events.jsonl cell by cell.
+test or a script can check the page against the events file cell by cell.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
+from tatu.daemon.run.paths import EVENTS, RunDir
 from tatu.ops.report.cells import cell, row
 from tatu.ops.report.lead import judged_set, lead_section
 from tatu.ops.report.metric_sections import categories_section, tasks_section
@@ -212,12 +213,12 @@ def build_report(run_dirs: list[Path | str], out_dir: Path | str) -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     plots = render_plots(runs, out_dir)
-    sources = "".join(f"<li>{esc(r.name)}: {esc(r.run_dir / 'events.jsonl')} ({len(r.evals)} evals, "
+    sources = "".join(f"<li>{esc(r.name)}: {esc(RunDir(r.run_dir).events_file)} ({len(r.evals)} evals, "
                       f"last step {fmt_int(r.last_step)}; {esc(r.status)})</li>" for r in runs)
     # the answer first (docs/operations.md#the-run-report): the sentences and the picture, the other plots, then the tables
     html_text = page(f"tatu report: {', '.join(r.name for r in runs)}", [
         lead_section(runs, render_picture(runs, out_dir), out_dir), _plots_section(plots, out_dir),
-        f"<p>Every number on this page is read from these events.jsonl files:</p><ul>{sources}</ul>",
+        f"<p>Every number on this page is read from these {EVENTS} files:</p><ul>{sources}</ul>",
         _verdict_section(runs), _comparison_section(runs), categories_section(runs), tasks_section(runs),
         _config_section(runs),
         _generations_section(runs), _history_section(runs),
@@ -228,13 +229,13 @@ def build_report(run_dirs: list[Path | str], out_dir: Path | str) -> Path:
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="run directories (with events.jsonl)")
+    parser.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help=f"run directories (with {EVENTS})")
     parser.add_argument("--out", type=Path, default=None,
                         help="output directory (default: RUN_DIR/report for one run, ./report for several)")
 
 
 def main(args: argparse.Namespace) -> int:
-    out = args.out or (args.run_dirs[0] / "report" if len(args.run_dirs) == 1 else Path("report"))
+    out = args.out or (RunDir(args.run_dirs[0]).report if len(args.run_dirs) == 1 else Path("report"))
     index = build_report(args.run_dirs, out)
     print(f"report: {index}")
     return 0

@@ -1,4 +1,4 @@
-"""The report's input: each run as its events.jsonl and stored config tell it, and how the
+"""The report's input: each run as its events and stored config tell it, and how the
 report writes each kind of number read from them.
 
 Nothing is recomputed: the page shows exactly what the daemon measured and decided.
@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tatu.daemon.logs import read_events
+from tatu.daemon.run.paths import BEST, FINAL, STATE, RunDir, event_kind, read_events
 from tatu.exitcodes import BAD_DATA, TatuExit
 from tatu.formats import fmt_p as shared_fmt_p
 from tatu.formats import fmt_pct as shared_fmt_pct
@@ -18,7 +18,7 @@ from tatu.formats import SET_NAMES, ordered_sets
 
 # Where a run's config may be found: the resume state, or (the run finished and its state was
 # not kept) the other checkpoints that carry the same meta; each may be a `.old` twin.
-CONFIG_CHECKPOINTS = ("state", "final", "best")
+CONFIG_CHECKPOINTS = (STATE, FINAL, BEST)
 
 
 def report_sets(runs) -> list[str]:
@@ -30,7 +30,7 @@ def report_sets(runs) -> list[str]:
 
 @dataclass
 class RunRecord:
-    """One run as its events.jsonl tells it."""
+    """One run as its events tell it."""
 
     name: str
     run_dir: Path
@@ -146,9 +146,9 @@ def _check_eval(event: dict, path: Path, index: int) -> None:
 
 
 def load_run(run_dir: Path | str) -> RunRecord:
-    """Read `<run_dir>/events.jsonl` (a torn last line ignored) and the run's stored config."""
+    """Read the run's events (a torn last line ignored) and its stored config."""
     run_dir = Path(run_dir)
-    path = run_dir / "events.jsonl"
+    path = RunDir(run_dir).events_file
     if not path.is_file():
         raise TatuExit(BAD_DATA, f"{path}: not found (is {run_dir} a run directory? the run writes it at its first eval)")
     try:
@@ -158,7 +158,7 @@ def load_run(run_dir: Path | str) -> RunRecord:
     by_step: dict[int, dict] = {}
     verdict, aborts, last_step, resumes = None, [], None, 0
     for index, event in enumerate(events):
-        kind = event.get("event") if isinstance(event, dict) else None
+        kind = event_kind(event)
         if kind == "eval":
             _check_eval(event, path, index)
             by_step[event["step"]] = event  # after a restart the later eval of a step wins

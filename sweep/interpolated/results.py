@@ -70,9 +70,9 @@ def write_ready(sweep_dir: Path, members: list[InterpolatedMember], say) -> None
 
 
 def _end_step(run_dir: Path) -> int:
-    from tatu.daemon.logs import read_events
+    from tatu.daemon.run.paths import RunDir
 
-    steps = [e["step"] for e in read_events(run_dir / "events.jsonl") if e.get("event") == "eval"]
+    steps = [e["step"] for e in RunDir(run_dir).events("eval")]
     return max(steps, default=0)
 
 

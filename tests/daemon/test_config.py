@@ -77,14 +77,14 @@ def test_a_restart_does_not_need_its_seed(tmp_path):
     """A restart starts from its own resume state: a seed moved since is no reason to refuse it;
     a smoke (always a fresh run dir) reads its seed again, so it is checked."""
     from tatu.daemon.main import check_start_paths
-    from tatu.daemon.run.lock import STATE_DIR
+    from tatu.daemon.run.paths import RunDir
     from tatu.data.manifest import DataError
 
     config, origins = load_config({"TATU_DATA": str(tmp_path), "TATU_SEED_CKPT": str(tmp_path / "moved"),
                                    "TATU_OUT": str(tmp_path / "runs"), "TATU_RUN": "r"})
     with pytest.raises(DataError, match="TATU_SEED_CKPT="):
         check_start_paths(config, origins, fresh=False)
-    (config.run_dir / STATE_DIR).mkdir(parents=True)
+    RunDir(config.run_dir).state.mkdir(parents=True)
     check_start_paths(config, origins, fresh=False)
     with pytest.raises(DataError, match="TATU_SEED_CKPT="):
         check_start_paths(config, origins, fresh=True)

@@ -5,13 +5,13 @@ import importlib.util
 import os
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 import torch
 
 import tatu
+from package_map import INSTALLED_AS_TATU_X, LISTED, PACKAGE_DIR
 from tatu.model.checkpoint import save_checkpoint
 from tatu.model.gpt import GPT, GPTConfig
 from tatu.model.tokenizer import CharTokenizer
@@ -29,7 +29,7 @@ def run(args, cwd=REPO_ROOT, **kw):
 @pytest.mark.parametrize("where", ["repo_root", "tmp_dir"])
 def test_bare_model_import_fails_but_tatu_model_works(where, tmp_path):
     cwd = REPO_ROOT if where == "repo_root" else tmp_path
-    for name in ("model", "data", "evals", "daemon", "ops"):
+    for name in INSTALLED_AS_TATU_X:
         bare = run([sys.executable, "-c", f"import {name}"], cwd=cwd)
         assert bare.returncode != 0, name
         # From the repo root the folder is found and refuses itself; elsewhere it is not found.
@@ -56,8 +56,7 @@ def test_every_package_folder_is_in_the_wheel():
     """pyproject lists packages by hand; an editable install finds a sub-package it does not list,
     the wheel leaves it out. Every folder with an __init__.py under a mapped folder is listed, and
     every listed package has its folder."""
-    setuptools = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    listed, folders = set(setuptools["packages"]), setuptools["package-dir"]
+    listed, folders = set(LISTED), PACKAGE_DIR
     on_disk = set()
     for package, folder in folders.items():
         for init in (REPO_ROOT / folder).rglob("__init__.py"):

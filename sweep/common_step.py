@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tatu.daemon.run.paths import eval_lines_path
+from tatu.daemon.run.paths import RunDir
 from tatu.sweep.scores import category_entries
 
 START, AT_COMMON = "start@0", "end@common"  # the keys of a member result that hold these lines
@@ -22,7 +22,7 @@ START, AT_COMMON = "start@0", "end@common"  # the keys of a member result that h
 def lines_at(run_dir: Path, step: int) -> dict | None:
     """{set: {"nll_sum", "line_tokens", "line_index"}} as the daemon scored them at `step`, every set
     and each tagged set's categories ("sftHeld/noun", the lines with a token of it); None if not kept."""
-    path = eval_lines_path(Path(run_dir), step)
+    path = RunDir(run_dir).eval_lines(step)
     if not path.is_file():
         return None
     doc = json.loads(path.read_text())
