@@ -26,7 +26,7 @@ from tatu.daemon.run.state import RunState
 from tatu.daemon.suite import REFERENCE_SETS, RULER, Suite, best_set
 from tatu.evals.choice import mcnemar_exact
 from tatu.evals.scoring import SetResult, compare_results
-from tatu.formats import SET_NAMES, fmt_pct, fmt_ppl
+from tatu.formats import SET_NAMES, fmt_ci, fmt_pct, fmt_ppl
 
 
 def change(reference: SetResult, current: SetResult, config: RunConfig) -> dict:
@@ -211,11 +211,11 @@ def verdict(history: list[dict], abort_reason: str | None, config: RunConfig, en
         "worst_drift_step": worst["step"],
         "aborted": abort_reason,
     }
-    change_text = (f"{fmt_pct(set_change['value'])} [{fmt_pct(set_change['lo'])},{fmt_pct(set_change['hi'])}]"
-                   if set_change else "n/a [n/a,n/a]")
+    change_text = (fmt_ci(set_change["value"], set_change["lo"], set_change["hi"])
+                   if set_change else fmt_ci(None, None, None))
     line = (
         f"VERDICT {outcome}: {key} {change_text} "
-        f"drift {fmt_pct(drift['value'])} [{fmt_pct(drift['lo'])},{fmt_pct(drift['hi'])}] "
+        f"drift {fmt_ci(drift['value'], drift['lo'], drift['hi'])} "
         f"at step {last['step']}; worst drift {fmt_pct(worst_drift)} at step {worst['step']}"
         + (f" (aborted: {abort_reason})" if abort_reason else "")
     )

@@ -14,16 +14,12 @@ from __future__ import annotations
 
 import math
 
-from tatu.formats import fmt_p_formula as _p, fmt_pct as _pct, fmt_share as _sd
+from tatu.formats import fmt_ci, fmt_p_formula as _p, fmt_pct as _pct, fmt_share as _sd
 from tatu.sweep.configs import describe_configs
 
 
 def _ci(stats) -> str:
-    return "n/a" if not stats else f"{_pct(stats['value'])} [{_pct(stats['lo'])},{_pct(stats['hi'])}]"
-
-
-def _log_pct(x) -> str:
-    return _pct(None if x is None else math.expm1(x))
+    return "n/a" if not stats else fmt_ci(stats["value"], stats["lo"], stats["hi"])
 
 
 def _step(c: dict, common: bool) -> str:
@@ -79,7 +75,8 @@ def _paired_cells(p: dict | None) -> list[str]:
     """A paired comparison's difference with its CI, p and p Holm (n/a without one)."""
     if not p:
         return ["n/a"] * 3
-    return [f"{_log_pct(p['diff'])} [{_log_pct(p['lo'])},{_log_pct(p['hi'])}]", _p(p["p_value"]), _p(p.get("p_holm"))]
+    # a paired difference is held on the log scale: its text is the relative change, as every other CI's
+    return [fmt_ci(*(math.expm1(p[k]) for k in ("diff", "lo", "hi"))), _p(p["p_value"]), _p(p.get("p_holm"))]
 
 
 def tune_rows(tune: dict, tuned: dict | None) -> list[list[str]]:

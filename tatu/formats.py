@@ -12,6 +12,11 @@ def fmt_pct(fraction) -> str:
     return f"{fraction * 100:+.1f}%"
 
 
+def fmt_ci(value, lo, hi) -> str:
+    """A relative change with its CI, as every line and table writes it: "+8.1% [+7.1%,+9.3%]"."""
+    return f"{fmt_pct(value)} [{fmt_pct(lo)},{fmt_pct(hi)}]"
+
+
 def fmt_share(fraction) -> str:
     """A spread or a share given as a fraction, unsigned, one decimal (0.012 -> "1.2%"); "n/a" when unknown."""
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not math.isfinite(fraction):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tatu import formats
 from tatu.ops.report.runs import RunRecord, fmt_pct
 from tatu.pages.figures import PlotFile
 from tatu.pages.markup import esc, figures
@@ -21,7 +22,7 @@ def fmt_ci(point: dict | None) -> str:
     """A change with its CI, as the EVAL and VERDICT lines write it: +8.1% [+7.1%,+9.3%]."""
     if not point:
         return "n/a"
-    return f"{fmt_pct(point.get('value'))} [{fmt_pct(point.get('lo'))},{fmt_pct(point.get('hi'))}]"
+    return formats.fmt_ci(point.get("value"), point.get("lo"), point.get("hi"))
 
 
 def _drift_at(run: RunRecord, step) -> dict | None:
