@@ -19,7 +19,7 @@ from typing import Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from tatu.daemon.seed_terms.spec import check_seed_terms
+from tatu.daemon.retention.spec import check_retention
 from tatu.model.train_spec import LoraSpec, TrainSpec, TrainSpecError, check_layers, parse_targets, parse_train
 
 PREFIXES = ("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_")
@@ -109,7 +109,7 @@ class RunConfig(BaseModel):
     lora_dropout: float | None = Field(None, alias="TATU_LORA_DROPOUT", ge=0, lt=1, description="default 0")
     lora_targets: str | None = Field(None, alias="TATU_LORA_TARGETS", description="default attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj")
     lora_layers: str | None = Field(None, alias="TATU_LORA_LAYERS", description="all | top:K | 0,2,5 (default all)")
-    # --- ways out of forgetting beyond replay (daemon/seed_terms/): stay near the seed, distill it ---
+    # --- ways out of forgetting beyond replay (daemon/retention/): stay near the seed, distill it ---
     anchor: Literal["none", "l2sp", "ewc"] = Field("none", alias="TATU_ANCHOR",
                                                    description="penalty on the distance to the seed's weights")
     anchor_weight: float | None = Field(None, alias="TATU_ANCHOR_WEIGHT", gt=0, le=1e12,
@@ -152,7 +152,7 @@ class RunConfig(BaseModel):
             raise ValueError(f"TATU_MIN_LR ({self.min_lr}) must not exceed TATU_LR ({self.lr})")
         if self.n_embd % self.n_head:
             raise ValueError(f"TATU_N_EMBD ({self.n_embd}) must be divisible by TATU_N_HEAD ({self.n_head})")
-        check_seed_terms(self)  # TATU_ANCHOR* / TATU_EWC_* / TATU_DISTILL*: daemon/seed_terms/spec.py
+        check_retention(self)  # TATU_ANCHOR* / TATU_EWC_* / TATU_DISTILL*: daemon/retention/spec.py
         self.train_spec  # noqa: B018 -- every TATU_TRAIN / TATU_LORA_* problem is a 78 here, before anything loads
         return self
 

@@ -25,8 +25,8 @@ from tatu.daemon.start import (check_same_eval_files, check_same_precision, lr_s
 from tatu.daemon.resume import restore_resume
 from tatu.daemon.run.lock import RunDirLock
 from tatu.daemon.run.state import RunState
-from tatu.daemon.seed_terms import setup as seed_terms
-from tatu.daemon.seed_terms.anchor import SWAMPS
+from tatu.daemon.retention import setup as retention
+from tatu.daemon.retention.anchor import SWAMPS
 from tatu.daemon.suite import load_suite
 from tatu.daemon.tensorboard import attach as attach_tensorboard
 from tatu.daemon.trainer import Trainer
@@ -95,14 +95,14 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
             state = RunState(trunk_reference=trunk_reference_for(config, start, suite, device, log),
                              eval_files=suite.file_hashes, lr_schedule_end=config.mix_steps_limit)
         trainer.lr_schedule_end = state.lr_schedule_end
-        terms = seed_terms.build(config, trainer, start.weights, state.seed_terms, device)
+        terms = retention.build(config, trainer, start.weights, state.retention, device)
         # Every input is checked (data, eval sets, weights, the trunk): only now does the run leave a trace.
         lock.take_created(resumed=start.resume is not None)
         log.attach(config.run_dir)
         if world.is_main:  # rank 0 alone writes the run's files
             attach_tensorboard(config, origins, log)
         log.event("config", step=state.step, config=config.to_json(), origins=origins)
-        _seed_terms_started(terms, config, world, state, log)
+        _retention_started(terms, config, world, state, log)
         if suite.category_note:
             log.info(suite.category_note)
         if state.trunk_reference is None:
@@ -117,14 +117,14 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
                                 env_file))
 
 
-def _seed_terms_started(terms, config: RunConfig, world: distributed.World, state: RunState, log: RunLog) -> None:
+def _retention_started(terms, config: RunConfig, world: distributed.World, state: RunState, log: RunLog) -> None:
     """TATU_ANCHOR / TATU_DISTILL once the run dir exists: a new EWC run's Fisher file (rank 0 writes),
-    the record into the resume state, the start lines (daemon/seed_terms/setup.py)."""
+    the record into the resume state, the start lines (daemon/retention/setup.py)."""
     if terms is None:
         return
     if world.is_main:
         terms.write_pending(config.run_dir)
-    state.seed_terms = terms.record
+    state.retention = terms.record
     for line in [terms.line, *terms.notes]:
         log.info(line)
 
@@ -216,7 +216,7 @@ def train(run: RunActions) -> int:
         return code
 
     run.trainer.model.train()
-    swamp_said = False  # the seed term's warning, once per start
+    swamp_said = False  # the retention term's warning, once per start
     while state.step < limit:
         run.world.at_step_boundary(supervisor)  # under torchrun: every rank acts on the same requests
         if supervisor.requests.stop:
@@ -242,7 +242,7 @@ def train(run: RunActions) -> int:
         mem = supervisor.tick(stats)
         log.event("step", step=step, loss=stats.loss, lr=stats.lr, grad_norm=stats.grad_norm, tokens=stats.target_tokens,
                   tokens_per_s=stats.tokens_per_s, replay_fraction=stats.replay_fraction,
-                  seconds=round(stats.seconds, 4), memory=mem, **stats.seed_terms)
+                  seconds=round(stats.seconds, 4), memory=mem, **stats.retention)
         if not swamp_said and _swamps(stats):
             swamp_said = True
             line = _swamp_line(stats, config)
@@ -261,7 +261,7 @@ def train(run: RunActions) -> int:
 
 
 def _swamps(stats) -> bool:
-    """The anchor's gradient outweighs the data's by more than SWAMPS (daemon/seed_terms/anchor.py)."""
+    """The anchor's gradient outweighs the data's by more than SWAMPS (daemon/retention/anchor.py)."""
     return stats.grad_norm_penalty is not None and stats.grad_norm_penalty > SWAMPS * stats.grad_norm_data
 
 

@@ -20,8 +20,8 @@ import torch
 
 from tatu.daemon.config import ConfigError, RunConfig
 from tatu.daemon.distributed import SINGLE, World
-from tatu.daemon.seed_terms.anchor import Anchor
-from tatu.daemon.seed_terms.distill import Distiller
+from tatu.daemon.retention.anchor import Anchor
+from tatu.daemon.retention.distill import Distiller
 from tatu.data.stream import StepBatch
 from tatu.model.adapters import (apply_train_spec, is_adapter_key, merge_state, split_adapter_state, state_sha256,
                                  trainable_parameters, trainable_summary)
@@ -60,8 +60,8 @@ class StepStats:
     grad_norm_penalty: float | None = None
 
     @property
-    def seed_terms(self) -> dict[str, float]:
-        """The step event's seed-term entries, only those that ran (none when both are off)."""
+    def retention(self) -> dict[str, float]:
+        """The step event's retention-term entries, only those that ran (none when both are off)."""
         return {k: v for k, v in (("penalty", self.penalty), ("distill", self.distill),
                                   ("grad_norm_data", self.grad_norm_data),
                                   ("grad_norm_penalty", self.grad_norm_penalty)) if v is not None}
@@ -111,7 +111,7 @@ class Trainer:
         # Only what trains is handed to the optimizer: frozen weights get no moments, in memory or in the state.
         trainable = [p for _, p in trainable_parameters(self.model)]
         self.trainable = trainable
-        # The seed terms (daemon/seed_terms/), set by the run when TATU_ANCHOR / TATU_DISTILL are on.
+        # The retention terms (daemon/retention/), set by the run when TATU_ANCHOR / TATU_DISTILL are on.
         self.anchor: Anchor | None = None
         self.distiller: Distiller | None = None
         decay = [p for p in trainable if p.dim() >= 2]

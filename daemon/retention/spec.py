@@ -1,4 +1,4 @@
-"""The seed terms' variables, checked together (pure Python, no torch: a bad value exits 78 at once).
+"""The retention terms' variables, checked together (pure Python, no torch: a bad value exits 78 at once).
 
 Each TATU_ANCHOR_WEIGHT / TATU_EWC_* / TATU_DISTILL_* variable is set only with its switch on (a
 value that would change nothing is refused, as TATU_LORA_* without TATU_TRAIN=lora), the weight is
@@ -8,7 +8,7 @@ their reason. Called by RunConfig's validator (daemon/config.py); raises ValueEr
 from __future__ import annotations
 
 
-def check_seed_terms(config) -> None:
+def check_retention(config) -> None:
     """TATU_ANCHOR_* / TATU_EWC_* / TATU_DISTILL_*: each set only with its switch on, the weight then required."""
     anchor_vars = {"anchor_weight": config.anchor != "none", "ewc_batches": config.anchor == "ewc",
                    "ewc_fisher": config.anchor == "ewc"}

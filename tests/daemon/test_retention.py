@@ -1,4 +1,4 @@
-"""The seed terms (daemon/seed_terms/) against naive float64 computations written here: the L2-SP and
+"""The retention terms (daemon/retention/) against naive float64 computations written here: the L2-SP and
 EWC penalties and their gradients (a loop over every weight), counted once per step whatever the
 micro-batches; the Fisher against a per-sequence loop with the same sampled labels; the distillation
 KL and its gradient against a plain softmax; and the variables' 78s."""
@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from tatu.daemon.config import ConfigError, load_config
-from tatu.daemon.seed_terms import fisher as fisher_mod
-from tatu.daemon.seed_terms.anchor import Anchor
-from tatu.daemon.seed_terms.distill import distill_sum
-from tatu.daemon.seed_terms.setup import describe
+from tatu.daemon.retention import fisher as fisher_mod
+from tatu.daemon.retention.anchor import Anchor
+from tatu.daemon.retention.distill import distill_sum
+from tatu.daemon.retention.setup import describe
 from tatu.daemon.trainer import Trainer
 from tatu.data.stream import IGNORE_INDEX, MicroBatch, StepBatch
 from tatu.model.adapters import trainable_parameters
@@ -237,7 +237,7 @@ def test_the_lines_say_what_each_term_is():
         "anchor l2sp lambda=0.1 (seed sha256 cd34..)"
 
 
-# --- the seed terms inside a real step ---------------------------------------------------------
+# --- the retention terms inside a real step ---------------------------------------------------------
 # The units above check each term alone; these check what Trainer.step hands the optimizer (every
 # micro-batch backpropagated, so .grad exists when the penalty is added), against float64 autograd
 # of naive formulas on a float64 copy of the model.
@@ -282,7 +282,7 @@ def naive_distill(batch: StepBatch, channels: tuple[str, ...], alpha: float, t: 
 
 
 def _distilling_trainer(on: str | None) -> Trainer:
-    from tatu.daemon.seed_terms.setup import build
+    from tatu.daemon.retention.setup import build
 
     env = ({"TATU_DISTILL": 1, "TATU_DISTILL_WEIGHT": 0.7, "TATU_DISTILL_T": 2.5, "TATU_DISTILL_ON": on}
            if on else {})

@@ -1,4 +1,4 @@
-"""The run's seed terms from its config: built at the start, checked on a restart, described.
+"""The run's retention terms from its config: built at the start, checked on a restart, described.
 
 A new run takes the seed's weights from its start (TATU_SEED_CKPT, already loaded) and, for EWC,
 estimates the Fisher before the run dir is written (the file follows once the run dir exists:
@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 import torch
 
 from tatu.daemon.config import RunConfig
-from tatu.daemon.seed_terms import fisher as fisher_mod
-from tatu.daemon.seed_terms.anchor import Anchor
-from tatu.daemon.seed_terms.distill import Distiller
+from tatu.daemon.retention import fisher as fisher_mod
+from tatu.daemon.retention.anchor import Anchor
+from tatu.daemon.retention.distill import Distiller
 from tatu.data.stream import MixedStream
 from tatu.model.adapters import state_sha256, trainable_parameters
 from tatu.model.checkpoint import CheckpointError
@@ -26,7 +26,7 @@ DISTILL_CHANNELS = {"replay": ("replay",), "sft": ("sft",), "both": ("sft", "rep
 
 
 @dataclass
-class SeedTerms:
+class RetentionTerms:
     record: dict  # {"seed_sha256", "anchor"?: {...}, "distill"?: {...}}: the resume state's and meta.json's
     notes: list[str] = field(default_factory=list)  # the start lines beyond `line` (Fisher summary, costs)
     pending_fisher: dict[str, torch.Tensor] | None = None  # a new run's Fisher, written once the run dir exists
@@ -58,12 +58,12 @@ def describe(record: dict) -> str:
     return "; ".join(parts)
 
 
-def build(config: RunConfig, trainer, start_weights: dict | None, saved: dict | None, device) -> SeedTerms | None:
+def build(config: RunConfig, trainer, start_weights: dict | None, saved: dict | None, device) -> RetentionTerms | None:
     """Sets trainer.anchor / trainer.distiller; None when neither is on. `saved`: a restart's record."""
     if config.anchor == "none" and not config.distill:
         return None
     seed_state = start_weights if saved is None else _seed_again(config, saved["seed_sha256"])
-    terms = SeedTerms(record={"seed_sha256": saved["seed_sha256"] if saved else state_sha256(seed_state)})
+    terms = RetentionTerms(record={"seed_sha256": saved["seed_sha256"] if saved else state_sha256(seed_state)})
     if config.anchor != "none":
         fisher = _fisher(config, trainer, saved, terms, device) if config.anchor == "ewc" else None
         trainer.anchor = Anchor(config.anchor, config.anchor_weight, trainable_parameters(trainer.model), seed_state, fisher)
@@ -95,7 +95,7 @@ def _seed_again(config: RunConfig, sha256: str) -> dict:
     return state
 
 
-def _fisher(config: RunConfig, trainer, saved: dict | None, terms: SeedTerms, device) -> dict[str, torch.Tensor]:
+def _fisher(config: RunConfig, trainer, saved: dict | None, terms: RetentionTerms, device) -> dict[str, torch.Tensor]:
     if saved is not None:  # never recomputed: the file the resume state names, verified
         found = fisher_mod.read_fisher(config.run_dir, saved["anchor"]["fisher"]["sha256"]).fisher
     else:

@@ -1,4 +1,4 @@
-"""The seed terms against a plain step: step time of l2sp, ewc and distill vs plain, one shape, peak RSS.
+"""The retention terms against a plain step: step time of l2sp, ewc and distill vs plain, one shape, peak RSS.
 
 The daemon's own Trainer (daemon/trainer.py) from the same seed weights, on the very same batches
 (generated once, fixed seed), in one process on one machine: TATU_ANCHOR=l2sp and ewc (the Fisher
@@ -13,7 +13,7 @@ its loss, under autograd, as the step runs it) and the KL's forward + backward o
 shape. distill's extra per distilled micro-batch is printed in both units. Peak RSS is the process's
 high-water mark after each method's first round (ru_maxrss only grows: cumulative, in the order printed).
 
-    .venv/bin/python bench/seed_terms.py [--steps 6] [--rounds 3] [--threads 1]
+    .venv/bin/python bench/retention.py [--steps 6] [--rounds 3] [--threads 1]
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ import torch
 
 from step_timing import setup, time_trainers
 from tatu.daemon.config import load_config
-from tatu.daemon.seed_terms.anchor import Anchor
-from tatu.daemon.seed_terms.distill import Distiller, distill_sum
+from tatu.daemon.retention.anchor import Anchor
+from tatu.daemon.retention.distill import Distiller, distill_sum
 from tatu.daemon.trainer import Trainer
 from tatu.data.stream import MicroBatch, StepBatch
 from tatu.model.adapters import trainable_parameters
