@@ -1,4 +1,5 @@
-"""The run's retention terms from its config: built at the start, checked on a restart, described.
+"""The run's retention terms from their section of the config: built at the start on the run's model
+and given to the Trainer as it is built (daemon/loop.py), checked on a restart, described.
 
 A new run takes the seed's weights from its start (TATU_SEED_CKPT, already loaded) and, for EWC,
 estimates the Fisher before the run dir is written (the file follows once the run dir exists:
@@ -13,10 +14,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tatu.daemon.config import RunConfig
 from tatu.daemon.retention import fisher as fisher_mod
 from tatu.daemon.retention.anchor import Anchor
 from tatu.daemon.retention.distill import Distiller
+from tatu.daemon.retention.spec import RetentionConfig, RunFacts
 from tatu.data.stream import MixedStream
 from tatu.model.adapters import state_sha256, trainable_parameters
 from tatu.model.checkpoint import CheckpointError
@@ -30,6 +31,8 @@ class RetentionTerms:
     record: dict  # {"seed_sha256", "anchor"?: {...}, "distill"?: {...}}: the resume state's and meta.json's
     notes: list[str] = field(default_factory=list)  # the start lines beyond `line` (Fisher summary, costs)
     pending_fisher: dict[str, torch.Tensor] | None = None  # a new run's Fisher, written once the run dir exists
+    anchor: Anchor | None = None  # given to the Trainer (daemon/trainer.py) when it is built
+    distiller: Distiller | None = None
 
     @property
     def line(self) -> str:
@@ -58,53 +61,56 @@ def describe(record: dict) -> str:
     return "; ".join(parts)
 
 
-def build(config: RunConfig, trainer, start_weights: dict | None, saved: dict | None, device) -> RetentionTerms | None:
-    """Sets trainer.anchor / trainer.distiller; None when neither is on. `saved`: a restart's record."""
-    if config.anchor == "none" and not config.distill:
+def build(section: RetentionConfig, run: RunFacts, model, gpt_config, precision, start_weights: dict | None,
+          saved: dict | None, device) -> RetentionTerms | None:
+    """The run's terms from their section, built on its model before the Trainer is (which is given `anchor` and `distiller`);
+    None when neither is on. `model`: the run's, TATU_TRAIN applied; `saved`: a restart's record."""
+    if not section.on:
         return None
-    seed_state = start_weights if saved is None else _seed_again(config, saved["seed_sha256"])
-    terms = RetentionTerms(record={"seed_sha256": saved["seed_sha256"] if saved else state_sha256(seed_state)})
-    if config.anchor != "none":
-        fisher = _fisher(config, trainer, saved, terms, device) if config.anchor == "ewc" else None
-        trainer.anchor = Anchor(config.anchor, config.anchor_weight, trainable_parameters(trainer.model), seed_state, fisher)
-        terms.record["anchor"] = {"kind": config.anchor, "lambda": config.anchor_weight}
+    seed_state = start_weights if saved is None else _seed_again(run, saved["seed_sha256"])
+    built = RetentionTerms(record={"seed_sha256": saved["seed_sha256"] if saved else state_sha256(seed_state)})
+    if section.anchor != "none":
+        fisher = _fisher(section, run, model, saved, built, device) if section.anchor == "ewc" else None
+        built.anchor = Anchor(section.anchor, section.anchor_weight, trainable_parameters(model), seed_state, fisher)
+        built.record["anchor"] = {"kind": section.anchor, "lambda": section.anchor_weight}
         if fisher is not None:  # sha256: the saved one, or set when a new run writes the file
-            terms.record["anchor"]["fisher"] = (saved["anchor"]["fisher"] if saved else
-                                                {"batches": config.ewc_batches, "labels": config.ewc_fisher,
+            built.record["anchor"]["fisher"] = (saved["anchor"]["fisher"] if saved else
+                                                {"batches": section.ewc_batches, "labels": section.ewc_fisher,
                                                  "file": fisher_mod.FISHER_FILE, "sha256": None})
-    if config.distill:
-        trainer.distiller = Distiller(trainer.gpt_config, seed_state, DISTILL_CHANNELS[config.distill_on],
-                                      config.distill_weight, config.distill_t, trainer.precision, device)
-        terms.record["distill"] = {"on": config.distill_on, "alpha": config.distill_weight, "t": config.distill_t}
-        seconds = trainer.distiller.time_one_forward(config.micro_batch, config.seq_len)
-        per_step = sum(n for ch, n in config.mix.items() if ch in trainer.distiller.channels)
-        terms.notes.append(f"distill: a frozen copy of the seed, {trainer.distiller.memory_bytes / 2**20:.1f} MiB in "
-                           f"{trainer.precision.name}; {seconds * 1e3:.1f} ms per seed forward x {per_step} distilled "
+    if section.distill:
+        distiller = built.distiller = Distiller(gpt_config, seed_state, DISTILL_CHANNELS[section.distill_on],
+                                                section.distill_weight, section.distill_t, precision, device)
+        built.record["distill"] = {"on": section.distill_on, "alpha": section.distill_weight, "t": section.distill_t}
+        seconds = distiller.time_one_forward(run.micro_batch, run.seq_len)
+        per_step = sum(n for ch, n in run.mix.items() if ch in distiller.channels)
+        built.notes.append(f"distill: a frozen copy of the seed, {distiller.memory_bytes / 2**20:.1f} MiB in "
+                           f"{precision.name}; {seconds * 1e3:.1f} ms per seed forward x {per_step} distilled "
                            f"micro-batches per step")
-    return terms
+    return built
 
 
-def _seed_again(config: RunConfig, sha256: str) -> dict:
+def _seed_again(run: RunFacts, sha256: str) -> dict:
     """The seed's weights on a restart, refused (65) when TATU_SEED_CKPT no longer holds the run's seed."""
-    state = load_checkpoint_or_gpt2(config.seed_ckpt).plain_state()
+    state = load_checkpoint_or_gpt2(run.seed_ckpt).plain_state()
     found = state_sha256(state)
     if found != sha256:
-        raise CheckpointError(f"TATU_SEED_CKPT {config.seed_ckpt}: weights sha256 {found[:12]} are not the seed "
+        raise CheckpointError(f"TATU_SEED_CKPT {run.seed_ckpt}: weights sha256 {found[:12]} are not the seed "
                               f"this run started from ({sha256[:12]}), which TATU_ANCHOR / TATU_DISTILL need; "
                               f"restore it, or start a new TATU_RUN")
     return state
 
 
-def _fisher(config: RunConfig, trainer, saved: dict | None, terms: RetentionTerms, device) -> dict[str, torch.Tensor]:
+def _fisher(section: RetentionConfig, run: RunFacts, model, saved: dict | None, built: RetentionTerms,
+            device) -> dict[str, torch.Tensor]:
     if saved is not None:  # never recomputed: the file the resume state names, verified
-        found = fisher_mod.read_fisher(config.run_dir, saved["anchor"]["fisher"]["sha256"]).fisher
+        found = fisher_mod.read_fisher(run.run_dir, saved["anchor"]["fisher"]["sha256"]).fisher
     else:
-        stream = MixedStream(config.data, mix={"replay": 1}, micro_batch=config.micro_batch, seq_len=config.seq_len,
-                             seed=config.seed)
-        batches = [stream.next_step().micro_batches[0] for _ in range(config.ewc_batches)]
-        names = [n for n, _ in trainable_parameters(trainer.model)]
-        found = fisher_mod.estimate_fisher(trainer.model, names, batches, config.ewc_fisher, config.seed, device)
-        trainer.model.train()
-        terms.pending_fisher = found
-    terms.notes.append(fisher_mod.summary(found))
+        stream = MixedStream(run.data, mix={"replay": 1}, micro_batch=run.micro_batch, seq_len=run.seq_len,
+                             seed=run.seed)
+        batches = [stream.next_step().micro_batches[0] for _ in range(section.ewc_batches)]
+        names = [n for n, _ in trainable_parameters(model)]
+        found = fisher_mod.estimate_fisher(model, names, batches, section.ewc_fisher, run.seed, device)
+        model.train()
+        built.pending_fisher = found
+    built.notes.append(fisher_mod.summary(found))
     return found
