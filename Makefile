@@ -46,7 +46,7 @@ bench: $(STAMP)
 	$(PY) bench/eval.py
 	$(PY) bench/ddp_scaling.py
 	$(PY) bench/partial.py
-	$(PY) bench/seed_terms.py
+	$(PY) bench/retention.py
 	$(PY) -u bench/overhead.py
 	$(PY) -u bench/control_flood.py
 	$(PY) -u bench/cpu_sums.py

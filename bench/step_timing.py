@@ -1,4 +1,4 @@
-"""What the step-cost benchmarks share (bench/partial.py, bench/seed_terms.py): their command line,
+"""What the step-cost benchmarks share (bench/partial.py, bench/retention.py): their command line,
 and the timing loop: each trainer's steps, round-robin over the rounds so a slow spell of the
 machine falls on every one."""
 from __future__ import annotations

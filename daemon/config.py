@@ -19,7 +19,7 @@ from typing import Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from tatu.daemon.seed_terms.spec import check_seed_terms
+from tatu.daemon.retention.spec import RetentionConfig, RunFacts, check_retention
 from tatu.model.train_spec import LoraSpec, TrainSpec, TrainSpecError, check_layers, parse_targets, parse_train
 
 PREFIXES = ("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_")
@@ -33,8 +33,8 @@ class ConfigError(ValueError):
 FRACTIONS = ("mix_forget_limit", "trunk_limit", "verdict_min_gain", "dropout")
 
 
-class RunConfig(BaseModel):
-    """Every knob of a run. The alias is the environment variable (the operator's names)."""
+class _RunFields(BaseModel):
+    """The run's own variables (RunConfig below adds the retention terms' section)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
@@ -109,21 +109,12 @@ class RunConfig(BaseModel):
     lora_dropout: float | None = Field(None, alias="TATU_LORA_DROPOUT", ge=0, lt=1, description="default 0")
     lora_targets: str | None = Field(None, alias="TATU_LORA_TARGETS", description="default attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj")
     lora_layers: str | None = Field(None, alias="TATU_LORA_LAYERS", description="all | top:K | 0,2,5 (default all)")
-    # --- ways out of forgetting beyond replay (daemon/seed_terms/): stay near the seed, distill it ---
-    anchor: Literal["none", "l2sp", "ewc"] = Field("none", alias="TATU_ANCHOR",
-                                                   description="penalty on the distance to the seed's weights")
-    anchor_weight: float | None = Field(None, alias="TATU_ANCHOR_WEIGHT", gt=0, le=1e12,
-                                        description="lambda of the anchor (required when TATU_ANCHOR is not none)")
-    ewc_batches: int = Field(32, alias="TATU_EWC_BATCHES", ge=1, le=1_000_000,
-                             description="replay micro-batches the seed's Fisher is estimated on (TATU_ANCHOR=ewc)")
-    ewc_fisher: Literal["true", "empirical"] = Field("true", alias="TATU_EWC_FISHER",
-                                                     description="Fisher labels: sampled from the seed (true) or the data's")
-    distill: bool = Field(False, alias="TATU_DISTILL", description="distill the seed's predictions (LwF)")
-    distill_weight: float | None = Field(None, alias="TATU_DISTILL_WEIGHT", gt=0, le=1e6,
-                                         description="alpha of the distillation term (required when TATU_DISTILL=1)")
-    distill_t: float = Field(2.0, alias="TATU_DISTILL_T", gt=0, le=1e3, description="distillation temperature")
-    distill_on: Literal["replay", "sft", "both"] = Field("replay", alias="TATU_DISTILL_ON",
-                                                         description="the micro-batches the distillation term is on")
+
+
+class RunConfig(RetentionConfig, _RunFields):
+    """Every knob of a run, one flat set of variables: the fields above, then the retention terms'
+    section (daemon/retention/spec.py: RetentionConfig, its fields last). The alias is the
+    environment variable (the operator's names)."""
 
     @field_validator(*FRACTIONS, mode="before")
     @classmethod
@@ -152,7 +143,7 @@ class RunConfig(BaseModel):
             raise ValueError(f"TATU_MIN_LR ({self.min_lr}) must not exceed TATU_LR ({self.lr})")
         if self.n_embd % self.n_head:
             raise ValueError(f"TATU_N_EMBD ({self.n_embd}) must be divisible by TATU_N_HEAD ({self.n_head})")
-        check_seed_terms(self)  # TATU_ANCHOR* / TATU_EWC_* / TATU_DISTILL*: daemon/seed_terms/spec.py
+        check_retention(self)  # TATU_ANCHOR* / TATU_EWC_* / TATU_DISTILL*: daemon/retention/spec.py
         self.train_spec  # noqa: B018 -- every TATU_TRAIN / TATU_LORA_* problem is a 78 here, before anything loads
         return self
 
@@ -160,6 +151,16 @@ class RunConfig(BaseModel):
     @property
     def run_dir(self) -> Path:
         return self.out / self.run
+
+    @property
+    def retention(self) -> RetentionConfig:
+        """The retention terms' section, all the terms are given of it (with `retention_facts`)."""
+        return RetentionConfig(**{name: getattr(self, name) for name in RetentionConfig.model_fields})
+
+    @property
+    def retention_facts(self) -> RunFacts:
+        return RunFacts(seed_ckpt=self.seed_ckpt, run_dir=self.run_dir, data=self.data, micro_batch=self.micro_batch,
+                        seq_len=self.seq_len, seed=self.seed, mix=self.mix)
 
     @property
     def mix(self) -> dict[str, int]:

@@ -25,11 +25,11 @@ from tatu.daemon.start import (check_same_eval_files, check_same_precision, lr_s
 from tatu.daemon.resume import restore_resume
 from tatu.daemon.run.lock import RunDirLock
 from tatu.daemon.run.state import RunState
-from tatu.daemon.seed_terms import setup as seed_terms
-from tatu.daemon.seed_terms.anchor import SWAMPS
+from tatu.daemon.retention import setup as retention
+from tatu.daemon.retention.anchor import SWAMPS
 from tatu.daemon.suite import load_suite
 from tatu.daemon.tensorboard import attach as attach_tensorboard
-from tatu.daemon.trainer import Trainer
+from tatu.daemon.trainer import Trainer, build_model, run_precision
 from tatu.data.manifest import check_tokenizer, load_manifest
 from tatu.data.stream import MixedStream
 from tatu.model import cpu_sums
@@ -79,7 +79,17 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
         stream = MixedStream(config.data, mix=config.mix, micro_batch=config.micro_batch, seq_len=config.seq_len,
                              seed=config.seed, tokenizer_hash=start.tokenizer.hash)
         suite = load_suite(config, manifest, start.tokenizer)
-        trainer = Trainer(config, start.gpt_config, device, start.weights, start.weights_source, world)
+        # The step's parts, built in order: the model, the retention terms on it (TATU_ANCHOR / TATU_DISTILL:
+        # daemon/retention/), then the Trainer that steps it, given the terms.
+        precision = run_precision(config, device)
+        model = build_model(config, start.gpt_config, device, start.weights, start.weights_source)
+        if start.resume is not None:  # a restart continues the same run (78) before its terms are read again
+            _check_resume(config, start.resume, precision, suite, world)
+        terms = retention.build(config.retention, config.retention_facts, model, start.gpt_config, precision,
+                                start.weights, _saved_retention(start.resume), device)
+        trainer = Trainer(config, start.gpt_config, device, world=world, model=model,
+                          anchor=terms.anchor if terms is not None else None,
+                          distiller=terms.distiller if terms is not None else None)
         log.info(f"model {trainer.model.num_params() / 1e6:.2f}M params on {device}; "
                  f"mix {config.mix} x {config.micro_batch} x {config.seq_len}"
                  + (f"; {world.size} ranks (torchrun)" if world.distributed else ""))
@@ -90,19 +100,18 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
             log.info(f"all-reduce per step: {tensors} tensors, {size} bytes (frozen weights are not reduced)")
         log.info(f"precision {trainer.precision.name} [{_precision_source(trainer.precision, origins)}]")
         if start.resume is not None:
-            state = _resumed(config, start.resume, trainer, stream, suite, world, log)
+            state = _resumed(config, start.resume, trainer, stream, world, log)
         else:
             state = RunState(trunk_reference=trunk_reference_for(config, start, suite, device, log),
                              eval_files=suite.file_hashes, lr_schedule_end=config.mix_steps_limit)
         trainer.lr_schedule_end = state.lr_schedule_end
-        terms = seed_terms.build(config, trainer, start.weights, state.seed_terms, device)
         # Every input is checked (data, eval sets, weights, the trunk): only now does the run leave a trace.
         lock.take_created(resumed=start.resume is not None)
         log.attach(config.run_dir)
         if world.is_main:  # rank 0 alone writes the run's files
             attach_tensorboard(config, origins, log)
         log.event("config", step=state.step, config=config.to_json(), origins=origins)
-        _seed_terms_started(terms, config, world, state, log)
+        _retention_started(terms, config, world, state, log)
         if suite.category_note:
             log.info(suite.category_note)
         if state.trunk_reference is None:
@@ -117,25 +126,35 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
                                 env_file))
 
 
-def _seed_terms_started(terms, config: RunConfig, world: distributed.World, state: RunState, log: RunLog) -> None:
+def _retention_started(terms, config: RunConfig, world: distributed.World, state: RunState, log: RunLog) -> None:
     """TATU_ANCHOR / TATU_DISTILL once the run dir exists: a new EWC run's Fisher file (rank 0 writes),
-    the record into the resume state, the start lines (daemon/seed_terms/setup.py)."""
+    the record into the resume state, the start lines (daemon/retention/setup.py)."""
     if terms is None:
         return
     if world.is_main:
         terms.write_pending(config.run_dir)
-    state.seed_terms = terms.record
+    state.retention = terms.record
     for line in [terms.line, *terms.notes]:
         log.info(line)
 
 
-def _resumed(config: RunConfig, resume, trainer: Trainer, stream: MixedStream, suite, world: distributed.World,
-             log: RunLog) -> RunState:
-    """The run as its resume state left it, once the restart is checked to continue the same run."""
-    check_same_precision(resume.meta.get("precision"), trainer.precision, config.run)
+def _check_resume(config: RunConfig, resume, precision, suite, world: distributed.World) -> None:
+    """A restart continues the same run: the same precision, eval files and world size (else 78)."""
+    check_same_precision(resume.meta.get("precision"), precision, config.run)
     saved = resume.extra_json["resume"]
     check_same_eval_files(saved.get("eval_files"), suite)
     ranks.check_resume_world(saved, world, config.run)
+
+
+def _saved_retention(resume) -> dict | None:
+    """A restart's record of its retention terms (RunState.retention, saved as "seed_terms"); None for a new run."""
+    return None if resume is None else resume.extra_json["resume"].get("seed_terms")
+
+
+def _resumed(config: RunConfig, resume, trainer: Trainer, stream: MixedStream, world: distributed.World,
+             log: RunLog) -> RunState:
+    """The run as its resume state left it (the restart was checked to continue the same run: _check_resume)."""
+    saved = resume.extra_json["resume"]
     restore_resume(resume, trainer.optimizer, stream)
     ranks.restore_rank_state(saved, resume.extra_tensors, stream, world)
     state = RunState.from_json(saved, config.eval_resamples, config.seed)
@@ -216,7 +235,7 @@ def train(run: RunActions) -> int:
         return code
 
     run.trainer.model.train()
-    swamp_said = False  # the seed term's warning, once per start
+    swamp_said = False  # the retention term's warning, once per start
     while state.step < limit:
         run.world.at_step_boundary(supervisor)  # under torchrun: every rank acts on the same requests
         if supervisor.requests.stop:
@@ -242,7 +261,7 @@ def train(run: RunActions) -> int:
         mem = supervisor.tick(stats)
         log.event("step", step=step, loss=stats.loss, lr=stats.lr, grad_norm=stats.grad_norm, tokens=stats.target_tokens,
                   tokens_per_s=stats.tokens_per_s, replay_fraction=stats.replay_fraction,
-                  seconds=round(stats.seconds, 4), memory=mem, **stats.seed_terms)
+                  seconds=round(stats.seconds, 4), memory=mem, **stats.retention)
         if not swamp_said and _swamps(stats):
             swamp_said = True
             line = _swamp_line(stats, config)
@@ -261,7 +280,7 @@ def train(run: RunActions) -> int:
 
 
 def _swamps(stats) -> bool:
-    """The anchor's gradient outweighs the data's by more than SWAMPS (daemon/seed_terms/anchor.py)."""
+    """The anchor's gradient outweighs the data's by more than SWAMPS (daemon/retention/anchor.py)."""
     return stats.grad_norm_penalty is not None and stats.grad_norm_penalty > SWAMPS * stats.grad_norm_data
 
 

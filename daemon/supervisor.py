@@ -188,7 +188,7 @@ class Supervisor:
         self._publish()
 
     def warn(self, line: str) -> None:
-        """A warning `tatu status` shows from now on (the seed terms': a term that swamps the data)."""
+        """A warning `tatu status` shows from now on (the retention terms': a term that swamps the data)."""
         self.status["warning"] = line
         self._publish()
 

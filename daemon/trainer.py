@@ -20,8 +20,8 @@ import torch
 
 from tatu.daemon.config import ConfigError, RunConfig
 from tatu.daemon.distributed import SINGLE, World
-from tatu.daemon.seed_terms.anchor import Anchor
-from tatu.daemon.seed_terms.distill import Distiller
+from tatu.daemon.retention.anchor import Anchor
+from tatu.daemon.retention.distill import Distiller
 from tatu.data.stream import StepBatch
 from tatu.model.adapters import (apply_train_spec, is_adapter_key, merge_state, split_adapter_state, state_sha256,
                                  trainable_parameters, trainable_summary)
@@ -60,8 +60,8 @@ class StepStats:
     grad_norm_penalty: float | None = None
 
     @property
-    def seed_terms(self) -> dict[str, float]:
-        """The step event's seed-term entries, only those that ran (none when both are off)."""
+    def retention(self) -> dict[str, float]:
+        """The step event's retention-term entries, only those that ran (none when both are off)."""
         return {k: v for k, v in (("penalty", self.penalty), ("distill", self.distill),
                                   ("grad_norm_data", self.grad_norm_data),
                                   ("grad_norm_penalty", self.grad_norm_penalty)) if v is not None}
@@ -82,9 +82,39 @@ class StepStats:
         return sum(self.target_tokens.values()) == 0
 
 
+def run_precision(config: RunConfig, device: torch.device):
+    """TATU_PRECISION on the device (model/precision.py): bf16 autocast in the step only, the weights
+    and the optimizer stay fp32. A precision the device lacks is a configuration error (78)."""
+    try:
+        return resolve_precision(config.precision, device)
+    except PrecisionError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def build_model(config: RunConfig, gpt_config: GPTConfig, device: torch.device, initial_state: dict | None = None,
+                state_source: str = "") -> GPT:
+    """The run's model: initialised from TATU_SEED, the seed's (or a resume state's) weights loaded,
+    TATU_TRAIN applied, on the device. The run builds it first, so the retention terms are built on it
+    before the Trainer that steps it."""
+    torch.manual_seed(config.seed)
+    model = GPT(gpt_config)
+    base, adapters = split_adapter_state(initial_state or {})
+    if initial_state is not None:
+        load_model_state(model, base, state_source)
+    apply_train_spec(model, config.train_spec)  # after the seed's weights: the frozen base is the seed
+    if adapters:  # a resume state of a LoRA run: the adapters as trained so far
+        _load_adapters(model, adapters, state_source)
+    return model.to(device)
+
+
 class Trainer:
+    """The model's steps. `model`: the run's (build_model), else built here from `initial_state`;
+    `anchor` / `distiller`: the retention terms (daemon/retention/), given when TATU_ANCHOR /
+    TATU_DISTILL are on and never set afterwards."""
+
     def __init__(self, config: RunConfig, gpt_config: GPTConfig, device: torch.device,
-                 initial_state: dict | None = None, state_source: str = "", world: World = SINGLE):
+                 initial_state: dict | None = None, state_source: str = "", world: World = SINGLE, *,
+                 model: GPT | None = None, anchor: Anchor | None = None, distiller: Distiller | None = None):
         self.config = config
         # Where the LR curve ends: the run's first MIX_STEPS_LIMIT, which a restart restores from its
         # state (a changed limit moves when the run stops, not the curve: daemon/start.py).
@@ -93,27 +123,19 @@ class Trainer:
         self.world = world
         self.gpt_config = gpt_config
         self.train_spec = config.train_spec
-        try:  # bf16 autocast in the step only: the weights and the optimizer stay fp32
-            self.precision = resolve_precision(config.precision, device)
-        except PrecisionError as exc:
-            raise ConfigError(str(exc)) from None
-        torch.manual_seed(config.seed)
-        self.model = GPT(gpt_config)
-        base, adapters = split_adapter_state(initial_state or {})
-        if initial_state is not None:
-            load_model_state(self.model, base, state_source)
-        apply_train_spec(self.model, self.train_spec)  # after the seed's weights: the frozen base is the seed
-        if adapters:  # a resume state of a LoRA run: the adapters as trained so far
-            _load_adapters(self.model, adapters, state_source)
-        self.model.to(device)
+        self.precision = run_precision(config, device)
+        if model is None:
+            model = build_model(config, gpt_config, device, initial_state, state_source)
+        self.model = model
         self.forward_model = world.data_parallel(self.model, device)  # the model itself when alone
         world.seed_rank(config.seed)
         # Only what trains is handed to the optimizer: frozen weights get no moments, in memory or in the state.
         trainable = [p for _, p in trainable_parameters(self.model)]
         self.trainable = trainable
-        # The seed terms (daemon/seed_terms/), set by the run when TATU_ANCHOR / TATU_DISTILL are on.
-        self.anchor: Anchor | None = None
-        self.distiller: Distiller | None = None
+        # The retention terms: the anchor's gradient is added once per step (step), the distillation
+        # term joins each distilled micro-batch's loss (_accumulate).
+        self.anchor = anchor
+        self.distiller = distiller
         decay = [p for p in trainable if p.dim() >= 2]
         no_decay = [p for p in trainable if p.dim() < 2]
         self.optimizer = torch.optim.AdamW(

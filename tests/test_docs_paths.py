@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # the tests' and benchmarks' docstrings and comments name source files too (what they test, measure, mirror)
 SOURCES = sorted(p for folder in ("tests", "bench") for p in (ROOT / folder).rglob("*.py") if "__pycache__" not in p.parts)
-# a path with at least one folder, ending in .py: `daemon/seed_terms/anchor.py`, `../bench/eval.py`
+# a path with at least one folder, ending in .py: `daemon/retention/anchor.py`, `../bench/eval.py`
 PATH = re.compile(r"(?<![\w./-])(?:\.\./)?([A-Za-z_][\w-]*(?:/[\w.-]+)+\.py)\b")
 # where a doc may name a path from: the repository, or inside one of its packages (architecture.md's
 # "daemon/: ... run/state.py"), or the test and bench folders
@@ -27,8 +27,8 @@ def named_paths(doc: Path) -> list[tuple[int, str]]:
 
 
 def test_the_pattern_finds_what_docs_write():
-    line = "see [anchor.py](../daemon/seed_terms/anchor.py) and `tests/daemon/test_ddp.py`, not foo.py or a.b.py"
-    assert [m.group(1) for m in PATH.finditer(line)] == ["daemon/seed_terms/anchor.py", "tests/daemon/test_ddp.py"]
+    line = "see [anchor.py](../daemon/retention/anchor.py) and `tests/daemon/test_ddp.py`, not foo.py or a.b.py"
+    assert [m.group(1) for m in PATH.finditer(line)] == ["daemon/retention/anchor.py", "tests/daemon/test_ddp.py"]
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)

@@ -94,7 +94,7 @@ class RunDir:
 
     @property
     def fisher_file(self) -> Path:
-        """The seed's Fisher, computed once (daemon/seed_terms/fisher.py)."""
+        """The seed's Fisher, computed once (daemon/retention/fisher.py)."""
         return self.path / FISHER
 
     @property

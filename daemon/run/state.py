@@ -39,8 +39,8 @@ class RunState:
     # MIX_STEPS_LIMIT, kept by every restart. None: a state saved before it was stored (start.py).
     lr_schedule_end: int | None = None
     # TATU_ANCHOR / TATU_DISTILL as the run started them: the seed's and the Fisher file's sha256
-    # (daemon/seed_terms/setup.py); None when both are off.
-    seed_terms: dict | None = None
+    # (daemon/retention/setup.py); None when both are off.
+    retention: dict | None = None
 
     def to_json(self) -> dict:
         return {"step": self.step, "baseline": results_to_json(self.baseline), "best": self.best,
@@ -49,7 +49,7 @@ class RunState:
                 "category_baseline": None if self.category_baseline is None else
                 {name: results_to_json(per) for name, per in self.category_baseline.items()},
                 "task_baseline": self.task_baseline, "lr_schedule_end": self.lr_schedule_end,
-                **({"seed_terms": self.seed_terms} if self.seed_terms is not None else {})}
+                **({"seed_terms": self.retention} if self.retention is not None else {})}
 
     @classmethod
     def from_json(cls, payload: dict, n_resamples: int, seed: int) -> "RunState":
@@ -65,4 +65,4 @@ class RunState:
                    category_baseline=None if payload.get("category_baseline") is None else
                    {name: results_from_json(per, n_resamples, seed) for name, per in payload["category_baseline"].items()},
                    task_baseline=payload.get("task_baseline"), lr_schedule_end=payload.get("lr_schedule_end"),
-                   seed_terms=payload.get("seed_terms"))
+                   retention=payload.get("seed_terms"))

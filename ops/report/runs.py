@@ -106,7 +106,7 @@ def number(value) -> float | None:
 
 def _read_trainable(config_note: str) -> str:
     """The "trainable" line of the meta.json the config came from ("" when it has none), with the
-    seed terms (TATU_ANCHOR / TATU_DISTILL) after it, as `tatu status` shows them."""
+    retention terms (TATU_ANCHOR / TATU_DISTILL) after it, as `tatu status` shows them."""
     try:
         meta = json.loads(Path(config_note).read_text(encoding="utf-8"))
         terms = meta.get("seed_terms")

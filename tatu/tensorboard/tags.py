@@ -28,7 +28,7 @@ class Text:
 # step record field -> tag
 STEP_TAGS = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm",
              "tokens_per_s": "train/tokens_per_s", "replay_fraction": "train/replay_fraction",
-             # the seed terms' values (daemon/seed_terms/, docs/forgetting.md), in the records of runs that have them
+             # the retention terms' values (daemon/retention/, docs/forgetting.md), in the records of runs that have them
              "penalty": "train/penalty", "distill": "train/distill",
              "grad_norm_data": "train/grad_norm_data", "grad_norm_penalty": "train/grad_norm_penalty"}
 BOUNDS = ("value", "lo", "hi")  # a change's estimate and its CI: three tags, so a band can be drawn

@@ -259,7 +259,7 @@ PARTIAL = {"all": {}, "top:1": {"TATU_TRAIN": "top:1"},
            "lora": {"TATU_TRAIN": "lora", "TATU_LORA_RANK": "4", "TATU_LORA_DROPOUT": "0.1"}}
 
 
-# The seed terms (daemon/seed_terms/): the seed's weights, the Fisher file and the frozen teacher
+# The retention terms (daemon/retention/): the seed's weights, the Fisher file and the frozen teacher
 # must come back as they were, and the Fisher must not be estimated again.
 SEED_TERMS = {"l2sp": {"TATU_ANCHOR": "l2sp", "TATU_ANCHOR_WEIGHT": "100"},
               "ewc": {"TATU_ANCHOR": "ewc", "TATU_ANCHOR_WEIGHT": "100", "TATU_EWC_BATCHES": "4"},

@@ -425,7 +425,7 @@ def test_two_launchers_as_two_machines_make_one_run(world, twins, tmp_path):
 
 # The tiny seed has one block: top:1 freezes wte/wpe (and the tied head); lora freezes every base weight.
 PARTIAL = {"top:1": {"TATU_TRAIN": "top:1"}, "lora": {"TATU_TRAIN": "lora", "TATU_LORA_RANK": "2"}}
-# The seed terms on the weights that train under top:1: the penalty counted once whatever the ranks
+# The retention terms on the weights that train under top:1: the penalty counted once whatever the ranks
 # (it is added after the all-reduce, on every rank alike), the seed's logits per rank's micro-batches.
 TOP1 = PARTIAL["top:1"]
 PARTIAL.update({"top:1+l2sp": {**TOP1, "TATU_ANCHOR": "l2sp", "TATU_ANCHOR_WEIGHT": "100"},

@@ -126,7 +126,7 @@ def test_without_the_tensorboard_package_the_run_says_so_and_goes_on(tiny_trunk,
     assert (tmp_path / "out" / "run" / "verdict.json").is_file()
 
 
-def test_the_seed_terms_values_are_curves_equal_to_their_events(tiny_trunk, tmp_path):
+def test_the_retention_terms_values_are_curves_equal_to_their_events(tiny_trunk, tmp_path):
     """A run with TATU_ANCHOR and TATU_DISTILL: its step records' penalty and distill are points too."""
     env = sft_env(tiny_trunk, tmp_path, MIX_STEPS_LIMIT=3, EVAL_EVERY=3, TATU_GEN_PROMPTS=0, TATU_LR="1e-2",
                   TATU_ANCHOR="l2sp", TATU_ANCHOR_WEIGHT="10", TATU_DISTILL="1", TATU_DISTILL_WEIGHT="0.5")

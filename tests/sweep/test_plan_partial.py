@@ -1,4 +1,4 @@
-"""TATU_TRAIN, the LoRA settings and the seed terms as sweep axes: members expand with their own settings,
+"""TATU_TRAIN, the LoRA settings and the retention terms as sweep axes: members expand with their own settings,
 and a combination the daemon would refuse is refused by the plan, naming the member."""
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def test_a_lora_setting_crossed_with_full_training_is_refused_78_naming_the_memb
     assert "member train" in str(refused.value) and "TATU_LORA_RANK" in str(refused.value)
 
 
-# --- the seed terms (TATU_ANCHOR*, TATU_EWC_*, TATU_DISTILL*: docs/forgetting.md) as axes ---
+# --- the retention terms (TATU_ANCHOR*, TATU_EWC_*, TATU_DISTILL*: docs/forgetting.md) as axes ---
 
 def test_an_anchor_weight_axis_expands_into_members_with_their_weight(tmp_path):
     path = tmp_path / "plan.toml"

@@ -1,4 +1,4 @@
-"""The seed terms against a plain step: step time of l2sp, ewc and distill vs plain, one shape, peak RSS.
+"""The retention terms against a plain step: step time of l2sp, ewc and distill vs plain, one shape, peak RSS.
 
 The daemon's own Trainer (daemon/trainer.py) from the same seed weights, on the very same batches
 (generated once, fixed seed), in one process on one machine: TATU_ANCHOR=l2sp and ewc (the Fisher
@@ -13,7 +13,7 @@ its loss, under autograd, as the step runs it) and the KL's forward + backward o
 shape. distill's extra per distilled micro-batch is printed in both units. Peak RSS is the process's
 high-water mark after each method's first round (ru_maxrss only grows: cumulative, in the order printed).
 
-    .venv/bin/python bench/seed_terms.py [--steps 6] [--rounds 3] [--threads 1]
+    .venv/bin/python bench/retention.py [--steps 6] [--rounds 3] [--threads 1]
 """
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ import torch
 
 from step_timing import setup, time_trainers
 from tatu.daemon.config import load_config
-from tatu.daemon.seed_terms.anchor import Anchor
-from tatu.daemon.seed_terms.distill import Distiller, distill_sum
-from tatu.daemon.trainer import Trainer
+from tatu.daemon.retention.anchor import Anchor
+from tatu.daemon.retention.distill import Distiller, distill_sum
+from tatu.daemon.trainer import Trainer, build_model, run_precision
 from tatu.data.stream import MicroBatch, StepBatch
 from tatu.model.adapters import trainable_parameters
 from tatu.model.gpt import GPT, GPTConfig
@@ -55,14 +55,16 @@ def trainer_for(method: str, weights: dict) -> Trainer:
     env = {"TATU_DATA": "unused", "TATU_SEED_CKPT": "unused", "TATU_DEVICE": "cpu", "TATU_LR": "1e-3",
            "TATU_PRECISION": "fp32", "SFT_GE": str(PER_CHANNEL), "REPLAY_N": str(PER_CHANNEL), **METHODS[method]}
     config, _ = load_config(env)
-    trainer = Trainer(config, SHAPE, torch.device("cpu"), weights, "bench")
-    named = trainable_parameters(trainer.model)
+    model = build_model(config, SHAPE, torch.device("cpu"), weights, "bench")
+    named = trainable_parameters(model)
+    anchor = distiller = None
     if config.anchor != "none":
         fisher = {n: torch.rand(p.shape) for n, p in named} if config.anchor == "ewc" else None
-        trainer.anchor = Anchor(config.anchor, config.anchor_weight, named, weights, fisher)
+        anchor = Anchor(config.anchor, config.anchor_weight, named, weights, fisher)
     if config.distill:
-        trainer.distiller = Distiller(SHAPE, weights, ("sft", "replay"), config.distill_weight, config.distill_t,
-                                      trainer.precision, torch.device("cpu"))
+        distiller = Distiller(SHAPE, weights, ("sft", "replay"), config.distill_weight, config.distill_t,
+                              run_precision(config, torch.device("cpu")), torch.device("cpu"))
+    trainer = Trainer(config, SHAPE, torch.device("cpu"), model=model, anchor=anchor, distiller=distiller)
     return trainer
 
 

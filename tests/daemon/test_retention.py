@@ -1,4 +1,4 @@
-"""The seed terms (daemon/seed_terms/) against naive float64 computations written here: the L2-SP and
+"""The retention terms (daemon/retention/) against naive float64 computations written here: the L2-SP and
 EWC penalties and their gradients (a loop over every weight), counted once per step whatever the
 micro-batches; the Fisher against a per-sequence loop with the same sampled labels; the distillation
 KL and its gradient against a plain softmax; and the variables' 78s."""
@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from tatu.daemon.config import ConfigError, load_config
-from tatu.daemon.seed_terms import fisher as fisher_mod
-from tatu.daemon.seed_terms.anchor import Anchor
-from tatu.daemon.seed_terms.distill import distill_sum
-from tatu.daemon.seed_terms.setup import describe
-from tatu.daemon.trainer import Trainer
+from tatu.daemon.retention import fisher as fisher_mod
+from tatu.daemon.retention.anchor import Anchor
+from tatu.daemon.retention.distill import distill_sum
+from tatu.daemon.retention.setup import describe
+from tatu.daemon.trainer import Trainer, build_model, run_precision
 from tatu.data.stream import IGNORE_INDEX, MicroBatch, StepBatch
 from tatu.model.adapters import trainable_parameters
 from tatu.model.gpt import GPT, GPTConfig
@@ -98,9 +98,10 @@ def test_the_penalty_is_zero_at_the_seed():
 def _step_grads(n_micro: int, anchored: bool) -> dict[str, torch.Tensor]:
     """The gradient a step hands the optimizer (optimizer.step replaced by a copy of .grad)."""
     env = dict(SFT_GE=n_micro - 1, **({"TATU_ANCHOR": "l2sp", "TATU_ANCHOR_WEIGHT": 7} if anchored else {}))
-    trainer = Trainer(config(**env), GPT_CONFIG, torch.device("cpu"), moved(seed_state()), "moved")
-    if anchored:
-        trainer.anchor = Anchor("l2sp", 7.0, trainable_parameters(trainer.model), seed_state())
+    cfg, cpu = config(**env), torch.device("cpu")
+    model = build_model(cfg, GPT_CONFIG, cpu, moved(seed_state()), "moved")
+    anchor = Anchor("l2sp", 7.0, trainable_parameters(model), seed_state()) if anchored else None
+    trainer = Trainer(cfg, GPT_CONFIG, cpu, model=model, anchor=anchor)
     seen = {}
     trainer.optimizer.step = lambda: seen.update({n: p.grad.clone() for n, p in trainable_parameters(trainer.model)})
     stats = trainer.step(step_batch(micro_batches(n_micro)), 1)
@@ -237,7 +238,7 @@ def test_the_lines_say_what_each_term_is():
         "anchor l2sp lambda=0.1 (seed sha256 cd34..)"
 
 
-# --- the seed terms inside a real step ---------------------------------------------------------
+# --- the retention terms inside a real step ---------------------------------------------------------
 # The units above check each term alone; these check what Trainer.step hands the optimizer (every
 # micro-batch backpropagated, so .grad exists when the penalty is added), against float64 autograd
 # of naive formulas on a float64 copy of the model.
@@ -282,13 +283,15 @@ def naive_distill(batch: StepBatch, channels: tuple[str, ...], alpha: float, t: 
 
 
 def _distilling_trainer(on: str | None) -> Trainer:
-    from tatu.daemon.seed_terms.setup import build
+    from tatu.daemon.retention.setup import build
 
     env = ({"TATU_DISTILL": 1, "TATU_DISTILL_WEIGHT": 0.7, "TATU_DISTILL_T": 2.5, "TATU_DISTILL_ON": on}
            if on else {})
-    trainer = Trainer(config(SFT_GE=2, TATU_MICRO_BATCH=2, TATU_SEQ_LEN=SEQ, **env), GPT_CONFIG,
-                      torch.device("cpu"), moved(seed_state()), "moved")
-    terms = build(trainer.config, trainer, seed_state(), None, torch.device("cpu"))  # as the run builds it
+    cfg, cpu = config(SFT_GE=2, TATU_MICRO_BATCH=2, TATU_SEQ_LEN=SEQ, **env), torch.device("cpu")
+    model = build_model(cfg, GPT_CONFIG, cpu, moved(seed_state()), "moved")
+    terms = build(cfg.retention, cfg.retention_facts, model, GPT_CONFIG, run_precision(cfg, cpu), seed_state(),
+                  None, cpu)  # as the run builds them
+    trainer = Trainer(cfg, GPT_CONFIG, cpu, model=model, distiller=terms.distiller if terms is not None else None)
     assert (terms is not None) == (on is not None) and (trainer.distiller is not None) == (on is not None)
     return trainer
 
@@ -312,10 +315,10 @@ def test_distillation_adds_alpha_t2_kl_of_its_channel_over_all_the_steps_targets
 
 def _anchored_trainer(lam: float | None, fisher: dict | None, clip: float = 0.0) -> Trainer:
     env = {"TATU_GRAD_CLIP": clip, **({"TATU_ANCHOR": "ewc", "TATU_ANCHOR_WEIGHT": lam} if lam else {})}
-    trainer = Trainer(config(SFT_GE=2, **env), GPT_CONFIG, torch.device("cpu"), moved(seed_state()), "moved")
-    if lam:
-        trainer.anchor = Anchor("ewc", lam, trainable_parameters(trainer.model), seed_state(), fisher)
-    return trainer
+    cfg, cpu = config(SFT_GE=2, **env), torch.device("cpu")
+    model = build_model(cfg, GPT_CONFIG, cpu, moved(seed_state()), "moved")
+    anchor = Anchor("ewc", lam, trainable_parameters(model), seed_state(), fisher) if lam else None
+    return Trainer(cfg, GPT_CONFIG, cpu, model=model, anchor=anchor)
 
 
 def _random_fisher() -> dict[str, torch.Tensor]:

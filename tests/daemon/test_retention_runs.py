@@ -1,4 +1,4 @@
-"""Runs with the seed terms on (daemon/seed_terms/): off means off, the penalty is 0 at the seed,
+"""Runs with the retention terms on (daemon/retention/): off means off, the penalty is 0 at the seed,
 the Fisher is written once and never recomputed on a restart, every place says what ran, and a
 restart with other settings, another seed or another Fisher file is refused (78, 65)."""
 from __future__ import annotations
@@ -15,9 +15,9 @@ from safetensors.torch import load_file
 from tiny_world import base_env, clean_environ
 
 from tatu.daemon.main import main as daemon_main
-from tatu.daemon.seed_terms import fisher as fisher_mod
-from tatu.daemon.seed_terms.anchor import Anchor
-from tatu.daemon.seed_terms.distill import Distiller
+from tatu.daemon.retention import fisher as fisher_mod
+from tatu.daemon.retention.anchor import Anchor
+from tatu.daemon.retention.distill import Distiller
 
 EWC = {"TATU_ANCHOR": "ewc", "TATU_ANCHOR_WEIGHT": "50", "TATU_EWC_BATCHES": "3"}
 DISTILL = {"TATU_DISTILL": "1", "TATU_DISTILL_WEIGHT": "0.5"}

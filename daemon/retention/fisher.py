@@ -33,7 +33,7 @@ from tatu.daemon.run.paths import FISHER, RunDir
 from tatu.data.stream import IGNORE_INDEX
 from tatu.model.checkpoint import CheckpointError
 
-FISHER_FILE = FISHER  # the name the seed-terms record gives (setup.py)
+FISHER_FILE = FISHER  # the name the retention-terms record gives (setup.py)
 
 
 @dataclass

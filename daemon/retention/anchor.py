@@ -10,7 +10,7 @@ added before clipping, like any part of the step's gradient.
 
 Cost: the penalty is memory-bound, a few passes over the trained weights per step, so it is
 written to make no allocation the size of a weight (a fresh one costs its page faults on every
-step: bench/seed_terms.py measured that at 9% of a step for EWC). Each weight's scaled difference
+step: bench/retention.py measured that at 9% of a step for EWC). Each weight's scaled difference
 r = sqrt(lambda * F) * (theta - seed) goes into one scratch buffer the size of the largest weight;
 the gradient is r * sqrt(lambda * F) and the penalty 1/2 * r.r, summed in float64 in small chunks.
 """

@@ -1,4 +1,5 @@
-"""Ways out of forgetting beyond replay, each a term the step adds to the loss of a run from a seed:
+"""The retention terms: ways out of forgetting beyond replay, each a term the step adds to the loss of a
+run from a seed checkpoint (TATU_SEED_CKPT; "seed" here is that checkpoint, never TATU_SEED, the random seed):
 
     anchor.py   stay near the seed: L2-SP (lambda/2 sum (theta - theta_seed)^2) or EWC (weighted by F)
     fisher.py   EWC's F: the seed's diagonal Fisher on the replay channel, its file and its summary
