@@ -308,7 +308,9 @@ def test_distillation_adds_alpha_t2_kl_of_its_channel_over_all_the_steps_targets
     for name, grad in distilled.items():
         contribution = grad.double() - plain[name].double()
         assert torch.allclose(contribution, expected[name], rtol=1e-3, atol=1e-4 * largest), name
-    assert stats.distill == pytest.approx(value, rel=1e-5) and value > 1e-4  # the step event's `distill`
+    # the step event's `distill`: a float32 KL (a difference of p log p and p log q per token) against
+    # float64; 1.1e-5 apart under ATEN_CPU_CAPABILITY=avx2, so 1e-4 (alpha or a divisor off is far more)
+    assert stats.distill == pytest.approx(value, rel=1e-4) and value > 1e-4
 
 
 # --- EWC inside the step -----------------------------------------------------------------------
