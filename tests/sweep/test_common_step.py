@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sweep_world import plan_world, run_through, steps_plan_text
+from sweep_world import assert_paired_p_agrees_with_ci, plan_world, run_through, steps_plan_text
 
 from tatu.sweep.lock import members, read_lock
 
@@ -46,19 +46,6 @@ def _daemon_lines(run: Path, step: int) -> dict:
             for name, s in sets.items()}
 
 
-def _assert_p_agrees_with_ci(paired: dict, diffs: list[float]) -> None:
-    """The paired difference is the mean of the per-seed differences; its p is the two-sided t at
-    the CI's own SE (its half-width over t_.975 at its df: scipy here) and df, so p < 0.05 exactly
-    when the CI excludes 0."""
-    from scipy import stats as sp
-
-    assert paired["diff"] == pytest.approx(sum(diffs) / len(diffs), abs=1e-12)
-    df = paired["df"] if paired["df"] is not None else math.inf
-    se = (paired["hi"] - paired["lo"]) / 2 / sp.t.ppf(0.975, df)
-    assert paired["p_value"] == pytest.approx(2 * sp.t.sf(abs(paired["diff"]) / se, df), rel=1e-6, abs=1e-12)
-    assert (paired["p_value"] < 0.05) == (paired["lo"] > 0 or paired["hi"] < 0)
-
-
 def test_every_comparison_is_also_made_at_the_common_step_and_the_rule_judges_there(sweep):
     from tatu.sweep.analysis import analyze
     from tatu.sweep.tables import closing_text
@@ -83,7 +70,7 @@ def test_every_comparison_is_also_made_at_the_common_step_and_the_rule_judges_th
         assert config["metrics_common"]["drift"] == pytest.approx(math.expm1(mean), abs=1e-12)
     paired = configs["mix-steps-limit6"]["paired_common"]["drift"]
     diffs = [naive["mix-steps-limit6", s] - naive["mix-steps-limit4", s] for s in (1, 2)]
-    _assert_p_agrees_with_ci(paired, diffs)
+    assert_paired_p_agrees_with_ci(paired, diffs)
     assert data["verdict"]["at"] == "common" and data["verdict"]["at_step"] == 4
     assert data["verdict"]["chosen"] == "4"
     text = closing_text(data)
@@ -123,4 +110,4 @@ def test_the_end_means_and_paired_differences_recompute_from_the_rescored_lines(
             assert config["stats"][metric]["log_mean"] == pytest.approx(mean, abs=1e-12)
     for metric, set_name in (("drift", "enRuler"), ("sftHeld", "sftHeld")):
         diffs = [per_seed["mix-steps-limit6", set_name, s] - per_seed["mix-steps-limit4", set_name, s] for s in (1, 2)]
-        _assert_p_agrees_with_ci(configs["mix-steps-limit6"]["paired"][metric], diffs)
+        assert_paired_p_agrees_with_ci(configs["mix-steps-limit6"]["paired"][metric], diffs)

@@ -7,12 +7,11 @@ view gets one session per member, with its configuration and its last eval, read
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
 
-from sweep_world import plan_world, run_through
+from sweep_world import assert_paired_p_agrees_with_ci, plan_world, run_through
 from tb_reader import assert_curves_equal_events, expected_points, hparams_view, read_back, require_tensorboard
 
 from tatu.daemon.logs import read_events
@@ -39,12 +38,6 @@ def _log_ratio(start: dict, end: dict) -> float:
     """log(ppl_end / ppl_start) by hand, after checking both scored the same lines."""
     assert start["line_index"] == end["line_index"]
     return sum(end["nll_sum"]) / sum(end["line_tokens"]) - sum(start["nll_sum"]) / sum(start["line_tokens"])
-
-
-def _naive_t(diffs: list[float]) -> float:
-    n = len(diffs)
-    mean = sum(diffs) / n
-    return mean / (math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1)) / math.sqrt(n))
 
 
 def test_each_member_ran_its_configurations_variables(sweep):
@@ -82,8 +75,7 @@ def test_the_report_compares_the_configurations_against_the_baseline(sweep, tmp_
             assert config["stats"][metric]["log_mean"] == pytest.approx(mean, abs=1e-12)
         diffs = [per_seed["lora-r2", set_name, s] - per_seed["full-replay2", set_name, s] for s in (1, 2)]
         paired = configs["lora-r2"]["paired"][metric]
-        assert paired["diff"] == pytest.approx(sum(diffs) / 2, abs=1e-12)
-        assert paired["t"] == pytest.approx(_naive_t(diffs), rel=1e-9)
+        assert_paired_p_agrees_with_ci(paired, diffs)
     text = closing_text(data)
     legend = text.split("what trains in each", 1)[1].split("\n\n", 1)[0].splitlines()
     assert legend[2].split()[:4] == ["lora-r2", "REPLAY_N=0", "TATU_LORA_RANK=2", "TATU_TRAIN=lora"] and "lora r=2 alpha=4" in legend[2]
