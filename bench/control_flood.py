@@ -49,10 +49,10 @@ from tatu.daemon.control.protocol import (  # noqa: E402
 )
 from tatu.ops.demo import prepare_data  # noqa: E402
 
-# A client: malformed requests, each sent the moment the previous reply arrived, until SIGTERM;
-# then its counts as one JSON line. No tatu import: it is any local script.
-FLOOD_CLIENT = r'''
-import json, signal, socket, sys
+# What both clients share: the malformed requests they send, their counts, SIGTERM to stop, and
+# how a reply line is counted. No tatu import: a client is any local script.
+CLIENT_COMMON = r'''
+import json, signal, socket, sys, time
 kinds = [b"not json", b"{", b"[1,2]", b'{"v":1}', b'{"v":1,"cmd":"nope"}', b'{"v":2,"cmd":"status"}', b"\xff\xfe"]
 counts = {"sent": 0, "errors": 0, "rate_limited": 0, "ok": 0, "refused": 0, "unanswered": ""}
 stopping = False
@@ -60,6 +60,27 @@ def stop(*_):
     global stopping
     stopping = True
 signal.signal(signal.SIGTERM, stop)
+def count(line):
+    # one reply line counted: "eof" when there is none (the server closed), "refused" over MAX_CONNECTIONS
+    if not line:
+        counts["unanswered"] = "EOF"
+        return "eof"
+    reply = json.loads(line)
+    if reply["ok"]:
+        counts["ok"] += 1
+    elif reply["error"] == "rate limited":
+        counts["rate_limited"] += 1
+    elif reply["error"].startswith("too many clients"):
+        counts["refused"] += 1
+        return "refused"
+    else:
+        counts["errors"] += 1
+    return ""
+'''
+
+# A client on one connection: each request sent the moment the previous reply arrived, until
+# SIGTERM; then its counts as one JSON line.
+FLOOD_CLIENT = CLIENT_COMMON + r'''
 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 sock.settimeout(30)
 sock.connect(sys.argv[1])
@@ -69,21 +90,9 @@ try:
     while not stopping:
         sock.sendall(kinds[counts["sent"] % len(kinds)] + b"\n")
         counts["sent"] += 1
-        line = replies.readline()
-        if not line:
-            counts["unanswered"] = "EOF"
+        if count(replies.readline()):
             break
-        reply = json.loads(line)
-        if reply["ok"]:
-            counts["ok"] += 1
-        elif reply["error"] == "rate limited":
-            counts["rate_limited"] += 1
-        elif reply["error"].startswith("too many clients"):
-            counts["refused"] += 1
-            break
-        else:
-            counts["errors"] += 1
-except OSError as exc:
+except Exception as exc:  # noqa: BLE001 -- a reset socket or a cut line alike: said in the counts
     counts["unanswered"] = f"{type(exc).__name__}: {exc}"
 print(json.dumps(counts), flush=True)
 '''
@@ -91,15 +100,7 @@ print(json.dumps(counts), flush=True)
 # --reconnect: the same requests, each on a connection of its own (connect, one line, its reply,
 # close), the next at once; a refusal (over MAX_CONNECTIONS) or `rate limited` is counted and the
 # client connects again without waiting (it ignores retry_after_s: the worst script of the uid).
-RECONNECT_CLIENT = r'''
-import json, signal, socket, sys, time
-kinds = [b"not json", b"{", b"[1,2]", b'{"v":1}', b'{"v":1,"cmd":"nope"}', b'{"v":2,"cmd":"status"}', b"\xff\xfe"]
-counts = {"sent": 0, "errors": 0, "rate_limited": 0, "ok": 0, "refused": 0, "unanswered": ""}
-stopping = False
-def stop(*_):
-    global stopping
-    stopping = True
-signal.signal(signal.SIGTERM, stop)
+RECONNECT_CLIENT = CLIENT_COMMON + r'''
 print("connected", flush=True)
 try:
     while not stopping:
@@ -113,18 +114,8 @@ try:
             sock.sendall(kinds[counts["sent"] % len(kinds)] + b"\n")
             counts["sent"] += 1
             line = sock.makefile("rb").readline()
-        if not line:
-            counts["unanswered"] = "EOF"
+        if count(line) == "eof":
             break
-        reply = json.loads(line)
-        if reply["ok"]:
-            counts["ok"] += 1
-        elif reply["error"] == "rate limited":
-            counts["rate_limited"] += 1
-        elif reply["error"].startswith("too many clients"):
-            counts["refused"] += 1
-        else:
-            counts["errors"] += 1
 except Exception as exc:  # noqa: BLE001 -- whatever it is, it is said in the counts
     counts["unanswered"] = f"{type(exc).__name__}: {exc}"
 print(json.dumps(counts), flush=True)
