@@ -90,3 +90,60 @@ def screenshot(page: Path, out: Path, work: Path) -> Path:
     if not out.is_file() or out.stat().st_size == 0:
         raise RuntimeError(f"no screenshot written to {out}")
     return out
+
+
+# Each figure's legend as the browser decoded it: the image drawn into a canvas (a data: URI, so its
+# pixels can be read back), and for each legend entry (img data-legend, where matplotlib drew it,
+# tatu/pages/figures.py) the count of non-white pixels inside its marker's box and whether its
+# text's box lies inside the image (a label cut at the image's edge reaches beyond it); and the
+# colours of the image's CI bands (img data-bands, read from the drawn artists).
+FIGURE_SCRIPT = """<script>
+window.addEventListener("load", () => {
+  const figures = [...document.querySelectorAll("img[data-legend]")].map((img) => {
+    const canvas = document.createElement("canvas");
+    canvas.width = img.naturalWidth; canvas.height = img.naturalHeight;
+    const g = canvas.getContext("2d"); g.drawImage(img, 0, 0);
+    const inside = (b) => b[0] >= 0 && b[1] >= 0 && b[2] <= canvas.width && b[3] <= canvas.height;
+    const entries = JSON.parse(img.dataset.legend).map((e) => {
+      const b = e.marker, w = Math.max(1, Math.round(b[2] - b[0])), h = Math.max(1, Math.round(b[3] - b[1]));
+      let ink = 0;
+      if (inside(b)) {
+        const d = g.getImageData(Math.floor(b[0]), Math.floor(b[1]), w, h).data;
+        for (let i = 0; i < d.length; i += 4) if (d[i] < 235 || d[i + 1] < 235 || d[i + 2] < 235) ink++;
+      }
+      return {label: e.label, markerInk: ink, markerInside: inside(b), textFits: inside(e.text)};
+    });
+    return {name: img.dataset.name, entries: entries, bands: JSON.parse(img.dataset.bands)};
+  });
+  document.title = "%s" + JSON.stringify(figures);
+});
+</script>"""
+
+
+@dataclass
+class FigurePixels:
+    name: str
+    entries: list[dict]  # {label, markerInk, markerInside, textFits}
+    bands: list[str]
+
+
+def figure_pixels(page: Path, work: Path) -> list[FigurePixels]:
+    """What the browser decoded of every figure's legend and bands (FIGURE_SCRIPT)."""
+    work.mkdir(parents=True, exist_ok=True)
+    probe = work / f"{page.stem}.figures.html"
+    text = page.read_text(encoding="utf-8")
+    head, end, tail = text.rpartition("</body>")
+    probe.write_text(head + FIGURE_SCRIPT % MARK + end + tail, encoding="utf-8")
+    dom = _run(probe, work / "profile", "--dump-dom", "--virtual-time-budget=10000")
+    found = re.search(rf"<title>{re.escape(MARK)}(.*?)</title>", dom, re.S)
+    if found is None:
+        raise RuntimeError(f"no figures in the dumped page (the load event never came?): {dom[:300]!r}")
+    return [FigurePixels(f["name"], f["entries"], f["bands"]) for f in json.loads(html.unescape(found.group(1)))]
+
+
+def full_screenshot(page: Path, out: Path, work: Path, height: int = 6000) -> Path:
+    """The page down to `height` CSS pixels (the figures below the first screen too), written to `out`."""
+    _run(page, work / "profile", f"--screenshot={out}", f"--window-size={VIEWPORT[0]},{height}")
+    if not out.is_file() or out.stat().st_size == 0:
+        raise RuntimeError(f"no screenshot written to {out}")
+    return out

@@ -107,3 +107,60 @@ def sweep_data() -> dict:
             "verdict": {"line": verdict_line, "axis": "REPLAY_N", "at": "end", "would_change": [],
                         "checks": [{"config": "replay-n0", "value": "0", "missing": [],
                                     "failed": [{"condition": "drift_hi < MIX_FORGET_LIMIT", "shown": "+17.7%"}]}]}}
+
+
+# --- a sweep's six member runs (2 configurations x 3 seeds), as `make demo` hands them to `tatu report`
+
+SWEEP_NAME = "demo-replay"
+SEED_DRIFT = {"replay-n0": {1: 0.26, 2: 0.28, 3: 0.24}, "replay-n6": {1: -0.03, 2: -0.04, 3: -0.035}}
+N_LINES = 40
+
+
+def _line_scores(rng, set_name: str, step: int, seed: int, drift: float) -> dict:
+    """Per-line NLL sums and token counts as TATU_EVAL_LINES keeps them: the same lines at every step;
+    each line's NLL grows by the seed's drift (and noise) with training, lines differ in difficulty."""
+    import numpy as np
+
+    base = np.random.default_rng(sum(map(ord, set_name)))  # the set's lines: the same for every seed
+    tokens = base.integers(5, 30, N_LINES)
+    per_token = base.uniform(1.5, 3.5, N_LINES)
+    growth = 1.0 + (drift if set_name == "enRuler" else -0.1 if set_name == "sftHeld" else 0.01) * step / 8
+    noise = 1.0 + (rng.normal(0, 0.02, N_LINES) if step else 0.0)
+    return {"index": list(range(N_LINES)), "nll_sum": (tokens * per_token * growth * noise).tolist(),
+            "n_tokens": tokens.tolist()}
+
+
+def seed_member_runs(root: Path) -> list[Path]:
+    """Six member runs of a sweep's lock (sweeps/demo-replay/runs/<sweep>.<key>-s<seed>), each with
+    its events and its per-line scores at steps 0, 4 and 8; replay-n0's seeds abort at step 4 or 8."""
+    import numpy as np
+
+    sweep_dir = root / "sweeps" / SWEEP_NAME
+    runs, members = [], []
+    for key, per_seed in SEED_DRIFT.items():
+        for seed, drift in per_seed.items():
+            run = f"{SWEEP_NAME}.{key}-s{seed}"
+            members.append({"name": f"{key}-s{seed}", "run": run, "stage": "compare", "config_key": key,
+                            "values": {"REPLAY_N": key.removeprefix("replay-n")}, "seed": seed, "env": {}})
+            rng = np.random.default_rng(seed * 10 + len(key))
+            last = 4 if (key == "replay-n0" and seed != 3) else 8
+            events = [eval_event(step, 9.0 - 0.1 * step, 31.0, 52.0 * (1 + drift * step / 8), drift * step / 8, True)
+                      for step in (0, 4, 8) if step <= last]
+            env_file = sweep_dir / "env" / f"{run}.env"
+            aborted = f"drift {drift * last / 8 * 100:+.1f}% > MIX_FORGET_LIMIT 10.0%" if drift * last / 8 > 0.1 else None
+            events.append({"event": "verdict", "time": 9.0, "step": last, "verdict": "forgets" if aborted else "holds",
+                           "line": "VERDICT", "numbers": {"step": last, "sftHeld_change": change_point(-0.05 * last / 8),
+                                                          "drift": change_point(drift * last / 8), "worst_drift": drift * last / 8,
+                                                          "worst_drift_step": last, "aborted": aborted},
+                           "ci_covers": {"text": f"CIs over the {N_LINES} sftHeld and {N_LINES} enRuler lines; run-to-run "
+                                                 f"variation not included (tatu sweep start --env-file {env_file} --seeds 3 "
+                                                 "measures it)", "env_file": str(env_file)}})
+            run_dir = write_run(sweep_dir / "runs" / run, events, {**BASE_CONFIG, "REPLAY_N": int(key[-1]), "TATU_SEED": seed})
+            (run_dir / "evals").mkdir()
+            for step in (0, 4, 8):
+                if step <= last:
+                    sets = {name: {"lines": _line_scores(rng, name, step, seed, drift)} for name in ("sftHeld", "ptVal", "enRuler")}
+                    (run_dir / "evals" / f"step-{step:06d}.json").write_text(json.dumps({"step": step, "sets": sets}))
+            runs.append(run_dir)
+    (sweep_dir / "plan.lock.json").write_text(json.dumps({"version": 1, "name": SWEEP_NAME, "members": members}))
+    return runs

@@ -1,12 +1,20 @@
 """The report's first screen: one sentence per run (what was judged, the verdict, the number that
 decided it with its CI, what that CI covers in the daemon's words) and the learning-vs-forgetting
 picture. Every number in a sentence is read from the run's verdict and eval events, as the
-tables below them are."""
+tables below them are.
+
+The seeds of one sweep configuration (ops/report/groups.py) get one sentence ("3 of 3 seeds
+forget: ..."), with the crossed CI over seeds x lines at the last eval every seed reached, and
+each seed's own sentence below it; what a seed's own CI covers, and where the env files are, is
+said once for all of them, not once per seed."""
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from tatu import formats
+from tatu.daemon.ci_covers import ENV_FILE_PLACEHOLDER
+from tatu.ops.report.groups import RunGroup, crossed_band, group_runs
 from tatu.ops.report.runs import RunRecord, fmt_pct
 from tatu.pages.figures import PlotFile
 from tatu.pages.markup import esc, figures
@@ -57,8 +65,9 @@ def deciding_number(run: RunRecord, verdict: dict) -> str:
     return f"{judged} {fmt_ci(change)} at step {step}, not beyond its CI, with drift {fmt_ci(drift)}"
 
 
-def sentence_html(run: RunRecord) -> str:
-    """One run's sentence as a paragraph (class verdict-sentence, data-run its run)."""
+def sentence_html(run: RunRecord, covers_said: bool = True, tag: str = "p", css: str = "verdict-sentence") -> str:
+    """One run's sentence as a paragraph (class verdict-sentence, data-run its run); covers_said
+    False leaves out what its CI covers (said once for a configuration's seeds)."""
     verdict = run.verdict
     if verdict is None:
         last = run.final_eval
@@ -72,12 +81,91 @@ def sentence_html(run: RunRecord) -> str:
         covers = (verdict.get("ci_covers") or {}).get("text")
         body = (f"{esc(run.name)}: judged on the {esc(judged)} change vs step 0 and the English ruler's drift, it "
                 f"<b>{esc(verdict.get('verdict'))}</b>; decided by {esc(deciding_number(run, verdict))}."
-                + (f' <span class="ci-covers">{esc(covers)}.</span>' if covers else ""))
-    return f'<p class="verdict-sentence" data-run="{esc(run.name)}">{body}</p>'
+                + (f' <span class="ci-covers">{esc(covers)}.</span>' if covers and covers_said else ""))
+    return f'<{tag} class="{css}" data-run="{esc(run.name)}">{body}</{tag}>'
 
 
-def lead_section(runs: list[RunRecord], picture: PlotFile | None, out_dir: Path) -> str:
-    """The first screen: the sentences, then the picture (or why there is none)."""
-    sentences = "\n".join(sentence_html(run) for run in runs)
+def _outcomes(group: RunGroup) -> str:
+    """"3 of 3 seeds forget", "2 of 3 seeds hold, 1 forgets", "... 1 has no verdict yet"."""
+    counts = Counter((run.verdict or {}).get("verdict") or "no verdict yet" for run in group.runs)
+    total, parts = len(group.runs), []
+    for index, (outcome, n) in enumerate(counts.most_common()):
+        verb = outcome
+        if outcome == "no verdict yet":
+            parts.append(f"{n} {'have' if n > 1 else 'has'} no verdict yet")
+        else:
+            parts.append(f"{n} of {total} seeds {_plural(verb, n)}" if index == 0 else f"{n} {_plural(verb, n)}")
+    return ", ".join(parts)
+
+
+def _plural(verb: str, n: int) -> str:
+    """The verdict as a verb for n seeds: "forget" (3 seeds), "forgets" (1 seed)."""
+    if n == 1:
+        return verb
+    return {"forgets": "forget", "holds": "hold", "flat": "are flat"}.get(verb, verb)
+
+
+def _group_numbers(group: RunGroup) -> str:
+    """Drift and the sftHeld change over seeds x lines at the last eval every seed reached, when
+    the seeds kept their per-line scores (TATU_EVAL_LINES); "" otherwise."""
+    ends = [run.final_eval["step"] for run in group.runs if run.final_eval]
+    if len(ends) != len(group.runs):
+        return ""
+    common, said = min(ends), []
+    for label, set_name in (("drift", "enRuler"), ("sftHeld", "sftHeld")):
+        band = crossed_band(group, set_name, "change")
+        if band is None or common not in band.steps:
+            continue
+        at = band.steps.index(common)
+        if band.n_seeds[at] != len(group.runs):
+            continue
+        said.append(f"{label} {formats.fmt_ci(band.mean[at] / 100, band.lo[at] / 100, band.hi[at] / 100)}")
+    if not said:
+        return ""
+    limit = next((r for r in group.runs if r.forget_limit is not None), None)
+    return (f"{' and '.join(said)} over seeds x lines at step {common}, the last eval every seed reached,"
+            + (_limit(limit) if limit else ""))
+
+
+def group_sentence_html(group: RunGroup) -> str:
+    """One configuration's sentence (class verdict-sentence, data-config), its seeds' own sentences below."""
+    numbers = _group_numbers(group)
+    seeds = ", ".join(map(str, group.seeds))
+    body = (f"{esc(group.name)} (seeds {esc(seeds)}): <b>{esc(_outcomes(group))}</b>"
+            + (f"; {esc(numbers)}" if numbers else "") + ".")
+    details = "".join(sentence_html(run, covers_said=False, tag="li", css="seed-sentence") for run in group.runs)
+    return (f'<p class="verdict-sentence" data-config="{esc(group.name)}">{body}</p>\n'
+            f'<ul class="seed-sentences" data-config="{esc(group.name)}">{details}</ul>')
+
+
+def covers_once(groups: list[RunGroup]) -> str:
+    """What each seed's own CI covers, once: the daemon's words with every seed's env file written
+    <run>.env, and the directory those files are in (one path, not one per seed)."""
+    runs = [run for g in groups if g.is_configuration for run in g.runs if run.verdict]
+    texts, dirs = {}, {}
+    for run in runs:
+        covers = run.verdict.get("ci_covers") or {}
+        text, env_file = covers.get("text"), covers.get("env_file")
+        if not text:
+            continue
+        if env_file:
+            text = text.replace(env_file, ENV_FILE_PLACEHOLDER)
+            dirs[str(Path(env_file).parent)] = True
+        texts[text] = True
+    if not texts:
+        return ""
+    where = (f" The seeds' env files, {ENV_FILE_PLACEHOLDER} for each run above, are in {', '.join(dirs)}." if dirs else "")
+    return (f'<p class="ci-covers" id="seed-ci-covers">Each seed\'s own CIs (its sentence above): '
+            f"{esc('; '.join(texts))}. The configuration's sentence is over its seeds: it includes what the "
+            f"seeds vary.{esc(where)}</p>")
+
+
+def lead_section(runs: list[RunRecord], picture: PlotFile | None, out_dir: Path,
+                 groups: list[RunGroup] | None = None) -> str:
+    """The first screen: the sentences (one per configuration of seeds, one per other run), then the
+    picture (or why there is none)."""
+    groups = group_runs(runs) if groups is None else groups
+    sentences = "\n".join(group_sentence_html(g) if g.is_configuration else sentence_html(g.runs[0]) for g in groups)
+    sentences += covers_once(groups)
     drawn = figures([picture], out_dir) if picture else "<p>No eval with both drift and an sftHeld change yet: no picture.</p>"
     return f'<section id="lead">\n{sentences}\n{drawn}\n</section>'

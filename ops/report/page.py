@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tatu.daemon.run.paths import EVENTS, RunDir
 from tatu.ops.report.cells import cell, row
+from tatu.ops.report.groups import group_runs
 from tatu.ops.report.lead import judged_set, lead_section
 from tatu.ops.report.metric_sections import categories_section, tasks_section
 from tatu.ops.report.picture import render_picture
@@ -212,12 +213,14 @@ def build_report(run_dirs: list[Path | str], out_dir: Path | str) -> Path:
     _unique_names(runs)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    plots = render_plots(runs, out_dir)
+    groups = group_runs(runs)  # the seeds of a sweep configuration together (one colour, band, sentence)
+    plots = render_plots(runs, out_dir, groups)
     sources = "".join(f"<li>{esc(r.name)}: {esc(RunDir(r.run_dir).events_file)} ({len(r.evals)} evals, "
                       f"last step {fmt_int(r.last_step)}; {esc(r.status)})</li>" for r in runs)
     # the answer first (docs/operations.md#the-run-report): the sentences and the picture, the other plots, then the tables
-    html_text = page(f"tatu report: {', '.join(r.name for r in runs)}", [
-        lead_section(runs, render_picture(runs, out_dir), out_dir), _plots_section(plots, out_dir),
+    named = [f"{g.name} (seeds {', '.join(map(str, g.seeds))})" if g.is_configuration else g.name for g in groups]
+    html_text = page(f"tatu report: {', '.join(named)}", [
+        lead_section(runs, render_picture(runs, out_dir, groups), out_dir, groups), _plots_section(plots, out_dir),
         f"<p>Every number on this page is read from these {EVENTS} files:</p><ul>{sources}</ul>",
         _verdict_section(runs), _comparison_section(runs), categories_section(runs), tasks_section(runs),
         _config_section(runs),

@@ -1,12 +1,14 @@
 """The report's first picture, learning against forgetting: each run is a path through its evals
 in step order, x its enRuler drift and y its sftHeld change, both vs the run's own step 0. Below
 0 the pairs were learned; right of the MIX_FORGET_LIMIT line the ruler forgot more than allowed.
-An abort is marked where it stopped (the red X of every plot)."""
+An abort is marked where it stopped (the red X of every plot). The seeds of one sweep
+configuration share its colour, each a thin path (ops/report/groups.py)."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from tatu.ops.report.plots import LIMIT_OFF_SCALE, limit_groups
+from tatu.ops.report.groups import RunGroup, group_runs
+from tatu.ops.report.plots import LIMIT_OFF_SCALE, group_limits
 from tatu.ops.report.runs import RunRecord, fmt_int, fmt_pct, number
 from tatu.pages.figures import ABORT_MARK, PlotFile, colour, new_axes, save
 
@@ -43,11 +45,35 @@ def _draw_run(ax, index: int, run: RunRecord) -> list[float]:
     return list(xs)
 
 
-def _draw_limits(ax, runs: list[RunRecord], drifts: list[float]) -> list[str]:
+def _draw_group(ax, index: int, group: RunGroup) -> list[float]:
+    """A configuration's seeds: thin paths of its colour (one legend entry), aborts marked (one entry)."""
+    drifts, aborted = [], []
+    for run, seed in zip(group.runs, group.seeds):
+        path = points(run)
+        if not path:
+            continue
+        steps, xs, ys = zip(*path)
+        ax.plot(xs, ys, marker="o", markersize=2, linewidth=0.9, alpha=0.8, color=colour(index), zorder=3,
+                label=f"{group.name}: seeds {', '.join(map(str, group.seeds))}, one thin path each" if not drifts else None)
+        ax.annotate(f"s{seed} step {steps[-1]}", (xs[-1], ys[-1]), textcoords="offset points", xytext=(4, 4), fontsize=6,
+                    color=colour(index))
+        if run.abort is not None:
+            step, _ = run.abort
+            at = max([i for i, s in enumerate(steps) if step is None or s <= step] or [len(path) - 1])
+            ax.plot([xs[at]], [ys[at]], markersize=11, zorder=2, **ABORT_MARK)
+            aborted.append(f"s{seed} at step {fmt_int(step)}")
+        drifts += list(xs)
+    if aborted:
+        ax.plot([], [], markersize=11, **ABORT_MARK,
+                label=f"{group.name}: {len(aborted)} of {len(group.runs)} seeds aborted ({', '.join(aborted)})")
+    return drifts
+
+
+def _draw_limits(ax, groups: list[RunGroup], drifts: list[float]) -> list[str]:
     """A vertical line per distinct MIX_FORGET_LIMIT; a note (in the caption) for one far right of the paths."""
     notes, reach = [], max([1.0, *(abs(d) for d in drifts)])
-    for limit, members in limit_groups(runs):
-        label = f"MIX_FORGET_LIMIT {fmt_pct(limit)} ({', '.join(runs[i].name for i in members)})"
+    for limit, members in group_limits(groups):
+        label = f"MIX_FORGET_LIMIT {fmt_pct(limit)} ({', '.join(groups[i].name for i in members)})"
         if limit * 100 <= reach * LIMIT_OFF_SCALE:
             ax.axvline(limit * 100, color=colour(members[0]) if len(members) == 1 else "black", linestyle="--",
                        linewidth=1.2, label=label)
@@ -56,13 +82,15 @@ def _draw_limits(ax, runs: list[RunRecord], drifts: list[float]) -> list[str]:
     return notes
 
 
-def picture_axes(runs: list[RunRecord]):
+def picture_axes(runs: list[RunRecord], groups: list[RunGroup] | None = None):
     """(figure, axes, notes) of the picture; None when no run has an eval with both numbers."""
     fig, ax = new_axes()
-    drifts = [d for index, run in enumerate(runs) for d in _draw_run(ax, index, run)]
+    groups = group_runs(runs) if groups is None else groups
+    drifts = [d for index, group in enumerate(groups)
+              for d in (_draw_group(ax, index, group) if group.is_configuration else _draw_run(ax, index, group.runs[0]))]
     if not drifts:
         return None
-    notes = _draw_limits(ax, runs, drifts)
+    notes = _draw_limits(ax, groups, drifts)
     ax.axhline(0, color="0.5", linewidth=0.8)
     ax.axvline(0, color="0.5", linewidth=0.8)
     ax.set_title("learning vs forgetting, one point per eval")
@@ -72,9 +100,9 @@ def picture_axes(runs: list[RunRecord]):
     return fig, ax, notes
 
 
-def render_picture(runs: list[RunRecord], out_dir: Path) -> PlotFile | None:
+def render_picture(runs: list[RunRecord], out_dir: Path, groups: list[RunGroup] | None = None) -> PlotFile | None:
     """learning_vs_forgetting.png in out_dir; None when there is nothing to draw."""
-    drawn = picture_axes(runs)
+    drawn = picture_axes(runs, groups)
     if drawn is None:
         return None
     fig, ax, notes = drawn

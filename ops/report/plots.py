@@ -1,9 +1,15 @@
-"""The report's plots: one PNG per metric, every run overlaid, written with matplotlib's Agg."""
+"""The report's plots: one PNG per metric, every run overlaid, written with matplotlib's Agg.
+
+Runs are drawn by group (ops/report/groups.py): a run alone keeps its own line and CI band; the
+seeds of one sweep configuration share one colour, each seed a thin line, and the configuration
+has one band, the crossed CI over its seeds x lines, around the mean over seeds. No two groups
+share a colour while the palette lasts (eight groups)."""
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+from tatu.ops.report.groups import Band, RunGroup, crossed_band, group_runs
 from tatu.ops.report.runs import RunRecord, fmt_int, fmt_pct, number, report_sets
 from tatu.pages.figures import ABORT_MARK, PlotFile, colour as _colour, new_axes, save
 
@@ -39,6 +45,15 @@ def limit_groups(runs: list[RunRecord]) -> list[tuple[float, list[int]]]:
     return list(groups.items())
 
 
+def group_limits(groups: list[RunGroup]) -> list[tuple[float, list[int]]]:
+    """Distinct MIX_FORGET_LIMIT values with the indices of the groups whose runs use each."""
+    found: dict[float, list[int]] = {}
+    for index, group in enumerate(groups):
+        for limit in dict.fromkeys(r.forget_limit for r in group.runs if r.forget_limit is not None):
+            found.setdefault(limit, []).append(index)
+    return list(found.items())
+
+
 def _draw_run(ax, index: int, run: RunRecord, getter, scale: float) -> float | None:
     """One run's line, CI band, best star and abort mark; the top of its band (None: no data)."""
     steps, values, lows, highs = _series(run, getter)
@@ -69,18 +84,19 @@ def _draw_run(ax, index: int, run: RunRecord, getter, scale: float) -> float | N
     return max([-math.inf, *(h * scale for h in highs if math.isfinite(h))])
 
 
-def _draw_limits(ax, runs: list[RunRecord], top: float, scale: float) -> list[str]:
-    """MIX_FORGET_LIMIT lines (runs that share a limit share one); notes for those above the plot,
-    written in the legend (below the axes: text on the axes could cover a curve)."""
+def _draw_limits(ax, groups: list[RunGroup], top: float, scale: float) -> list[str]:
+    """MIX_FORGET_LIMIT lines (groups that share a limit share one); notes for those above the plot,
+    written in the legend (below the axes: text on the axes could cover a curve) with a dashed
+    marker like the line's, so every legend entry has one."""
     notes = []
-    for limit, members in limit_groups(runs):
+    for limit, members in group_limits(groups):
         colour = _colour(members[0]) if len(members) == 1 else "black"
-        label = f"MIX_FORGET_LIMIT {fmt_pct(limit)} ({', '.join(runs[i].name for i in members)})"
+        label = f"MIX_FORGET_LIMIT {fmt_pct(limit)} ({', '.join(groups[i].name for i in members)})"
         if limit * scale <= max(top, 1.0) * LIMIT_OFF_SCALE:
             ax.axhline(limit * scale, color=colour, linestyle="--", linewidth=1.2, label=label)
         else:
             note = f"{label} (above the plot)"
-            ax.plot([], [], linestyle="none", label=note)
+            ax.plot([], [], color=colour, linestyle="--", linewidth=1.2, label=note)
             notes.append(note)
     return notes
 
@@ -97,14 +113,68 @@ def _log_axis(ax) -> None:
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
-def _plot(runs: list[RunRecord], getter, title: str, ylabel: str, path: Path, caption: str, scale: float = 1.0,
-          draw_limits: bool = False, log_y: bool = False) -> PlotFile | None:
-    """One PNG of a metric per eval step, every run overlaid; None when no run has the metric."""
-    fig, ax = new_axes()
-    tops = [t for index, run in enumerate(runs) if (t := _draw_run(ax, index, run, getter, scale)) is not None]
+def _seeds_text(group: RunGroup) -> str:
+    return ", ".join(str(seed) for seed in group.seeds)
+
+
+def _draw_group(ax, index: int, group: RunGroup, getter, scale: float, band: Band | None) -> float | None:
+    """A configuration's seeds as thin lines of its colour, its band (crossed, over seeds x lines)
+    around the mean over seeds, each seed's best star and abort mark, one legend entry each;
+    the top of what was drawn (None: no data)."""
+    colour, tops, aborted = _colour(index), [], []
+    for run in group.runs:
+        steps, values, _, _ = _series(run, getter)
+        if not steps:
+            continue
+        ax.plot(steps, [v * scale for v in values], color=colour, linewidth=0.8, alpha=0.75, marker="o", markersize=2,
+                label=f"{group.name}: seeds {_seeds_text(group)}, one thin line each" if not tops else None)
+        tops += [v * scale for v in values if math.isfinite(v)]
+        best = run.best_eval
+        if best is not None and best["step"] in steps:
+            ax.plot([best["step"]], [values[steps.index(best["step"])] * scale], marker="*", markersize=10,
+                    color=colour, markeredgecolor="black", linestyle="none", zorder=4)
+        if run.abort is not None:
+            step, _ = run.abort
+            before = [i for i, s in enumerate(steps) if step is None or s <= step]
+            at = before[-1] if before else len(steps) - 1
+            ax.plot([steps[at] if step is None else step], [values[at] * scale], markersize=12, zorder=3, **ABORT_MARK)
+            aborted.append(f"s{group.seeds[group.runs.index(run)]} at step {fmt_int(step)}")
     if not tops:
         return None
-    notes = _draw_limits(ax, runs, max(tops), scale) if draw_limits else []
+    if band is not None:
+        ax.fill_between(band.steps, band.lo, band.hi, color=colour, alpha=0.2, linewidth=0,
+                        label=f"{group.name}: 95% CI of the mean over seeds x lines (max {max(band.n_seeds)} seeds)")
+        ax.plot(band.steps, band.mean, color=colour, linewidth=2.0)
+        tops += [h for h in band.hi if math.isfinite(h)]
+    ax.plot([], [], marker="*", markersize=10, color=colour, markeredgecolor="black", linestyle="none",
+            label=f"{group.name}: each seed's best/ (by {_best_set(group)})")
+    if aborted:
+        ax.plot([], [], markersize=12, **ABORT_MARK,
+                label=f"{group.name}: {len(aborted)} of {len(group.runs)} seeds aborted ({', '.join(aborted)})")
+    return max(tops)
+
+
+def _best_set(group: RunGroup) -> str:
+    named = {(r.best_eval or {}).get("best_set") for r in group.runs} - {None}
+    return ", ".join(sorted(named)) or "the run's best set"
+
+
+def _plot(groups: list[RunGroup], getter, title: str, ylabel: str, path: Path, caption: str, scale: float = 1.0,
+          draw_limits: bool = False, log_y: bool = False, bands=None) -> PlotFile | None:
+    """One PNG of a metric per eval step, every group overlaid; None when no run has the metric.
+    bands(group): a configuration's crossed band (None: none drawn)."""
+    fig, ax = new_axes()
+    tops = []
+    for index, group in enumerate(groups):
+        if group.is_configuration:
+            top = _draw_group(ax, index, group, getter, scale, bands(group) if bands else None)
+        else:
+            top = _draw_run(ax, index, group.runs[0], getter, scale)
+        if top is not None:
+            tops.append(top)
+    if not tops:
+        return None
+    notes = _draw_limits(ax, groups, max(tops), scale) if draw_limits else []
     if log_y:
         _log_axis(ax)
     ax.set_title(title)
@@ -114,23 +184,30 @@ def _plot(runs: list[RunRecord], getter, title: str, ylabel: str, path: Path, ca
     return save(fig, ax, path, caption, notes)
 
 
-def render_plots(runs: list[RunRecord], out_dir: Path) -> list[PlotFile]:
+GROUPED = ("; a configuration run at several seeds: one colour, its seeds thin lines, one band, the 95% CI of the "
+           "mean change vs step 0 over its seeds x the lines every seed scored (crossed, evals/seeds/stats.py; on a "
+           "perplexity plot drawn around the mean perplexity, so it is a point at step 0), the mean a thick line")
+
+
+def render_plots(runs: list[RunRecord], out_dir: Path, groups: list[RunGroup] | None = None) -> list[PlotFile]:
     """Write the PNGs into out_dir; returns each one written (runs without a metric give no plot of it)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    groups = group_runs(runs) if groups is None else groups
+    grouped = GROUPED if any(g.is_configuration for g in groups) else ""
     written = []
     for set_name in report_sets(runs):
-        plot = _plot(runs, lambda e, s=set_name: e["sets"].get(s), f"{set_name} perplexity (95% CI band)", "ppl",
+        plot = _plot(groups, lambda e, s=set_name: e["sets"].get(s), f"{set_name} perplexity (95% CI band)", "ppl",
                      out_dir / f"{set_name}.png", log_y=True,
+                     bands=lambda g, s=set_name: crossed_band(g, s, "ppl"),
                      caption=f"{set_name} perplexity per eval step (log scale), 95% CI band, the step of best/ starred "
-                             "(best is chosen by the run's best_set), aborts marked with a red X")
+                             "(best is chosen by the run's best_set), aborts marked with a red X" + grouped)
         if plot is not None:
             written.append(plot)
-    plot = _plot(runs, lambda e: e.get("drift"), "enRuler drift vs the run's step 0 (95% paired CI band)", "drift (%)",
-                 out_dir / "drift.png", scale=100.0, draw_limits=True,
+    plot = _plot(groups, lambda e: e.get("drift"), "enRuler drift vs the run's step 0 (95% paired CI band)", "drift (%)",
+                 out_dir / "drift.png", scale=100.0, draw_limits=True, bands=lambda g: crossed_band(g, "enRuler", "change"),
                  caption="drift per eval step, paired 95% CI band, MIX_FORGET_LIMIT dashed (one line per distinct "
-                         "value), the step of best/ starred, aborts marked with a red X")
+                         "value), the step of best/ starred, aborts marked with a red X" + grouped)
     if plot is not None:
         written.append(plot)
     return written
-

@@ -7,7 +7,8 @@ size. PlotFile records where the axes and the legend ended up, so tests can chec
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import textwrap
+from dataclasses import dataclass, field
 from pathlib import Path
 
 FIGSIZE = (7.0, 4.0)  # inches, before the legend's rows are added below
@@ -24,6 +25,23 @@ def colour(index: int) -> str:
 
 
 Box = tuple[float, float, float, float]  # (x0, y0, x1, y1) in the PNG's pixels, origin bottom left
+# A legend's label wider than the figure would be cut at both edges (the legend is centred), its
+# marker with it: labels wrap at this many characters, fewer while the legend is still too wide.
+LEGEND_WRAP_CHARS = 100
+LEGEND_MARGIN_PX = 4  # room kept between the legend and the figure's edges
+
+
+@dataclass(frozen=True)
+class LegendEntry:
+    """One legend entry as drawn: its label and where its marker (handle) and its text ended up,
+    in the PNG's pixels with the origin top left (as a browser addresses an image's pixels)."""
+
+    label: str
+    marker: Box
+    text: Box
+
+    def to_json(self) -> dict:
+        return {"label": self.label, "marker": list(self.marker), "text": list(self.text)}
 
 
 @dataclass
@@ -38,6 +56,8 @@ class PlotFile:
     size: tuple[int, int] = (PLOT_WIDTH, round(FIGSIZE[1] * DPI))  # the PNG's width, height in pixels
     axes_box: Box | None = None  # where the axes (the data) were drawn
     legend_box: Box | None = None  # where the legend was drawn; None without one
+    legend_entries: tuple[LegendEntry, ...] = ()  # each entry's marker and text, top-left origin
+    bands: tuple[str, ...] = field(default=())  # the fill colour (#rrggbb) of every CI band on the axes, as drawn
 
 
 def new_axes():
@@ -55,16 +75,55 @@ def _box(artist, renderer) -> Box:
     return (float(extent.x0), float(extent.y0), float(extent.x1), float(extent.y1))
 
 
+def _top_left(box: Box, height: float) -> Box:
+    return (box[0], height - box[3], box[2], height - box[1])
+
+
+def _band_colours(ax) -> tuple[str, ...]:
+    """The face colour of every filled area (fill_between: a CI band) on the axes, read from the artists."""
+    from matplotlib.collections import FillBetweenPolyCollection, PolyCollection
+    from matplotlib.colors import to_hex
+
+    return tuple(to_hex(c.get_facecolor()[0], keep_alpha=False) for c in ax.collections
+                 if isinstance(c, (PolyCollection, FillBetweenPolyCollection)) and len(c.get_facecolor()))
+
+
+def _fit_legend(fig, handles, labels: list[str], legend_size: int):
+    """The legend below the axes, its labels wrapped until it is narrower than the figure and the
+    figure grown until its last row is inside it (measured, not estimated)."""
+    width_px = fig.get_figwidth() * fig.dpi
+    wrap = LEGEND_WRAP_CHARS
+    fig.set_figheight(FIGSIZE[1] + LEGEND_ROW_INCHES * len(labels) * legend_size / 7)
+    for _ in range(12):
+        shown = ["\n".join(textwrap.wrap(label, wrap, break_long_words=True)) or label for label in labels]
+        legend = fig.legend(handles, shown, loc="outside lower center", fontsize=legend_size, ncols=1, frameon=False)
+        renderer = fig.canvas.get_renderer()
+        fig.draw_without_rendering()
+        box = legend.get_window_extent(renderer)
+        if box.width > width_px - 2 * LEGEND_MARGIN_PX and wrap > 20:
+            legend.remove()
+            wrap = int(wrap * 0.85)
+            continue
+        if box.y0 < LEGEND_MARGIN_PX:  # rows below the figure's bottom: grow it by what is missing
+            legend.remove()
+            fig.set_figheight(fig.get_figheight() + (LEGEND_MARGIN_PX - box.y0) / fig.dpi + 0.05)
+            continue
+        return legend
+    return legend
+
+
 def save(fig, ax, path: Path, caption: str, notes: list[str] | None = None, legend_size: int = 7) -> PlotFile:
     """The legend drawn below the axes (one entry a row), the PNG written; what was drawn and where."""
     handles, labels = ax.get_legend_handles_labels()
-    legend = None
-    if labels:
-        fig.set_figheight(FIGSIZE[1] + LEGEND_ROW_INCHES * len(labels) * legend_size / 7)
-        legend = fig.legend(handles, labels, loc="outside lower center", fontsize=legend_size, ncols=1, frameon=False)
+    legend = _fit_legend(fig, handles, labels, legend_size) if labels else None
     fig.savefig(path, format="png", dpi=DPI)
     renderer = fig.canvas.get_renderer()
     width, height = fig.canvas.get_width_height()
+    entries = ()
+    if legend is not None:
+        entries = tuple(LegendEntry(label, _top_left(_box(handle, renderer), height), _top_left(_box(text, renderer), height))
+                        for label, handle, text in zip(labels, legend.legend_handles, legend.get_texts()))
     return PlotFile(name=Path(path).name, caption=caption, legend=labels, notes=notes or [], yscale=ax.get_yscale(),
                     size=(width, height), axes_box=_box(ax, renderer),
-                    legend_box=_box(legend, renderer) if legend is not None else None)
+                    legend_box=_box(legend, renderer) if legend is not None else None,
+                    legend_entries=entries, bands=_band_colours(ax))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 from pathlib import Path
 
 from tatu.pages.figures import PlotFile
@@ -41,12 +42,16 @@ def plain_table(header: list[str], rows: list[list[str]], table_id: str) -> str:
 
 
 def figures(plots: list[PlotFile], out_dir: Path) -> str:
-    """Each PNG embedded and linked to its file, with its caption."""
+    """Each PNG embedded and linked to its file, with its caption. The img carries where its legend's
+    entries were drawn and its bands' colours (data-legend, data-bands), so a browser test can look
+    at those pixels of the decoded image (tests/browser.py)."""
     parts = []
     for plot in plots:
         data = base64.b64encode((Path(out_dir) / plot.name).read_bytes()).decode("ascii")
+        drawn = (f' data-name="{esc(plot.name)}" data-legend="{esc(json.dumps([e.to_json() for e in plot.legend_entries]))}"'
+                 f' data-bands="{esc(json.dumps(list(plot.bands)))}"')
         parts.append(f'<figure><a href="{esc(plot.name)}"><img src="data:image/png;base64,{data}" '
-                     f'width="{plot.size[0]}" height="{plot.size[1]}" alt="{esc(plot.caption)}"></a>'
+                     f'width="{plot.size[0]}" height="{plot.size[1]}"{drawn} alt="{esc(plot.caption)}"></a>'
                      f'<figcaption>{esc(plot.caption)} (<a href="{esc(plot.name)}">{esc(plot.name)}</a>)</figcaption></figure>')
     return "\n".join(parts)
 

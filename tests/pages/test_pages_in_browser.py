@@ -6,12 +6,14 @@ Without Chromium these skip with how to install it (`make test` installs it when
 under CI_STRICT=1."""
 from __future__ import annotations
 
+import os
+import shutil
 import struct
 
 import pytest
 
 import browser
-from page_world import report_runs, sweep_data
+from page_world import report_runs, seed_member_runs, sweep_data
 from strict import cannot_run
 from tatu.ops import packages
 from tatu.sweep.page import write_page
@@ -100,3 +102,66 @@ def test_the_browser_installer_names_its_command_when_not_root(monkeypatch):
     monkeypatch.setattr(packages, "installed_version", lambda package: "1.0")
     assert packages.ensure_browser_packages() is None
     assert packages.main(["nothing"]) == 2
+
+
+# --- the report at six runs (3 seeds x 2 configurations: the demo's members) ----------------------
+
+def check_figures(page, work) -> list[browser.FigurePixels]:
+    """Every legend entry of every figure has ink in its marker's box and its text inside the image;
+    no two bands of one figure share a colour."""
+    figures = browser.figure_pixels(page, work)
+    assert figures, "no figure with a legend on the page"
+    for figure in figures:
+        for entry in figure.entries:
+            assert entry["markerInside"] and entry["markerInk"] > 0, (figure.name, "no marker", entry)
+            assert entry["textFits"], (figure.name, "cut off", entry)
+        assert len(set(figure.bands)) == len(figure.bands), (figure.name, "bands share a colour", figure.bands)
+    return figures
+
+
+def keep(shot, name: str):
+    """A screenshot kept where a reader can open it: TATU_TEST_ARTIFACTS when set, else the test's
+    tmp dir (pytest keeps the last three); the path printed (pytest -s, or -rP, shows it)."""
+    where = os.environ.get("TATU_TEST_ARTIFACTS")
+    if where:
+        os.makedirs(where, exist_ok=True)
+        shot = shutil.copy(shot, os.path.join(where, name))
+    print(f"screenshot: {shot}")
+    return shot
+
+
+@pytest.fixture(scope="module")
+def six_run_report(tmp_path_factory):
+    from tatu.ops.report.page import build_report
+
+    root = tmp_path_factory.mktemp("six")
+    return build_report(seed_member_runs(root), root / "out")
+
+
+def test_the_six_run_report_reads_by_configuration_in_a_browser(chromium, six_run_report, tmp_path):
+    layout = check_first_screen(six_run_report, ".verdict-sentence", 2, tmp_path)  # one sentence per configuration
+    assert [box["text"].split(" (seeds")[0] for box in layout.lead] == ["replay-n0", "replay-n6"]
+    figures = check_figures(six_run_report, tmp_path)
+    banded = [f for f in figures if f.bands]
+    assert len(banded) == 4 and all(len(f.bands) == 2 for f in banded)  # ppl x3 and drift: one band per configuration
+    keep(browser.screenshot(six_run_report, tmp_path / "six-runs-first-screen.png", tmp_path), "six-runs-first-screen.png")
+    keep(browser.full_screenshot(six_run_report, tmp_path / "six-runs-page.png", tmp_path), "six-runs-page.png")
+
+
+def test_the_figure_checks_fail_on_a_cut_legend_and_on_bands_of_one_colour(chromium, tmp_path, monkeypatch):
+    """Each check goes red on what it guards against: labels too long to wrap (the legend cut at both
+    edges, its markers with it) and every configuration drawn in one colour."""
+    from tatu.ops.report import page as report_page, plots
+    from tatu.pages import figures
+
+    runs = seed_member_runs(tmp_path / "runs")
+    monkeypatch.setattr(figures, "LEGEND_WRAP_CHARS", 10_000)
+    monkeypatch.setattr(figures.textwrap, "wrap", lambda text, width, **kw: [text + " with a very long tail" * 8])
+    cut = report_page.build_report(runs, tmp_path / "cut")
+    with pytest.raises(AssertionError, match="no marker|cut off"):
+        check_figures(cut, tmp_path / "w1")
+    monkeypatch.undo()
+    monkeypatch.setattr(plots, "_colour", lambda index: "#1f77b4")
+    one = report_page.build_report(runs, tmp_path / "one")
+    with pytest.raises(AssertionError, match="share a colour"):
+        check_figures(one, tmp_path / "w2")
