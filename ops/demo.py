@@ -228,6 +228,20 @@ def closing_table(data: dict) -> str:
         "", *tables.power_lines(data), "", *tables.verdict_lines(data)])
 
 
+# The heading of the paragraph written from the sweep's report (sweep/prose.py): the README quotes
+# what follows it, so a hand-written sentence never states a number or a sign the demo did not print.
+WHAT_IT_SAYS = "what it says (one sentence per conclusion, written from the report's numbers; every number is this machine's):"
+
+
+def what_it_says(report: dict) -> str:
+    """The conclusions in sentences, each with its CI (sweep/prose.py), wrapped for a terminal."""
+    import textwrap
+
+    from tatu.sweep.prose import what_it_says as sentences
+
+    return "\n".join(textwrap.fill(s.text, 100, break_on_hyphens=False) for s in sentences(report))
+
+
 def member_table(data: dict) -> str:
     """Each seed's own run: what the daemon judged on its own (one run's CI: the ruler's lines only)."""
     rows = [f"{'member':<22} {'seed':>4} {'step':>4}  {'its own verdict':<16} {'its last drift [95% CI over lines]':>30}"]
@@ -302,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     say(f"done in {time.time() - started:.0f}s: SFT without vs with replay over seeds {', '.join(map(str, SEEDS))}, "
         f"CIs over seeds x lines\n{machine}")
     print(closing_table(report))
+    print(f"\n{WHAT_IT_SAYS}\n{what_it_says(report)}")
     print("\neach seed's own run, as its daemon judged it (its CI covers the ruler's lines, not the seed):")
     print(member_table(report))
     print(where_things_are(out, data, trunk, sweep_dir, sweep_page, members))

@@ -34,18 +34,41 @@ class Conclusions:
     changes: dict[str, Interval]    # "replay-n6 drift", "replay-n6 - baseline sftHeld": judged changes
 
 
-def conclusions(report: dict) -> Conclusions:
-    """From a sweep report's data (sweep/analysis.analyze, report.json)."""
-    verdict, configs = report["verdict"], report["compare"]["configs"]
-    changes = {}
-    for config in configs:
+@dataclass(frozen=True)
+class JudgedChange:
+    """One judged change of a sweep report: a configuration's metric over seeds, or (paired) its
+    difference from the baseline, paired by seed and line, as a relative change."""
+
+    config: str
+    metric: str  # one of JUDGED
+    paired: bool  # the difference from the baseline (else the configuration's own change vs step 0)
+    interval: Interval
+
+    @property
+    def name(self) -> str:
+        """The key Conclusions.changes holds it under: "replay-n6 drift", "replay-n6 - baseline sftHeld"."""
+        return f"{self.config} - baseline {self.metric}" if self.paired else f"{self.config} {self.metric}"
+
+
+def judged_changes(report: dict) -> list[JudgedChange]:
+    """Every judged change of a sweep report's data, in the report's configuration order."""
+    changes = []
+    for config in report["compare"]["configs"]:
         for metric in JUDGED:
             stats = (config.get("stats") or {}).get(metric)
             if stats:
-                changes[f"{config['key']} {metric}"] = Interval(stats["value"], stats["lo"], stats["hi"])
+                changes.append(JudgedChange(config["key"], metric, False, Interval(stats["value"], stats["lo"], stats["hi"])))
             paired = (config.get("paired") or {}).get(metric)
             if paired:  # log-ratio differences, shown as relative changes (the sign is the same)
-                changes[f"{config['key']} - baseline {metric}"] = Interval(*(math.expm1(paired[k]) for k in ("diff", "lo", "hi")))
+                changes.append(JudgedChange(config["key"], metric, True,
+                                            Interval(*(math.expm1(paired[k]) for k in ("diff", "lo", "hi")))))
+    return changes
+
+
+def conclusions(report: dict) -> Conclusions:
+    """From a sweep report's data (sweep/analysis.analyze, report.json)."""
+    verdict = report["verdict"]
+    changes = {change.name: change.interval for change in judged_changes(report)}
     passed = tuple(c["config"] for c in verdict["checks"] if not c["failed"] and not c["missing"])
     return Conclusions(verdict["chosen"], passed, changes)
 

@@ -53,6 +53,11 @@ def write_page(data: dict, closing: str, plots: list[PlotFile], out_dir: Path) -
     verdict = "\n".join(tables.verdict_lines(data)) if data.get("compare") else None
     lead = ([f'<pre class="verdict" id="verdict">{esc(verdict)}</pre>'] if verdict is not None else []) + (
         [figures(plots, out_dir)] if plots else [])
+    if data.get("compare") and data.get("verdict"):
+        from tatu.sweep.prose import what_it_says  # one sentence per conclusion, from these numbers
+
+        lead.insert(1, '<div id="what-it-says"><h2>What it says</h2>'
+                    + "".join(f'<p data-states="{esc(s.states)}">{esc(s.text)}</p>' for s in what_it_says(data)) + "</div>")
     sections = ['<section id="lead">\n' + "\n".join(lead) + "\n</section>"] if lead else []
     sections += [f"<p>{esc(data['question'])}</p>",
                  f"<p>Locked rule: <code>{esc(data['rule'])}</code> (plan {esc(data['plan_portable_hash'])}; "

@@ -104,7 +104,7 @@ def sweep_data() -> dict:
     return {"name": "dose", "question": "Does replay hold the ruler?", "rule": LONG_RULE, "plan_hash": "a" * 16,
             "plan_portable_hash": "b" * 16, "tune": None,
             "compare": {"configs": [sweep_config("replay-n0", "0"), sweep_config("replay-n6", "6")], "complete": True},
-            "verdict": {"line": verdict_line, "axis": "REPLAY_N", "at": "end", "would_change": [],
+            "verdict": {"line": verdict_line, "axis": "REPLAY_N", "at": "end", "would_change": [], "chosen": "6",
                         "checks": [{"config": "replay-n0", "value": "0", "missing": [],
                                     "failed": [{"condition": "drift_hi < MIX_FORGET_LIMIT", "shown": "+17.7%"}]}]}}
 

@@ -8,6 +8,7 @@ cannot be installed this skips with the reason — except under CI (CI_STRICT=1,
 from __future__ import annotations
 
 import datetime
+import html
 import json
 import math
 import re
@@ -92,10 +93,20 @@ def test_tiny_demo_end_to_end(tiny_demo):
     assert (sweep_dir / "report" / "index.html").exists() and (out / "report" / "index.html").exists()
     assert re.search(r"sweep report\s+\S+index\.html", stdout)
 
-    # the run report names every run
+    # the run report names every run, and reads by configuration: one sentence each, its seeds below
     page = (out / "report" / "index.html").read_text()
     for name in members:
         assert f"{SWEEP}.{name}" in page
+    assert re.findall(r'<p class="verdict-sentence" data-config="([^"]+)"', page) == list(CONFIGS)
+
+    # what it says: written from report.json (sweep/prose.py), printed under its heading and on the sweep page
+    from tatu.ops.demo import WHAT_IT_SAYS, what_it_says
+    from tatu.sweep.prose import what_it_says as sentences
+
+    said = stdout.split(WHAT_IT_SAYS + "\n", 1)[1]
+    assert said.startswith(what_it_says(report) + "\n"), said[:2000]
+    sweep_page = html.unescape((sweep_dir / "report" / "index.html").read_text())
+    assert all(s.text in sweep_page for s in sentences(report))
 
 
 # Each check below needs something of its own (the taggers, the tensorboard package) and skips, or

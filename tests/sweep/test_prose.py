@@ -1,0 +1,72 @@
+"""The "what it says" paragraph (sweep/prose.py) against the report data it is written from: one
+sentence per conclusion of the conclusion set, each with its CI as fmt_ci writes it; a number
+changed in the report changes its sentence; a CI across zero yields no claim of direction."""
+from __future__ import annotations
+
+import copy
+import math
+
+from page_world import sweep_data
+from tatu.formats import fmt_ci
+from tatu.sweep.conclusions import conclusions
+from tatu.sweep.prose import paragraph, what_it_says
+
+DIRECTION_WORDS = ("rose", "fell", "lower", "higher", "learned", "forgot", "worse", "better")
+
+
+def report() -> dict:
+    """sweep_data with a paired comparison (log-ratio differences, as sweep/analysis.py writes them)."""
+    data = copy.deepcopy(sweep_data())
+    data["verdict"]["chosen"] = "6"
+    data["verdict"]["checks"].append({"config": "replay-n6", "value": "6", "missing": [], "failed": []})
+    n6 = data["compare"]["configs"][1]
+    n6["paired"] = {"drift": {"diff": math.log(0.85), "lo": math.log(0.82), "hi": math.log(0.88), "p_value": 0.001},
+                    "sftHeld": {"diff": math.log(0.9), "lo": math.log(0.75), "hi": math.log(1.05), "p_value": 0.2}}
+    return data
+
+
+def _by_state(data) -> dict[str, str]:
+    return {s.states: s.text for s in what_it_says(data)}
+
+
+def test_one_sentence_per_conclusion_each_with_its_ci():
+    data = report()
+    found = conclusions(data)
+    said = _by_state(data)
+    resolved = {name for name, interval in found.changes.items() if interval.sign != 0}
+    assert set(said) == {"verdict", "passed", "not resolved"} | resolved
+    assert said["verdict"] == "The locked rule chose REPLAY_N=6."
+    assert said["passed"] == ("Passing every condition of the rule: replay-n6; failing: replay-n0 "
+                              "(drift_hi < MIX_FORGET_LIMIT +17.7%).")
+    for name in resolved:
+        i = found.changes[name]
+        assert fmt_ci(i.value, i.lo, i.hi) in said[name], (name, said[name])
+    drift = data["compare"]["configs"][0]["stats"]["drift"]
+    assert said["replay-n0 drift"] == (f"replay-n0: enRuler drift rose (the ruler's English got worse), "
+                                       f"{fmt_ci(drift['value'], drift['lo'], drift['hi'])} over seeds x lines vs step 0.")
+    assert said["replay-n6 - baseline drift"] == ("replay-n6 vs replay-n0, paired by seed and line: enRuler drift lower, "
+                                                  "-15.0% [-18.0%,-12.0%] over seeds x lines.")
+    assert paragraph(data) == " ".join(s.text for s in what_it_says(data))
+
+
+def test_a_number_changed_in_the_report_changes_its_sentence():
+    data = report()
+    before = _by_state(data)["replay-n6 drift"]
+    data["compare"]["configs"][1]["stats"]["drift"].update(value=0.052, lo=0.031, hi=0.073)
+    after = _by_state(data)["replay-n6 drift"]
+    assert after != before
+    assert after == "replay-n6: enRuler drift rose (the ruler's English got worse), +5.2% [+3.1%,+7.3%] over seeds x lines vs step 0."
+    data["verdict"]["chosen"] = None
+    assert _by_state(data)["verdict"] == "No value satisfies the locked rule."
+
+
+def test_a_ci_across_zero_claims_no_direction():
+    data = report()
+    data["compare"]["configs"][1]["stats"]["drift"].update(value=-0.004, lo=-0.02, hi=0.012)
+    said = _by_state(data)
+    assert "replay-n6 drift" not in said and "replay-n6 - baseline sftHeld" not in said
+    unresolved = said["not resolved"]
+    assert "replay-n6 enRuler drift -0.4% [-2.0%,+1.2%]" in unresolved
+    assert "replay-n6 vs replay-n0 sftHeld change difference -10.0% [-25.0%,+5.0%]" in unresolved
+    claims = unresolved.split(": ", 1)[1]
+    assert not any(word in claims for word in DIRECTION_WORDS), claims
