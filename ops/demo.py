@@ -148,9 +148,66 @@ def trunk_env(scale: Scale, common: dict[str, str]) -> dict[str, str]:
             "TATU_GEN_PROMPTS": "0", **{k: str(v) for k, v in scale.model.items()}}
 
 
-def _train_trunk(scale: Scale, common: dict[str, str], use_systemd: bool, runs: Path) -> Path:
+# How often the time left is printed while the trunk trains (the first once it has logged steps).
+ESTIMATE_EVERY_S = 60.0
+
+
+def trunk_progress(scale: Scale, env: dict[str, str], run_dir: Path):
+    """The trunk's measured step and eval times so far (ops/demo_time.py TrunkProgress)."""
+    from tatu.ops.demo_time import TrunkProgress
+    from tatu.sweep.cost import cores
+
+    files = RunDir(run_dir)
+    steps = [e for e in files.events("step") if e.get("seconds")]
+    evals = [e["seconds"] for e in files.events("eval") if e.get("seconds")]
+    every = int(env["EVAL_EVERY"])
+    return TrunkProgress(steps_done=max([e["step"] for e in steps] or [0]), steps_total=scale.pretrain_steps,
+                         step_seconds=tuple(e["seconds"] for e in steps), eval_seconds=tuple(evals),
+                         evals_total=scale.pretrain_steps // every + 2,
+                         slot_tokens=scale.pretrain_micro * scale.micro_batch * scale.seq_len,
+                         threads=int(env.get("TATU_THREADS") or cores()))
+
+
+def sweep_members(out: Path) -> list:
+    """The sweep's members as its plan lists them (written before the trunk trains: it does not depend on it)."""
+    from tatu.sweep.plan.load import load_plan
+
+    return load_plan(out / "demo-plan.toml").compare_members(out / "sweeps" / SWEEP / "runs", None)
+
+
+def sweep_k() -> int:
+    return min(2, os.cpu_count() or 1)
+
+
+def print_time_left(scale: Scale, env: dict[str, str], run_dir: Path, out: Path) -> None:
+    from tatu.ops.demo_time import job_estimate
+
+    estimate = job_estimate(trunk_progress(scale, env, run_dir), sweep_members(out), sweep_k())
+    if estimate is not None:
+        print(estimate.line(), flush=True)
+
+
+def _train_trunk(scale: Scale, common: dict[str, str], use_systemd: bool, runs: Path, out: Path) -> Path:
+    import threading
+
     say(f"trunk: pretraining from scratch, {scale.pretrain_steps} steps ({'systemd --user' if use_systemd else 'foreground'})")
-    check(run_daemon(trunk_env(scale, common), use_systemd), "trunk pretraining")
+    env = trunk_env(scale, common)
+    done = threading.Event()
+
+    def watch() -> None:  # the time left as the trunk goes, from its own events
+        while not done.wait(ESTIMATE_EVERY_S):
+            try:
+                print_time_left(scale, env, runs / "trunk", out)
+            except (OSError, ValueError):  # a torn events line mid-write: the next look reads it whole
+                pass
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        check(run_daemon(env, use_systemd), "trunk pretraining")
+    finally:
+        done.set()
+    print_time_left(scale, env, runs / "trunk", out)
     return RunDir(runs / "trunk").final
 
 
@@ -201,7 +258,7 @@ def _compare_over_seeds(scale: Scale, common: dict[str, str], out: Path, use_sys
     plan = out / "demo-plan.toml"
     plan.write_text(sweep_plan(scale, common))
     sweeps = out / "sweeps"
-    k = str(min(2, os.cpu_count() or 1))
+    k = str(sweep_k())
     where = "members as tatu-sft@ units under systemd --user" if use_systemd else "members in the foreground"
     say(f"SFT without and with replay (REPLAY_N=0, {scale.replay_n}), {scale.sft_steps} steps from the trunk, at seeds "
         f"{', '.join(map(str, SEEDS))}: the sweep {SWEEP} ({where}, {k} at a time); its rule, locked before it runs:\n    {RULE}")
@@ -305,10 +362,16 @@ def main(argv: list[str] | None = None) -> int:
               # fp32 unless asked: the README's closing table is the fp32 one, the same on every machine
               # (auto would be bf16 on a CPU with AMX and fp32 on one without; docs/precision.md)
               "TATU_PRECISION": os.environ.get("TATU_PRECISION", "fp32")}
-    trunk = _train_trunk(scale, common, use_systemd, runs)
+    # the plan is written before the trunk trains, so the time left can count the sweep's members
+    (out / "demo-plan.toml").write_text(sweep_plan(scale, common))
+    print(f"time left: unknown until the trunk has measured steps (then every {ESTIMATE_EVERY_S:.0f} s)", flush=True)
+    trunk = _train_trunk(scale, common, use_systemd, runs, out)
     sweep_dir = _compare_over_seeds(scale, common, out, use_systemd)
 
+    from tatu.ops.demo_time import reports_estimate
+
     say("reports: the sweep's (tables over seeds, plots) and every member's run report")
+    print(reports_estimate(runs / "trunk", len(sweep_members(out))).line(), flush=True)
     report, _, sweep_page = write_report(sweep_dir)
     members = sorted(p for p in (sweep_dir / "runs").iterdir() if p.is_dir())
     check(tatu(["report", *map(str, members), "--out", str(out / "report")]), "report")

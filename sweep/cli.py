@@ -110,14 +110,18 @@ def plan_main(args) -> int:
                 print(line)
     if not args.full:
         print("\n(every other variable at its default; --full lists them all; the lock holds each member's full config)")
+    from tatu.sweep.cost import wall_estimate
+
     cost, total = estimate(plan, out, shown)
     print()
     if cost is None:
         print("cost: unknown (no run with measured step times: run `tatu smoke` with the base config first)")
     else:
-        print(f"cost: {len(shown)} members, {fmt_duration(total)} of runs in all (measured by {cost.source}: "
-              f"{cost.seconds_per_slot * 1e6:.2f} us per token slot, {cost.eval_seconds:.1f} s per eval); "
-              f"K=1 -> {fmt_duration(total)}, K=2 -> {fmt_duration(total / 2)} wall")
+        walls = {k: wall_estimate(plan, out, shown, k) for k in (1, 2)}
+        print(f"cost: {len(shown)} members, {fmt_duration(total)} of runs in all (measured by {cost.source} at "
+              f"{cost.threads} threads: {cost.seconds_per_slot * 1e6:.2f} us per token slot, {cost.eval_seconds:.1f} s per "
+              f"eval); K=1 -> {fmt_duration(walls[1])}, K=2 -> {fmt_duration(walls[2])} wall (each member at its own "
+              f"threads, at most cores / K: sweep/cost.py)")
         if any(m.env.get("TATU_TRAIN", "all") != "all" for m in shown):
             print("  (members with TATU_TRAIN=top:K or lora are counted at a full step's cost: an upper bound on "
                   "their step cost, measured no slower in docs/benchmarks.md)")

@@ -53,3 +53,54 @@ def test_the_measured_seconds_per_slot_divide_by_the_runs_own_micro_batches(tmp_
     slot = (config.sft_ge + config.replay_n) * config.micro_batch * config.seq_len
     cost = measured_cost([saved_run(tmp_path, "r", saved, 2.0)])
     assert cost.seconds_per_slot == pytest.approx(2.0 / slot)
+
+
+# --- the estimate's model (issue 36: 1.7x short): threads, K at once, scheduling ----------------
+
+def test_thread_factor_is_amdahls_law_and_matches_the_demos_measured_speedup():
+    from tatu.sweep.cost import PARALLEL_FRACTION, thread_factor
+
+    # by hand: p = 0.57, 1 thread (1 - p + p) = 1, 2 threads (1 - p + p / 2) = 0.715
+    assert thread_factor(2, 1) == pytest.approx(1.0 / (1 - PARALLEL_FRACTION + PARALLEL_FRACTION / 2))
+    assert thread_factor(2, 1) == pytest.approx(1.40, abs=0.01)  # the demo's trunk vs its members (cost.py)
+    assert thread_factor(1, 1) == 1.0 and thread_factor(1, 2) == pytest.approx(1 / thread_factor(2, 1))
+
+
+def test_schedule_seconds_puts_each_member_on_the_first_free_slot():
+    from tatu.sweep.cost import schedule_seconds
+
+    # the demo's shape: 3 short (aborting) and 3 long members, in plan order, K=2, by hand:
+    # A=10 B=10; 3rd -> A=20; 4th -> B=10+30=40; 5th -> A=20+30=50; 6th -> B=40+30=70
+    assert schedule_seconds([10, 10, 10, 30, 30, 30], 2) == 70  # sum / K would say 60
+    assert schedule_seconds([10, 10, 10, 30, 30, 30], 1) == 120
+    # A=30 B=30; A=60; B=40; B=50; B=60
+    assert schedule_seconds([30, 30, 30, 10, 10, 10], 2) == 60
+    assert schedule_seconds([], 2) == 0
+
+
+def test_members_at_one_thread_two_at_once_cost_more_than_the_trunks_rate(tmp_path, monkeypatch):
+    """The issue's case: the rate measured by a trunk at 2 threads, members at TATU_THREADS=1 two at
+    once on 2 cores: each member's seconds are the trunk-rate seconds times thread_factor(2, 1)."""
+    from tatu.sweep import cost as cost_module
+
+    monkeypatch.setattr(cost_module, "cores", lambda: 2)
+    config = load_config({**REQUIRED, **SET})[0]
+    trunk = saved_run(tmp_path, "trunk", {**REQUIRED, **SET}, 2.0)  # TATU_THREADS unset: every core (2)
+    measured = measured_cost([trunk], threads=1)
+    assert measured.threads == 2
+    one = member({**SET, "TATU_THREADS": "1"})
+    config1 = load_config({**REQUIRED, **SET, "TATU_THREADS": "1"})[0]
+    train = config1.mix_steps_limit * (config1.sft_ge + config1.replay_n) * config1.micro_batch * config1.seq_len
+    evals = config1.mix_steps_limit // config1.eval_every + 2
+    # by hand: the steps at the trunk's rate times Amdahl's factor, the evals as measured
+    assert member_seconds(one, measured, k=2) == pytest.approx(
+        train * measured.seconds_per_slot * cost_module.thread_factor(2, 1) + evals * measured.eval_seconds)
+    assert member_seconds(one, measured, k=2) > member_seconds(one, measured)
+    # a member that ran at its own threads is preferred over the trunk once there is one
+    own = saved_run(tmp_path, "sweep.m-s1", {**REQUIRED, **SET, "TATU_THREADS": 1}, 5.0)
+    measured = measured_cost([own, trunk], threads=1)
+    slot = (config.sft_ge + config.replay_n) * config.micro_batch * config.seq_len
+    assert measured.threads == 1 and measured.seconds_per_slot == pytest.approx(5.0 / slot)
+    assert member_seconds(one, measured, k=2) == pytest.approx(member_seconds(one, measured))  # no scaling
+    # unset threads, K=2 on 2 cores: each member gets one core
+    assert cost_module.member_threads(load_config({**REQUIRED, **SET})[0], 2) == 1
