@@ -13,6 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
+from tatu.daemon.ci_covers import ENV_FILE_PLACEHOLDER
 from tatu.daemon.run.paths import EVENTS, RunDir
 from tatu.ops.report.cells import cell, row
 from tatu.ops.report.groups import group_runs
@@ -35,14 +36,18 @@ def _eval_at(run: RunRecord, step) -> dict | None:
     return before[-1] if before else None
 
 
-def _covers(record: dict | None) -> str:
+def _covers(record: dict | None, env_said_once: bool = False) -> str:
     """What the record's CIs cover, in the daemon's words (tatu.daemon.ci_covers); nothing for a
-    run written before the daemon said it."""
-    text = ((record or {}).get("ci_covers") or {}).get("text")
+    run written before the daemon said it. env_said_once: a configuration's seed, whose env-file
+    directory the lead says once, so its file is named <run>.env here, not by its path again."""
+    covers = (record or {}).get("ci_covers") or {}
+    text = covers.get("text")
+    if text and env_said_once and covers.get("env_file"):
+        text = text.replace(covers["env_file"], ENV_FILE_PLACEHOLDER)
     return f' <span class="ci-covers">{esc(text)}.</span>' if text else ""
 
 
-def _verdict_section(runs: list[RunRecord]) -> str:
+def _verdict_section(runs: list[RunRecord], env_said_once: frozenset[str] = frozenset()) -> str:
     rows, scope, sets = [], [], report_sets(runs)
     for run in runs:
         v = run.verdict
@@ -74,7 +79,7 @@ def _verdict_section(runs: list[RunRecord]) -> str:
         unjudged = [s for s in sets if s not in (judged, "enRuler")]
         scope.append(f'<li data-run="{esc(run.name)}">{esc(run.name)}: the verdict covers the {esc(judged or "?")} '
                      f"change vs step 0 and the English ruler (enRuler drift) only; {esc(', '.join(unjudged))} "
-                     f"{'is' if len(unjudged) == 1 else 'are'} shown but not judged.{_covers(v)}</li>")
+                     f"{'is' if len(unjudged) == 1 else 'are'} shown but not judged.{_covers(v, run.name in env_said_once)}</li>")
     header = ["run", "status", "verdict", "verdict line", "step", "judged change vs step 0 (sftHeld; ptVal for a trunk)",
               "final drift (judged)", "not judged: set", "its change vs step 0", "final drift_tronco", "worst drift"]
     crit = "".join(
@@ -85,7 +90,7 @@ def _verdict_section(runs: list[RunRecord]) -> str:
     return "<h2>Verdicts</h2>\n" + table(header, rows, "verdicts") + scope_text + crit
 
 
-def _comparison_section(runs: list[RunRecord]) -> str:
+def _comparison_section(runs: list[RunRecord], env_said_once: frozenset[str] = frozenset()) -> str:
     rows, sets = [], report_sets(runs)
     for run in runs:
         final = run.final_eval
@@ -108,7 +113,7 @@ def _comparison_section(runs: list[RunRecord]) -> str:
                          + cell(point.get("mde"), "rate", f"{prefix}/mde"))
             rows.append(row(f"{text_cell(run.name)}{text_cell(label)}{cells}", run.name))
     header = ["run", "paired comparison (same lines)", "step", "change", "CI lo", "CI hi", "p-value", "MDE"]
-    covers = "".join(f'<li data-run="{esc(r.name)}">{esc(r.name)}:{_covers(r.final_eval)}</li>'
+    covers = "".join(f'<li data-run="{esc(r.name)}">{esc(r.name)}:{_covers(r.final_eval, r.name in env_said_once)}</li>'
                      for r in runs if _covers(r.final_eval))
     return ("<h2>Paired comparisons at the last eval</h2>\n<p>Each run against its own step-0 baseline "
             "(and the trunk), over the same lines: 95% CIs, p-values and the minimum detectable effect.</p>\n"
@@ -214,6 +219,7 @@ def build_report(run_dirs: list[Path | str], out_dir: Path | str) -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     groups = group_runs(runs)  # the seeds of a sweep configuration together (one colour, band, sentence)
+    env_said_once = frozenset(r.name for g in groups if g.is_configuration for r in g.runs)
     plots = render_plots(runs, out_dir, groups)
     sources = "".join(f"<li>{esc(r.name)}: {esc(RunDir(r.run_dir).events_file)} ({len(r.evals)} evals, "
                       f"last step {fmt_int(r.last_step)}; {esc(r.status)})</li>" for r in runs)
@@ -222,7 +228,7 @@ def build_report(run_dirs: list[Path | str], out_dir: Path | str) -> Path:
     html_text = page(f"tatu report: {', '.join(named)}", [
         lead_section(runs, render_picture(runs, out_dir, groups), out_dir, groups), _plots_section(plots, out_dir),
         f"<p>Every number on this page is read from these {EVENTS} files:</p><ul>{sources}</ul>",
-        _verdict_section(runs), _comparison_section(runs), categories_section(runs), tasks_section(runs),
+        _verdict_section(runs, env_said_once), _comparison_section(runs, env_said_once), categories_section(runs), tasks_section(runs),
         _config_section(runs),
         _generations_section(runs), _history_section(runs),
     ])

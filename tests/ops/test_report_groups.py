@@ -67,6 +67,8 @@ def test_one_sentence_per_configuration_with_its_crossed_ci_and_each_seed_below(
     env_dir = str(six["root"] / "sweeps" / SWEEP_NAME / "env")
     assert _text(lead).count(env_dir) == 1 and f"{env_dir}/" not in _text(lead)
     assert "--env-file <run>.env" in _text(lead)
+    # and nowhere below it either (the verdict scope and comparison lists name <run>.env)
+    assert _text(page).count(env_dir) == 1
 
 
 def test_each_plot_has_one_band_per_configuration_each_its_own_colour(six, tmp_path):
