@@ -54,14 +54,14 @@ def member_result(member: Member, sweep_dir: Path, required: tuple[str, ...] = (
     # what trained, as the daemon said it ("trainable 1.3M of 27.1M (4.8%): h.6-7, ln_f"); None for older runs
     result["trainable"] = ((read_json(end / "meta.json") or {}).get("trainable") or {}).get("line") if end else None
     evals = {}
-    for event in RunDir(directory).events("eval"):
-        if event.get("step", 0) > 0:
-            evals[event["step"]] = event  # a re-run eval after a kill repeats the same numbers: last wins
+    for record in RunDir(directory).eval_records():
+        if record.step > 0:
+            evals[record.step] = record  # a re-run eval after a kill repeats the same numbers: last wins
     result["steps"] = max(evals) if evals else 0
-    result["every_eval_drift"] = max((e["drift"]["value"] for e in evals.values()), default=0.0)
-    result["every_eval_drift_hi"] = max((e["drift"]["hi"] for e in evals.values()), default=0.0)
-    result["daemon_drift"] = evals[max(evals)]["drift"]["value"] if evals else None
-    result["eval_drifts"] = [[step, e["drift"]["value"], e["drift"]["hi"]] for step, e in sorted(evals.items())]
+    result["every_eval_drift"] = max((e.drift.value for e in evals.values()), default=0.0)
+    result["every_eval_drift_hi"] = max((e.drift.hi for e in evals.values()), default=0.0)
+    result["daemon_drift"] = evals[max(evals)].drift.value if evals else None
+    result["eval_drifts"] = [[step, e.drift.value, e.drift.hi] for step, e in sorted(evals.items())]
     return result
 
 

@@ -39,7 +39,7 @@ def measured_cost(runs: list[Path]) -> StepCost | None:
         if parsed is None:
             continue
         slots.append(statistics.median(steps) / slot_tokens(parsed))
-        evals += [e["seconds"] for e in files.events("eval") if e.get("step", 0) > 0]
+        evals += [record.seconds for record in files.eval_records() if record.step > 0]
         used.append(run_dir.name)
     if not slots:
         return None
