@@ -11,7 +11,6 @@ moved. tests/ops/test_demo_kernels.py is the same check at the tiny scale, in ev
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -19,12 +18,13 @@ from pathlib import Path
 
 from tatu.ops.demo import SWEEP
 from tatu.sweep.conclusions import conclusions, disagreements
+from tatu.sweep.records import read_report_json
 
 OTHER_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
 
 
 def report(demo: Path) -> dict:
-    return json.loads((demo / "sweeps" / SWEEP / "report" / "report.json").read_text())
+    return read_report_json(demo / "sweeps" / SWEEP / "report")
 
 
 def main() -> int:
