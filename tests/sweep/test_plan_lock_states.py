@@ -400,7 +400,7 @@ def test_an_unresolved_neighbour_says_how_many_seeds_would_resolve_it(tmp_path):
     # scipy's t, from the paired comparison's measured variance parts.
     from tatu.sweep.stats import paired_stats
 
-    parts = paired_stats(four["results"], two["results"], "enRuler", None, 99)["parts"]
+    parts = dataclasses.asdict(paired_stats(four["results"], two["results"], "enRuler", None, 99).parts)
     needed = _naive_seeds_needed(parts, float(np.mean(diffs)))
     assert needed is not None and needed > 3 and parts["seed"] > 0 and parts["lines"] > 0, parts
     assert f"{needed - 3} more seeds would resolve it" in note, note
@@ -460,5 +460,5 @@ def test_two_sets_whose_names_have_the_same_length_get_their_own_resampling(tmp_
         finish = {name: {**s, "nll_sum": end} for name, s in scores.items()}
         results.append({"member": f"m{seed}", "seed": seed, "state": "done", "base": start, "end": finish})
     ruler, held = config_stats(results, "enRuler", None, 0), config_stats(results, "sftHeld", None, 0)
-    assert ruler["log_mean"] == held["log_mean"]  # the same per-line scores under both names...
-    assert ruler["se"] != held["se"]  # ... but not the same bootstrap draws (both names have 7 letters)
+    assert ruler.log_mean == held.log_mean  # the same per-line scores under both names...
+    assert ruler.se != held.se  # ... but not the same bootstrap draws (both names have 7 letters)
