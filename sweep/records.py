@@ -195,7 +195,8 @@ def report_from_json(payload: dict, what: str = REPORT_FILE) -> dict:
         compare = report["compare"]
         report["compare"] = {**compare, "configs": [_config_of(c) for c in compare["configs"]]}
         if compare.get("vs_parent"):
-            report["compare"]["vs_parent"] = [{**row, "paired": _paired_of(row["paired"])} for row in compare["vs_parent"]]
+            report["compare"]["vs_parent"] = [{**row, "paired": _paired_of(row["paired"])}
+                                              for row in compare["vs_parent"]]
     return report
 
 

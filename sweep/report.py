@@ -1,7 +1,8 @@
 """`tatu sweep report NAME`: the closing table in the terminal, report.json, PNG plots, one HTML page.
 
-The numbers are sweep/analysis.py's (report.json: sweep/records.py's writer and reader), the text sweep/tables.py's, the page sweep/page.py's and
-the plots sweep/plots.py's, in the run report's look (tatu.pages).
+The numbers are sweep/analysis.py's (report.json: sweep/records.py's one writer and reader), the
+text sweep/tables.py's, the page sweep/page.py's and the plots sweep/plots.py's, in the run
+report's look (tatu.pages).
 """
 from __future__ import annotations
 
