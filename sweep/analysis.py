@@ -261,7 +261,8 @@ def _baseline_key(lock: dict, configs: list[dict]) -> str | None:
 
 
 def analyze(sweep_dir: Path) -> dict:
-    """Every number of the report, as JSON-able data."""
+    """Every number of the report: dicts and lists, with each statistic a record (sweep/records.py,
+    whose writer makes report.json of it)."""
     from tatu.sweep.lock import members as locked_members
     from tatu.sweep.lock import read_lock
 
