@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tatu.ops.demo import SWEEP
 from tatu.sweep.conclusions import conclusions, disagreements
-from tatu.sweep.records import read_report_json
+from tatu.sweep.records import REPORT_FILE, read_report_json
 
 OTHER_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
 
@@ -32,7 +32,7 @@ def main() -> int:
     parser.add_argument("--reference", type=Path, required=True, help="a finished `make demo` directory")
     parser.add_argument("--out", type=Path, required=True, help="where the demo under the other kernels runs")
     args = parser.parse_args()
-    if not (args.out / "sweeps" / SWEEP / "report" / "report.json").is_file():
+    if not (args.out / "sweeps" / SWEEP / "report" / REPORT_FILE).is_file():
         env = {**os.environ, **OTHER_KERNELS}
         subprocess.run([sys.executable, "-m", "tatu.ops.demo", "--foreground", "--out", str(args.out)], env=env, check=True)
     here, there = report(args.reference), report(args.out)
