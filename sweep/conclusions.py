@@ -9,7 +9,6 @@ way would contradict it.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 JUDGED = ("drift", "sftHeld")
@@ -35,17 +34,18 @@ class Conclusions:
 
 
 def conclusions(report: dict) -> Conclusions:
-    """From a sweep report's data (sweep/analysis.analyze, report.json)."""
+    """From a sweep report (sweep/analysis.py analyze, or report.json through sweep/records.py read_report_json)."""
     verdict, configs = report["verdict"], report["compare"]["configs"]
     changes = {}
     for config in configs:
         for metric in JUDGED:
             stats = (config.get("stats") or {}).get(metric)
             if stats:
-                changes[f"{config['key']} {metric}"] = Interval(stats["value"], stats["lo"], stats["hi"])
+                changes[f"{config['key']} {metric}"] = Interval(stats.change.value, stats.change.lo, stats.change.hi)
             paired = (config.get("paired") or {}).get(metric)
             if paired:  # log-ratio differences, shown as relative changes (the sign is the same)
-                changes[f"{config['key']} - baseline {metric}"] = Interval(*(math.expm1(paired[k]) for k in ("diff", "lo", "hi")))
+                shown = paired.change.relative()
+                changes[f"{config['key']} - baseline {metric}"] = Interval(shown.value, shown.lo, shown.hi)
     passed = tuple(c["config"] for c in verdict["checks"] if not c["failed"] and not c["missing"])
     return Conclusions(verdict["chosen"], passed, changes)
 
