@@ -38,7 +38,7 @@ from statistics import NormalDist
 
 from tatu.evals.seeds.power import ALPHA, CrossedParts
 from tatu.evals.seeds.spending import SHAPES, spending_bounds
-from tatu.evals.tdist import t_ppf
+from tatu.evals.tdist import t_cdf, t_ppf
 
 LINE_SHARE_STEP = 0.01
 DECISIONS = ("pass", "fail", "futility", "continue")
@@ -113,18 +113,23 @@ class Look:
     line_share: float   # the lines' share of Var(max_seeds), floored to LINE_SHARE_STEP
     fraction: float     # information fraction t(n_seeds)
     z_bound: float      # the spending boundary (inf: nothing to spend at this look)
-    t_bound: float      # the same nominal level on the t scale at df
     statistic: float    # (threshold - mean) / se: beyond t_bound passes, beyond -t_bound fails
     final: bool         # the design's last look for this criterion
     decision: str
 
+    @property
+    def t_bound(self) -> float:
+        """The boundary's nominal level on the t scale at the look's df (what T is compared with)."""
+        return t_ppf(_Z.cdf(self.z_bound), self.df) if math.isfinite(self.z_bound) else math.inf
+
     def to_json(self) -> dict:
-        return {k: _finite(getattr(self, k)) for k in self.__dataclass_fields__}
+        """Every field, and t_bound for the reader (recomputed from z_bound and df, never read back)."""
+        return {**{k: _finite(getattr(self, k)) for k in self.__dataclass_fields__}, "t_bound": _finite(self.t_bound)}
 
     @classmethod
     def from_json(cls, doc: dict) -> "Look":
         fields = cls.__dataclass_fields__
-        return cls(**{k: (doc[k] if k in ("decision", "final", "n_seeds") else float(doc[k])) for k in fields})
+        return cls(**{k: (doc[k] if k in ("decision", "final", "n_seeds") else float(doc[k])) for k in fields})  # float("inf") reads "inf"
 
 
 def _finite(value):
@@ -155,25 +160,33 @@ def look(design: Design, estimate: Estimate, threshold: float) -> Look:
     fracs = fractions(design, share, n)
     bound = spending_bounds(design.shape, fracs, design.alpha / 2.0)[-1]
     se, df = estimate.se, estimate.df
-    t_bound = t_ppf(_Z.cdf(bound), df) if math.isfinite(bound) else math.inf
+    level = _Z.cdf(bound) if math.isfinite(bound) else 1.0  # the one-sided nominal level the boundary spends at
     gap = threshold - estimate.mean
     statistic = gap / se if se > 0 else math.copysign(math.inf, gap) if gap else 0.0
     final = n == design.max_seeds or fracs[-1] >= 1.0
+    # T beyond t_ppf(level, df) <=> t_cdf(T, df) beyond level: one incomplete beta, not a quantile search
+    passes = level < 1.0 and t_cdf(statistic, df) > level
+    fails = level < 1.0 and t_cdf(-statistic, df) > level
     # the lines' SE no seed removes, against the most favourable mean this look allows (at the last
     # look: its own mean, as every seed in the world would leave it)
-    favourable = (estimate.mean if final else estimate.mean - t_bound * se) if math.isfinite(t_bound) else -math.inf
-    futile = threshold - favourable < _Z.inv_cdf(1.0 - design.alpha / 2.0) * math.sqrt(estimate.parts.lines)
-    if statistic > t_bound:
+    line_margin = _Z.inv_cdf(1.0 - design.alpha / 2.0) * math.sqrt(estimate.parts.lines)
+    if final:
+        futile = gap < line_margin
+    else:  # t_ppf(level, df) >= bound (a t quantile is beyond the normal one): most looks need no quantile
+        futile = level < 1.0 and gap + bound * se < line_margin and gap + t_ppf(level, df) * se < line_margin
+    if passes:
         decision = "pass"
-    elif -statistic > t_bound or (final and not futile):
+    elif fails or (final and not futile):
         decision = "fail"
     elif futile or final:
         decision = "futility"
     else:
         decision = "continue"
-    return Look(n, estimate.mean, se, df, threshold, share, fracs[-1], bound, t_bound, statistic, final, decision)
+    return Look(n, estimate.mean, se, df, threshold, share, fracs[-1], bound, statistic, final, decision)
 
 
 def fixed_pass(estimate: Estimate, threshold: float, alpha: float = ALPHA) -> bool:
     """The fixed design's criterion at its seeds: the (1 - alpha) crossed CI's upper bound below the threshold."""
-    return estimate.mean + t_ppf(1.0 - alpha / 2.0, estimate.df) * estimate.se < threshold
+    if estimate.se == 0.0:
+        return estimate.mean < threshold
+    return t_cdf((threshold - estimate.mean) / estimate.se, estimate.df) > 1.0 - alpha / 2.0
