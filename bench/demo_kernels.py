@@ -11,7 +11,6 @@ moved. tests/ops/test_demo_kernels.py is the same check at the tiny scale, in ev
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -19,12 +18,13 @@ from pathlib import Path
 
 from tatu.ops.demo import SWEEP
 from tatu.sweep.conclusions import conclusions, disagreements
+from tatu.sweep.records import REPORT_FILE, read_report_json
 
 OTHER_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
 
 
 def report(demo: Path) -> dict:
-    return json.loads((demo / "sweeps" / SWEEP / "report" / "report.json").read_text())
+    return read_report_json(demo / "sweeps" / SWEEP / "report")
 
 
 def main() -> int:
@@ -32,7 +32,7 @@ def main() -> int:
     parser.add_argument("--reference", type=Path, required=True, help="a finished `make demo` directory")
     parser.add_argument("--out", type=Path, required=True, help="where the demo under the other kernels runs")
     args = parser.parse_args()
-    if not (args.out / "sweeps" / SWEEP / "report" / "report.json").is_file():
+    if not (args.out / "sweeps" / SWEEP / "report" / REPORT_FILE).is_file():
         env = {**os.environ, **OTHER_KERNELS}
         subprocess.run([sys.executable, "-m", "tatu.ops.demo", "--foreground", "--out", str(args.out)], env=env, check=True)
     here, there = report(args.reference), report(args.out)

@@ -79,7 +79,7 @@ class RunActions:
                 state.task_baseline = {name: judge.task_items(r) for name, r in tasks.items()}
             decision = judge.decide(state.step, results, state, self.suite, config, time.perf_counter() - started, samples,
                                     categories, tasks, env_file=self.env_file)
-        where = non_finite_paths(decision.record)
+        where = non_finite_paths(decision.record.to_json())
         if where:  # a statistic of the eval overflowed: the record could not be saved, nor trusted
             self.non_finite_eval({name: r.ppl for name, r in results.items()}, where)
         state.history.append(decision.record)
@@ -90,18 +90,17 @@ class RunActions:
                 write_json_atomic(path, {"step": state.step, "sets": results_to_json(results),
                                          "categories": {name: results_to_json(per) for name, per in categories.items()}})
         if decision.best:
-            key = best_set(config.mode)
-            state.best = {"step": state.step, "set": key, "ppl": results[key].ppl}
+            state.best = judge.best_of(decision, results)
             if self.world.is_main:
                 with self.saving(self.files.best):
-                    self.save_weights(self.files.best, self.meta(best=state.best))
+                    self.save_weights(self.files.best, self.meta(best=state.best.to_json()))
         if not self.covers_said:  # the EVAL line (a contract) stays as it is; the journal gets this beside it
-            self.log.info(f"what each eval's CIs cover: {decision.record['ci_covers']['text']}")
+            self.log.info(f"what each eval's CIs cover: {decision.record.ci_covers['text']}")
             self.covers_said = True
         self.log.info(decision.line)
-        for warning in decision.record["warnings"]:
+        for warning in decision.record.warnings:
             self.log.warning(warning)
-        self.log.event("eval", **decision.record)
+        self.log.event("eval", **decision.record.to_json())
         self.supervisor.publish_eval(decision.record, state.best)
         return decision
 
@@ -171,12 +170,12 @@ class RunActions:
         if not self.world.is_main:
             return code
         try:
-            write_json_atomic(self.files.verdict_file, verdict)  # never a half-written verdict
+            write_json_atomic(self.files.verdict_file, verdict.to_json())  # never a half-written verdict
         except OSError as exc:
             if is_storage_error(exc):
                 raise storage_error(self.files.verdict_file, exc, "verdict") from None
             raise
-        self.log.info(verdict["line"])
-        self.log.event("verdict", step=self.state.step, **verdict)
+        self.log.info(verdict.line or f"VERDICT {verdict.outcome}: {verdict.reason}")
+        self.log.event("verdict", step=self.state.step, **verdict.to_json())
         self.supervisor.phase("aborted" if abort_reason else "done")
         return code

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Mapping
 
 from tatu.daemon.config import RunConfig
+from tatu.daemon.run.records import SetSummary
 from tatu.systemctl import unit_env_dir
 
 SEEDS_SUGGESTED = 3  # the fewest seeds the sweep's crossed CI and outlier flags work with
@@ -79,9 +80,9 @@ def run_to_run_sources(config: RunConfig) -> tuple[str, ...]:
     return tuple(sources)
 
 
-def ci_covers(sets: Mapping[str, Mapping], names, config: RunConfig, env_file: str | None) -> CiCovers:
+def ci_covers(sets: Mapping[str, SetSummary], names, config: RunConfig, env_file: str | None) -> CiCovers:
     """The record for the CIs of `names` (in that order), from an eval record's `sets` summaries."""
-    lines = tuple(SetLines(name, int(sets[name]["n_lines"]), int(sets[name]["n_lines_total"]))
+    lines = tuple(SetLines(name, int(sets[name].n_lines), int(sets[name].n_lines_total))
                   for name in names if name in sets)
     return CiCovers(lines, run_to_run_sources(config), env_file, config.mode)
 

@@ -20,7 +20,7 @@ below does nothing. Under torchrun:
 - requests: a stop (SIGTERM on any rank, `stop` on rank 0's socket), eval and checkpoint
   requests and low memory are agreed at each step boundary by one all-reduce: every rank acts
   at the same step, so every rank saves the same consistent state.
-- rank 0 alone writes (the run log, events, checkpoints, verdict), serves the control socket and
+- rank 0 alone writes (the run's log, events, checkpoints, verdict), serves the control socket and
   talks to systemd; the other ranks log warnings and errors only, prefixed with their rank.
   Their RNG and stream states go into rank 0's resume state, and a restart needs the same
   world size (78 otherwise). What each rank keeps and shows of itself: daemon/ranks.py.

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 from tatu.daemon.ci_covers import ci_covers
 from tatu.daemon.config import RunConfig
+from tatu.daemon.run.records import (Best, CategorySummary, Change, Criteria, EvalRecord, SetSummary, Verdict,
+                                     VerdictNumbers)
 from tatu.daemon.run.state import RunState
 from tatu.daemon.suite import REFERENCE_SETS, RULER, Suite, best_set
 from tatu.evals.choice import mcnemar_exact
@@ -29,18 +31,16 @@ from tatu.evals.scoring import SetResult, compare_results
 from tatu.formats import SET_NAMES, fmt_ci, fmt_pct, fmt_ppl
 
 
-def change(reference: SetResult, current: SetResult, config: RunConfig) -> dict:
+def change(reference: SetResult, current: SetResult, config: RunConfig) -> Change:
     """current/reference - 1 over the same lines, with its paired CI, p-value and MDE."""
     paired = compare_results(reference, current, n_resamples=config.eval_resamples, seed=config.seed, per="token")
-    return {"value": current.ppl / reference.ppl - 1, "lo": paired.lo - 1, "hi": paired.hi - 1,
-            "p_value": paired.p_value, "mde": paired.mde}
+    return Change(current.ppl / reference.ppl - 1, paired.lo - 1, paired.hi - 1, paired.p_value, paired.mde)
 
 
-def summary(result: SetResult) -> dict:
+def summary(result: SetResult) -> SetSummary:
     """What an eval event shows of one set (the per-line sums stay in the resume state)."""
-    return {"ppl": result.ppl, "lo": result.ci.lo, "hi": result.ci.hi, "se": result.ci.se, "bpc": result.bpc,
-            "bpb": result.bpb, "n_lines": result.n_lines, "n_lines_total": result.n_lines_total,
-            "n_tokens": int(result.n_tokens)}
+    return SetSummary(result.ppl, result.ci.lo, result.ci.hi, result.ci.se, result.bpc, result.bpb, result.n_lines,
+                      result.n_lines_total, int(result.n_tokens))
 
 
 def trunk_reference(results: dict[str, SetResult]) -> dict[str, SetResult]:
@@ -59,8 +59,8 @@ def reference_for_lines(reference: SetResult | None, current: SetResult, config:
     return reference.restricted_to(current.line_index, current.lines_sha256, config.eval_resamples, config.seed)
 
 
-def eval_line(step: int, results: dict, drift: dict, drift_tronco: dict | None, trunk_ok, best: bool, seconds: float,
-              notes: dict, changes: dict | None = None) -> str:
+def eval_line(step: int, results: dict, drift: Change, drift_tronco: Change | None, trunk_ok, best: bool, seconds: float,
+              notes: dict, changes: dict[str, Change] | None = None) -> str:
     """The contract line: `EVAL 8: sftHeld 9.0702 ptVal 31.20 enRuler 52.10 drift +0.0% drift_tronco +14.7% trunk_ok=True best=True (71.2s)`;
     then the extras, and last every other eval set as `ptFaq 40.12 ptFaq_change=+1.3%`."""
     def ppl(name):
@@ -68,38 +68,43 @@ def eval_line(step: int, results: dict, drift: dict, drift_tronco: dict | None, 
 
     line = (
         f"EVAL {step}: sftHeld {ppl('sftHeld')} ptVal {ppl('ptVal')} enRuler {ppl('enRuler')} "
-        f"drift {fmt_pct(drift['value'])} drift_tronco {fmt_pct(drift_tronco['value'] if drift_tronco else None)} "
+        f"drift {fmt_pct(drift.value)} drift_tronco {fmt_pct(drift_tronco.value if drift_tronco else None)} "
         f"trunk_ok={'n/a' if trunk_ok is None else trunk_ok} best={best} ({seconds:.1f}s)"
     )
     # At step 0 the ruler is compared with itself: there is no interval or resolution to show.
-    mde = "n/a" if step == 0 else f"{drift['mde'] * 100:.1f}%"
-    extras = f" drift_ci=[{fmt_pct(drift['lo'])},{fmt_pct(drift['hi'])}] mde={mde}"
+    mde = "n/a" if step == 0 else f"{drift.mde * 100:.1f}%"
+    extras = f" drift_ci=[{fmt_pct(drift.lo)},{fmt_pct(drift.hi)}] mde={mde}"
     lines = notes.get(RULER, "").split()[:1]
     if lines and lines[0].split("/")[0] != lines[0].split("/")[-1]:  # only a subsample says so
         extras += f" enRuler_lines={lines[0]}"
     for name in results:
         if name not in SET_NAMES:
-            extras += f" {name} {ppl(name)} {name}_change={fmt_pct(((changes or {}).get(name) or {}).get('value'))}"
+            extras += f" {name} {ppl(name)} {name}_change={fmt_pct(_value((changes or {}).get(name)))}"
     return line + extras
+
+
+def _value(change_: Change | None) -> float | None:
+    return None if change_ is None else change_.value
 
 
 @dataclass
 class Decision:
-    record: dict  # the eval event (every number)
+    record: EvalRecord  # the eval event (every number)
     line: str
     best: bool
     abort_reason: str | None
 
 
-def category_record(baseline: dict | None, categories: dict[str, dict[str, SetResult]], config: RunConfig) -> dict:
-    """{set: {category: summary + bpc + its paired change vs step 0 (None without a baseline)}}."""
+def category_record(baseline: dict | None, categories: dict[str, dict[str, SetResult]], config: RunConfig
+                    ) -> dict[str, dict[str, CategorySummary]]:
+    """{set: {category: its summary and its paired change vs step 0 (None without a baseline)}}."""
     out = {}
     for name, per in categories.items():
         out[name] = {}
         for category, result in per.items():
             base = ((baseline or {}).get(name) or {}).get(category)
-            out[name][category] = {**summary(result),
-                                   "change": change(base, result, config) if base is not None else None}
+            out[name][category] = CategorySummary(summary(result),
+                                                  change(base, result, config) if base is not None else None)
     return out
 
 
@@ -132,68 +137,75 @@ def decide(step: int, results: dict[str, SetResult], state: RunState, suite: Sui
     if config.trunk_limit is None:
         trunk_ok = True
     else:
-        trunk_ok = None if drift_tronco is None else drift_tronco["value"] <= config.trunk_limit
+        trunk_ok = None if drift_tronco is None else drift_tronco.value <= config.trunk_limit
     key = best_set(config.mode)
-    best = state.best is None or results[key].ppl < state.best["ppl"]
+    best = state.best is None or results[key].ppl < state.best.ppl
     abort_reason = None
     if config.mode == "sft":
-        measured = drift["lo"] if config.mix_forget_ci else drift["value"]
+        measured = drift.lo if config.mix_forget_ci else drift.value
         if measured > config.mix_forget_limit:
             which = "drift CI lower bound" if config.mix_forget_ci else "drift"
             abort_reason = f"{which} {fmt_pct(measured)} > MIX_FORGET_LIMIT {config.mix_forget_limit * 100:.1f}%"
     line = eval_line(step, results, drift, drift_tronco, trunk_ok, best, seconds, suite.notes, changes)
     sets = {name: summary(result) for name, result in results.items()}
-    record = {
-        "step": step,
-        "sets": sets,
-        "warnings": [r.warning() for r in results.values() if r.warning()],
-        "changes": changes,
-        "drift": drift,
-        "drift_tronco": drift_tronco,
-        "trunk_ok": trunk_ok,
-        "best": best,
-        "best_set": key,
-        "abort": abort_reason,
-        "notes": suite.notes,
-        "seconds": round(seconds, 3),
-        "generations": samples,
-        "categories": category_record(state.category_baseline, categories or {}, config),
-        "categories_note": suite.category_note,
-        "tasks": task_record(state.task_baseline, tasks or {}),
-        "ci_covers": ci_covers(sets, list(sets), config, env_file).to_json(),
-        "line": line,
-    }
+    record = EvalRecord(
+        step=step,
+        sets=sets,
+        warnings=[r.warning() for r in results.values() if r.warning()],
+        changes=changes,
+        drift=drift,
+        drift_tronco=drift_tronco,
+        trunk_ok=trunk_ok,
+        best=best,
+        best_set=key,
+        abort=abort_reason,
+        notes=suite.notes,
+        seconds=round(seconds, 3),
+        generations=samples,
+        categories=category_record(state.category_baseline, categories or {}, config),
+        categories_note=suite.category_note,
+        tasks=task_record(state.task_baseline, tasks or {}),
+        ci_covers=ci_covers(sets, list(sets), config, env_file).to_json(),
+        line=line,
+    )
     return Decision(record, line, best, abort_reason)
 
 
-def criteria(config: RunConfig) -> dict:
+def best_of(decision: Decision, results: dict[str, SetResult]) -> Best:
+    """The Best record of an eval that decided best."""
+    key = decision.record.best_set
+    return Best(decision.record.step, key, results[key].ppl)
+
+
+def criteria(config: RunConfig) -> Criteria:
     key = best_set(config.mode)
-    return {
-        "improve": f"{key} paired CI upper bound < "
-                   + (f"-{config.verdict_min_gain * 100:.1f}%" if config.verdict_min_gain else "0")
-                   + " vs step 0",
-        "forget_limit": f"drift <= {config.mix_forget_limit * 100:.1f}% at every eval"
+    return Criteria(
+        improve=f"{key} paired CI upper bound < "
+                + (f"-{config.verdict_min_gain * 100:.1f}%" if config.verdict_min_gain else "0")
+                + " vs step 0",
+        forget_limit=f"drift <= {config.mix_forget_limit * 100:.1f}% at every eval"
         + (" (CI lower bound)" if config.mix_forget_ci else ""),
-        "flat": f"{key} change CI and final drift CI both include 0",
-    }
+        flat=f"{key} change CI and final drift CI both include 0",
+    )
 
 
-def verdict(history: list[dict], abort_reason: str | None, config: RunConfig, env_file: str | None = None) -> dict:
+def verdict(history: list[EvalRecord], abort_reason: str | None, config: RunConfig, env_file: str | None = None
+            ) -> Verdict:
     key = best_set(config.mode)
     if not history:
-        return {"verdict": "inconclusive", "reason": "no evaluation ran", "criteria": criteria(config)}
+        return Verdict("inconclusive", criteria(config), reason="no evaluation ran")
     last = history[-1]
-    set_change = last["changes"].get(key)
-    drift = last["drift"]
-    trained = [h for h in history if h["step"] > 0] or history  # step 0 is the baseline: drift 0 by definition
-    worst = max(trained, key=lambda h: h["drift"]["value"])
-    worst_drift = worst["drift"]["value"]
+    set_change = last.changes.get(key)
+    drift = last.drift
+    trained = [h for h in history if h.step > 0] or history  # step 0 is the baseline: drift 0 by definition
+    worst = max(trained, key=lambda h: h.drift.value)
+    worst_drift = worst.drift.value
     over_limit = config.mode == "sft" and any(
-        (h["drift"]["lo"] if config.mix_forget_ci else h["drift"]["value"]) > config.mix_forget_limit for h in history
+        (h.drift.lo if config.mix_forget_ci else h.drift.value) > config.mix_forget_limit for h in history
     )
-    improved = set_change is not None and set_change["hi"] < -config.verdict_min_gain
-    change_flat = set_change is not None and set_change["lo"] <= 0 <= set_change["hi"]
-    drift_flat = drift["lo"] <= 0 <= drift["hi"]
+    improved = set_change is not None and set_change.hi < -config.verdict_min_gain
+    change_flat = set_change is not None and set_change.includes_zero()
+    drift_flat = drift.includes_zero()
     if abort_reason or over_limit:
         outcome = "forgets"
     elif improved:
@@ -202,23 +214,15 @@ def verdict(history: list[dict], abort_reason: str | None, config: RunConfig, en
         outcome = "flat"
     else:
         outcome = "inconclusive"
-    numbers = {
-        "step": last["step"],
-        f"{key}_change": set_change,
-        "drift": drift,
-        "drift_tronco": last.get("drift_tronco"),
-        "worst_drift": worst_drift,
-        "worst_drift_step": worst["step"],
-        "aborted": abort_reason,
-    }
-    change_text = (fmt_ci(set_change["value"], set_change["lo"], set_change["hi"])
-                   if set_change else fmt_ci(None, None, None))
+    numbers = VerdictNumbers(step=last.step, set_name=key, set_change=set_change, drift=drift,
+                             drift_tronco=last.drift_tronco, worst_drift=worst_drift, worst_drift_step=worst.step,
+                             aborted=abort_reason)
+    change_text = set_change.text() if set_change else fmt_ci(None, None, None)
     line = (
         f"VERDICT {outcome}: {key} {change_text} "
-        f"drift {fmt_ci(drift['value'], drift['lo'], drift['hi'])} "
-        f"at step {last['step']}; worst drift {fmt_pct(worst_drift)} at step {worst['step']}"
+        f"drift {drift.text()} "
+        f"at step {last.step}; worst drift {fmt_pct(worst_drift)} at step {worst.step}"
         + (f" (aborted: {abort_reason})" if abort_reason else "")
     )
-    covers = ci_covers(last["sets"], (key, RULER), config, env_file)
-    return {"verdict": outcome, "line": f"{line}; {covers.text}", "numbers": numbers, "criteria": criteria(config),
-            "ci_covers": covers.to_json()}
+    covers = ci_covers(last.sets, (key, RULER), config, env_file)
+    return Verdict(outcome, criteria(config), f"{line}; {covers.text}", numbers, covers.to_json())

@@ -1,11 +1,11 @@
-"""Where the run speaks: the console (or journald), the run log and the events file (their names:
+"""Where the run speaks: the console (or journald), the run's log and the events file (their names:
 daemon/run/paths.py, RunDir).
 
 - Under journald (JOURNAL_STREAM set) each stdout line carries its syslog priority prefix
   (<3> error, <4> warning, <6> info); journald strips it, so `journalctl -o cat` shows the
   contract lines (EVAL ...) exactly as written.
 - Elsewhere (a terminal, a pipe): info lines as they are, others prefixed with their level.
-- Always: the run log (plain lines) and the events file (one JSON object per event, every number
+- Always: the run's log (plain lines) and the events file (one JSON object per event, every number
   of the run) in the run directory. Until the run directory is attached (every input checked)
   they are held in memory: a start refused for bad input leaves no run directory behind.
 - A write the disk refuses (full, read-only) is a StorageError naming the file and the free
@@ -81,14 +81,14 @@ class _Sink:
 
 class RunLog:
     """Two structlog pipelines: lines (level, timestamp -> the console line with its journald
-    priority prefix, and the run log's line) and events (time, JSON -> the events file)."""
+    priority prefix, and the run's log's line) and events (time, JSON -> the events file)."""
 
     def __init__(self, run_dir: Path | None, stream=None):
         self.stream = stream or sys.stdout
         self.journal = connected_to_journal(self.stream)
         self.run_dir = run_dir
         self._log_file = self._events_file = None
-        self._pending_log: list[str] = []  # written to the run log / the events file once attached
+        self._pending_log: list[str] = []  # written to the run's log / the events file once attached
         self._pending_events: list[str] = []
         self._sinks: list = []  # objects with write(record) and close(); neither may raise
         if run_dir is not None:
@@ -101,11 +101,11 @@ class RunLog:
         self._events = structlog.wrap_logger(_Sink(self._write_event), processors=[_event_record, _event_json])
 
     def attach(self, run_dir: Path) -> None:
-        """Start writing the run log and the events file (called once the run dir may exist)."""
+        """Start writing the run's log and the events file (called once the run dir may exist)."""
         run_dir.mkdir(parents=True, exist_ok=True)
         self.run_dir = run_dir
         files = RunDir(run_dir)
-        self._log_file = open(files.run_log, "a", encoding="utf-8", buffering=1)
+        self._log_file = open(files.log_file, "a", encoding="utf-8", buffering=1)
         self._events_file = open(files.events_file, "a", encoding="utf-8", buffering=1)
         pending_log, pending_events = self._pending_log, self._pending_events
         self._pending_log, self._pending_events = [], []
@@ -132,7 +132,7 @@ class RunLog:
             raise storage_error(handle.name, exc, "log") from None
 
     def _render_line(self, _logger, _method_name: str, event_dict: dict) -> dict:
-        """The last line processor: per line of the message, the console's and the run log's text."""
+        """The last line processor: per line of the message, the console's and the run's log's text."""
         level, stamp = event_dict.pop("level"), event_dict.pop("stamp")
         message = event_dict.pop("event", "")
         extras = " ".join(f"{k}={v}" for k, v in event_dict.items())

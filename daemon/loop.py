@@ -24,6 +24,7 @@ from tatu.daemon.start import (check_same_eval_files, check_same_precision, lr_s
                                starting_point, trunk_reference_for)
 from tatu.daemon.resume import restore_resume
 from tatu.daemon.run.lock import RunDirLock
+from tatu.daemon.run.records import Abort
 from tatu.daemon.run.state import RunState
 from tatu.daemon.retention import setup as retention
 from tatu.daemon.retention.anchor import SWAMPS
@@ -173,42 +174,42 @@ def _precision_source(precision, origins: dict[str, str]) -> str:
     return precision.reason if precision.reason.startswith("auto") and origin == "default" else f"{origin}: {precision.reason}"
 
 
-def _evaluate(run: RunActions, step: int) -> int | None:
+def _evaluate(actions: RunActions, step: int) -> int | None:
     """An eval at `step`; the exit code when it aborts the run (drift over MIX_FORGET_LIMIT)."""
-    decision = run.evaluate()
+    decision = actions.evaluate()
     if not decision.abort_reason:
         return None
-    run.log.error(f"ABORT at step {step}: {decision.abort_reason}")
-    run.log.event("abort", step=step, reason=decision.abort_reason)
-    run.state.aborted = {"step": step, "reason": decision.abort_reason, "code": exitcodes.FORGET_ABORT}
-    run.save("forget abort")
-    return run.finish(exitcodes.FORGET_ABORT, decision.abort_reason)
+    actions.log.error(f"ABORT at step {step}: {decision.abort_reason}")
+    actions.log.event("abort", step=step, reason=decision.abort_reason)
+    actions.state.aborted = Abort(step, decision.abort_reason, exitcodes.FORGET_ABORT)
+    actions.save("forget abort")
+    return actions.finish(exitcodes.FORGET_ABORT, decision.abort_reason)
 
 
-def _save_if_due(run: RunActions, step: int, mem: dict) -> None:
+def _save_if_due(actions: RunActions, step: int, mem: dict) -> None:
     """The resume state on schedule, on request, at the last step, or early when memory runs low."""
-    config, supervisor = run.config, run.supervisor
-    low_memory = supervisor.requests.memory_low and step - run.last_saved_step >= config.eval_every
+    config, supervisor = actions.config, actions.supervisor
+    low_memory = supervisor.requests.memory_low and step - actions.last_saved_step >= config.eval_every
     if low_memory:
-        run.log.warning(f"available memory {mem['available_mb']:.0f} MB < TATU_MEM_FLOOR_MB {config.mem_floor_mb}: saving early")
+        actions.log.warning(f"available memory {mem['available_mb']:.0f} MB < TATU_MEM_FLOOR_MB {config.mem_floor_mb}: saving early")
     if step % config.ckpt_every == 0 or supervisor.requests.checkpoint or low_memory or step == config.mix_steps_limit:
         supervisor.served("checkpoint")
-        run.save("low memory" if low_memory else "scheduled")
+        actions.save("low memory" if low_memory else "scheduled")
 
 
-def _before_training(run: RunActions) -> int | None:
+def _before_training(actions: RunActions) -> int | None:
     """A restart's checks (aborted, finished, stopped before its baseline), the step-0 baseline,
     READY; the exit code when there is nothing to train."""
-    config, log, supervisor, state = run.config, run.log, run.supervisor, run.state
+    config, log, supervisor, state = actions.config, actions.log, actions.supervisor, actions.state
     limit = config.mix_steps_limit
     if state.history:
         supervisor.publish_eval(state.history[-1], state.best)
     supervisor.begin(state.step)
     if state.aborted:  # an abort is final: never train past it
-        log.error(f"run {config.run} was aborted at step {state.aborted['step']}: {state.aborted['reason']}; "
+        log.error(f"run {config.run} was aborted at step {state.aborted.step}: {state.aborted.reason}; "
                   f"start a new TATU_RUN")
-        return state.aborted["code"]
-    if state.step >= limit and run.files.verdict_file.exists():
+        return state.aborted.code
+    if state.step >= limit and actions.files.verdict_file.exists():
         supervisor.finished_already(state.step)
         log.info(f"run {config.run} already finished at step {state.step}; nothing to do")
         return exitcodes.OK
@@ -219,38 +220,38 @@ def _before_training(run: RunActions) -> int | None:
     if state.baseline is None:  # step 0: the run's own baseline, never recomputed after a restart
         supervisor.phase("baseline")
         log.info("baseline eval at step 0")
-        run.evaluate()
-        run.save("baseline")
+        actions.evaluate()
+        actions.save("baseline")
     supervisor.ready()
-    log.event("ready", step=state.step, limit=limit, precision=run.trainer.precision.name)
+    log.event("ready", step=state.step, limit=limit, precision=actions.trainer.precision.name)
     return None
 
 
-def train(run: RunActions) -> int:
+def train(actions: RunActions) -> int:
     """The steps, top to bottom: baseline, READY, then step, eval, save until the limit or a stop."""
-    config, log, supervisor, state = run.config, run.log, run.supervisor, run.state
+    config, log, supervisor, state = actions.config, actions.log, actions.supervisor, actions.state
     limit = config.mix_steps_limit
-    code = _before_training(run)
+    code = _before_training(actions)
     if code is not None:
         return code
 
-    run.trainer.model.train()
+    actions.trainer.model.train()
     swamp_said = False  # the retention term's warning, once per start
     while state.step < limit:
-        run.world.at_step_boundary(supervisor)  # under torchrun: every rank acts on the same requests
+        actions.world.at_step_boundary(supervisor)  # under torchrun: every rank acts on the same requests
         if supervisor.requests.stop:
             supervisor.stopping()
             log.info(f"stop requested at step {state.step}: saving the resume state")
-            run.save("stop")
+            actions.save("stop")
             supervisor.phase("stopped")
             return exitcodes.OK
         supervisor.phase("training")
-        stats = run.trainer.step(run.stream.next_step(), state.step + 1)
+        stats = actions.trainer.step(actions.stream.next_step(), state.step + 1)
         if not stats.finite:
             what = "loss" if not math.isfinite(stats.loss) else "gradient norm"
             value = stats.loss if what == "loss" else stats.grad_norm
             log.error(f"non-finite {what} {value} at step {stats.step} (not applied): stopping; "
-                      f"the last saved state (step {run.last_saved_step}) is intact")
+                      f"the last saved state (step {actions.last_saved_step}) is intact")
             log.event("abort", step=stats.step, reason=f"non-finite {what}", loss=str(stats.loss),
                       grad_norm=str(stats.grad_norm))
             supervisor.phase("aborted")
@@ -270,13 +271,13 @@ def train(run: RunActions) -> int:
 
         if step % config.eval_every == 0 or step == limit or supervisor.requests.eval:
             supervisor.served("eval")
-            code = _evaluate(run, step)
+            code = _evaluate(actions, step)
             if code is not None:
                 return code
-        _save_if_due(run, step, mem)
+        _save_if_due(actions, step, mem)
 
-    run.final_checkpoint()
-    return run.finish(exitcodes.OK)
+    actions.final_checkpoint()
+    return actions.finish(exitcodes.OK)
 
 
 def _swamps(stats) -> bool:

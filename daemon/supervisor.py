@@ -33,6 +33,7 @@ from tatu.daemon.config import ConfigError, RunConfig
 from tatu.daemon.control.server import ControlServer, socket_path
 from tatu.daemon.notify import Notifier
 from tatu.daemon.status_snapshot import DISK_WARN_SAVES, HostSample, StatusSnapshot, disk_fields
+from tatu.daemon.run.records import Best, EvalRecord
 from tatu.daemon.suite import best_set
 from tatu.formats import fmt_pct
 from tatu.storage import free_bytes
@@ -71,7 +72,7 @@ class Supervisor:
         self._step_seconds: float | None = None
         self.memory = memory.sample()
         self._memory_sampled_at = time.monotonic()
-        self._last_eval: dict | None = None
+        self._last_eval: EvalRecord | None = None
         self._save_bytes: dict[str, int] = {}  # checkpoint name -> bytes of its last save
         self._disk_warned = False
         self._snapshot = StatusSnapshot.of(self.status, self._save_bytes)
@@ -101,7 +102,7 @@ class Supervisor:
 
     def reply_evals(self, _request: dict) -> dict:
         history = self.state.history if self.state is not None else []
-        return {"evals": [{k: v for k, v in h.items() if k != "generations"} for h in history]}
+        return {"evals": [{k: v for k, v in h.to_json().items() if k != "generations"} for h in history]}
 
     def request_checkpoint(self, _request: dict) -> dict:
         self._asked["checkpoint"].set()
@@ -244,16 +245,17 @@ class Supervisor:
         self.notifier.ready()
         self.notifier.status(f"finished at step {step}; nothing to do")
 
-    def publish_eval(self, record: dict, best: dict) -> None:
+    def publish_eval(self, record: EvalRecord, best: Best) -> None:
         """What `tatu status` shows of the last eval."""
         self._last_eval = record
-        drift_tronco = (record["drift_tronco"] or {}).get("value")
+        drift_tronco = record.drift_tronco.value if record.drift_tronco else None
         self.status.update(
-            last_eval={"step": record["step"], "sets": record["sets"], "drift": record["drift"]["value"],
-                       "drift_lo": record["drift"]["lo"], "drift_hi": record["drift"]["hi"], "drift_p": record["drift"]["p_value"],
-                       "drift_tronco": drift_tronco, "trunk_ok": record["trunk_ok"], "best": record["best"],
-                       "changes": record["changes"], "ci_covers": record.get("ci_covers")},
-            best={"step": best["step"], best["set"]: best["ppl"]})
+            last_eval={"step": record.step, "sets": {name: s.to_json() for name, s in record.sets.items()},
+                       "drift": record.drift.value, "drift_lo": record.drift.lo, "drift_hi": record.drift.hi,
+                       "drift_p": record.drift.p_value, "drift_tronco": drift_tronco, "trunk_ok": record.trunk_ok,
+                       "best": record.best, "changes": {name: c.to_json() for name, c in record.changes.items()},
+                       "ci_covers": record.ci_covers},
+            best={"step": best.step, best.set_name: best.ppl})
         self._publish()
 
     # --- every step ------------------------------------------------------------------------
@@ -280,7 +282,7 @@ class Supervisor:
 
     def _eval_text(self) -> str:
         key, last = best_set(self.config.mode), self._last_eval
-        return f"{key} {last['sets'][key]['ppl']:.2f} drift {fmt_pct(last['drift']['value'])} " if last else ""
+        return f"{key} {last.sets[key].ppl:.2f} drift {fmt_pct(last.drift.value)} " if last else ""
 
     @property
     def memory_low(self) -> bool:

@@ -31,7 +31,8 @@ from tatu.sweep import common_step as common_step_
 from tatu.sweep.scores import end_checkpoint, score_checkpoint
 from tatu.sweep.power import seeds_for_effect, stated_effect
 from tatu.sweep.sets import set_stats
-from tatu.sweep.stats import paired_stats, parts_of
+from tatu.sweep.records import ConfigStat, holm_adjusted
+from tatu.sweep.stats import paired_stats
 
 COMMON_LINES = (common_step_.START, common_step_.AT_COMMON)  # the base/end keys of the common-step lines
 
@@ -54,18 +55,18 @@ def member_result(member: Member, sweep_dir: Path, required: tuple[str, ...] = (
     # what trained, as the daemon said it ("trainable 1.3M of 27.1M (4.8%): h.6-7, ln_f"); None for older runs
     result["trainable"] = ((read_json(end / "meta.json") or {}).get("trainable") or {}).get("line") if end else None
     evals = {}
-    for event in RunDir(directory).events("eval"):
-        if event.get("step", 0) > 0:
-            evals[event["step"]] = event  # a re-run eval after a kill repeats the same numbers: last wins
+    for record in RunDir(directory).eval_records():
+        if record.step > 0:
+            evals[record.step] = record  # a re-run eval after a kill repeats the same numbers: last wins
     result["steps"] = max(evals) if evals else 0
-    result["every_eval_drift"] = max((e["drift"]["value"] for e in evals.values()), default=0.0)
-    result["every_eval_drift_hi"] = max((e["drift"]["hi"] for e in evals.values()), default=0.0)
-    result["daemon_drift"] = evals[max(evals)]["drift"]["value"] if evals else None
-    result["eval_drifts"] = [[step, e["drift"]["value"], e["drift"]["hi"]] for step, e in sorted(evals.items())]
+    result["every_eval_drift"] = max((e.drift.value for e in evals.values()), default=0.0)
+    result["every_eval_drift_hi"] = max((e.drift.hi for e in evals.values()), default=0.0)
+    result["daemon_drift"] = evals[max(evals)].drift.value if evals else None
+    result["eval_drifts"] = [[step, e.drift.value, e.drift.hi] for step, e in sorted(evals.items())]
     return result
 
 
-def _metrics(stats: dict | None, results: list[dict], common: int | None = None) -> dict | None:
+def _metrics(stats: dict[str, ConfigStat | None] | None, results: list[dict], common: int | None = None) -> dict | None:
     """The values a rule's conditions name, for one configuration (at the common step: its stats there)."""
     if stats is None:
         return None
@@ -73,12 +74,14 @@ def _metrics(stats: dict | None, results: list[dict], common: int | None = None)
     usable = [r for r in results if "every_eval_drift" in r]  # an interpolated member has no evals during training
     out = {"aborted": float(sum(r["state"] == "aborted" for r in results))}
     if drift:
-        out.update(drift=drift["value"], drift_lo=drift["lo"], drift_hi=drift["hi"])
+        out.update(drift=drift.change.value, drift_lo=drift.change.lo, drift_hi=drift.change.hi)
     if change:
-        out.update(sftHeld_change=change["value"], sftHeld_change_lo=change["lo"], sftHeld_change_hi=change["hi"])
+        out.update(sftHeld_change=change.change.value, sftHeld_change_lo=change.change.lo,
+                   sftHeld_change_hi=change.change.hi)
     for name, held in stats.items():  # a held-out set a rule names: SET_change[_lo|_hi]
         if name not in ("drift", "sftHeld") and held:
-            out.update({f"{name}_change": held["value"], f"{name}_change_lo": held["lo"], f"{name}_change_hi": held["hi"]})
+            out.update({f"{name}_change": held.change.value, f"{name}_change_lo": held.change.lo,
+                        f"{name}_change_hi": held.change.hi})
     if usable and common is None:
         out["every_eval_drift"] = max(r["every_eval_drift"] for r in usable)
         out["every_eval_drift_hi"] = max(r["every_eval_drift_hi"] for r in usable)
@@ -161,15 +164,15 @@ def _would_change(rule, ordered: list[dict], checks: list[dict], chosen: dict | 
             stats = (config.get("stats_common" if rule.at == "common" else "stats") or {}).get(key)
             if not stats or metric == base or base.startswith("every") or base == "aborted":
                 continue
-            point, parts = stats["value"], parts_of(stats)
+            point, parts = stats.change.value, stats.parts
             # On the log scale: the bound must move inside the threshold. The crossed CI's expected
             # half-width at n seeds (power 0.5: the estimate and the spread holding) must fall
             # under the margin; the shared lines' part of it does not shrink with the seeds.
-            margin = abs(math.log1p(fail["threshold"]) - stats["log_mean"]) if fail["threshold"] > -1 else 0.0
+            margin = abs(math.log1p(fail["threshold"]) - stats.log_mean) if fail["threshold"] > -1 else 0.0
             passes_point = (point < fail["threshold"]) if metric.endswith("_hi") else (point > fail["threshold"])
             if passes_point and margin > 0 and parts is not None:
                 need = seeds_power.seeds_needed(parts, margin, power=0.5)
-                more = (f"about {max(1, need - stats['n_seeds'])} more seeds would narrow {metric} enough to pass" if need
+                more = (f"about {max(1, need - stats.n_seeds)} more seeds would narrow {metric} enough to pass" if need
                         else f"no number of seeds would narrow {metric} enough to pass with these {parts.n_lines} lines "
                              "(more lines would)")
                 notes.append(f"{rule.axis}={check['label']}: its {base} point estimate {_fmt_metric(base, point)} passes; "
@@ -183,13 +186,13 @@ def _would_change(rule, ordered: list[dict], checks: list[dict], chosen: dict | 
             if "results" in before and "results" in this:
                 lines = COMMON_LINES if rule.at == "common" else ("base", "end")
                 p = paired_stats(this["results"], before["results"], "enRuler", None, 99, *lines)
-                if p and p["p_value"] >= seeds_power.ALPHA:
+                if p and p.p_value >= seeds_power.ALPHA:
                     # the seeds whose crossed CI resolves the difference measured, at 80% power
-                    need = seeds_power.seeds_needed(parts_of(p), p["diff"])
-                    more = (f"{max(1, need - p['n_seeds'])} more seeds would resolve it" if need
-                            else f"no number of seeds would resolve it with these {p['parts']['n_lines']} lines (more lines would)")
+                    need = seeds_power.seeds_needed(p.parts, p.change.value)
+                    more = (f"{max(1, need - p.n_seeds)} more seeds would resolve it" if need
+                            else f"no number of seeds would resolve it with these {p.parts.n_lines} lines (more lines would)")
                     notes.append(f"{rule.axis}={checks[position - 1]['label']} vs {chosen['label']}: drift difference "
-                                 f"not resolved (its 95% CI, seeds x lines, includes 0: p={p['p_value']:.2f}); {more}")
+                                 f"not resolved (its 95% CI, seeds x lines, includes 0: p={p.p_value:.2f}); {more}")
     return notes
 
 
@@ -238,15 +241,14 @@ def add_paired(lock: dict, configs: list[dict]) -> None:
     others = [c for c in configs if c is not baseline]
     variants = [("paired", ("base", "end"))] + ([("paired_common", COMMON_LINES)] if baseline["stats_common"] else [])
     for (where, lines), (metric, set_name) in itertools.product(variants, (("drift", "enRuler"), ("sftHeld", "sftHeld"))):
-        found = []
+        compared = []
         for index, config in enumerate(others):
             paired = paired_stats(config["results"], baseline["results"], set_name, config["half"], index, *lines)
             config.setdefault(where, {})[metric] = paired
             if paired:
-                found.append(paired)
-        for paired, adjusted in zip(found, st.holm([p["p_value"] for p in found]) if found else []):
-            paired["p_holm"] = adjusted
-            paired["n_compared"] = len(found)
+                compared.append(config)
+        for config, adjusted in zip(compared, holm_adjusted([c[where][metric] for c in compared])):
+            config[where][metric] = adjusted
     for config in configs:
         config["is_baseline"] = config is baseline
 
@@ -259,7 +261,8 @@ def _baseline_key(lock: dict, configs: list[dict]) -> str | None:
 
 
 def analyze(sweep_dir: Path) -> dict:
-    """Every number of the report, as JSON-able data."""
+    """Every number of the report: dicts and lists, with each statistic a record (sweep/records.py,
+    whose writer makes report.json of it)."""
     from tatu.sweep.lock import members as locked_members
     from tatu.sweep.lock import read_lock
 

@@ -5,7 +5,7 @@
                            stopped, or unknown after a reboot)
     stop(member)           ask it to stop gracefully (the daemon saves its resume state)
     env_path(member)       where its env file is (the device a running member was given)
-    last_error(member)     the member's last error line (a 65/78 may stop it before its run log)
+    last_error(member)     the member's last error line (a 65/78 may stop it before its run's log)
 
 What a member *achieved* is never asked of a backend: it is read from the run dir
 (its verdict and events: tatu.daemon.run.paths), so a coordinator restarted on another backend state, or after a

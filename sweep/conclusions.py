@@ -9,7 +9,6 @@ way would contradict it.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 JUDGED = ("drift", "sftHeld")
@@ -57,16 +56,17 @@ def judged_changes(report: dict) -> list[JudgedChange]:
         for metric in JUDGED:
             stats = (config.get("stats") or {}).get(metric)
             if stats:
-                changes.append(JudgedChange(config["key"], metric, False, Interval(stats["value"], stats["lo"], stats["hi"])))
+                changes.append(JudgedChange(config["key"], metric, False,
+                                            Interval(stats.change.value, stats.change.lo, stats.change.hi)))
             paired = (config.get("paired") or {}).get(metric)
             if paired:  # log-ratio differences, shown as relative changes (the sign is the same)
-                changes.append(JudgedChange(config["key"], metric, True,
-                                            Interval(*(math.expm1(paired[k]) for k in ("diff", "lo", "hi")))))
+                shown = paired.change.relative()
+                changes.append(JudgedChange(config["key"], metric, True, Interval(shown.value, shown.lo, shown.hi)))
     return changes
 
 
 def conclusions(report: dict) -> Conclusions:
-    """From a sweep report's data (sweep/analysis.analyze, report.json)."""
+    """From a sweep report (sweep/analysis.py analyze, or report.json through sweep/records.py read_report_json)."""
     verdict = report["verdict"]
     changes = {change.name: change.interval for change in judged_changes(report)}
     passed = tuple(c["config"] for c in verdict["checks"] if not c["failed"] and not c["missing"])

@@ -80,7 +80,7 @@ def measured_cost(runs: list[Path], threads: int | None = None) -> StepCost | No
         parsed = saved_config(config)
         if parsed is None:
             continue
-        evals = [e["seconds"] for e in files.events("eval") if e.get("step", 0) > 0 and e.get("seconds")]
+        evals = [record.seconds for record in files.eval_records() if record.step > 0 and record.seconds]
         measured.append((_run_threads(config), statistics.median(steps) / slot_tokens(parsed), evals, run_dir.name))
     if not measured:
         return None

@@ -15,6 +15,7 @@ from tatu.atomic import write_json_atomic
 from tatu.exitcodes import BAD_CONFIG
 from tatu.sweep.errors import SweepError
 from tatu.sweep.interpolated.spec import InterpolateSpec
+from tatu.sweep.sequential.design import design_from_json
 from tatu.sweep.plan.load import Member, Plan
 from tatu.sweep.rule import parse_rule
 
@@ -60,7 +61,8 @@ def new_lock(plan: Plan, sweep_dir: Path) -> dict:
     configs = {"configs": plan.core()["configs"]} if plan.configs else {}  # absent without [configs], as in core()
     mde = {"mde": plan.mde} if plan.mde is not None else {}  # likewise
     interpolate = {"interpolate": plan.interpolate.to_json()} if plan.interpolate else {}  # likewise
-    return {**configs, **mde, **interpolate,
+    design = {"design": plan.design.to_json()} if plan.design else {}  # likewise
+    return {**configs, **mde, **interpolate, **design,
         "version": VERSION, "name": plan.name, "plan_hash": plan.hash, "plan_portable_hash": plan.portable_hash,
         "plan_file": str(plan.path.absolute()),
         "question": plan.question, "rule": plan.rule.text, "axes": plan.axes, "baseline": plan.baseline,
@@ -106,7 +108,8 @@ def _locked_core(lock: dict) -> dict:
             "tune": {k: tune[k] for k in ("var", "values", "seeds")} if tune else None,
             **({"configs": lock["configs"]} if lock.get("configs") else {}),
             **({"mde": lock["mde"]} if lock.get("mde") is not None else {}),
-            **({"interpolate": lock["interpolate"]} if lock.get("interpolate") else {})}
+            **({"interpolate": lock["interpolate"]} if lock.get("interpolate") else {}),
+            **({"design": lock["design"]} if lock.get("design") else {})}
 
 
 def locked_configs(lock: dict) -> dict[str, dict[str, str]]:
@@ -144,7 +147,7 @@ def plan_from_lock(lock: dict) -> Plan:
     plan = Plan(source, lock["name"], lock["question"], list(lock["seeds"]), dict(lock["base_env"]),
                 {k: list(v) for k, v in lock["axes"].items()}, dict(lock["baseline"]),
                 parse_rule(lock["rule"], lock["axes"], source, list(configs)), configs=configs, mde=lock.get("mde"),
-                interpolate=InterpolateSpec.from_json(lock.get("interpolate")))
+                interpolate=InterpolateSpec.from_json(lock.get("interpolate")), design=design_from_json(lock.get("design")))
     if lock.get("tune"):
         plan.tune_var, plan.tune_values, plan.tune_seeds = lock["tune"]["var"], list(lock["tune"]["values"]), list(lock["tune"]["seeds"])
     return plan

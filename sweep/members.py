@@ -54,10 +54,10 @@ def member_status(member: Member, unit: UnitState) -> MemberStatus:
 
 def _member_status(member: Member, unit: UnitState) -> MemberStatus:
     directory = member.run_dir
-    verdict = read_json(RunDir(directory).verdict_file)
+    verdict = RunDir(directory).verdict()
     if verdict is not None:
-        aborted = (verdict.get("numbers") or {}).get("aborted")
-        return MemberStatus(member, "aborted" if aborted else "done", verdict.get("verdict"),
+        aborted = verdict.numbers.aborted if verdict.numbers else None
+        return MemberStatus(member, "aborted" if aborted else "done", verdict.outcome,
                             exitcodes.FORGET_ABORT if aborted else exitcodes.OK, aborted or "")
     if unit.kind == "running":
         return MemberStatus(member, "running", detail=unit.detail)
@@ -71,7 +71,7 @@ def _member_status(member: Member, unit: UnitState) -> MemberStatus:
 
 
 def _last_error(directory: Path) -> str:
-    log = RunDir(directory).run_log
+    log = RunDir(directory).log_file
     if not log.is_file():
         return ""
     errors = [line for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if " error " in line]

@@ -32,13 +32,14 @@ def drift_axes(data: dict):
     aborted_label = "aborted member (its abort's eval)"
     for x, c in zip(xs, configs):
         d, states = c["stats"]["drift"], _states(c)
-        for seed, value in d["per_seed"].items():
+        for seed, value in d.per_seed.items():
             if states.get(seed) == "aborted":
                 ax.plot([x], [value * 100], markersize=9, zorder=2, label=aborted_label, **ABORT_MARK)
                 aborted_label = None
             else:
                 ax.plot([x], [value * 100], marker="o", color="0.6", markersize=4, linestyle="none", zorder=2)
-        ax.errorbar([x], [d["value"] * 100], yerr=[[(d["value"] - d["lo"]) * 100], [(d["hi"] - d["value"]) * 100]],
+        change = d.change
+        ax.errorbar([x], [change.value * 100], yerr=[[(change.value - change.lo) * 100], [(change.hi - change.value) * 100]],
                     fmt="o", color=colour(0), capsize=4, zorder=3)
     limit = configs[0]["effective"].get("MIX_FORGET_LIMIT")
     if limit is not None:
@@ -60,12 +61,12 @@ def tradeoff_axes(data: dict):
     aborted_label = "aborted member (its abort's eval)"
     for i, c in enumerate(configs):
         d, s, states = c["stats"]["drift"], c["stats"]["sftHeld"], _states(c)
-        seeds = [k for k in d["per_seed"] if k in s["per_seed"]]
-        ax.plot([d["per_seed"][k] * 100 for k in seeds], [s["per_seed"][k] * 100 for k in seeds], marker="o",
+        seeds = [k for k in d.per_seed if k in s.per_seed]
+        ax.plot([d.per_seed[k] * 100 for k in seeds], [s.per_seed[k] * 100 for k in seeds], marker="o",
                 markersize=5, color=colour(i), linestyle="none", label=c["key"], zorder=3)
         stopped = [k for k in seeds if states.get(k) == "aborted"]
         if stopped:  # an outline around the configuration's dot, so both show
-            ax.plot([d["per_seed"][k] * 100 for k in stopped], [s["per_seed"][k] * 100 for k in stopped],
+            ax.plot([d.per_seed[k] * 100 for k in stopped], [s.per_seed[k] * 100 for k in stopped],
                     markersize=15, zorder=2, label=aborted_label,
                     **{**ABORT_MARK, "markerfacecolor": "none", "markeredgecolor": "red", "markeredgewidth": 1.5})
             aborted_label = None

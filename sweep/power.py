@@ -13,7 +13,7 @@ import math
 
 from tatu.evals.seeds import power as seeds_power
 from tatu.sweep.rule import Rule, held_out_set
-from tatu.sweep.stats import parts_of
+from tatu.sweep.records import ConfigStat, PairedDiff
 
 DEFAULT_MDE = 0.02  # docs/sweeps.md#how-many-seeds-are-enough
 # the paired comparisons the report makes (sweep/analysis.py add_paired): drift and sftHeld
@@ -41,13 +41,14 @@ def stated_effect(lock: dict) -> float:
     return lock.get("mde") or DEFAULT_MDE
 
 
-def _seeds_for(config: str, vs: str | None, metric: str, stats: dict | None, effect: float) -> SeedsFor | None:
+def _seeds_for(config: str, vs: str | None, metric: str, stats: ConfigStat | PairedDiff | None, effect: float
+               ) -> SeedsFor | None:
     if not stats:
         return None
-    parts = parts_of(stats)
+    parts = stats.parts
     if parts is None:
-        return SeedsFor(config, vs, metric, stats["n_seeds"], None, None, None, None, known=False)
-    return SeedsFor(config, vs, metric, stats["n_seeds"], parts.n_lines, math.expm1(seeds_power.crossed_mde(parts, stats["n_seeds"])),
+        return SeedsFor(config, vs, metric, stats.n_seeds, None, None, None, None, known=False)
+    return SeedsFor(config, vs, metric, stats.n_seeds, parts.n_lines, math.expm1(seeds_power.crossed_mde(parts, stats.n_seeds)),
                     seeds_power.seeds_needed(parts, math.log1p(effect)), math.expm1(seeds_power.line_floor(parts)), known=True)
 
 

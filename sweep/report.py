@@ -1,16 +1,17 @@
 """`tatu sweep report NAME`: the closing table in the terminal, report.json, PNG plots, one HTML page.
 
-The numbers are sweep/analysis.py's, the text sweep/tables.py's, the page sweep/page.py's and
-the plots sweep/plots.py's, in the run report's look (tatu.pages).
+The numbers are sweep/analysis.py's (report.json: sweep/records.py's one writer and reader), the
+text sweep/tables.py's, the page sweep/page.py's and the plots sweep/plots.py's, in the run
+report's look (tatu.pages).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from tatu.atomic import write_json_atomic
 from tatu.sweep.analysis import analyze
 from tatu.sweep.page import write_page
 from tatu.sweep.plots import render_plots
+from tatu.sweep.records import write_report_json
 from tatu.sweep.tables import closing_text
 
 
@@ -18,6 +19,6 @@ def write_report(sweep_dir: Path, out_dir: Path | None = None) -> tuple[dict, st
     data = analyze(sweep_dir)
     out_dir = Path(out_dir or Path(sweep_dir) / "report")
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out_dir / "report.json", data, sort_keys=True)
+    write_report_json(out_dir, data)
     text = closing_text(data)
     return data, text, write_page(data, text, render_plots(data, out_dir), out_dir)

@@ -8,14 +8,14 @@ numbers.
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import math
 
 import numpy as np
 
-from tatu.evals.seeds import power as seeds_power
 from tatu.evals.seeds import stats as st
+from tatu.records import LogRatio
+from tatu.sweep.records import ConfigStat, Outlier, PairedDiff
 
 RESAMPLES = 2000
 HALVES = {"dev": 0, "judge": 1}
@@ -53,51 +53,32 @@ def _rel(x: float) -> float:
     return math.expm1(x)
 
 
-def _ci_json(ci: st.SeedCI) -> dict:
-    return {"value": _rel(ci.mean), "lo": _rel(ci.lo), "hi": _rel(ci.hi), "log_mean": ci.mean, "se": ci.se,
-            "seed_sd": ci.seed_sd, "seed_effect_sd": ci.seed_effect_sd, "within_se": ci.within_se,
-            "shared_line_se": ci.shared_line_se, "interaction_se": ci.interaction_se,
-            "df": ci.df if math.isfinite(ci.df) else None, "n_seeds": ci.n_seeds,
-            "mde": _rel(ci.mde) if math.isfinite(ci.mde) else None, "parts": parts_json(ci.parts)}
-
-
-def parts_json(parts: seeds_power.CrossedParts | None) -> dict | None:
-    """The variance components in report.json (what power.py projects to other seed counts)."""
-    return None if parts is None else dataclasses.asdict(parts)
-
-
-def parts_of(stats: dict) -> seeds_power.CrossedParts | None:
-    """The components of a statistic as report.json holds them (None below 2 seeds)."""
-    return None if stats.get("parts") is None else seeds_power.CrossedParts(**stats["parts"])
-
-
 def _seed_rng(index: int, set_name: str) -> list[int]:
     """The resampling seed of one statistic: its position and its set's name (hashed, so two
     sets whose names have the same length never share their draws)."""
     return [index, int.from_bytes(hashlib.sha256(set_name.encode()).digest()[:4], "big")]
 
 
-def _outliers(usable: list[dict], est: list[float]) -> list[dict]:
+def _outliers(usable: list[dict], est: list[float]) -> tuple[Outlier, ...]:
     if len(est) < 3:
-        return []
+        return ()
     t = st.leave_one_out_t(est)
-    return [{"seed": usable[i]["seed"], "t": t[i]} for i in st.outliers(est)]
+    return tuple(Outlier(usable[i]["seed"], t[i]) for i in st.outliers(est))
 
 
 def config_stats(results: list[dict], set_name: str, half: str | None, index: int,
-                 base: str = "base", end: str = "end") -> dict | None:
+                 base: str = "base", end: str = "end") -> ConfigStat | None:
     usable = [r for r in results if end in r]
     if not usable:
         return None
     runs = crossed_runs(usable, set_name, half, base, end)
     est = [r.log_ratio() for r in runs]
     ci = st.crossed_ci(runs, n_resamples=RESAMPLES, seed=_seed_rng(index, set_name))
-    return {**_ci_json(ci), "per_seed": {str(r["seed"]): _rel(e) for r, e in zip(usable, est)},
-            "outliers": _outliers(usable, est)}
+    return ConfigStat.of(ci, {str(r["seed"]): _rel(e) for r, e in zip(usable, est)}, _outliers(usable, est))
 
 
 def paired_stats(results: list[dict], baseline: list[dict], set_name: str, half: str | None, index: int,
-                 base: str = "base", end: str = "end") -> dict | None:
+                 base: str = "base", end: str = "end") -> PairedDiff | None:
     by_seed = {r["seed"]: r for r in baseline if end in r}
     pairs = [(by_seed[r["seed"]], r) for r in results if end in r and r["seed"] in by_seed]
     if len(pairs) < 2:
@@ -109,6 +90,6 @@ def paired_stats(results: list[dict], baseline: list[dict], set_name: str, half:
     sd = float(np.std(np.subtract(a_est, b_est), ddof=1))
     # p and t from the interval's own SE and df (seeds x lines), so p < 0.05 exactly when the CI excludes 0
     t = ci.mean / ci.se if ci.se > 0 else None
-    return {"diff": ci.mean, "lo": ci.lo, "hi": ci.hi, "p_value": ci.p_value, "t": t,
-            "df": ci.df if math.isfinite(ci.df) else None,
-            "n_seeds": len(pairs), "seed_sd": sd, "mde": _rel(ci.mde), "parts": parts_json(ci.parts)}
+    return PairedDiff(LogRatio(ci.mean, ci.lo, ci.hi), p_value=ci.p_value, t=t,
+                      df=ci.df if math.isfinite(ci.df) else None, n_seeds=len(pairs), seed_sd=sd, mde=_rel(ci.mde),
+                      parts=ci.parts)

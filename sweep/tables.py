@@ -12,14 +12,13 @@ With a tune stage, its table comes first.
 """
 from __future__ import annotations
 
-import math
-
-from tatu.formats import fmt_ci, fmt_p_formula as _p, fmt_pct as _pct, fmt_share as _sd
+from tatu.formats import fmt_p_formula as _p, fmt_pct as _pct, fmt_share as _sd
 from tatu.sweep.configs import describe_configs
+from tatu.sweep.records import ConfigStat, PairedDiff
 
 
-def _ci(stats) -> str:
-    return "n/a" if not stats else fmt_ci(stats["value"], stats["lo"], stats["hi"])
+def _ci(stats: ConfigStat | None) -> str:
+    return "n/a" if not stats else stats.change.text()
 
 
 def _step(c: dict, common: bool) -> str:
@@ -40,10 +39,11 @@ def config_rows(configs: list[dict], common: bool = False) -> list[list[str]]:
         aborted = sum(r["state"] == "aborted" for r in results)
         diverged = sum(r["state"] == "diverged" for r in results)
         waiting = sum(r["state"] not in ("done", "aborted", "diverged") for r in results)
-        outl = [f"s{o['seed']} (t={o['t']:+.1f})" for o in (d or {}).get("outliers", []) + (s or {}).get("outliers", [])]
-        rows.append([c["key"] + (" *" if c.get("is_baseline") else ""), f"{(d or s or {}).get('n_seeds', 0)}/{len(results)}",
-                     _step(c, common), _ci(d), _sd(d and d["seed_sd"]), _sd(d and d["within_se"]), _sd(d and d["mde"]), _ci(s),
-                     _sd(s and s["seed_sd"]), _sd(s and s["within_se"]),
+        outl = [f"s{o.seed} (t={o.t:+.1f})" for stat in (d, s) if stat for o in stat.outliers]
+        n_seeds = (d or s).n_seeds if (d or s) else 0
+        rows.append([c["key"] + (" *" if c.get("is_baseline") else ""), f"{n_seeds}/{len(results)}",
+                     _step(c, common), _ci(d), _sd(d and d.seed_sd), _sd(d and d.within_se), _sd(d and d.mde), _ci(s),
+                     _sd(s and s.seed_sd), _sd(s and s.within_se),
                      f"{aborted}" + (f" +{diverged} diverged" if diverged else "") + (f" ({waiting} not done)" if waiting else ""),
                      ", ".join(sorted(set(outl))) or "-"])
     return rows
@@ -67,16 +67,16 @@ def paired_rows(configs: list[dict], common: bool = False) -> list[list[str]]:
         if c.get("is_baseline") or not paired:
             continue
         d, s = paired.get("drift"), paired.get("sftHeld")
-        rows.append([c["key"], str((d or {}).get("n_seeds", 0)), _step(c, common), *_paired_cells(d), *_paired_cells(s)])
+        rows.append([c["key"], str(d.n_seeds if d else 0), _step(c, common), *_paired_cells(d), *_paired_cells(s)])
     return rows
 
 
-def _paired_cells(p: dict | None) -> list[str]:
+def _paired_cells(p: PairedDiff | None) -> list[str]:
     """A paired comparison's difference with its CI, p and p Holm (n/a without one)."""
     if not p:
         return ["n/a"] * 3
     # a paired difference is held on the log scale: its text is the relative change, as every other CI's
-    return [fmt_ci(*(math.expm1(p[k]) for k in ("diff", "lo", "hi"))), _p(p["p_value"]), _p(p.get("p_holm"))]
+    return [p.change.relative().text(), _p(p.p_value), _p(p.p_holm)]
 
 
 def tune_rows(tune: dict, tuned: dict | None) -> list[list[str]]:
@@ -86,8 +86,8 @@ def tune_rows(tune: dict, tuned: dict | None) -> list[list[str]]:
         s = c["stats"]["sftHeld"]
         chosen = tuned is not None and c["values"].get(var) == tuned["value"]
         states = ", ".join(sorted({r["state"] for r in c["results"]}))
-        rows.append([f"{var}={c['values'].get(var)}" + (" <- chosen" if chosen else ""), f"{(s or {}).get('n_seeds', 0)}/{len(c['results'])}",
-                     _ci(s), _sd(s and s["seed_sd"]), _ci(c["stats"]["drift"]), states])
+        rows.append([f"{var}={c['values'].get(var)}" + (" <- chosen" if chosen else ""), f"{s.n_seeds if s else 0}/{len(c['results'])}",
+                     _ci(s), _sd(s and s.seed_sd), _ci(c["stats"]["drift"]), states])
     return rows
 
 
@@ -199,12 +199,16 @@ def power_lines(data: dict) -> list[str]:
     return [power_title(seeds_for), *(f"  {power_row(r, seeds_for['effect'])}" for r in seeds_for["rows"])]
 
 
+def _n_compared(p: PairedDiff | None) -> int:
+    return (p.n_compared or 0) if p else 0
+
+
 def _paired_text(configs: list[dict], common: bool) -> list[str]:
     rows = paired_rows(configs, common)
     if not rows:
         return []
     where = "paired_common" if common else "paired"
-    n = max(((c.get(where) or {}).get("drift") or {}).get("n_compared", 0) for c in configs)
+    n = max(_n_compared((c.get(where) or {}).get("drift")) for c in configs)
     return ["", f"paired by seed and line vs the baseline (log-ratio differences; {PAIRED_P}; Holm over {n} comparisons)",
             text_table(PAIRED_HEADER, rows)]
 
@@ -220,7 +224,7 @@ def vs_parent_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     header = ["config vs parent", "seeds"] + [h for m in rows[0]["paired"] for h in (f"{m} diff {CI}", "p", "p Holm")]
     table = []
     for row in rows:
-        cells = [f"{row['config']} vs {row['parent']}", str(max((p or {}).get("n_seeds", 0) for p in row["paired"].values()))]
+        cells = [f"{row['config']} vs {row['parent']}", str(max(p.n_seeds if p else 0 for p in row["paired"].values()))]
         for p in row["paired"].values():
             cells += _paired_cells(p)
         table.append(cells)
@@ -256,8 +260,8 @@ def held_out_rows(configs: list[dict], common: bool = False) -> list[list[str]]:
     for c in configs:
         for name, st in (c.get("stats_common" if common else "stats") or {}).items():
             if name not in ("drift", "sftHeld"):
-                rows.append([c["key"], name, _step(c, common), _ci(st), _sd(st and st["seed_sd"]),
-                             _sd(st and st["within_se"]), _sd(st and st["mde"])])
+                rows.append([c["key"], name, _step(c, common), _ci(st), _sd(st and st.seed_sd),
+                             _sd(st and st.within_se), _sd(st and st.mde)])
     return rows
 
 
@@ -271,8 +275,8 @@ def category_rows(configs: list[dict], common: bool = False) -> list[list[str]]:
         for c in configs:
             st = ((c.get(where) or {}).get(set_name) or {}).get(category)
             if st:
-                rows.append([c["key"], set_name, category, _step(c, common), _ci(st), _sd(st["seed_sd"]),
-                             _sd(st["within_se"])])
+                rows.append([c["key"], set_name, category, _step(c, common), _ci(st), _sd(st.seed_sd),
+                             _sd(st.within_se)])
     return rows
 
 

@@ -18,11 +18,12 @@ def select_tuned(sweep_dir: Path, lock: dict, members: list[Member]) -> tuple[st
         stats = config["stats"]["sftHeld"]
         clean = all(r["state"] == "done" for r in config["results"])
         if stats is not None:
-            candidates.append((not clean, stats["log_mean"], config["values"][var], stats))
+            candidates.append((not clean, stats.log_mean, config["values"][var], stats))
     if not candidates:
         raise RuntimeError("tune stage: no tune member has a result to choose from")
     candidates.sort(key=lambda c: (c[0], c[1]))
     _, _, value, stats = candidates[0]
-    scores = {c[2]: {"dev_change": c[3]["value"], "lo": c[3]["lo"], "hi": c[3]["hi"], "clean": not c[0]} for c in candidates}
-    reason = f"mean dev-half sftHeld change {stats['value'] * 100:+.2f}% over {stats['n_seeds']} seeds"
+    scores = {c[2]: {"dev_change": c[3].change.value, "lo": c[3].change.lo, "hi": c[3].change.hi, "clean": not c[0]}
+              for c in candidates}
+    reason = f"mean dev-half sftHeld change {stats.change.value * 100:+.2f}% over {stats.n_seeds} seeds"
     return value, {"selected_on": "sftHeld dev half (even line indices)", "reason": reason, "scores": scores}

@@ -4,9 +4,12 @@ events and sweep numbers, so the pages render in milliseconds."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from tatu.ops.report.page import build_report
+from tatu.records import RelativeChange
+from tatu.sweep.records import ConfigStat
 
 
 def change_point(value, p=0.04):
@@ -84,10 +87,12 @@ LONG_RULE = ("smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT and every_
              "and sftHeld_change_hi < 0 and ptFaq_change_hi < 0.05")
 
 
-def stats(per_seed: dict) -> dict:
+def stats(per_seed: dict) -> ConfigStat:
+    """What the page and its plots read of a configuration's statistic (the rest: zeros)."""
     mean = sum(per_seed.values()) / len(per_seed)
-    return {"value": mean, "lo": mean - 0.02, "hi": mean + 0.02, "seed_sd": 0.01, "within_se": 0.008, "mde": 0.03,
-            "n_seeds": len(per_seed), "per_seed": per_seed, "outliers": []}
+    return ConfigStat(change=RelativeChange(mean, mean - 0.02, mean + 0.02), log_mean=math.log1p(mean), se=0.0,
+                      seed_sd=0.01, seed_effect_sd=0.0, within_se=0.008, shared_line_se=0.0, interaction_se=0.0,
+                      df=None, n_seeds=len(per_seed), mde=0.03, parts=None, per_seed=per_seed, outliers=())
 
 
 def sweep_config(key: str, replay: str) -> dict:

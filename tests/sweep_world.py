@@ -88,14 +88,15 @@ def assert_every_p_agrees_with_its_ci(report) -> int:
     return checked + sum(assert_every_p_agrees_with_its_ci(child) for child in children)
 
 
-def assert_paired_p_agrees_with_ci(paired: dict, diffs: list[float]) -> None:
-    """The paired difference is the mean of the per-seed differences; its p is the two-sided t at
-    the CI's own SE (its half-width over t_.975 at its df: scipy here) and df, so p < 0.05 exactly
-    when the CI excludes 0."""
+def assert_paired_p_agrees_with_ci(paired, diffs: list[float]) -> None:
+    """The paired difference (a sweep/records.py PairedDiff) is the mean of the per-seed
+    differences; its p is the two-sided t at the CI's own SE (its half-width over t_.975 at its df:
+    scipy here) and df, so p < 0.05 exactly when the CI excludes 0."""
     from scipy import stats as sp
 
-    assert paired["diff"] == pytest.approx(sum(diffs) / len(diffs), abs=1e-12)
-    df = paired["df"] if paired["df"] is not None else math.inf
-    se = (paired["hi"] - paired["lo"]) / 2 / sp.t.ppf(0.975, df)
-    assert paired["p_value"] == pytest.approx(2 * sp.t.sf(abs(paired["diff"]) / se, df), rel=1e-6, abs=1e-12)
-    assert (paired["p_value"] < 0.05) == (paired["lo"] > 0 or paired["hi"] < 0)
+    diff = paired.change
+    assert diff.value == pytest.approx(sum(diffs) / len(diffs), abs=1e-12)
+    df = paired.df if paired.df is not None else math.inf
+    se = (diff.hi - diff.lo) / 2 / sp.t.ppf(0.975, df)
+    assert paired.p_value == pytest.approx(2 * sp.t.sf(abs(diff.value) / se, df), rel=1e-6, abs=1e-12)
+    assert (paired.p_value < 0.05) == (diff.lo > 0 or diff.hi < 0)

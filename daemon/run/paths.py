@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tatu.daemon.run.records import EvalRecord, Verdict
+
 RUN_LOG = "run.log"
 EVENTS = "events.jsonl"
 VERDICT = "verdict.json"
@@ -54,7 +56,7 @@ class RunDir:
         object.__setattr__(self, "path", Path(self.path))
 
     @property
-    def run_log(self) -> Path:
+    def log_file(self) -> Path:
         return self.path / RUN_LOG
 
     @property
@@ -116,3 +118,25 @@ class RunDir:
             return []
         events = read_events(self.events_file)
         return events if kind is None else [e for e in events if event_kind(e) == kind]
+
+    def eval_records(self) -> list[EvalRecord]:
+        """The run's eval events as records, in order (a step evaluated again after a restart appears
+        twice: its numbers are the same); a malformed one is refused, naming the file and the event."""
+        records = []
+        for index, event in enumerate(self.events("eval")):
+            where = f"{self.events_file}: eval event #{index + 1}"
+            try:
+                records.append(EvalRecord.from_json(event, where))
+            except (KeyError, TypeError, AttributeError) as exc:
+                raise ValueError(f"{where}: malformed ({type(exc).__name__}: {exc})") from None
+        return records
+
+    def verdict(self) -> Verdict | None:
+        """The run's verdict file as a record; None before the run wrote one."""
+        if not self.verdict_file.is_file():
+            return None
+        payload = json.loads(self.verdict_file.read_text(encoding="utf-8"))
+        try:
+            return Verdict.from_json(payload, str(self.verdict_file))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{self.verdict_file}: malformed ({type(exc).__name__}: {exc})") from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tatu.daemon.run.records import Abort, Best, EvalRecord
 from tatu.evals.scoring import SetResult
 from tatu.model.checkpoint import CheckpointError
 
@@ -28,10 +29,10 @@ def is_results_json(payload) -> bool:
 class RunState:
     step: int = 0
     baseline: dict[str, SetResult] | None = None  # the step-0 eval: never recomputed after a restart
-    best: dict | None = None  # {"step", "set", "ppl"}
-    history: list[dict] = field(default_factory=list)  # every eval record, as logged
+    best: Best | None = None
+    history: list[EvalRecord] = field(default_factory=list)  # every eval record, as logged
     trunk_reference: dict[str, SetResult] | None = None  # the trunk's scores, for drift_tronco
-    aborted: dict | None = None  # {"step", "reason", "code"}: final, never trained past
+    aborted: Abort | None = None  # final, never trained past
     eval_files: dict[str, str] | None = None  # sha256 of each eval file the baseline was measured on
     category_baseline: dict[str, dict[str, SetResult]] | None = None  # the step-0 per-category results
     task_baseline: dict[str, dict] | None = None  # the step-0 per-item correctness of each task
@@ -43,9 +44,9 @@ class RunState:
     retention: dict | None = None
 
     def to_json(self) -> dict:
-        return {"step": self.step, "baseline": results_to_json(self.baseline), "best": self.best,
-                "history": self.history, "trunk_reference": results_to_json(self.trunk_reference),
-                "aborted": self.aborted, "eval_files": self.eval_files,
+        return {"step": self.step, "baseline": results_to_json(self.baseline), "best": None if self.best is None else self.best.to_json(),
+                "history": [record.to_json() for record in self.history], "trunk_reference": results_to_json(self.trunk_reference),
+                "aborted": None if self.aborted is None else self.aborted.to_json(), "eval_files": self.eval_files,
                 "category_baseline": None if self.category_baseline is None else
                 {name: results_to_json(per) for name, per in self.category_baseline.items()},
                 "task_baseline": self.task_baseline, "lr_schedule_end": self.lr_schedule_end,
@@ -59,9 +60,10 @@ class RunState:
                 # crash would be restarted in a loop. Exit 65, said plainly.
                 raise CheckpointError(f"resume state: its {key} is in an older format; start a new TATU_RUN")
         return cls(step=payload["step"], baseline=results_from_json(payload["baseline"], n_resamples, seed),
-                   best=payload["best"], history=payload["history"],
+                   best=Best.from_json(payload["best"]),
+                   history=[EvalRecord.from_json(record, "resume state: history") for record in payload["history"]],
                    trunk_reference=results_from_json(payload["trunk_reference"], n_resamples, seed),
-                   aborted=payload["aborted"], eval_files=payload["eval_files"],
+                   aborted=Abort.from_json(payload["aborted"]), eval_files=payload["eval_files"],
                    category_baseline=None if payload.get("category_baseline") is None else
                    {name: results_from_json(per, n_resamples, seed) for name, per in payload["category_baseline"].items()},
                    task_baseline=payload.get("task_baseline"), lr_schedule_end=payload.get("lr_schedule_end"),

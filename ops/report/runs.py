@@ -92,7 +92,7 @@ class RunRecord:
 
 
 def number(value) -> float | None:
-    """A JSON number as written by the run log (non-finite floats are stored as "inf"/"-inf"/null)."""
+    """A JSON number as written by the run's log (non-finite floats are stored as "inf"/"-inf"/null)."""
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, (int, float)):

@@ -72,7 +72,7 @@ def write_ready(sweep_dir: Path, members: list[InterpolatedMember], say) -> None
 def _end_step(run_dir: Path) -> int:
     from tatu.daemon.run.paths import RunDir
 
-    steps = [e["step"] for e in RunDir(run_dir).events("eval")]
+    steps = [record.step for record in RunDir(run_dir).eval_records()]
     return max(steps, default=0)
 
 

@@ -8,8 +8,8 @@ every other paired comparison (sweep/stats.py paired_stats) and Holm over the al
 """
 from __future__ import annotations
 
-from tatu.evals.seeds import stats as st
 from tatu.sweep.interpolated.spec import InterpolateSpec
+from tatu.sweep.records import holm_adjusted
 from tatu.sweep.stats import paired_stats
 
 # The set each metric reads: drift is enRuler's; a held-out set is its own name.
@@ -18,7 +18,7 @@ INDEX_OFFSET = 500  # bootstrap streams apart from the baseline comparisons' (in
 
 
 def vs_parent(lock: dict, configs: list[dict]) -> list[dict]:
-    """[{"config", "parent", "alpha", "paired": {metric: paired_stats or None}}], in the plan's alpha order."""
+    """[{"config", "parent", "alpha", "paired": {metric: PairedDiff or None}}], in the plan's alpha order."""
     spec = InterpolateSpec.from_json(lock.get("interpolate"))
     by_key = {c["key"]: c for c in configs}
     parent = by_key.get(spec.config) if spec else None
@@ -28,13 +28,13 @@ def vs_parent(lock: dict, configs: list[dict]) -> list[dict]:
     rows = [{"config": key, "parent": spec.config, "alpha": alpha, "paired": {}}
             for key, alpha in zip(spec.keys(), spec.alphas) if key in by_key]
     for metric in metrics:
-        found = []
+        compared = []
         for index, row in enumerate(rows):
             paired = paired_stats(by_key[row["config"]]["results"], parent["results"], SETS.get(metric, metric),
                                   by_key[row["config"]]["half"], INDEX_OFFSET + index)
             row["paired"][metric] = paired
             if paired:
-                found.append(paired)
-        for paired, adjusted in zip(found, st.holm([p["p_value"] for p in found]) if found else []):
-            paired["p_holm"], paired["n_compared"] = adjusted, len(found)
+                compared.append(row)
+        for row, adjusted in zip(compared, holm_adjusted([r["paired"][metric] for r in compared])):
+            row["paired"][metric] = adjusted
     return rows

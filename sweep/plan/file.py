@@ -43,6 +43,7 @@ class PlanFile(_Section):
     decision: _Decision = _Decision()
     tune: dict[str, Any] | None = None
     interpolate: dict[str, Any] | None = None  # config, alphas (tatu.sweep.interpolated.members)
+    design: dict[str, Any] | None = None  # sequential, min_seeds, max_seeds (tatu.sweep.sequential.design)
 
     @field_validator("name")
     @classmethod
@@ -65,7 +66,7 @@ def seed_list(seeds) -> list[int]:
     return list(seeds)
 
 
-_SECTIONS = {"base": "[base]", "axes": "[axes]", "configs": "[configs]", "decision": "[decision]", "tune": "[tune]", "interpolate": "[interpolate]"}
+_SECTIONS = {"base": "[base]", "axes": "[axes]", "configs": "[configs]", "decision": "[decision]", "tune": "[tune]", "interpolate": "[interpolate]", "design": "[design]"}
 
 
 def _validation_error(path: Path, exc: ValidationError) -> SweepError:

@@ -38,10 +38,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tatu.evals.seeds.sequential import Design
 from tatu.sweep.configs import check_distinct, config_variables, read_configs
 from tatu.sweep.interpolated.spec import InterpolateSpec, read_interpolate
 from tatu.sweep.plan.file import PlanFile, read_plan_file, seed_list
 from tatu.sweep.rule import CONFIG, Rule, parse_rule, plan_error
+from tatu.sweep.sequential.design import read_design
 from tatu.sweep.values import PATH_VARIABLES, SWEEP_OWNED, config_label, env_value as _env_value, resolve_paths as _resolve_paths
 
 
@@ -88,6 +90,7 @@ class Plan:
     configs: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> the variables it sets, in order
     mde: float | None = None  # [decision] mde, a relative change; None: the report's default (sweep/power.py)
     interpolate: InterpolateSpec | None = None  # [interpolate]: interpolated members (tatu.sweep.interpolated.members)
+    design: Design | None = None  # [design]: a group-sequential design over seeds (tatu.sweep.sequential.design)
 
     def core(self) -> dict:
         """Everything pre-registered except the comparison seeds (which may only grow)."""
@@ -100,6 +103,8 @@ class Plan:
             core["mde"] = self.mde
         if self.interpolate is not None:  # likewise absent without [interpolate]
             core["interpolate"] = self.interpolate.to_json()
+        if self.design is not None:  # likewise absent without [design]
+            core["design"] = self.design.to_json()
         return core
 
     @property
@@ -282,6 +287,7 @@ def load_plan(path: str | Path, text: str | None = None) -> Plan:
                 mde=None if doc.decision.mde is None else _mde(doc.decision.mde, path))
     if doc.tune is not None:
         _add_tune(plan, doc.tune, path, known)
+    plan.design = read_design(doc.design, path, plan.seeds)
     plan.interpolate = read_interpolate(doc.interpolate, path, [key for key, _ in plan.configurations()])
     # Every member's config is checked now: a bad one is refused before anything runs.
     out = Path("/nonexistent-sweep-out")

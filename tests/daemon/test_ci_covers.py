@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from run_records import set_summary
 from tiny_world import RUN_PREFIXES, clean_environ, sft_env, wait_for
 
 from tatu.daemon.ci_covers import ENV_FILE_PLACEHOLDER, ci_covers, run_env_file, run_to_run_sources
@@ -23,7 +24,7 @@ SFT = {"TATU_DATA": "d", "TATU_SEED_CKPT": "seed"}
 
 def _sets(**lines) -> dict:
     """An eval record's `sets` summaries: name=(scored, total)."""
-    return {name: {"n_lines": scored, "n_lines_total": total} for name, (scored, total) in lines.items()}
+    return {name: set_summary(n_lines=scored, n_lines_total=total) for name, (scored, total) in lines.items()}
 
 
 def _config(**variables):

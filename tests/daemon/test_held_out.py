@@ -11,8 +11,10 @@ import pytest
 from strict import cannot_run
 from tiny_world import HELD_OUT_EXTRA
 
+
 from tatu.daemon.judge import change
 from tatu.daemon.logs import read_events
+from tatu.daemon.run.records import Best, EvalRecord
 from tatu.daemon.run.state import RunState
 from tatu.evals.scoring import compare_results
 from tatu.ops import cli
@@ -67,7 +69,7 @@ def test_status_carries_every_change_and_the_report_plots_every_set(five_sets, t
     config, origins = load_config({"TATU_RUN": "five-status", "TATU_DATA": str(tmp_path), "TATU_OUT": str(tmp_path),
                                    "TATU_MODE": "pretrain"})
     supervisor = Supervisor(config, origins)
-    supervisor.publish_eval(last, {"step": 4, "set": "sftHeld", "ppl": 1.0})
+    supervisor.publish_eval(EvalRecord.from_json(last), Best(4, "sftHeld", 1.0))
     assert supervisor.status["last_eval"]["changes"]["ptNews"] == last["changes"]["ptNews"]
 
     out = tmp_path / "report"
@@ -115,7 +117,7 @@ def test_change_of_a_set_with_itself_is_zero_with_a_degenerate_interval(five_set
     config, _ = load_config({"TATU_RUN": "x", "TATU_DATA": "/nonexistent", "TATU_OUT": "/nonexistent", "TATU_MODE": "pretrain",
                              "TATU_EVAL_RESAMPLES": "200"})
     same = change(state.baseline["ptNews"], state.baseline["ptNews"], config)
-    assert same["value"] == 0.0 and same["lo"] == pytest.approx(0.0) and same["hi"] == pytest.approx(0.0)
+    assert same.value == 0.0 and same.lo == pytest.approx(0.0) and same.hi == pytest.approx(0.0)
 
 
 def test_a_task_is_scored_at_every_eval_and_paired_with_step_0(five_sets):

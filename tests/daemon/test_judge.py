@@ -14,6 +14,7 @@ import pytest
 from tatu.daemon.config import load_config
 from tatu.daemon.judge import decide
 from tatu.daemon.judge import verdict as judge
+from tatu.daemon.run.records import Best
 from tatu.daemon.run.state import RunState
 from tatu.daemon.suite import Suite
 from tatu.evals.scoring import SetResult
@@ -57,7 +58,7 @@ def test_abort_on_the_point_estimate_only_above_the_limit():
     state = RunState(baseline=results(1.0, 1.0))
     below = decide(8, results(0.99, 1.07), state, suite(), cfg, 1.0, None)
     above = decide(8, results(0.99, 1.09), state, suite(), cfg, 1.0, None)
-    assert below.abort_reason is None and below.record["drift"]["value"] == pytest.approx(0.07, abs=1e-9)
+    assert below.abort_reason is None and below.record.drift.value == pytest.approx(0.07, abs=1e-9)
     assert above.abort_reason and "MIX_FORGET_LIMIT 8.0%" in above.abort_reason
 
 
@@ -66,19 +67,19 @@ def test_ci_mode_aborts_only_when_the_lower_bound_exceeds_the_limit():
     state = RunState(baseline=results(1.0, 1.0))
     # point estimate above the limit, but noisy enough that the CI reaches below it
     noisy = decide(8, results(1.0, 1.085, noise=0.6), state, suite(), cfg, 1.0, None)
-    drift = noisy.record["drift"]
-    assert drift["value"] > 0.08 and drift["lo"] < 0.08
+    drift = noisy.record.drift
+    assert drift.value > 0.08 and drift.lo < 0.08
     assert noisy.abort_reason is None
     # the same shift measured tightly: the whole CI is above the limit
     tight = decide(8, results(1.0, 1.12), state, suite(), cfg, 1.0, None)
-    assert tight.record["drift"]["lo"] > 0.08 and "CI lower bound" in tight.abort_reason
+    assert tight.record.drift.lo > 0.08 and "CI lower bound" in tight.abort_reason
     # and the default mode would have aborted the noisy one
     assert decide(8, results(1.0, 1.085, noise=0.6), state, suite(), config(MIX_FORGET_LIMIT=0.08), 1.0, None).abort_reason
 
 
 def test_best_is_chosen_by_sftheld_even_while_the_ruler_worsens():
     cfg = config(MIX_FORGET_LIMIT=1)  # a fraction: at most 1 (+100%)
-    state = RunState(baseline=results(1.0, 1.0), best={"step": 0, "set": "sftHeld", "ppl": scores(1.0, 1).ppl})
+    state = RunState(baseline=results(1.0, 1.0), best=Best(0, "sftHeld", scores(1.0, 1).ppl))
     better_sft_worse_ruler = decide(8, results(0.9, 1.5), state, suite(), cfg, 1.0, None)
     worse_sft_better_ruler = decide(8, results(1.1, 0.8), state, suite(), cfg, 1.0, None)
     assert better_sft_worse_ruler.best and not worse_sft_better_ruler.best
@@ -87,12 +88,12 @@ def test_best_is_chosen_by_sftheld_even_while_the_ruler_worsens():
 def test_drift_tronco_is_na_without_a_reference_and_paired_with_one():
     cfg = config()
     no_ref = decide(8, results(1.0, 1.05), RunState(baseline=results(1.0, 1.0)), suite(), cfg, 1.0, None)
-    assert no_ref.record["drift_tronco"] is None and "drift_tronco n/a" in no_ref.line
+    assert no_ref.record.drift_tronco is None and "drift_tronco n/a" in no_ref.line
     trunk = {"enRuler": scores(1.0 / 1.147, 99)}  # the seed starts 14.7% worse
     state = RunState(baseline=results(1.0, 1.0), trunk_reference=trunk)
     with_ref = decide(8, results(1.0, 1.0), state, suite(), cfg, 1.0, None)
-    assert with_ref.record["drift"]["value"] == pytest.approx(0.0, abs=1e-12)
-    assert with_ref.record["drift_tronco"]["value"] == pytest.approx(0.147, rel=1e-9)
+    assert with_ref.record.drift.value == pytest.approx(0.0, abs=1e-12)
+    assert with_ref.record.drift_tronco.value == pytest.approx(0.147, rel=1e-9)
     assert "drift +0.0% drift_tronco +14.7%" in with_ref.line
 
 
@@ -108,11 +109,11 @@ def history(*pairs, limit_cfg=None):
 
 def test_verdicts_both_ways():
     holds, cfg = history((0.97, 1.01), (0.95, 1.02))
-    assert judge(holds, None, cfg)["verdict"] == "holds"
+    assert judge(holds, None, cfg).outcome == "holds"
     forgets, cfg = history((0.97, 1.12), (0.95, 1.05))  # over the 10% limit at one eval
-    assert judge(forgets, None, cfg)["verdict"] == "forgets"
-    assert judge(holds, "drift +12.0% > MIX_FORGET_LIMIT", cfg)["verdict"] == "forgets"
+    assert judge(forgets, None, cfg).outcome == "forgets"
+    assert judge(holds, "drift +12.0% > MIX_FORGET_LIMIT", cfg).outcome == "forgets"
     flat, cfg = history((1.0, 1.0),)
-    assert judge(flat, None, cfg)["verdict"] == "flat"
+    assert judge(flat, None, cfg).outcome == "flat"
     inconclusive, cfg = history((1.03, 1.05),)  # sftHeld worse, ruler moved: neither holds nor flat
-    assert judge(inconclusive, None, cfg)["verdict"] == "inconclusive"
+    assert judge(inconclusive, None, cfg).outcome == "inconclusive"

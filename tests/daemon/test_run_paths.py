@@ -6,7 +6,7 @@ from tatu.daemon.run.paths import RunDir, event_kind
 
 def test_every_file_of_a_run_has_its_name(tmp_path):
     run = RunDir(tmp_path / "runs" / "run5")
-    names = {"run_log": "run.log", "events_file": "events.jsonl", "verdict_file": "verdict.json", "state": "state",
+    names = {"log_file": "run.log", "events_file": "events.jsonl", "verdict_file": "verdict.json", "state": "state",
              "best": "best", "final": "final", "evals_dir": "evals", "tb": "tb", "report": "report",
              "fisher_file": "fisher.safetensors"}
     assert {attr: getattr(run, attr).relative_to(run.path).as_posix() for attr in names} == names

@@ -9,6 +9,8 @@ import pytest
 
 from tatu.daemon.config import ConfigError, load_config
 from tatu.daemon.run.state import RunState
+
+from run_records import eval_record
 from tatu.daemon.supervisor import Requests, Supervisor
 
 
@@ -22,8 +24,10 @@ def test_supervisor_requests_replies_and_one_daemon_per_run():
         supervisor.request_checkpoint({})
         supervisor.request_stop({})
         assert supervisor.requests == Requests(stop=True, checkpoint=True)
-        supervisor.state = RunState(history=[{"step": 3, "generations": {"samples": []}, "drift": {}}])
-        assert supervisor.reply_evals({}) == {"evals": [{"step": 3, "drift": {}}]}
+        record = eval_record(3, generations={"samples": []})
+        supervisor.state = RunState(history=[record])
+        expected = {k: v for k, v in record.to_json().items() if k != "generations"}
+        assert supervisor.reply_evals({}) == {"evals": [expected]} and "drift" in expected
         assert supervisor.reply_config({})["origins"] == {"TATU_RUN": "env"}
         # over the socket, as `tatu status` asks
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:

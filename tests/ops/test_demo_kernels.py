@@ -18,12 +18,13 @@ from tatu.daemon.logs import read_events
 from tatu.ops.demo import SWEEP
 from tatu.sweep.analysis import decide
 from tatu.sweep.conclusions import conclusions, disagreements
+from tatu.sweep.records import read_report_json
 
 OTHER_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
 
 
 def _report(demo) -> dict:
-    return json.loads((demo.out / "sweeps" / SWEEP / "report" / "report.json").read_text())
+    return read_report_json(demo.out / "sweeps" / SWEEP / "report")
 
 
 def _losses(demo) -> list[float]:
@@ -53,10 +54,10 @@ def test_demo_conclusions_hold_under_another_cpus_kernels(tiny_demo, tmp_path):
     passed = conclusions(here).passed
     if passed:  # the first passing configuration's drift CI straddles the new threshold: it fails
         drift = next(c for c in configs if c["key"] == passed[0])["stats"]["drift"]
-        rule = f"smallest REPLAY_N such that drift_hi < {drift['value']:.6f}"
+        rule = f"smallest REPLAY_N such that drift_hi < {drift.change.value:.6f}"
     else:  # none passed: a threshold inside the highest CI lets every lower bound under it
-        drift = max((c["stats"]["drift"] for c in configs), key=lambda d: d["lo"])
-        rule = f"smallest REPLAY_N such that drift_lo < {drift['value']:.6f}"
-    assert drift["lo"] < drift["value"] < drift["hi"]
+        drift = max((c["stats"]["drift"] for c in configs), key=lambda d: d.change.lo)
+        rule = f"smallest REPLAY_N such that drift_lo < {drift.change.value:.6f}"
+    assert drift.change.lo < drift.change.value < drift.change.hi
     rejudged = {**there, "verdict": decide({**lock, "rule": rule}, configs)}
     assert disagreements(conclusions(here), conclusions(rejudged))

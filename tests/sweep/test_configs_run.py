@@ -72,7 +72,7 @@ def test_the_report_compares_the_configurations_against_the_baseline(sweep, tmp_
     for metric, set_name in (("drift", "enRuler"), ("sftHeld", "sftHeld")):
         for key, config in configs.items():
             mean = (per_seed[key, set_name, 1] + per_seed[key, set_name, 2]) / 2
-            assert config["stats"][metric]["log_mean"] == pytest.approx(mean, abs=1e-12)
+            assert config["stats"][metric].log_mean == pytest.approx(mean, abs=1e-12)
         diffs = [per_seed["lora-r2", set_name, s] - per_seed["full-replay2", set_name, s] for s in (1, 2)]
         paired = configs["lora-r2"]["paired"][metric]
         assert_paired_p_agrees_with_ci(paired, diffs)

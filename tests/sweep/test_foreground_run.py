@@ -205,12 +205,13 @@ def assert_close_run(ref: Path, got: Path) -> list[str]:
 
 def report_numbers(sweep_dir: Path) -> str:
     from tatu.sweep.analysis import analyze
+    from tatu.sweep.records import report_json
 
     data = analyze(sweep_dir)
     for stage in (data["tune"], data["compare"]):
         for config in stage["configs"]:
             config.pop("effective")  # holds this sweep's own paths (TATU_OUT, TATU_RUN dirs)
-    return json.dumps(data, sort_keys=True)
+    return json.dumps(report_json(data), sort_keys=True)  # as report.json writes it
 
 
 def test_killed_and_restarted_sweep_equals_the_run_through(reference, killed):

@@ -58,9 +58,9 @@ def test_member_scores_statistics_and_the_verdict_follow_the_named_set(tiny_trun
     stats = {"drift": config_stats(results, "enRuler", None, 0),
              "sftHeld": config_stats(results, "sftHeld", None, 0),
              "ptNews": config_stats(results, "ptNews", None, 0)}
-    assert stats["ptNews"]["value"] > 0.05  # NLL up 10-12% on every line: ppl up by more than 5%
+    assert stats["ptNews"].change.value > 0.05  # NLL up 10-12% on every line: ppl up by more than 5%
     metrics = analysis._metrics(stats, results)
-    assert metrics["ptNews_change_hi"] == stats["ptNews"]["hi"] and metrics["ptNews_change"] == stats["ptNews"]["value"]
+    assert metrics["ptNews_change_hi"] == stats["ptNews"].change.hi and metrics["ptNews_change"] == stats["ptNews"].change.value
     flat = {**metrics, "ptNews_change": 0.0, "ptNews_change_lo": -0.01, "ptNews_change_hi": 0.01}
     configs = [{"key": "REPLAY_N=0", "values": {"REPLAY_N": "0"}, "metrics": metrics, "stats": stats,
                 "effective": {"MIX_FORGET_LIMIT": 0.1}},

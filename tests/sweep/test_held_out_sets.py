@@ -125,9 +125,9 @@ def test_every_held_out_set_and_category_matches_the_naive_means_at_the_end_and_
             else:
                 got = config[stats_key][name]
             mean = (naive[where][key, name, 1] + naive[where][key, name, 2]) / 2
-            assert got["log_mean"] == pytest.approx(mean, abs=1e-9), (where, key, name)
-            assert got["n_seeds"] == 2 and got["lo"] <= got["value"] <= got["hi"]
-            assert got["per_seed"]["1"] == pytest.approx(math.expm1(naive[where][key, name, 1]), abs=1e-9)
+            assert got.log_mean == pytest.approx(mean, abs=1e-9), (where, key, name)
+            assert got.n_seeds == 2 and got.change.lo <= got.change.value <= got.change.hi
+            assert got.per_seed["1"] == pytest.approx(math.expm1(naive[where][key, name, 1]), abs=1e-9)
     assert n_categories >= 2 * 2 * 4  # both ends, both configurations, several categories of the five sets
     for config in configs.values():
         assert set(EXTRA) <= set(config["stats"]) and set(EXTRA) <= set(config["stats_common"])
@@ -151,7 +151,7 @@ def test_a_rule_naming_a_held_out_set_judges_it_at_the_common_step_and_at_the_en
         metrics = "metrics_common" if where == "common" else "metrics"
         for c in configs:
             assert c[metrics]["ptNews_change"] == pytest.approx(value[c["key"]], abs=1e-9)
-            assert c[metrics]["ptNews_change_hi"] == c["stats_common" if where == "common" else "stats"]["ptNews"]["hi"]
+            assert c[metrics]["ptNews_change_hi"] == c["stats_common" if where == "common" else "stats"]["ptNews"].change.hi
         low, high = sorted(value.values())
         assert low < high, "the two configurations must differ on ptNews for the rule to choose"
         between = (low + high) / 2

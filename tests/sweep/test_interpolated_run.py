@@ -122,10 +122,10 @@ def test_the_report_compares_it_like_every_configuration(sweep):
     for key, metric, set_name in ((k, m, n) for k in ALPHAS for m, n in (("drift", "enRuler"), ("sftHeld", "sftHeld"))):
         wise = configs[key]
         mean = (per_seed[key, set_name, 1] + per_seed[key, set_name, 2]) / 2
-        assert wise["stats"][metric]["log_mean"] == pytest.approx(mean, abs=1e-12), key
-        assert wise["stats"][metric]["value"] == pytest.approx(math.expm1(mean), abs=1e-12), key
+        assert wise["stats"][metric].log_mean == pytest.approx(mean, abs=1e-12), key
+        assert wise["stats"][metric].change.value == pytest.approx(math.expm1(mean), abs=1e-12), key
         diffs = [per_seed[key, set_name, s] - per_seed["full", set_name, s] for s in (1, 2)]
-        assert wise["paired"][metric]["diff"] == pytest.approx(sum(diffs) / 2, abs=1e-12), key
+        assert wise["paired"][metric].change.value == pytest.approx(sum(diffs) / 2, abs=1e-12), key
         assert wise["paired_common"]["drift"] is None  # no lines at the common step: n/a, not a number
     assert per_seed[KEY, "enRuler", 1] != per_seed[KEY_QUARTER, "enRuler", 1]  # two alphas, two scores
     text = closing_text(data)
@@ -243,16 +243,17 @@ def test_it_is_paired_with_its_own_parent_too(sweep):
                 parent = score_checkpoint(sweep / "runs" / f"wise.full-replay2-s{s}" / "final", env[s], sweep / "scores")[set_name]
                 diffs.append(_log_ratio(base, child) - _log_ratio(base, parent))
             paired = row["paired"][metric]
-            assert paired["n_seeds"] == 2 and paired["diff"] == pytest.approx(sum(diffs) / 2, abs=1e-12), (row["config"], metric)
-            assert paired["lo"] <= paired["diff"] <= paired["hi"]
+            diff = paired.change
+            assert paired.n_seeds == 2 and diff.value == pytest.approx(sum(diffs) / 2, abs=1e-12), (row["config"], metric)
+            assert diff.lo <= diff.value <= diff.hi
             by_row[row["config"], metric] = diffs
         assert by_row[row["config"], "drift"][0] != 0.0  # the walk back changed the scores, so the check compares something
     assert by_row[KEY, "drift"] != by_row[KEY_QUARTER, "drift"]  # the two alphas differ, so the pairing is checked
     for metric in rows[0]["paired"]:  # Holm over the alphas, per set
         found = [row["paired"][metric] for row in rows]
-        assert [p["p_holm"] for p in found] == pytest.approx(holm_by_hand([p["p_value"] for p in found]), abs=1e-15), metric
-        assert [p["n_compared"] for p in found] == [2, 2]
-    assert any(row["paired"][m]["p_holm"] != row["paired"][m]["p_value"] for row in rows for m in row["paired"])  # Holm adjusted something
+        assert [p.p_holm for p in found] == pytest.approx(holm_by_hand([p.p_value for p in found]), abs=1e-15), metric
+        assert [p.n_compared for p in found] == [2, 2]
+    assert any(row["paired"][m].p_holm != row["paired"][m].p_value for row in rows for m in row["paired"])  # Holm adjusted something
     text = closing_text(data)
     assert "interpolated vs its parent at the end, paired by seed and line" in text
     from tatu.sweep.report import write_report

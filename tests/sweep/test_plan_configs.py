@@ -12,11 +12,13 @@ import pytest
 from sweep_world import plan_text
 
 from tatu.exitcodes import BAD_CONFIG
+from tatu.records import RelativeChange
 from tatu.ops.cli import main as tatu
 from tatu.sweep.analysis import decide
 from tatu.sweep.errors import SweepError
 from tatu.sweep.lock import members, plan_from_lock, read_lock, reconcile
 from tatu.sweep.plan.load import load_plan
+from tatu.sweep.records import ConfigStat
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CONFIGS = ('lora-r4 = { TATU_TRAIN = "lora", TATU_LORA_RANK = 4 }\n'
@@ -168,8 +170,10 @@ def _config(name: str, drift_hi: float, change_hi: float) -> dict:
     drift = drift_hi - 0.02
     return {"key": name, "values": {"config": name}, "effective": {"MIX_FORGET_LIMIT": 0.10},
             "metrics": {"drift": drift, "drift_hi": drift_hi, "sftHeld_change_hi": change_hi},
-            "stats": {"drift": {"value": drift, "lo": drift - 0.02, "hi": drift_hi, "n_seeds": 3,
-                                "log_mean": math.log1p(drift), "seed_sd": 0.02, "within_se": 0.005}, "sftHeld": None}}
+            "stats": {"drift": ConfigStat(
+                RelativeChange(drift, drift - 0.02, drift_hi), log_mean=math.log1p(drift), se=0.0, seed_sd=0.02,
+                seed_effect_sd=0.0, within_se=0.005, shared_line_se=0.0, interaction_se=0.0, df=None, n_seeds=3, mde=None,
+                parts=None, per_seed={}, outliers=()), "sftHeld": None}}
 
 
 def test_first_config_judges_in_the_plans_order(tmp_path):

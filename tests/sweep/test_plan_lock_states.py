@@ -1,6 +1,7 @@
 """The sweep's plan, lock, member states and locked rule, without running members (fast)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import math
@@ -10,6 +11,7 @@ import pytest
 
 from sweep_world import plan_text
 
+from tatu.evals.seeds.power import CrossedParts
 from tatu.exitcodes import BAD_CONFIG
 from tatu.ops.cli import main as tatu
 from tatu.sweep.analysis import decide
@@ -18,6 +20,8 @@ from tatu.sweep.errors import SweepError
 from tatu.sweep.members import member_status, summary
 from tatu.sweep.lock import lock_path, members, read_lock, reconcile
 from tatu.sweep.plan.load import config_label, load_plan
+from tatu.records import RelativeChange
+from tatu.sweep.records import ConfigStat
 
 TUNE = '[tune]\nTATU_LR = [1e-3, 3e-3]\nseeds = [1]\n'
 
@@ -206,11 +210,12 @@ def test_summary_is_the_status_line():
 def _config(key, value, drift, drift_hi, change_hi, limit=0.10):
     return {"key": key, "values": {"REPLAY_N": value}, "effective": {"MIX_FORGET_LIMIT": limit},
             "metrics": {"drift": drift, "drift_hi": drift_hi, "sftHeld_change_hi": change_hi},
-            "stats": {"drift": {"value": drift, "lo": drift - 0.02, "hi": drift_hi, "n_seeds": 3, "log_mean": math.log1p(drift),
-                                "seed_sd": 0.02, "within_se": 0.005,
-                                # seeds alone (no shared-line part): the crossed CI is the t interval over seeds
-                                "parts": {"seed": 0.02 ** 2, "interaction": 0.0, "lines": 0.0, "n_lines": 166}},
-                      "sftHeld": None}}
+            "stats": {"drift": ConfigStat(
+                RelativeChange(drift, drift - 0.02, drift_hi), log_mean=math.log1p(drift), se=0.0, seed_sd=0.02,
+                seed_effect_sd=0.0, within_se=0.005, shared_line_se=0.0, interaction_se=0.0, df=None, n_seeds=3, mde=None,
+                # seeds alone (no shared-line part): the crossed CI is the t interval over seeds
+                parts=CrossedParts(seed=0.02 ** 2, interaction=0.0, lines=0.0, n_lines=166), per_seed={}, outliers=()),
+                "sftHeld": None}}
 
 
 def test_the_locked_rule_picks_the_smallest_passing_value(tmp_path):
@@ -227,7 +232,8 @@ def test_the_locked_rule_picks_the_smallest_passing_value(tmp_path):
     assert any(note.startswith("REPLAY_N=2: its drift point estimate +7.0% passes; about 2 more seeds")
                for note in verdict["would_change"]), verdict["would_change"]
     # When the shared lines alone hold the CI wider than the margin, no number of seeds narrows it.
-    configs[2]["stats"]["drift"]["parts"] = {"seed": 0.02 ** 2, "interaction": 0.0, "lines": 0.015 ** 2, "n_lines": 166}
+    configs[2]["stats"]["drift"] = dataclasses.replace(
+        configs[2]["stats"]["drift"], parts=CrossedParts(seed=0.02 ** 2, interaction=0.0, lines=0.015 ** 2, n_lines=166))
     assert any(note.startswith("REPLAY_N=2: its drift point estimate +7.0% passes; no number of seeds would narrow "
                                "drift_hi enough to pass with these 166 lines (more lines would)")
                for note in decide(lock, configs)["would_change"])
@@ -394,7 +400,7 @@ def test_an_unresolved_neighbour_says_how_many_seeds_would_resolve_it(tmp_path):
     # scipy's t, from the paired comparison's measured variance parts.
     from tatu.sweep.stats import paired_stats
 
-    parts = paired_stats(four["results"], two["results"], "enRuler", None, 99)["parts"]
+    parts = dataclasses.asdict(paired_stats(four["results"], two["results"], "enRuler", None, 99).parts)
     needed = _naive_seeds_needed(parts, float(np.mean(diffs)))
     assert needed is not None and needed > 3 and parts["seed"] > 0 and parts["lines"] > 0, parts
     assert f"{needed - 3} more seeds would resolve it" in note, note
@@ -454,5 +460,5 @@ def test_two_sets_whose_names_have_the_same_length_get_their_own_resampling(tmp_
         finish = {name: {**s, "nll_sum": end} for name, s in scores.items()}
         results.append({"member": f"m{seed}", "seed": seed, "state": "done", "base": start, "end": finish})
     ruler, held = config_stats(results, "enRuler", None, 0), config_stats(results, "sftHeld", None, 0)
-    assert ruler["log_mean"] == held["log_mean"]  # the same per-line scores under both names...
-    assert ruler["se"] != held["se"]  # ... but not the same bootstrap draws (both names have 7 letters)
+    assert ruler.log_mean == held.log_mean  # the same per-line scores under both names...
+    assert ruler.se != held.se  # ... but not the same bootstrap draws (both names have 7 letters)

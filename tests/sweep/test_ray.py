@@ -141,12 +141,13 @@ def final_weights(sweep_dir: Path) -> dict[str, bytes]:
 
 def report_numbers(sweep_dir: Path) -> str:
     from tatu.sweep.analysis import analyze
+    from tatu.sweep.records import report_json
 
     data = analyze(sweep_dir)
     for stage in (data["tune"], data["compare"]):
         for config in (stage or {}).get("configs", []):  # no [tune] in this plan: its stage is None
             config.pop("effective")  # holds this sweep's own paths (TATU_OUT)
-    return json.dumps(data, sort_keys=True)
+    return json.dumps(report_json(data), sort_keys=True)  # as report.json writes it
 
 
 def threads_used(sweep_dir: Path) -> dict[str, int]:

@@ -4,6 +4,7 @@ checked against a plain loop over the seed count with scipy's t; the plan's `[de
 through the plan, its hash and the lock; the closing text and the page."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -81,7 +82,7 @@ def test_every_judged_metric_and_comparison_gets_its_seed_count(tmp_path):
     by_key = {c["key"]: c for c in configs}
     for (config, vs, metric), row in rows.items():
         stats = (by_key[config]["paired"] if vs else by_key[config]["stats"])[metric]
-        assert row["seeds"] == _naive_seeds(stats["parts"], DEFAULT_MDE), row
+        assert row["seeds"] == _naive_seeds(dataclasses.asdict(stats.parts), DEFAULT_MDE), row
         assert row["n_seeds"] == 3 and row["n_lines"] == N_LINES and row["known"]
     assert all(r["seeds"] is not None for r in rows.values()) and max(r["seeds"] for r in rows.values()) > 3
     # a larger stated effect needs fewer seeds
@@ -95,7 +96,7 @@ def test_shared_lines_that_alone_exceed_the_effect_say_no_seed_count_resolves_it
     seeds_for = seeds_for_effect(_rule(tmp_path), configs, DEFAULT_MDE)
     own = [r for r in seeds_for["rows"] if r["vs"] is None]
     assert all(r["seeds"] is None and r["line_floor"] > DEFAULT_MDE for r in own), own
-    assert all(_naive_seeds(c["stats"][m]["parts"], DEFAULT_MDE) is None for c in configs for m in ("drift", "sftHeld", "ptFaq"))
+    assert all(_naive_seeds(dataclasses.asdict(c["stats"][m].parts), DEFAULT_MDE) is None for c in configs for m in ("drift", "sftHeld", "ptFaq"))
     text = "\n".join(power_lines({"seeds_for": seeds_for}))
     print(text)  # docs/sweeps.md shows a line of it (pytest -s)
     floor = own[0]["line_floor"] * 100

@@ -1,0 +1,192 @@
+"""One look of a group-sequential design at a criterion `METRIC_hi < THRESHOLD` of a sweep's rule,
+on the crossed CI over seeds x shared lines (evals/seeds/stats.py): pass, fail, futility or continue.
+
+The fixed design passes a criterion when its 95% CI's upper bound is below the threshold: a false
+pass (true mean at the threshold) has probability alpha / 2 = 2.5%. A look after each finished seed
+with that same 95% CI would pass far more often (every look is another chance: the naive rule,
+measured in tests/evals/test_sequential_sim.py). Here the one-sided alpha / 2 is spent over the
+looks by a Lan-DeMets function (evals/seeds/spending.py) on the information fraction
+
+    t(S) = Var(S_max) / Var(S),   Var(S) = (sigma_a^2 + sigma_e^2 / L) / S + sigma_b^2 / L   (CrossedParts)
+
+so the shared lines' part, which more seeds do not shrink, counts: when the lines dominate, the
+first look already holds nearly all the information there will ever be, and spends nearly all the
+alpha. The fraction depends on the parts only through the lines' share of Var(S_max), which is
+floored to a step of 1% (LINE_SHARE_STEP): the boundaries are a cached function of a small key,
+and a smaller share spends less early (the conservative side).
+
+Each z boundary c_k becomes a bound on the look's t statistic at the same nominal level,
+t_{df}(Phi(c_k)), df by Satterthwaite as the CI's (a t interval of few seeds is wider than a z one;
+Jennison & Turnbull 2000, sec. 3.8). With T = (threshold - mean) / SE:
+    pass      T > bound: the CI at the spent level has its upper bound below the threshold;
+    fail      -T > bound: its lower bound is above it (the same boundary, mirrored);
+    futility  not pass, and the shared lines alone keep a pass out of reach at max_seeds: even the
+              mean the look allows at its most favourable bound is within z_{1-alpha/2} x the lines'
+              SE of the threshold, and that part of the SE no seed removes ("more lines would"); at
+              the last look, the mean itself is within it;
+    continue  otherwise.
+At the last look (max_seeds, or no information left to gain) a criterion that does not pass fails
+(or is futile, with the reason). Fail and futility stops only ever stop without a pass, so they
+cannot raise the false-pass rate (non-binding); the rule's AND of criteria is an intersection-union
+test (Berger 1982): each at its own alpha / 2, the conjunction's false pass is at most that.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+
+from tatu.evals.seeds.power import ALPHA, CrossedParts
+from tatu.evals.seeds.spending import SHAPES, spending_bounds
+from tatu.evals.tdist import t_cdf, t_ppf
+
+LINE_SHARE_STEP = 0.01
+DECISIONS = ("pass", "fail", "futility", "continue")
+DEFAULT_MIN_SEEDS = 3
+_Z = NormalDist()
+
+
+@dataclass(frozen=True)
+class Design:
+    """`[design]` of a sweep plan: the spending shape, the first look (min_seeds) and the most seeds
+    any configuration gets (max_seeds); alpha two-sided as the fixed design's CI (a pass spends alpha / 2)."""
+
+    shape: str
+    min_seeds: int
+    max_seeds: int
+    alpha: float = ALPHA
+
+    def problem(self) -> str | None:
+        """Why this design cannot run (None if it can): what the plan's error line says."""
+        if self.shape not in SHAPES:
+            return f"sequential = {self.shape!r}: unknown design (known: {', '.join(SHAPES)})"
+        if self.min_seeds < 3:
+            return (f"min_seeds = {self.min_seeds}: the first look needs 3 seeds (2 leave the seed variance "
+                    "1 degree of freedom)")
+        if self.max_seeds < self.min_seeds:
+            return f"max_seeds = {self.max_seeds} is below min_seeds = {self.min_seeds}"
+        return None
+
+    def to_json(self) -> dict:
+        return {"sequential": self.shape, "min_seeds": self.min_seeds, "max_seeds": self.max_seeds, "alpha": self.alpha}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "Design":
+        return cls(doc["sequential"], int(doc["min_seeds"]), int(doc["max_seeds"]), float(doc["alpha"]))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a look is decided on: the crossed CI's mean (log scale), its variance parts and df, at n_seeds.
+    From a SeedCI (estimate_of) or, in the simulations, from the same ANOVA parts computed directly."""
+
+    n_seeds: int
+    mean: float
+    parts: CrossedParts
+
+    @property
+    def se(self) -> float:
+        return math.sqrt(self.parts.variance(self.n_seeds))
+
+    @property
+    def df(self) -> float:
+        return self.parts.df(self.n_seeds)
+
+
+def estimate_of(ci) -> Estimate:
+    """A SeedCI (evals/seeds/stats.crossed_ci) as what a look needs; it must have >= 2 seeds."""
+    if ci.parts is None:
+        raise ValueError(f"a look needs the variance parts: {ci.n_seeds} seed(s) have none")
+    return Estimate(ci.n_seeds, ci.mean, ci.parts)
+
+
+@dataclass(frozen=True)
+class Look:
+    """One look at one criterion: the data (seeds, mean, SE, df), the threshold (log scale), the
+    information fraction, the boundary (z and t) and the decision. What the looks log holds."""
+
+    n_seeds: int
+    mean: float
+    se: float
+    df: float
+    threshold: float
+    line_share: float   # the lines' share of Var(max_seeds), floored to LINE_SHARE_STEP
+    fraction: float     # information fraction t(n_seeds)
+    z_bound: float      # the spending boundary (inf: nothing to spend at this look)
+    statistic: float    # (threshold - mean) / se: beyond t_bound passes, beyond -t_bound fails
+    final: bool         # the design's last look for this criterion
+    decision: str
+
+    @property
+    def t_bound(self) -> float:
+        """The boundary's nominal level on the t scale at the look's df (what T is compared with)."""
+        return t_ppf(_Z.cdf(self.z_bound), self.df) if math.isfinite(self.z_bound) else math.inf
+
+    def to_json(self) -> dict:
+        """Every field, and t_bound for the reader (recomputed from z_bound and df, never read back)."""
+        return {**{k: _finite(getattr(self, k)) for k in self.__dataclass_fields__}, "t_bound": _finite(self.t_bound)}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "Look":
+        fields = cls.__dataclass_fields__
+        return cls(**{k: (doc[k] if k in ("decision", "final", "n_seeds") else float(doc[k])) for k in fields})  # float("inf") reads "inf"
+
+
+def _finite(value):
+    """JSON has no inf: "inf" stands for it (a boundary with nothing to spend)."""
+    return "inf" if isinstance(value, float) and math.isinf(value) else value
+
+
+def line_share(parts: CrossedParts, max_seeds: int) -> float:
+    """The shared lines' share of the variance at max_seeds, floored to LINE_SHARE_STEP."""
+    total = parts.variance(max_seeds)
+    share = parts.lines / total if total > 0 else 1.0
+    return math.floor(share / LINE_SHARE_STEP + 1e-9) * LINE_SHARE_STEP
+
+
+def fractions(design: Design, share: float, n_seeds: int) -> tuple[float, ...]:
+    """Information fractions of the looks at min_seeds .. n_seeds: Var(max) / Var(S) with the lines'
+    share of Var(max) = share, i.e. 1 / ((1 - share) max / S + share)."""
+    return tuple(min(1.0, 1.0 / ((1.0 - share) * design.max_seeds / s + share))
+                 for s in range(design.min_seeds, n_seeds + 1))
+
+
+def look(design: Design, estimate: Estimate, threshold: float) -> Look:
+    """The decision on `METRIC_hi < threshold` (log scale) at estimate.n_seeds seeds."""
+    n = estimate.n_seeds
+    if not design.min_seeds <= n <= design.max_seeds:
+        raise ValueError(f"a look at {n} seeds: the design looks from {design.min_seeds} to {design.max_seeds}")
+    share = line_share(estimate.parts, design.max_seeds)
+    fracs = fractions(design, share, n)
+    bound = spending_bounds(design.shape, fracs, design.alpha / 2.0)[-1]
+    se, df = estimate.se, estimate.df
+    level = _Z.cdf(bound) if math.isfinite(bound) else 1.0  # the one-sided nominal level the boundary spends at
+    gap = threshold - estimate.mean
+    statistic = gap / se if se > 0 else math.copysign(math.inf, gap) if gap else 0.0
+    final = n == design.max_seeds or fracs[-1] >= 1.0
+    # T beyond t_ppf(level, df) <=> t_cdf(T, df) beyond level: one incomplete beta, not a quantile search
+    passes = level < 1.0 and t_cdf(statistic, df) > level
+    fails = level < 1.0 and t_cdf(-statistic, df) > level
+    # the lines' SE no seed removes, against the most favourable mean this look allows (at the last
+    # look: its own mean, as every seed in the world would leave it)
+    line_margin = _Z.inv_cdf(1.0 - design.alpha / 2.0) * math.sqrt(estimate.parts.lines)
+    if final:
+        futile = gap < line_margin
+    else:  # t_ppf(level, df) >= bound (a t quantile is beyond the normal one): most looks need no quantile
+        futile = level < 1.0 and gap + bound * se < line_margin and gap + t_ppf(level, df) * se < line_margin
+    if passes:
+        decision = "pass"
+    elif fails or (final and not futile):
+        decision = "fail"
+    elif futile or final:
+        decision = "futility"
+    else:
+        decision = "continue"
+    return Look(n, estimate.mean, se, df, threshold, share, fracs[-1], bound, statistic, final, decision)
+
+
+def fixed_pass(estimate: Estimate, threshold: float, alpha: float = ALPHA) -> bool:
+    """The fixed design's criterion at its seeds: the (1 - alpha) crossed CI's upper bound below the threshold."""
+    if estimate.se == 0.0:
+        return estimate.mean < threshold
+    return t_cdf((threshold - estimate.mean) / estimate.se, estimate.df) > 1.0 - alpha / 2.0

@@ -1,0 +1,159 @@
+"""Simulated crossed experiments (seeds x shared lines) judged by tatu's own look code
+(evals/seeds/sequential.look), so the sequential design's error rate, power and runs are measured,
+never assumed: bench/sequential.py prints them, tests/evals/test_sequential_sim.py holds the goals.
+
+Per configuration, the per-line change is mu + a_s + b_i + e_si (the module doc of
+evals/seeds/stats.py); a seed's statistic is its mean over the L lines. Everything is in units of
+one seed's SD, sqrt(sigma_a^2 + sigma_e^2 / L) = 1, and the threshold is 0: a configuration at -1
+is one seed SD on the passing side. The variance parts at S seeds are the two-way ANOVA's, the
+quantities crossed_ci estimates by its crossed bootstrap (tests/evals/test_seeds_crossed.py checks
+crossed_ci against the same ANOVA), computed here in closed form so that 20,000 sweeps take
+minutes, not days; the looks themselves (boundaries, t conversion, decisions) are the real code.
+
+Each configuration is looked at after each seed from min_seeds until its criterion is decided or
+max_seeds is reached; its runs are the seeds it got. The fixed design runs max_seeds and passes on
+the 95% CI; the naive rule looks as often but with that same 95% CI at every look (no spending).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tatu.evals.seeds.power import CrossedParts
+from tatu.evals.seeds.sequential import Design, Estimate, fixed_pass, look
+
+N_LINES = 100
+SEED_SHARE = 0.7  # sigma_a^2 of one seed's unit variance; the rest is its seed x line noise sigma_e^2 / L
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Configurations at `offsets` seed SDs from the threshold (negative: the passing side), with the
+    shared lines' variance of the mean sigma_b^2 / L = `lines` (in seed variances)."""
+
+    name: str
+    offsets: tuple[float, ...]
+    lines: float = 0.01
+
+
+SCENARIOS = {
+    "mixed": Scenario("mixed", (-3.0, -2.0, -1.0, 0.5, 2.0, 4.0)),
+    "clear": Scenario("clear", (-4.0, -3.0, -2.0, 2.0, 3.0, 4.0)),
+    "at_threshold": Scenario("at_threshold", (0.0,) * 6),
+    # the lines' part of the mean's variance is 0.5 of one seed's: at 10 seeds, 5/6 of the whole
+    "shared_lines": Scenario("shared_lines", (-3.0, -2.0, -1.0, 0.5, 2.0, 4.0), lines=0.5),
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One configuration's simulated sequential test: how many seeds it ran and its decision."""
+
+    runs: int
+    decision: str
+
+
+def crossed_data(rng: np.random.Generator, reps: int, seeds: int, offset: float, lines: float,
+                 n_lines: int = N_LINES) -> np.ndarray:
+    """(reps, seeds, lines) per-line changes: offset + a_s + b_i + e_si in seed-SD units."""
+    sigma_a = math.sqrt(SEED_SHARE)
+    sigma_e = math.sqrt((1.0 - SEED_SHARE) * n_lines)
+    sigma_b = math.sqrt(lines * n_lines)
+    return (offset + sigma_a * rng.standard_normal((reps, seeds, 1)) + sigma_b * rng.standard_normal((reps, 1, n_lines))
+            + sigma_e * rng.standard_normal((reps, seeds, n_lines)))
+
+
+def anova_estimates(y: np.ndarray, n_seeds: int) -> list[Estimate]:
+    """Per replicate, the crossed ANOVA of the first n_seeds seeds: the mean and the parts
+    crossed_ci estimates (seed_ms, line_ms, inter_ms as its module doc defines them, each part >= 0)."""
+    block = y[:, :n_seeds, :]
+    n_lines = block.shape[2]
+    seed_means, line_means = block.mean(axis=2), block.mean(axis=1)
+    grand = seed_means.mean(axis=1)
+    resid = block - seed_means[:, :, None] - line_means[:, None, :] + grand[:, None, None]
+    inter_ms = (resid ** 2).sum(axis=(1, 2)) / ((n_seeds - 1) * (n_lines - 1)) / (n_seeds * n_lines)
+    seed_ms = seed_means.var(axis=1, ddof=1) / n_seeds
+    line_ms = line_means.var(axis=1, ddof=1) / n_lines
+    out = []
+    for mean, s_ms, l_ms, i_ms in zip(grand, seed_ms, line_ms, inter_ms):
+        parts = CrossedParts(seed=max(0.0, s_ms - i_ms) * n_seeds, interaction=i_ms * n_seeds,
+                             lines=max(0.0, l_ms - i_ms), n_lines=n_lines)
+        out.append(Estimate(n_seeds, float(mean), parts))
+    return out
+
+
+def sequential_outcomes(design: Design, y: np.ndarray) -> list[Outcome]:
+    """Each replicate through tatu's looks: seeds until decided or max_seeds."""
+    reps = y.shape[0]
+    by_seeds = {s: anova_estimates(y, s) for s in range(design.min_seeds, design.max_seeds + 1)}
+    out = []
+    for r in range(reps):
+        for s in range(design.min_seeds, design.max_seeds + 1):
+            decision = look(design, by_seeds[s][r], 0.0).decision
+            if decision != "continue":
+                out.append(Outcome(s, decision))
+                break
+    return out
+
+
+def naive_outcomes(design: Design, y: np.ndarray) -> list[Outcome]:
+    """The rule without spending: stop when the 95% CI clears the threshold, on either side."""
+    reps = y.shape[0]
+    by_seeds = {s: anova_estimates(y, s) for s in range(design.min_seeds, design.max_seeds + 1)}
+    out = []
+    for r in range(reps):
+        for s in range(design.min_seeds, design.max_seeds + 1):
+            est = by_seeds[s][r]
+            if fixed_pass(est, 0.0):
+                out.append(Outcome(s, "pass"))
+                break
+            flipped = Estimate(s, -est.mean, est.parts)  # the lower bound above the threshold
+            if fixed_pass(flipped, 0.0) or s == design.max_seeds:
+                out.append(Outcome(s, "fail"))
+                break
+    return out
+
+
+def fixed_outcomes(design: Design, y: np.ndarray) -> list[Outcome]:
+    """The fixed design: max_seeds seeds, the 95% CI's upper bound against the threshold."""
+    return [Outcome(design.max_seeds, "pass" if fixed_pass(est, 0.0) else "fail")
+            for est in anova_estimates(y, design.max_seeds)]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A design on a scenario: false passes at the threshold (configurations with offset >= 0 that
+    passed, over those configurations), the pass rate of the configuration at -1 SD (nan if none),
+    and the seeds run against the fixed design's max_seeds x configurations."""
+
+    reps: int
+    false_pass: float
+    false_pass_se: float
+    pass_at_minus1sd: float
+    runs_vs_fixed: float
+
+
+def run_scenario(design: Design, scenario: Scenario, reps: int, seed: int, rule: str = "sequential",
+                 chunk: int = 2000) -> Summary:
+    """`reps` simulated sweeps of the scenario's configurations under `rule` (sequential | naive | fixed)."""
+    judge = {"sequential": sequential_outcomes, "naive": naive_outcomes, "fixed": fixed_outcomes}[rule]
+    rng = np.random.default_rng(seed)
+    null_passes = null_total = minus1_passes = minus1_total = runs = 0
+    done = 0
+    while done < reps:
+        n = min(chunk, reps - done)
+        for offset in scenario.offsets:
+            outcomes = judge(design, crossed_data(rng, n, design.max_seeds, offset, scenario.lines))
+            runs += sum(o.runs for o in outcomes)
+            passes = sum(o.decision == "pass" for o in outcomes)
+            if offset >= 0.0:  # the criterion is false: a pass is a false pass
+                null_passes, null_total = null_passes + passes, null_total + n
+            if offset == -1.0:
+                minus1_passes, minus1_total = minus1_passes + passes, minus1_total + n
+        done += n
+    false_pass = null_passes / null_total if null_total else math.nan
+    se = math.sqrt(false_pass * (1 - false_pass) / null_total) if null_total else math.nan
+    return Summary(reps, false_pass, se, minus1_passes / minus1_total if minus1_total else math.nan,
+                   runs / (reps * len(scenario.offsets) * design.max_seeds))

@@ -1,0 +1,208 @@
+"""The sweep's statistics as records (the convention of tatu/records.py): a configuration's change
+over seeds (ConfigStat, relative), a paired difference between two configurations (PairedDiff, on
+the log scale the crossed model estimates), and report.json's one writer and one reader.
+
+In memory a report is the dict sweep/analysis.py builds with these records in it; on disk it is
+report.json, whose keys and values are what tatu wrote before the records existed (so every
+reader of an old report.json, and every diff between two, still works), plus FORMAT_KEY.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from tatu.atomic import write_json_atomic
+from tatu.evals.seeds.power import CrossedParts
+from tatu.evals.seeds.stats import SeedCI, holm
+from tatu.records import FORMAT_KEY, LogRatio, RelativeChange, format_version
+
+REPORT_FILE = "report.json"
+REPORT_VERSION = 2  # 1: report.json without FORMAT_KEY (the same keys otherwise)
+
+
+def _finite_or_none(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def _parts_json(parts: CrossedParts | None) -> dict | None:
+    return None if parts is None else dataclasses.asdict(parts)
+
+
+def _parts_of(payload: dict | None) -> CrossedParts | None:
+    return None if payload is None else CrossedParts(**payload)
+
+
+@dataclass(frozen=True)
+class Outlier:
+    """A seed whose estimate is far from the others' (leave-one-out t): flagged, never dropped."""
+
+    seed: int
+    t: float
+
+
+@dataclass(frozen=True)
+class ConfigStat:
+    """One configuration's change on one set over its seeds: the crossed CI (seeds x lines,
+    evals/seeds/stats.py SeedCI) shown as a relative change, and where its variance comes from.
+
+    log_mean and se are on the log scale; seed_sd, seed_effect_sd, within_se, shared_line_se and
+    interaction_se too (SeedCI's own); mde is relative (None below 2 seeds: not measured);
+    df is None where it is infinite; per_seed: each seed's relative change, by str(seed)."""
+
+    change: RelativeChange
+    log_mean: float
+    se: float
+    seed_sd: float
+    seed_effect_sd: float
+    within_se: float
+    shared_line_se: float
+    interaction_se: float
+    df: float | None
+    n_seeds: int
+    mde: float | None
+    parts: CrossedParts | None
+    per_seed: dict[str, float]
+    outliers: tuple[Outlier, ...]
+
+    @classmethod
+    def of(cls, ci: SeedCI, per_seed: dict[str, float], outliers: tuple[Outlier, ...]) -> ConfigStat:
+        return cls(change=RelativeChange(math.expm1(ci.mean), math.expm1(ci.lo), math.expm1(ci.hi)),
+                   log_mean=ci.mean, se=ci.se, seed_sd=ci.seed_sd, seed_effect_sd=ci.seed_effect_sd,
+                   within_se=ci.within_se, shared_line_se=ci.shared_line_se, interaction_se=ci.interaction_se,
+                   df=_finite_or_none(ci.df), n_seeds=ci.n_seeds,
+                   mde=math.expm1(ci.mde) if math.isfinite(ci.mde) else None, parts=ci.parts,
+                   per_seed=per_seed, outliers=outliers)
+
+    def to_json(self) -> dict:
+        return {"value": self.change.value, "lo": self.change.lo, "hi": self.change.hi, "log_mean": self.log_mean,
+                "se": self.se, "seed_sd": self.seed_sd, "seed_effect_sd": self.seed_effect_sd,
+                "within_se": self.within_se, "shared_line_se": self.shared_line_se,
+                "interaction_se": self.interaction_se, "df": self.df, "n_seeds": self.n_seeds, "mde": self.mde,
+                "parts": _parts_json(self.parts), "per_seed": dict(self.per_seed),
+                "outliers": [{"seed": o.seed, "t": o.t} for o in self.outliers]}
+
+    @classmethod
+    def from_json(cls, payload: dict) -> ConfigStat:
+        return cls(change=RelativeChange(payload["value"], payload["lo"], payload["hi"]),
+                   log_mean=payload["log_mean"], se=payload["se"], seed_sd=payload["seed_sd"],
+                   seed_effect_sd=payload["seed_effect_sd"], within_se=payload["within_se"],
+                   shared_line_se=payload["shared_line_se"], interaction_se=payload["interaction_se"],
+                   df=payload["df"], n_seeds=payload["n_seeds"], mde=payload["mde"],
+                   parts=_parts_of(payload["parts"]), per_seed=dict(payload["per_seed"]),
+                   outliers=tuple(Outlier(o["seed"], o["t"]) for o in payload["outliers"]))
+
+
+@dataclass(frozen=True)
+class PairedDiff:
+    """One configuration minus another, paired by seed and line: the crossed CI of the log-ratio
+    difference (shown as a relative change through `change.relative()`), its p from the same SE and
+    df, t = mean / SE (None at SE 0), the SD of the per-seed differences and the relative MDE.
+    p_holm and n_compared: Holm's adjustment over the comparisons made together (None until made)."""
+
+    change: LogRatio
+    p_value: float
+    t: float | None
+    df: float | None
+    n_seeds: int
+    seed_sd: float
+    mde: float
+    parts: CrossedParts | None
+    p_holm: float | None = None
+    n_compared: int | None = None
+
+    def to_json(self) -> dict:
+        out = {"diff": self.change.value, "lo": self.change.lo, "hi": self.change.hi, "p_value": self.p_value,
+               "t": self.t, "df": self.df, "n_seeds": self.n_seeds, "seed_sd": self.seed_sd, "mde": self.mde,
+               "parts": _parts_json(self.parts)}
+        # before Holm's adjustment a report held no such keys, and still holds none
+        if self.p_holm is not None:
+            out["p_holm"] = self.p_holm
+        if self.n_compared is not None:
+            out["n_compared"] = self.n_compared
+        return out
+
+    @classmethod
+    def from_json(cls, payload: dict) -> PairedDiff:
+        return cls(change=LogRatio(payload["diff"], payload["lo"], payload["hi"]), p_value=payload["p_value"],
+                   t=payload["t"], df=payload["df"], n_seeds=payload["n_seeds"], seed_sd=payload["seed_sd"],
+                   mde=payload["mde"], parts=_parts_of(payload["parts"]), p_holm=payload.get("p_holm"),
+                   n_compared=payload.get("n_compared"))
+
+
+def holm_adjusted(found: list[PairedDiff]) -> list[PairedDiff]:
+    """The comparisons made together, each with its Holm-adjusted p and their count."""
+    adjusted = holm([p.p_value for p in found]) if found else []
+    return [dataclasses.replace(p, p_holm=a, n_compared=len(found)) for p, a in zip(found, adjusted)]
+
+
+# --- report.json: the one writer and the one reader ------------------------------------------------
+
+def _jsonable(value):
+    """The report with its records as the JSON they write (dicts, lists and scalars as they are)."""
+    if isinstance(value, (ConfigStat, PairedDiff)):
+        return value.to_json()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def report_json(report: dict) -> dict:
+    """What report.json holds for an analyzed report (sweep/analysis.py analyze)."""
+    return {FORMAT_KEY: REPORT_VERSION, **_jsonable(report)}
+
+
+def write_report_json(out_dir: Path, report: dict) -> Path:
+    path = Path(out_dir) / REPORT_FILE
+    # sorted keys: two reports of one plan diff line by line
+    write_json_atomic(path, report_json(report), sort_keys=True)
+    return path
+
+
+def _stats_of(by_name: dict | None) -> dict | None:
+    return None if by_name is None else {k: v and ConfigStat.from_json(v) for k, v in by_name.items()}
+
+
+def _paired_of(by_metric: dict | None) -> dict | None:
+    return None if by_metric is None else {k: v and PairedDiff.from_json(v) for k, v in by_metric.items()}
+
+
+def _categories_of(by_set: dict | None) -> dict | None:
+    return None if by_set is None else {s: _stats_of(per) for s, per in by_set.items()}
+
+
+def _config_of(config: dict) -> dict:
+    """A configuration of report.json with its records rebuilt (the keys it has, as they are)."""
+    out = dict(config)
+    for key, rebuild in (("stats", _stats_of), ("stats_common", _stats_of), ("categories", _categories_of),
+                         ("categories_common", _categories_of), ("paired", _paired_of), ("paired_common", _paired_of)):
+        if key in out:
+            out[key] = rebuild(out[key])
+    return out
+
+
+def report_from_json(payload: dict, what: str = REPORT_FILE) -> dict:
+    """An analyzed report from report.json's object (every version; `what` names it in an error)."""
+    format_version(payload, what, REPORT_VERSION)  # 1 and 2 hold the same keys
+    report = {k: v for k, v in payload.items() if k != FORMAT_KEY}
+    if report.get("tune"):
+        report["tune"] = {**report["tune"], "configs": [_config_of(c) for c in report["tune"]["configs"]]}
+    if report.get("compare"):
+        compare = report["compare"]
+        report["compare"] = {**compare, "configs": [_config_of(c) for c in compare["configs"]]}
+        if compare.get("vs_parent"):
+            report["compare"]["vs_parent"] = [{**row, "paired": _paired_of(row["paired"])}
+                                              for row in compare["vs_parent"]]
+    return report
+
+
+def read_report_json(path: Path) -> dict:
+    """report.json (a file or the directory holding it) as the report analyze returned."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / REPORT_FILE
+    return report_from_json(json.loads(path.read_text()), str(path))

@@ -1,0 +1,52 @@
+"""A plan's `[design]` section: a group-sequential design over seeds (evals/seeds/sequential.Design),
+
+    [design]
+    sequential = "obf"     # or "pocock": the Lan-DeMets spending shape
+    min_seeds = 3          # the first look (default 3)
+    max_seeds = 6          # required: the most seeds any configuration gets
+
+pre-registered: in the plan's hash and lock only when the plan has it (a plan without it hashes as
+before), so an edit after the lock is a changed plan (78). The plan's `seeds` are the order seeds
+run in, so they must list at least max_seeds. Every problem is 78 naming the file and the key."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tatu.evals.seeds.sequential import DEFAULT_MIN_SEEDS, Design
+from tatu.sweep.rule import plan_error
+
+KEYS = ("max_seeds", "min_seeds", "sequential")
+EXAMPLE = '[design] sequential = "obf", max_seeds = 6'
+
+
+def _count(section: dict, key: str, path: Path, default: int | None) -> int:
+    value = section.get(key, default)
+    if value is None:
+        raise plan_error(path, f"[design] {key}", f"missing: a sequential plan says the most seeds it may run, e.g. {EXAMPLE}")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise plan_error(path, f"[design] {key}", f"{value!r} is not a whole number of seeds")
+    return value
+
+
+def read_design(section: dict | None, path: Path, seeds: list[int]) -> Design | None:
+    if section is None:
+        return None
+    unknown = sorted(set(section) - set(KEYS))
+    if unknown:
+        raise plan_error(path, f"[design] {unknown[0]}", f"unknown key (known: {', '.join(KEYS)})")
+    shape = section.get("sequential")
+    if not isinstance(shape, str):
+        raise plan_error(path, "[design] sequential", f"missing or not a string: e.g. {EXAMPLE}")
+    design = Design(shape, _count(section, "min_seeds", path, DEFAULT_MIN_SEEDS), _count(section, "max_seeds", path, None))
+    problem = design.problem()
+    if problem:
+        key = problem.split(" ", 1)[0]
+        raise plan_error(path, f"[design] {key if key in KEYS else 'sequential'}", problem)
+    if len(seeds) < design.max_seeds:
+        raise plan_error(path, "seeds", f"{len(seeds)} seeds for max_seeds = {design.max_seeds}: list the seeds in the "
+                                        "order they run, at least max_seeds of them")
+    return design
+
+
+def design_from_json(doc: dict | None) -> Design | None:
+    return None if not doc else Design.from_json(doc)

@@ -1,0 +1,95 @@
+"""The looks log, sweeps/<name>/looks.jsonl: every look of a sequential sweep, one JSON line each,
+appended and fsynced before anything new is scheduled from it, so a coordinator killed at any
+moment finds every decision it acted on (a torn last line, from a kill mid-write, is the one thing
+dropped: it was never acted on). Each line is a LoggedLook: the configuration, the criterion, the
+members and their steps it was decided on, and the look itself (evals/seeds/sequential.Look: the
+statistic, the boundary, the decision). `tatu sweep report` recomputes every look from the run dirs
+and check_agrees refuses (65) a log that says otherwise: a decision nobody can reproduce is not one
+to act on."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from tatu.evals.seeds.sequential import Look
+from tatu.exitcodes import BAD_DATA
+from tatu.sweep.errors import SweepError
+
+VERSION = 1
+FILE = "looks.jsonl"
+TOLERANCE = 1e-9  # recomputed numbers are the same arithmetic on the same files: only float printing differs
+
+
+@dataclass(frozen=True)
+class LoggedLook:
+    """One look at one criterion of one configuration, as logged."""
+
+    config: str               # the configuration's key (replay-n6)
+    criterion: str            # the rule's condition, as written (drift_hi < MIX_FORGET_LIMIT)
+    members: tuple[str, ...]  # the members it was decided on, in seed order
+    steps: tuple[int, ...]    # each member's last step then
+    look: Look
+
+    def to_json(self) -> dict:
+        return {"version": VERSION, "config": self.config, "criterion": self.criterion,
+                "members": list(self.members), "steps": list(self.steps), "look": self.look.to_json()}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "LoggedLook":
+        if doc.get("version") != VERSION:
+            raise ValueError(f"looks log version {doc.get('version')!r}, this tatu reads {VERSION}")
+        return cls(doc["config"], doc["criterion"], tuple(doc["members"]), tuple(int(s) for s in doc["steps"]),
+                   Look.from_json(doc["look"]))
+
+
+def append(sweep_dir: Path, entry: LoggedLook) -> None:
+    """One line, written whole and fsynced before the caller schedules anything from it."""
+    path = Path(sweep_dir) / FILE
+    line = (json.dumps(entry.to_json(), sort_keys=True) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read(sweep_dir: Path) -> list[LoggedLook]:
+    """Every complete line; a last line without its newline (a kill mid-write) is dropped, anything
+    else unreadable is 65 naming the file and the line."""
+    path = Path(sweep_dir) / FILE
+    if not path.exists():
+        return []
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    complete = lines[:-1]  # the part after the last newline is empty, or a torn write
+    out = []
+    for number, line in enumerate(complete, 1):
+        try:
+            out.append(LoggedLook.from_json(json.loads(line)))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SweepError(BAD_DATA, f"{path}:{number}: not a look ({exc})")
+    return out
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return (math.isinf(a) and a == b) or abs(a - b) <= TOLERANCE * max(1.0, abs(a), abs(b))
+    return a == b
+
+
+def check_agrees(path: Path, logged: list[LoggedLook], recomputed: list[LoggedLook]) -> None:
+    """65 naming the first look where the log and the recomputation from the files differ."""
+    if len(logged) != len(recomputed):
+        raise SweepError(BAD_DATA, f"{path}: {len(logged)} looks logged, {len(recomputed)} recomputed from the run dirs")
+    for number, (got, want) in enumerate(zip(logged, recomputed), 1):
+        keys = [k for k in ("config", "criterion", "members", "steps") if getattr(got, k) != getattr(want, k)]
+        keys += [k for k in Look.__dataclass_fields__ if not _same(getattr(got.look, k), getattr(want.look, k))]
+        if keys:
+            shown = ", ".join(f"{k} {getattr(got.look, k, getattr(got, k, None))!r} (recomputed "
+                              f"{getattr(want.look, k, getattr(want, k, None))!r})" for k in keys[:3])
+            raise SweepError(BAD_DATA, f"{path}:{number}: {got.config} {got.criterion} at {got.look.n_seeds} seeds "
+                                       f"disagrees with the run dirs: {shown}")

@@ -1,0 +1,57 @@
+"""A configuration's looks from its members' per-line scores: the same function for the scheduler
+(which logs each look before acting on it) and for `tatu sweep report` (which recomputes them all
+and checks the log: sweep/sequential/log.check_agrees).
+
+The look at n seeds uses the configuration's first n members in the plan's seed order (all finished:
+a later seed that finished first waits for its turn), their crossed CI (evals/seeds/stats.crossed_ci,
+resampling seeded by the configuration, the set and n, so the same files give the same look) and the
+criterion's threshold on the log scale. A criterion is judged sequentially when it bounds a CI's
+upper end (`METRIC_hi < VALUE`): looks stop at its first decision other than continue."""
+from __future__ import annotations
+
+import hashlib
+import math
+
+from tatu.evals.seeds import stats as st
+from tatu.evals.seeds.sequential import Design, estimate_of, look
+from tatu.sweep.rule import Condition, held_out_set
+from tatu.sweep.sequential.log import LoggedLook
+from tatu.sweep.stats import RESAMPLES, crossed_runs
+
+
+def criterion_set(condition: Condition) -> str | None:
+    """The eval set whose crossed CI a `_hi` criterion bounds (None: not judged sequentially)."""
+    if not condition.metric.endswith("_hi") or condition.metric.startswith("every_eval"):
+        return None
+    base = condition.metric.removesuffix("_hi")
+    return "enRuler" if base == "drift" else "sftHeld" if base == "sftHeld_change" else held_out_set(base)
+
+
+def _resampling_seed(config: str, set_name: str, n_seeds: int) -> list[int]:
+    return [n_seeds, int.from_bytes(hashlib.sha256(f"{config}/{set_name}".encode()).digest()[:4], "big")]
+
+
+def config_looks(design: Design, config: str, condition: Condition, effective: dict, results: list[dict],
+                 half: str | None = None) -> list[LoggedLook]:
+    """Every look the files allow, up to the first decision. `results`: the configuration's member
+    results in seed order (sweep/analysis.member_result: per-line "base"/"end" scores once finished)."""
+    set_name = criterion_set(condition)
+    if set_name is None:
+        raise ValueError(f"{condition.text()} is not judged sequentially (only METRIC_hi < VALUE criteria are)")
+    threshold = math.log1p(condition.threshold(effective))
+    finished = []
+    for result in results:
+        if "end" not in result:
+            break
+        finished.append(result)
+    out = []
+    for n in range(design.min_seeds, min(len(finished), design.max_seeds) + 1):
+        first = finished[:n]
+        ci = st.crossed_ci(crossed_runs(first, set_name, half), n_resamples=RESAMPLES,
+                           seed=_resampling_seed(config, set_name, n))
+        decided = look(design, estimate_of(ci), threshold)
+        out.append(LoggedLook(config, condition.text(), tuple(r["member"] for r in first),
+                              tuple(int(r.get("steps", 0)) for r in first), decided))
+        if decided.decision != "continue":
+            break
+    return out

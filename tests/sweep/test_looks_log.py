@@ -1,0 +1,59 @@
+"""The looks log (sweep/sequential/log.py): appended lines read back as logged, a torn last line
+dropped, and a corrupted decision refused against the recomputation (65, naming the line)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tatu.evals.seeds.power import CrossedParts
+from tatu.evals.seeds.sequential import Design, Estimate, look
+from tatu.exitcodes import BAD_DATA
+from tatu.sweep.errors import SweepError
+from tatu.sweep.sequential import log
+
+DESIGN = Design("obf", 3, 6)
+PARTS = CrossedParts(seed=0.7, interaction=0.3, lines=0.01, n_lines=100)
+
+
+def _looks():
+    out = []
+    for n, mean in ((3, -1.5), (4, -1.4), (5, -1.6)):
+        out.append(log.LoggedLook("replay-n6", "drift_hi < MIX_FORGET_LIMIT", tuple(f"replay-n6-s{s}" for s in range(1, n + 1)),
+                                  (24,) * n, look(DESIGN, Estimate(n, mean, PARTS), 0.0)))
+    return out
+
+
+def test_appended_looks_read_back_and_agree(tmp_path):
+    looks = _looks()
+    for entry in looks:
+        log.append(tmp_path, entry)
+    assert log.read(tmp_path) == looks
+    log.check_agrees(tmp_path / log.FILE, log.read(tmp_path), looks)
+
+
+def test_a_torn_last_line_is_dropped(tmp_path):
+    looks = _looks()
+    for entry in looks:
+        log.append(tmp_path, entry)
+    with open(tmp_path / log.FILE, "a") as f:
+        f.write('{"version": 1, "config": "replay')  # killed mid-write: never acted on
+    assert log.read(tmp_path) == looks
+
+
+def test_a_corrupted_decision_is_refused(tmp_path):
+    looks = _looks()
+    for entry in looks:
+        log.append(tmp_path, entry)
+    path = tmp_path / log.FILE
+    lines = path.read_text().splitlines()
+    doc = json.loads(lines[1])
+    assert doc["look"]["decision"] == "continue"
+    doc["look"]["decision"] = "pass"
+    lines[1] = json.dumps(doc)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(SweepError) as err:
+        log.check_agrees(path, log.read(tmp_path), looks)
+    assert err.value.code == BAD_DATA
+    assert f"{path}:2: replay-n6 drift_hi < MIX_FORGET_LIMIT at 4 seeds disagrees" in str(err.value)
+    assert "decision 'pass' (recomputed 'continue')" in str(err.value)
