@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import replace
 
 from page_world import sweep_data
 from tatu.formats import fmt_ci
+from tatu.records import LogRatio, RelativeChange
 from tatu.sweep.conclusions import conclusions
 from tatu.sweep.prose import paragraph, what_it_says
+from tatu.sweep.records import PairedDiff
 
 DIRECTION_WORDS = ("rose", "fell", "lower", "higher", "learned", "forgot", "worse", "better")
 
@@ -20,9 +23,18 @@ def report() -> dict:
     data["verdict"]["chosen"] = "6"
     data["verdict"]["checks"].append({"config": "replay-n6", "value": "6", "missing": [], "failed": []})
     n6 = data["compare"]["configs"][1]
-    n6["paired"] = {"drift": {"diff": math.log(0.85), "lo": math.log(0.82), "hi": math.log(0.88), "p_value": 0.001},
-                    "sftHeld": {"diff": math.log(0.9), "lo": math.log(0.75), "hi": math.log(1.05), "p_value": 0.2}}
+    n6["paired"] = {"drift": paired(0.85, 0.82, 0.88, 0.001), "sftHeld": paired(0.9, 0.75, 1.05, 0.2)}
     return data
+
+
+def paired(ratio: float, lo: float, hi: float, p_value: float) -> PairedDiff:
+    """A paired difference as sweep/stats.py makes it: log ratios (the rest is not read by the prose)."""
+    return PairedDiff(LogRatio(math.log(ratio), math.log(lo), math.log(hi)), p_value, None, None, 3, 0.01, 0.02, None)
+
+
+def set_change(data: dict, config: int, metric: str, value: float, lo: float, hi: float) -> None:
+    stats = data["compare"]["configs"][config]["stats"]
+    stats[metric] = replace(stats[metric], change=RelativeChange(value, lo, hi))
 
 
 def _by_state(data) -> dict[str, str]:
@@ -43,7 +55,7 @@ def test_one_sentence_per_conclusion_each_with_its_ci():
         assert fmt_ci(i.value, i.lo, i.hi) in said[name], (name, said[name])
     drift = data["compare"]["configs"][0]["stats"]["drift"]
     assert said["replay-n0 drift"] == (f"replay-n0: enRuler drift rose (the ruler's English got worse), "
-                                       f"{fmt_ci(drift['value'], drift['lo'], drift['hi'])} over seeds x lines vs step 0.")
+                                       f"{drift.change.text()} over seeds x lines vs step 0.")
     assert said["replay-n6 - baseline drift"] == ("replay-n6 vs replay-n0, paired by seed and line: enRuler drift lower, "
                                                   "-15.0% [-18.0%,-12.0%] over seeds x lines.")
     assert paragraph(data) == " ".join(s.text for s in what_it_says(data))
@@ -52,7 +64,7 @@ def test_one_sentence_per_conclusion_each_with_its_ci():
 def test_a_number_changed_in_the_report_changes_its_sentence():
     data = report()
     before = _by_state(data)["replay-n6 drift"]
-    data["compare"]["configs"][1]["stats"]["drift"].update(value=0.052, lo=0.031, hi=0.073)
+    set_change(data, 1, "drift", 0.052, 0.031, 0.073)
     after = _by_state(data)["replay-n6 drift"]
     assert after != before
     assert after == "replay-n6: enRuler drift rose (the ruler's English got worse), +5.2% [+3.1%,+7.3%] over seeds x lines vs step 0."
@@ -62,7 +74,7 @@ def test_a_number_changed_in_the_report_changes_its_sentence():
 
 def test_a_ci_across_zero_claims_no_direction():
     data = report()
-    data["compare"]["configs"][1]["stats"]["drift"].update(value=-0.004, lo=-0.02, hi=0.012)
+    set_change(data, 1, "drift", -0.004, -0.02, 0.012)
     said = _by_state(data)
     assert "replay-n6 drift" not in said and "replay-n6 - baseline sftHeld" not in said
     unresolved = said["not resolved"]
