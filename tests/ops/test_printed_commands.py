@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from run_records import set_summary
 from tatu.daemon.ci_covers import ci_covers, run_env_file
 from tatu.daemon.config import load_config
 from tatu.daemon.judge import RULER, best_set
@@ -65,7 +66,7 @@ def _advice(env_path: Path) -> tuple[str, str]:
     started with `tatu run --env-file env_path`."""
     env = {key: value for key, (value, _) in parse_env_file_lines(env_path).items()}
     config, _ = load_config(env)
-    sets = {name: {"n_lines": 40, "n_lines_total": 40} for name in (best_set(config.mode), RULER)}
+    sets = {name: set_summary(n_lines=40) for name in (best_set(config.mode), RULER)}
     return config.run, ci_covers(sets, list(sets), config, run_env_file(None, env_path)).text
 
 
