@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tatu.daemon.run.records import Change, EvalRecord, SetSummary
+from tatu.daemon.run.records import Change, Criteria, EvalRecord, SetSummary, Verdict, VerdictNumbers
 
 
 def set_summary(ppl: float = 10.0, n_lines: int = 100, n_lines_total: int | None = None) -> SetSummary:
@@ -18,3 +18,10 @@ def eval_record(step: int = 0, drift: float = 0.0, **fields) -> EvalRecord:
                         best=False, best_set="sftHeld", abort=None, notes={}, seconds=1.0, generations=None,
                         categories={}, categories_note=None, tasks={}, ci_covers={}, line=f"EVAL {step}: ...")
     return replace(record, **fields)
+
+
+def verdict(outcome: str, aborted: str | None = None) -> Verdict:
+    """A finished run's verdict (`aborted`: why MIX_FORGET_LIMIT stopped it), numbers at step 8."""
+    change = Change(0.0, -0.01, 0.01, 0.5, 0.02)
+    numbers = VerdictNumbers(8, "sftHeld", change, change, None, 0.0, 8, aborted)
+    return Verdict(outcome, Criteria("improve", "forget limit", "flat"), f"VERDICT {outcome}: ...", numbers, {})

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from run_records import verdict as finished_verdict
 from sweep_world import plan_text
 
 from tatu.evals.seeds.power import CrossedParts
@@ -185,10 +186,10 @@ def test_member_state_is_derived_from_the_run_dir_and_the_unit(tmp_path):
     assert member_status(member, UnitState("exited", 11)).state == "diverged"
     (run_dir / "events.jsonl").write_text(json.dumps({"event": "abort", "reason": "non-finite loss", "step": 3}) + "\n")
     assert member_status(member, UnitState("absent")).state == "diverged"
-    (run_dir / "verdict.json").write_text(json.dumps({"verdict": "forgets", "numbers": {"aborted": "drift +40% > 10%"}}))
+    (run_dir / "verdict.json").write_text(json.dumps(finished_verdict("forgets", aborted="drift +40% > 10%").to_json()))
     aborted = member_status(member, UnitState("exited", 10))
     assert (aborted.state, aborted.verdict, aborted.code) == ("aborted", "forgets", 10)
-    (run_dir / "verdict.json").write_text(json.dumps({"verdict": "holds", "numbers": {"aborted": None}}))
+    (run_dir / "verdict.json").write_text(json.dumps(finished_verdict("holds").to_json()))
     assert member_status(member, UnitState("absent")).state == "done"
     # A member that wrote its verdict and is still exiting is done, and still holds its slot.
     exiting = member_status(member, UnitState("running"))
@@ -348,7 +349,7 @@ def test_the_coordinator_keeps_k_members_on_k_devices(tmp_path):
     first, second = members(lock)[:2]
     run_dir = Path(second.env["TATU_OUT"]) / second.run
     run_dir.mkdir(parents=True)
-    (run_dir / "verdict.json").write_text(json.dumps({"verdict": "holds", "numbers": {"aborted": None}}))
+    (run_dir / "verdict.json").write_text(json.dumps(finished_verdict("holds").to_json()))
     assert coordinator.pass_once()[0] == "running" and len(backend.started) == 2  # still exiting: slot held
     backend.states[second.run] = UnitState("absent")
     restarted = Coordinator(sweep_dir, backend, 2, ["cuda:0", "cuda:1"], out=io.StringIO())
