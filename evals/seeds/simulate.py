@@ -84,36 +84,33 @@ def anova_estimates(y: np.ndarray, n_seeds: int) -> list[Estimate]:
     return out
 
 
-def sequential_outcomes(design: Design, y: np.ndarray) -> list[Outcome]:
-    """Each replicate through tatu's looks: seeds until decided or max_seeds."""
-    reps = y.shape[0]
+def _first_decisions(design: Design, y: np.ndarray, decide) -> list[Outcome]:
+    """Each replicate's first look whose `decide(estimate)` is not "continue", seeds min..max."""
     by_seeds = {s: anova_estimates(y, s) for s in range(design.min_seeds, design.max_seeds + 1)}
     out = []
-    for r in range(reps):
+    for r in range(y.shape[0]):
         for s in range(design.min_seeds, design.max_seeds + 1):
-            decision = look(design, by_seeds[s][r], 0.0).decision
+            decision = decide(by_seeds[s][r])
             if decision != "continue":
                 out.append(Outcome(s, decision))
                 break
     return out
 
 
+def sequential_outcomes(design: Design, y: np.ndarray) -> list[Outcome]:
+    """Each replicate through tatu's looks: seeds until decided or max_seeds."""
+    return _first_decisions(design, y, lambda est: look(design, est, 0.0).decision)
+
+
 def naive_outcomes(design: Design, y: np.ndarray) -> list[Outcome]:
     """The rule without spending: stop when the 95% CI clears the threshold, on either side."""
-    reps = y.shape[0]
-    by_seeds = {s: anova_estimates(y, s) for s in range(design.min_seeds, design.max_seeds + 1)}
-    out = []
-    for r in range(reps):
-        for s in range(design.min_seeds, design.max_seeds + 1):
-            est = by_seeds[s][r]
-            if fixed_pass(est, 0.0):
-                out.append(Outcome(s, "pass"))
-                break
-            flipped = Estimate(s, -est.mean, est.parts)  # the lower bound above the threshold
-            if fixed_pass(flipped, 0.0) or s == design.max_seeds:
-                out.append(Outcome(s, "fail"))
-                break
-    return out
+    def decide(est: Estimate) -> str:
+        if fixed_pass(est, 0.0):
+            return "pass"
+        flipped = Estimate(est.n_seeds, -est.mean, est.parts)  # the lower bound above the threshold
+        return "fail" if fixed_pass(flipped, 0.0) or est.n_seeds == design.max_seeds else "continue"
+
+    return _first_decisions(design, y, decide)
 
 
 def fixed_outcomes(design: Design, y: np.ndarray) -> list[Outcome]:
