@@ -56,7 +56,7 @@ def what_it_says(report: dict) -> list[Sentence]:
     verdict = report["verdict"]
     axis = verdict.get("axis", "the axis")
     configs = report["compare"]["configs"]
-    baseline = next((c["key"] for c in configs if c.get("is_baseline")), None)
+    baseline = next((c.key for c in configs if c.is_baseline), None)
     out = [Sentence("verdict", f"The locked rule chose {axis}={found.chosen}." if found.chosen is not None
                     else "No value satisfies the locked rule.")]
     failed = [f"{c['config']} ({'; '.join(f['condition'] + ' ' + f['shown'] for f in c['failed'])})"

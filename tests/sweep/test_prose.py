@@ -22,8 +22,8 @@ def report() -> dict:
     data = copy.deepcopy(sweep_data())
     data["verdict"]["chosen"] = "6"
     data["verdict"]["checks"].append({"config": "replay-n6", "value": "6", "missing": [], "failed": []})
-    n6 = data["compare"]["configs"][1]
-    n6["paired"] = {"drift": paired(0.85, 0.82, 0.88, 0.001), "sftHeld": paired(0.9, 0.75, 1.05, 0.2)}
+    data["compare"]["configs"][1] = replace(data["compare"]["configs"][1], paired={
+        "drift": paired(0.85, 0.82, 0.88, 0.001), "sftHeld": paired(0.9, 0.75, 1.05, 0.2)})
     return data
 
 
@@ -33,7 +33,7 @@ def paired(ratio: float, lo: float, hi: float, p_value: float) -> PairedDiff:
 
 
 def set_change(data: dict, config: int, metric: str, value: float, lo: float, hi: float) -> None:
-    stats = data["compare"]["configs"][config]["stats"]
+    stats = data["compare"]["configs"][config].stats
     stats[metric] = replace(stats[metric], change=RelativeChange(value, lo, hi))
 
 
@@ -53,7 +53,7 @@ def test_one_sentence_per_conclusion_each_with_its_ci():
     for name in resolved:
         i = found.changes[name]
         assert fmt_ci(i.value, i.lo, i.hi) in said[name], (name, said[name])
-    drift = data["compare"]["configs"][0]["stats"]["drift"]
+    drift = data["compare"]["configs"][0].stats["drift"]
     assert said["replay-n0 drift"] == (f"replay-n0: enRuler drift rose (the ruler's English got worse), "
                                        f"{drift.change.text()} over seeds x lines vs step 0.")
     assert said["replay-n6 - baseline drift"] == ("replay-n6 vs replay-n0, paired by seed and line: enRuler drift lower, "
