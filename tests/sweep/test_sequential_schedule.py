@@ -1,0 +1,90 @@
+"""A sequential sweep scheduled from its looks (sweep/sequential/schedule.py) through the coordinator
+every backend runs (sweep/coordinator.py), on tests/sequential_world.py's instant members with
+simulated per-line scores: which members run, in which order, and that each look is in the looks
+log before anything is started from it."""
+from __future__ import annotations
+
+import io
+from dataclasses import replace
+
+import pytest
+
+from sequential_world import coordinator, ran, simulated_result, write_sweep
+
+from tatu.exitcodes import BAD_DATA
+from tatu.sweep.errors import SweepError
+from tatu.sweep.lock import read_lock
+from tatu.sweep.sequential import log as looks_log
+from tatu.sweep.sequential.schedule import schedule
+
+# d sits near the 5% limit (its looks continue), a is far over it, b and c far under it
+FIRST_CONFIG = ("first config such that drift_hi < 5%",
+                "d = { REPLAY_N = 1 }\na = { REPLAY_N = 0 }\nb = { REPLAY_N = 2 }\nc = { REPLAY_N = 4 }\n")
+
+
+@pytest.fixture
+def runtime(tmp_path, monkeypatch):
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(tmp_path / "rt"))
+    return tmp_path
+
+
+def run(sweep_dir, k: int = 3) -> str:
+    out = io.StringIO()
+    assert coordinator(sweep_dir, k, out).run() == 0, out.getvalue()
+    return out.getvalue()
+
+
+def test_first_config_runs_configurations_in_order_and_stops_at_the_first_pass(runtime):
+    sweep_dir = write_sweep(runtime, "fc", *FIRST_CONFIG)
+    said = run(sweep_dir)
+    looks = looks_log.read(sweep_dir)
+    assert [(l.config, l.look.n_seeds, l.look.decision) for l in looks] == [
+        ("d", 3, "continue"), ("d", 4, "continue"), ("d", 5, "fail"), ("a", 3, "fail"), ("b", 3, "pass")]
+    # d got its seeds one at a time after the first look; c, after the chosen b, never ran
+    assert ran(sweep_dir) == ["a-s1", "a-s2", "a-s3", "b-s1", "b-s2", "b-s3", "d-s1", "d-s2", "d-s3", "d-s4", "d-s5"]
+    lines = said.splitlines()
+    # each look is logged (and said) before the member it allows is started
+    assert lines.index(next(l for l in lines if l.startswith("look d drift_hi < 5% at 3 seeds"))) < lines.index("started d-s4")
+    assert lines.index(next(l for l in lines if l.startswith("look d drift_hi < 5% at 5 seeds"))) < lines.index("started a-s1")
+    assert lines.index(next(l for l in lines if l.startswith("look a "))) < lines.index("started b-s1")
+    assert "runs: 11 of the fixed design's 20 (5 seeds x 4 configurations, 55%)" in said
+    assert "verdict: config=b (first config such that drift_hi < 5%); sequential obf, 3 to 5 seeds" in said
+
+
+def test_an_ordered_axis_is_a_fixed_sequence_and_doses_past_the_first_failure_do_not_run(runtime):
+    # smallest REPLAY_N: tested from 4 down; 4 passes, 2 fails, so 1 and 0 never run and 4 is chosen
+    sweep_dir = write_sweep(runtime, "ax", "smallest REPLAY_N such that drift_hi < 5%", replay=(0, 1, 2, 4))
+    said = run(sweep_dir)
+    assert {m.split("-s")[0] for m in ran(sweep_dir)} == {"replay-n4", "replay-n2"}
+    decisions = {l.config: l.look.decision for l in looks_log.read(sweep_dir)}
+    assert decisions == {"replay-n4": "pass", "replay-n2": "fail"}
+    assert "verdict: REPLAY_N=4 " in said
+    assert "runs: 7 of the fixed design's 20" in said
+
+
+def test_a_finished_sweep_started_again_logs_nothing_twice(runtime):
+    sweep_dir = write_sweep(runtime, "again", *FIRST_CONFIG)
+    run(sweep_dir)
+    before = (sweep_dir / looks_log.FILE).read_text()
+    started = ran(sweep_dir)
+    run(sweep_dir)
+    assert (sweep_dir / looks_log.FILE).read_text() == before
+    assert ran(sweep_dir) == started
+
+
+def test_the_log_alone_gives_the_schedule_and_a_contradicted_look_is_refused(runtime):
+    sweep_dir = write_sweep(runtime, "alone", *FIRST_CONFIG)
+    run(sweep_dir)
+    lock = read_lock(sweep_dir)
+    states = {p.parent.name: "done" for p in (sweep_dir / "runs").glob("*/verdict.json")}
+    from_log = schedule(lock, states, looks_log.read(sweep_dir), None)  # what `tatu sweep status` reads
+    assert from_log.decided and from_log.chosen == "b" and not from_log.to_log
+    assert [c.decision for c in from_log.configs] == ["fail", "fail", "pass", "waiting"]
+    # d's look at 3 seeds with another statistic, its later looks not logged yet: recomputing d to
+    # log them finds the logged one contradicted, and refuses (65) rather than act on it
+    entries = looks_log.read(sweep_dir)
+    forged = replace(entries[0], look=replace(entries[0].look, statistic=entries[0].look.statistic + 1.0))
+    with pytest.raises(SweepError) as err:
+        schedule(lock, states, [forged], simulated_result, sweep_dir / looks_log.FILE)
+    assert err.value.code == BAD_DATA
+    assert str(err.value).startswith(f"{sweep_dir / looks_log.FILE}:1: d drift_hi < 5% at 3 seeds disagrees")
