@@ -32,6 +32,7 @@ from tatu.sweep.scores import end_checkpoint, score_checkpoint
 from tatu.sweep.power import seeds_for_effect, stated_effect
 from tatu.sweep.sets import set_stats
 from tatu.sweep.records import ConfigStat, holm_adjusted
+from tatu.sweep.sequential.check import check_looks, verdict_complete
 from tatu.sweep.stats import paired_stats
 
 COMMON_LINES = (common_step_.START, common_step_.AT_COMMON)  # the base/end keys of the common-step lines
@@ -278,9 +279,12 @@ def analyze(sweep_dir: Path) -> dict:
     compare = locked_members(lock, "compare")
     if compare:
         configs = stage_table(lock, compare, sweep_dir, "compare")
+        if lock.get("design"):  # sequential: the looks log must agree with the run dirs (65 if not)
+            check_looks(lock, sweep_dir, configs)
         add_paired(lock, configs)
         parents = vs_parent(lock, configs)
-        complete = all(r["state"] in TERMINAL for c in configs for r in c["results"])
+        complete = (verdict_complete(lock, sweep_dir, configs) if lock.get("design")  # unneeded members never run
+                    else all(r["state"] in TERMINAL for c in configs for r in c["results"]))
         out["compare"] = {"configs": _strip(configs), "complete": complete, "vs_parent": parents}
         out["verdict"] = {**decide(lock, configs), "complete": complete}
         out["seeds_for"] = seeds_for_effect(_locked_rule(lock), configs, stated_effect(lock))

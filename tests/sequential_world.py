@@ -58,10 +58,11 @@ def simulated_result(member: Member) -> dict:
     line = np.random.default_rng(7).normal(0, 0.002, N_LINES)  # shared lines: the same for every member
     change = math.log1p(drift_of(member)) + rng.normal(0, 0.01) + line + rng.normal(0, 0.01, N_LINES)
     base = np.random.default_rng(8).uniform(2.0, 3.0, N_LINES)
-    scores = lambda nll: {"enRuler": {"nll_sum": (nll * 10).tolist(), "line_tokens": [10] * N_LINES,
-                                      "line_index": list(range(N_LINES))}}
+    improve = -0.05 + rng.normal(0, 0.01, N_LINES)  # sftHeld: what the report's tables also read
+    lines = lambda nll: {"nll_sum": (nll * 10).tolist(), "line_tokens": [10] * N_LINES, "line_index": list(range(N_LINES))}
     return {"member": member.name, "seed": member.seed, "steps": 4, "state": "done", "verdict": "holds",
-            "base": scores(base), "end": scores(base + change)}
+            "base": {"enRuler": lines(base), "sftHeld": lines(base)},
+            "end": {"enRuler": lines(base + change), "sftHeld": lines(base + improve)}}
 
 
 class InstantBackend:

@@ -1,0 +1,72 @@
+"""`tatu sweep report` on a sequential sweep: every look recomputed from the run dirs (the same
+config_looks_all the scheduler logged them with) and compared with sweeps/<name>/looks.jsonl. A
+logged look the files recompute otherwise, one they do not allow, one logged twice, or (once no
+member runs) one the files allow that was never logged: 65 and one line naming the file, the line
+and the look. A decision nobody can reproduce from the files is not one to report."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tatu.evals.seeds.sequential import Design
+from tatu.exitcodes import BAD_DATA
+from tatu.sweep.errors import SweepError
+from tatu.sweep.sequential import log as looks_log
+from tatu.sweep.sequential.log import LoggedLook, check_agrees
+from tatu.sweep.sequential.schedule import config_looks_all, grouped_members, locked_rule, schedule, sequential_criteria
+
+
+def _key(entry: LoggedLook) -> tuple:
+    return entry.config, entry.criterion, entry.look.n_seeds
+
+
+def _named(entry: LoggedLook) -> str:
+    return f"{entry.config} {entry.criterion} at {entry.look.n_seeds} seeds"
+
+
+def recompute(lock: dict, configs: list[dict]) -> list[LoggedLook]:
+    """Every look the files allow. `configs`: sweep/analysis.stage_table's entries for the comparison
+    stage (key, results with their per-line scores, effective, half)."""
+    design = Design.from_json(lock["design"])
+    criteria = sequential_criteria(locked_rule(lock))
+    grouped = grouped_members(lock, design)
+    out: list[LoggedLook] = []
+    for config in configs:
+        members = grouped.get(config["key"])
+        if not members or not criteria:  # an interpolated configuration is not scheduled: no looks
+            continue
+        by_name = {r["member"]: r for r in config["results"]}
+        looks, _ = config_looks_all(design, config["key"], criteria, config["effective"],
+                                    [by_name[m.name] for m in members], config["half"])
+        out += looks
+    return out
+
+
+def check_looks(lock: dict, sweep_dir: Path, configs: list[dict]) -> list[LoggedLook]:
+    """The logged looks, once they agree with the files (SweepError 65 otherwise)."""
+    path = Path(sweep_dir) / looks_log.FILE
+    logged = looks_log.read(sweep_dir)
+    recomputed = {_key(l): l for l in recompute(lock, configs)}
+    seen: dict[tuple, int] = {}
+    for number, entry in enumerate(logged, 1):
+        if _key(entry) in seen:
+            raise SweepError(BAD_DATA, f"{path}:{number}: {_named(entry)} is logged twice (first at line {seen[_key(entry)]})")
+        seen[_key(entry)] = number
+        if _key(entry) not in recomputed:
+            raise SweepError(BAD_DATA, f"{path}:{number}: {_named(entry)}: logged, but the run dirs allow no such look "
+                                       f"(decision {entry.look.decision!r})")
+    check_agrees(path, logged, [recomputed[_key(l)] for l in logged])
+    running = any(r.get("state") == "running" for c in configs for r in c["results"])
+    missing = [l for key, l in recomputed.items() if key not in seen]
+    if missing and not running:
+        raise SweepError(BAD_DATA, f"{path}: {_named(missing[0])} ({missing[0].look.decision}): the run dirs allow it "
+                                   "but it was never logged (`tatu sweep start` logs it, then the report)")
+    return logged
+
+
+def verdict_complete(lock: dict, sweep_dir: Path, configs: list[dict]) -> bool:
+    """A sequential sweep's verdict is complete when its looks decided the rule and every member the
+    schedule let run has a result: the members it never needed are not missing results."""
+    run_of = {m.name: m.run for ms in grouped_members(lock, Design.from_json(lock["design"])).values() for m in ms}
+    states = {run_of[r["member"]]: r["state"] for c in configs for r in c["results"] if r["member"] in run_of}
+    plan = schedule(lock, states, looks_log.read(sweep_dir), None)
+    return plan.decided and all(states.get(run) in ("done", "aborted", "diverged") for run in plan.allowed)
