@@ -232,8 +232,14 @@ def status_main(args) -> int:
     conf = settings(sweep_dir)
     backend = backend_for(conf.get("backend", "systemd"), sweep_dir)
     coordinator = Coordinator(sweep_dir, backend, int(conf.get("k", 1)), out=open(os.devnull, "w"))
-    _, stage, members = coordinator.stage_members()
+    lock, stage, members = coordinator.stage_members()
     statuses = coordinator.statuses(members)
+    sequential = []
+    if lock.get("design") and stage != "tune":  # the members the looks let run, and the looks
+        from tatu.sweep.sequential.status import sweep_status
+
+        allowed, sequential = sweep_status(lock, sweep_dir, {s.member.run: s.state for s in statuses})
+        statuses = [s for s in statuses if s.member.run in allowed]
     print(f"sweep {args.name} ({conf.get('backend', 'systemd')}, K={conf.get('k', 1)}): "
           f"{summary(statuses, coordinator.eta(statuses), stage)}")
     stop = sweep_dir / STOP_FILE
@@ -244,6 +250,8 @@ def status_main(args) -> int:
         limit = s.member.env.get("MIX_STEPS_LIMIT", "?")
         print(f"  {s.member.name:<24} {s.state:<9} {s.verdict or '':<13} step {max(steps, default=0)}/{limit}"
               + (f"  {s.detail}" if s.detail else ""))
+    for line in sequential:
+        print(line)
     return 0
 
 

@@ -5,9 +5,11 @@ with its error guarantee. Text from a Schedule (sweep/sequential/schedule.py); n
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+from tatu.sweep.sequential import log as looks_log
 from tatu.sweep.sequential.log import LoggedLook
-from tatu.sweep.sequential.schedule import Schedule
+from tatu.sweep.sequential.schedule import Schedule, locked_rule, schedule
 
 # The false pass at the threshold measured with tatu's own looks (bench/sequential.py --reps 20000,
 # docs/sweeps.md): above the design's alpha / 2 at 3-5 seeds, so the sentence says both.
@@ -19,13 +21,14 @@ def _pct(log_value: float) -> str:
 
 
 def look_line(entry: LoggedLook) -> str:
-    """`look full-replay2 drift_hi < MIX_FORGET_LIMIT at 3 seeds: continue (mean +1.2%, upper bound at
-    the spent level +3.4% vs +5.0%; t 1.10, boundary 3.71)`."""
+    """`look d drift_hi < 5% at 4 seeds: continue (CI at the spent level [+0.1%, +7.2%] vs +5.0%; mean
+    +3.6%, t 1.72, boundary 4.34)`: the crossed CI whose level the boundary spends, its threshold."""
     look = entry.look
     bound = look.t_bound
-    upper = look.mean + bound * look.se if math.isfinite(bound) else math.inf
-    return (f"look {entry.config} {entry.criterion} at {look.n_seeds} seeds: {look.decision} (mean {_pct(look.mean)}, "
-            f"upper bound at the spent level {_pct(upper)} vs {_pct(look.threshold)}; t {look.statistic:.2f}, "
+    lo, hi = ((look.mean - bound * look.se, look.mean + bound * look.se) if math.isfinite(bound)
+              else (-math.inf, math.inf))
+    return (f"look {entry.config} {entry.criterion} at {look.n_seeds} seeds: {look.decision} (CI at the spent level "
+            f"[{_pct(lo)}, {_pct(hi)}] vs {_pct(look.threshold)}; mean {_pct(look.mean)}, t {look.statistic:.2f}, "
             f"boundary {bound:.2f}{', final look' if look.final else ''})")
 
 
@@ -53,7 +56,16 @@ def status_lines(plan: Schedule, states: dict[str, str], rule_text: str, axis: s
     lines = [f"sequential design: {plan.order}"]
     for config in plan.configs:
         ran = sum(states.get(m.run) in ("done", "aborted", "diverged", "running") for m in config.members)
-        lines.append(f"  {config.config}: {config.decision}, {ran} of {len(config.members)} seeds run"
+        decision = config.decision if config.looks or config.active or ran else "not run"
+        lines.append(f"  {config.config}: {decision}, {ran} of {len(config.members)} seeds run"
                      + (", under test" if config.active else ""))
         lines += [f"    {look_line(entry)}" for entry in config.looks]
     return lines + [runs_line(plan, states), verdict_sentence(plan, rule_text, axis)]
+
+
+def sweep_status(lock: dict, sweep_dir: Path, states: dict[str, str]) -> tuple[frozenset[str], list[str]]:
+    """(the member runs the schedule lets run, the block to print) from the looks log alone: status
+    scores nothing; a look the coordinator has not logged yet shows on its next pass."""
+    plan = schedule(lock, states, looks_log.read(sweep_dir), None)
+    rule = locked_rule(lock)
+    return plan.allowed, status_lines(plan, states, rule.text, rule.axis)

@@ -5,6 +5,8 @@ log before anything is started from it."""
 from __future__ import annotations
 
 import io
+import json
+import shutil
 from dataclasses import replace
 
 import pytest
@@ -12,6 +14,7 @@ import pytest
 from sequential_world import coordinator, ran, simulated_result, write_sweep
 
 from tatu.exitcodes import BAD_DATA
+from tatu.ops.cli import main as tatu_main
 from tatu.sweep.errors import SweepError
 from tatu.sweep.lock import read_lock
 from tatu.sweep.sequential import log as looks_log
@@ -88,3 +91,41 @@ def test_the_log_alone_gives_the_schedule_and_a_contradicted_look_is_refused(run
         schedule(lock, states, [forged], simulated_result, sweep_dir / looks_log.FILE)
     assert err.value.code == BAD_DATA
     assert str(err.value).startswith(f"{sweep_dir / looks_log.FILE}:1: d drift_hi < 5% at 3 seeds disagrees")
+
+
+def status_of(sweep_dir, capsys) -> list[str]:
+    (sweep_dir / "coordinator.json").write_text(json.dumps({"backend": "foreground", "k": 3}))
+    capsys.readouterr()
+    assert tatu_main(["sweep", "status", sweep_dir.name, "--sweeps", str(sweep_dir.parent)]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_status_shows_the_looks_the_runs_spent_and_the_verdict(runtime, capsys):
+    sweep_dir = write_sweep(runtime, "st", *FIRST_CONFIG)
+    run(sweep_dir)
+    lines = status_of(sweep_dir, capsys)
+    assert lines[0].startswith("sweep st (foreground, K=3): 11/11 done")  # c's members were never needed
+    assert not any(line.strip().startswith("c-s") for line in lines)
+    at = lines.index("  d: fail, 5 of 5 seeds run")
+    assert lines[at + 1].startswith("    look d drift_hi < 5% at 3 seeds: continue (CI at the spent level [")
+    assert lines[at + 3].endswith(", final look)") and " at 5 seeds: fail " in lines[at + 3]
+    assert "  c: not run, 0 of 5 seeds run" in lines
+    assert "runs: 11 of the fixed design's 20 (5 seeds x 4 configurations, 55%)" in lines
+    assert lines[-1].startswith("verdict: config=b (first config such that drift_hi < 5%); sequential obf, 3 to 5 seeds: "
+                                "a configuration at its threshold passes a criterion with probability 2.5% by design")
+
+
+def test_status_mid_sweep_says_what_is_under_test(runtime, capsys):
+    # the files as they were when d's look at 3 seeds said continue: d's first 3 seeds, one look
+    sweep_dir = write_sweep(runtime, "mid", *FIRST_CONFIG)
+    run(sweep_dir)
+    for run_dir in (sweep_dir / "runs").iterdir():
+        if run_dir.name.split(".", 1)[1] not in ("d-s1", "d-s2", "d-s3"):
+            shutil.rmtree(run_dir)
+    log = sweep_dir / looks_log.FILE
+    log.write_text(log.read_text().splitlines(keepends=True)[0])
+    lines = status_of(sweep_dir, capsys)
+    assert lines[0].startswith("sweep mid (foreground, K=3): 3/4 done")  # d-s4 is the one the look allows next
+    assert "  d: continue, 3 of 5 seeds run, under test" in lines
+    assert "runs: 3 of the fixed design's 20 (5 seeds x 4 configurations, 15%)" in lines
+    assert lines[-1].startswith("verdict not decided yet: d (3 seeds looked) under test; sequential obf")
