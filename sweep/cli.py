@@ -135,8 +135,15 @@ def finished(sweep_dir: Path, backend) -> tuple[bool, str]:
     from tatu.sweep.members import TERMINAL, summary
 
     coordinator = Coordinator(sweep_dir, backend, 1, out=open(os.devnull, "w"))
-    _, stage, members = coordinator.stage_members()
+    lock, stage, members = coordinator.stage_members()
     statuses = coordinator.statuses(members)
+    if lock.get("design") and stage != "tune":  # sequential: the members its looks let run (from the log)
+        from tatu.sweep.sequential.status import sweep_status
+
+        plan, _ = sweep_status(lock, sweep_dir, {s.member.run: s.state for s in statuses})
+        if not plan.decided:  # members still to run, or a look the coordinator has yet to log
+            return False, summary(statuses, None, stage)
+        statuses = [s for s in statuses if s.member.run in plan.allowed]
     done = stage != "tune" and all(s.state in TERMINAL for s in statuses)
     return done, summary(statuses, None, stage)
 
@@ -238,8 +245,8 @@ def status_main(args) -> int:
     if lock.get("design") and stage != "tune":  # the members the looks let run, and the looks
         from tatu.sweep.sequential.status import sweep_status
 
-        allowed, sequential = sweep_status(lock, sweep_dir, {s.member.run: s.state for s in statuses})
-        statuses = [s for s in statuses if s.member.run in allowed]
+        plan, sequential = sweep_status(lock, sweep_dir, {s.member.run: s.state for s in statuses})
+        statuses = [s for s in statuses if s.member.run in plan.allowed]
     print(f"sweep {args.name} ({conf.get('backend', 'systemd')}, K={conf.get('k', 1)}): "
           f"{summary(statuses, coordinator.eta(statuses), stage)}")
     stop = sweep_dir / STOP_FILE

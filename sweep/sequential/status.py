@@ -63,9 +63,9 @@ def status_lines(plan: Schedule, states: dict[str, str], rule_text: str, axis: s
     return lines + [runs_line(plan, states), verdict_sentence(plan, rule_text, axis)]
 
 
-def sweep_status(lock: dict, sweep_dir: Path, states: dict[str, str]) -> tuple[frozenset[str], list[str]]:
-    """(the member runs the schedule lets run, the block to print) from the looks log alone: status
-    scores nothing; a look the coordinator has not logged yet shows on its next pass."""
+def sweep_status(lock: dict, sweep_dir: Path, states: dict[str, str]) -> tuple[Schedule, list[str]]:
+    """(the schedule, the block to print) from the looks log alone: status scores nothing, so a look
+    the coordinator has not logged yet shows (and counts) on its next pass."""
     plan = schedule(lock, states, looks_log.read(sweep_dir), None)
     rule = locked_rule(lock)
-    return plan.allowed, status_lines(plan, states, rule.text, rule.axis)
+    return plan, status_lines(plan, states, rule.text, rule.axis)
