@@ -55,7 +55,9 @@ def _plan_source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("plan", type=Path, nargs="?", help="the plan file (or --env-file and --seeds)")
     p.add_argument("--env-file", type=Path, help="instead of a plan: this run's env file, at --seeds N seeds")
     p.add_argument("--seeds", type=int, help="with --env-file: how many seeds (at least 2; the run's TATU_SEED first)")
-    p.add_argument("--name", help="with --env-file: the sweep's name (default <TATU_RUN>-seeds)")
+    p.add_argument("--name", help="with --env-file: the sweep's name (default <TATU_RUN>-seeds, <TATU_RUN>-seq)")
+    p.add_argument("--sequential", action="store_true", help="with --env-file: a group-sequential decision (obf, looks "
+                                                            "from 3 seeds to --seeds N): stop at the first decisive look")
 
 
 def main(args: argparse.Namespace) -> int:
