@@ -32,7 +32,7 @@ from tatu.sweep.scores import end_checkpoint, score_checkpoint
 from tatu.sweep.power import seeds_for_effect, stated_effect
 from tatu.sweep.sets import set_stats
 from tatu.sweep.records import ConfigStat, holm_adjusted
-from tatu.sweep.sequential.check import check_looks, verdict_complete
+from tatu.sweep.sequential.check import check_looks, sequential_verdict
 from tatu.sweep.stats import paired_stats
 
 COMMON_LINES = (common_step_.START, common_step_.AT_COMMON)  # the base/end keys of the common-step lines
@@ -283,10 +283,10 @@ def analyze(sweep_dir: Path) -> dict:
             check_looks(lock, sweep_dir, configs)
         add_paired(lock, configs)
         parents = vs_parent(lock, configs)
-        complete = (verdict_complete(lock, sweep_dir, configs) if lock.get("design")  # unneeded members never run
-                    else all(r["state"] in TERMINAL for c in configs for r in c["results"]))
+        looked = sequential_verdict(lock, sweep_dir, configs) if lock.get("design") else {}  # chosen by the looks
+        complete = looked["complete"] if looked else all(r["state"] in TERMINAL for c in configs for r in c["results"])
         out["compare"] = {"configs": _strip(configs), "complete": complete, "vs_parent": parents}
-        out["verdict"] = {**decide(lock, configs), "complete": complete}
+        out["verdict"] = {**decide(lock, configs), "complete": complete, **looked}
         out["seeds_for"] = seeds_for_effect(_locked_rule(lock), configs, stated_effect(lock))
     return out
 

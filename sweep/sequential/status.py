@@ -38,17 +38,24 @@ def runs_line(plan: Schedule, states: dict[str, str]) -> str:
             f"configurations, {spent / fixed:.0%})" if fixed else "runs: none planned")
 
 
-def verdict_sentence(plan: Schedule, rule_text: str, axis: str) -> str:
+def verdict_clause(plan: Schedule, rule_text: str, axis: str) -> str:
+    """`config=b (RULE); sequential obf, 3 to 5 seeds: ...the guarantee...` (or `no config satisfies
+    ...`, `not decided yet: ...`): the verdict and its error guarantee, for status and the report."""
     design = plan.design
     guarantee = (f"sequential {design.shape}, {design.min_seeds} to {design.max_seeds} seeds: a configuration at its "
                  f"threshold passes a criterion with probability {design.alpha / 2:.1%} by design "
                  f"({MEASURED_FALSE_PASS.get(design.shape, math.nan):.1%} measured at few seeds, docs/sweeps.md)")
     if not plan.decided:
         active = [f"{c.config} ({c.seeds_looked} seeds looked)" for c in plan.configs if c.active]
-        return f"verdict not decided yet: {', '.join(active) or 'nothing'} under test; {guarantee}"
+        return f"not decided yet: {', '.join(active) or 'nothing'} under test; {guarantee}"
     if plan.chosen is None:
-        return f"verdict: no {axis} satisfies the rule ({rule_text}); {guarantee}"
-    return f"verdict: {axis}={plan.chosen} ({rule_text}); {guarantee}"
+        return f"no {axis} satisfies the rule ({rule_text}); {guarantee}"
+    return f"{axis}={plan.chosen} ({rule_text}); {guarantee}"
+
+
+def verdict_sentence(plan: Schedule, rule_text: str, axis: str) -> str:
+    clause = verdict_clause(plan, rule_text, axis)
+    return f"verdict {clause}" if not plan.decided else f"verdict: {clause}"
 
 
 def status_lines(plan: Schedule, states: dict[str, str], rule_text: str, axis: str) -> list[str]:

@@ -60,7 +60,12 @@ def test_an_untouched_log_agrees_with_the_run_dirs(finished, capsys):
     assert tatu_main(["sweep", "report", "rep", "--sweeps", str(sweep_dir.parent)]) == 0
     report = json.loads((sweep_dir / "report" / "report.json").read_text())
     assert report["verdict"]["complete"] and report["verdict"]["chosen"] == "b"
-    assert "PROVISIONAL" not in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "PROVISIONAL" not in text
+    # the verdict is the looks': with its guarantee and the runs spent
+    assert ("VERDICT (locked rule): config=b (first config such that drift_hi < 5%); sequential obf, 3 to 5 seeds: a "
+            "configuration at its threshold passes a criterion with probability 2.5% by design") in text
+    assert "; runs: 11 of the fixed design's 20 (5 seeds x 4 configurations, 55%)" in text
 
 
 def test_a_corrupted_decision_refuses_the_report_naming_the_file_and_the_look(finished, capsys):
