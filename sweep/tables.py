@@ -157,7 +157,8 @@ def verdict_lines(data: dict) -> list[str]:
             why = " (interpolated: no daemon run, so no evals during training)" if check.get("interpolated") else ""
             lines.append(f"  {verdict['axis']}={check.get('label', check['value'])} is not judged: no value for "
                          f"{', '.join(check['missing'])}{why}")
-    return lines + [f"  what would change it: {note}" for note in verdict["would_change"]]
+    return lines + [f"  what would change it: {note}" for note in verdict["would_change"]] + [
+        f"  {line}" for line in verdict.get("looks", [])]  # a sequential design's looks (sweep/sequential/check.py)
 
 
 TUNE_PENDING = "(the tune stage has not finished: the comparison stage has not started)"

@@ -13,7 +13,7 @@ from tatu.sweep.errors import SweepError
 from tatu.sweep.sequential import log as looks_log
 from tatu.sweep.sequential.log import LoggedLook, check_agrees
 from tatu.sweep.sequential.schedule import config_looks_all, grouped_members, locked_rule, schedule, sequential_criteria
-from tatu.sweep.sequential.status import runs_line, verdict_clause
+from tatu.sweep.sequential.status import runs_line, status_lines, verdict_clause
 
 
 def _key(entry: LoggedLook) -> tuple:
@@ -66,11 +66,14 @@ def check_looks(lock: dict, sweep_dir: Path, configs: list[dict]) -> list[Logged
 
 def sequential_verdict(lock: dict, sweep_dir: Path, configs: list[dict]) -> dict:
     """The report's verdict from the looks: `chosen` and `line` (the verdict with its guarantee and
-    the runs spent), and `complete`: the looks decided the rule and every member the schedule let run
+    the runs spent), `looks` (per configuration its decision and looks: lines), and `complete`: the looks decided the rule and every member the schedule let run
     has a result (the members it never needed are not missing results)."""
     run_of = {m.name: m.run for ms in grouped_members(lock, Design.from_json(lock["design"])).values() for m in ms}
     states = {run_of[r["member"]]: r["state"] for c in configs for r in c["results"] if r["member"] in run_of}
     plan = schedule(lock, states, looks_log.read(sweep_dir), None)
     rule = locked_rule(lock)
     return {"chosen": plan.chosen, "line": f"{verdict_clause(plan, rule.text, rule.axis)}; {runs_line(plan, states)}",
-            "complete": plan.decided and all(states.get(run) in ("done", "aborted", "diverged") for run in plan.allowed)}
+            "complete": plan.decided and all(states.get(run) in ("done", "aborted", "diverged") for run in plan.allowed),
+            # the looks themselves, under the verdict (text and page); "more seeds would ..." is not
+            # advice a locked sequential design can take (max_seeds is in the plan's hash)
+            "looks": status_lines(plan, states, rule.text, rule.axis)[:-2], "would_change": []}

@@ -66,6 +66,11 @@ def test_an_untouched_log_agrees_with_the_run_dirs(finished, capsys):
     assert ("VERDICT (locked rule): config=b (first config such that drift_hi < 5%); sequential obf, 3 to 5 seeds: a "
             "configuration at its threshold passes a criterion with probability 2.5% by design") in text
     assert "; runs: 11 of the fixed design's 20 (5 seeds x 4 configurations, 55%)" in text
+    # under it, each configuration's looks, in the text and on the page; no "more seeds would" advice
+    assert "    d: fail, 5 of 5 seeds run\n      look d drift_hi < 5% at 3 seeds: continue (CI at the spent level" in text
+    assert "what would change it" not in text
+    page = (sweep_dir / "report" / "index.html").read_text()
+    assert "c: not run, 0 of 5 seeds run" in page and "look b drift_hi &lt; 5% at 3 seeds: pass" in page
 
 
 def test_a_corrupted_decision_refuses_the_report_naming_the_file_and_the_look(finished, capsys):
