@@ -46,15 +46,26 @@ class LoggedLook:
 
 
 def append(sweep_dir: Path, entry: LoggedLook) -> None:
-    """One line, written whole and fsynced before the caller schedules anything from it."""
+    """One line, written whole and fsynced before the caller schedules anything from it. A torn
+    last line (a kill mid-write: never acted on, read() drops it) is cut off first, or the new line
+    would be glued to it."""
     path = Path(sweep_dir) / FILE
     line = (json.dumps(entry.to_json(), sort_keys=True) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        _cut_torn_tail(fd)
         os.write(fd, line)
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _cut_torn_tail(fd: int) -> None:
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    text = os.pread(fd, size, 0)
+    os.ftruncate(fd, text.rfind(b"\n") + 1)
 
 
 def read(sweep_dir: Path) -> list[LoggedLook]:
