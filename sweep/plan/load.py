@@ -287,7 +287,7 @@ def load_plan(path: str | Path, text: str | None = None) -> Plan:
                 mde=None if doc.decision.mde is None else _mde(doc.decision.mde, path))
     if doc.tune is not None:
         _add_tune(plan, doc.tune, path, known)
-    plan.design = read_design(doc.design, path, plan.seeds)
+    plan.design = read_design(doc.design, path, plan.seeds, rule)
     plan.interpolate = read_interpolate(doc.interpolate, path, [key for key, _ in plan.configurations()])
     # Every member's config is checked now: a bad one is refused before anything runs.
     out = Path("/nonexistent-sweep-out")
