@@ -98,6 +98,10 @@ def plan_main(args) -> int:
         print(f"configuration {key}: interpolated, (1-{alpha:g}) seed + {alpha:g} {plan.interpolate.config}'s end "
               f"per seed (no daemon run: one checkpoint per seed in the sweep dir's interpolated/)")
     print(f"baseline: {', '.join(f'{k}={v}' for k, v in plan.baseline.items())}   seeds: {plan.seeds}")
+    if plan.design:
+        from tatu.sweep.sequential.status import plan_line
+
+        print(plan_line(plan.design, len(plan.configurations())))
     if plan.tune_var:
         print(f"tune stage: {plan.tune_var} in {plan.tune_values}, seeds {plan.tune_seeds}, chosen on the dev half "
               f"of sftHeld (even line indices); the comparison judges on the odd ones")

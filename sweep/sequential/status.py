@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from tatu.evals.seeds.sequential import Design
 from tatu.sweep.sequential import log as looks_log
 from tatu.sweep.sequential.log import LoggedLook
 from tatu.sweep.sequential.schedule import Schedule, locked_rule, schedule
@@ -18,6 +19,14 @@ MEASURED_FALSE_PASS = {"obf": 0.037, "pocock": 0.043}
 
 def _pct(log_value: float) -> str:
     return f"{math.expm1(log_value) * 100:+.1f}%" if math.isfinite(log_value) else "none"
+
+
+def plan_line(design: Design, n_configs: int) -> str:
+    """What `tatu sweep plan` says of a sequential plan before anything runs."""
+    return (f"sequential design ({design.shape}): a look after each finished seed from {design.min_seeds} to "
+            f"{design.max_seeds} seeds per configuration, alpha {design.alpha} spent over them; at most "
+            f"{design.max_seeds} x {n_configs} = {design.max_seeds * n_configs} runs (the fixed design's), as few as "
+            f"{design.min_seeds} when the first configuration tested decides the rule at its first look")
 
 
 def look_line(entry: LoggedLook) -> str:

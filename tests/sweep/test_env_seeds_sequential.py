@@ -33,7 +33,10 @@ def test_sequential_is_the_seeds_plan_with_a_design(world, capsys):  # noqa: F81
     lock, _ = reconcile(plan, world / "sweeps" / "r5-seq")
     assert lock["design"] == {"sequential": "obf", "min_seeds": 3, "max_seeds": 6, "alpha": 0.05}
     assert tatu(["sweep", "plan", "--env-file", "r5.env", "--seeds", "6", "--sequential"]) == 0
-    assert "sweep r5-seq " in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "sweep r5-seq " in out
+    assert ("sequential design (obf): a look after each finished seed from 3 to 6 seeds per configuration, alpha 0.05 "
+            "spent over them; at most 6 x 1 = 6 runs (the fixed design's), as few as 3") in out
 
 
 @pytest.mark.parametrize("argv,says", [
