@@ -11,13 +11,9 @@ from tatu.evals.seeds.sequential import Design
 from tatu.exitcodes import BAD_DATA
 from tatu.sweep.errors import SweepError
 from tatu.sweep.sequential import log as looks_log
-from tatu.sweep.sequential.log import LoggedLook, check_agrees
+from tatu.sweep.sequential.log import LoggedLook, check_logged, look_key
 from tatu.sweep.sequential.schedule import config_looks_all, grouped_members, locked_rule, schedule, sequential_criteria
 from tatu.sweep.sequential.status import runs_line, status_lines, verdict_clause
-
-
-def _key(entry: LoggedLook) -> tuple:
-    return entry.config, entry.criterion, entry.look.n_seeds
 
 
 def _named(entry: LoggedLook) -> str:
@@ -46,16 +42,16 @@ def check_looks(lock: dict, sweep_dir: Path, configs: list[dict]) -> list[Logged
     """The logged looks, once they agree with the files (SweepError 65 otherwise)."""
     path = Path(sweep_dir) / looks_log.FILE
     logged = looks_log.read(sweep_dir)
-    recomputed = {_key(l): l for l in recompute(lock, configs)}
+    recomputed = {look_key(l): l for l in recompute(lock, configs)}
     seen: dict[tuple, int] = {}
     for number, entry in enumerate(logged, 1):
-        if _key(entry) in seen:
-            raise SweepError(BAD_DATA, f"{path}:{number}: {_named(entry)} is logged twice (first at line {seen[_key(entry)]})")
-        seen[_key(entry)] = number
-        if _key(entry) not in recomputed:
+        if look_key(entry) in seen:
+            raise SweepError(BAD_DATA, f"{path}:{number}: {_named(entry)} is logged twice (first at line {seen[look_key(entry)]})")
+        seen[look_key(entry)] = number
+        if look_key(entry) not in recomputed:
             raise SweepError(BAD_DATA, f"{path}:{number}: {_named(entry)}: logged, but the run dirs allow no such look "
                                        f"(decision {entry.look.decision!r})")
-    check_agrees(path, logged, [recomputed[_key(l)] for l in logged])
+    check_logged(path, logged, list(recomputed.values()))
     running = any(r.get("state") == "running" for c in configs for r in c["results"])
     missing = [l for key, l in recomputed.items() if key not in seen]
     if missing and not running:

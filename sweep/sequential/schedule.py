@@ -28,13 +28,16 @@ from tatu.evals.seeds.sequential import Design
 from tatu.sweep.lock import locked_configs
 from tatu.sweep.lock import members as locked_members
 from tatu.sweep.plan.load import Member
-from tatu.sweep.rule import CONFIG, Condition, Rule, held_out_set, parse_rule
-from tatu.sweep.sequential.log import LoggedLook, check_agrees
+from tatu.sweep.rule import CONFIG, Condition, Rule, held_out_set, parse_rule, plan_error
+from tatu.sweep.sequential import log as looks_log
+from tatu.sweep.sequential.design import rule_problem
+from tatu.sweep.sequential.log import LoggedLook, check_logged, look_key
 from tatu.sweep.sequential.looks import config_looks, criterion_set
 from tatu.sweep.sequential.order import fixed_sequence, testing_order
 
 FINISHED = ("done", "aborted")   # a member with a verdict: its per-line scores exist
 STOPS = ("fail", "futility", "diverged")
+UNDECIDED = ("waiting", "continue")
 # a configuration's decision: waiting (fewer than min_seeds looked), continue, pass, fail, futility,
 # diverged (a member of its first seeds has no result: no look can be made past it)
 
@@ -159,9 +162,11 @@ def schedule(lock: dict, states: dict[str, str], logged: list[LoggedLook],
     otherwise is 65 (check_agrees, naming `log_path`): a decision nobody can reproduce is not acted on."""
     design = Design.from_json(lock["design"])
     rule = locked_rule(lock)
+    problem = rule_problem(rule)
+    if problem:  # refused when the plan was loaded; a lock edited by hand still cannot be looked at
+        raise plan_error(Path(lock["plan_file"]), "[design] sequential", problem)
     criteria = sequential_criteria(rule)
-    half = sft_half(lock)
-    path = log_path or Path("looks.jsonl")
+    path = log_path or Path(looks_log.FILE)
     grouped = grouped_members(lock, design)
     to_log: list[LoggedLook] = []
     decisions: dict[str, tuple[list[LoggedLook], str]] = {}
@@ -169,45 +174,40 @@ def schedule(lock: dict, states: dict[str, str], logged: list[LoggedLook],
         mine = [l for l in logged if l.config == key]
         kept, decision = cut_at_decision(criteria, mine)
         prefix, diverged = _finished_prefix(members, states)
-        if results_of is not None and decision in ("waiting", "continue") and criteria and prefix >= design.min_seeds and prefix > max(
-                (l.look.n_seeds for l in mine), default=0):
+        looked = max((l.look.n_seeds for l in mine), default=0)
+        if results_of is not None and decision in UNDECIDED and prefix >= design.min_seeds and prefix > looked:
+            # a seed finished since the last logged look: recompute the configuration's looks
             results = [results_of(m) for m in members[:prefix]]
-            recomputed, decision = config_looks_all(design, key, criteria, effective_config(lock, members[0]),
-                                                    results, half)
-            known = {(l.criterion, l.look.n_seeds) for l in mine}
-            again = [l for l in recomputed if (l.criterion, l.look.n_seeds) in known]
-            check_agrees(path, sorted(mine, key=_look_key), sorted(again, key=_look_key))
-            new = [l for l in recomputed if (l.criterion, l.look.n_seeds) not in known]
-            to_log += new
-            kept = recomputed
-        if decision in ("waiting", "continue") and diverged:
+            kept, decision = config_looks_all(design, key, criteria, effective_config(lock, members[0]), results,
+                                              sft_half(lock))
+            check_logged(path, logged, kept)  # what was logged (and acted on) is what the files say
+            known = {look_key(l) for l in mine}
+            to_log += [l for l in kept if look_key(l) not in known]
+        if decision in UNDECIDED and diverged:
             decision = "diverged"
         decisions[key] = (kept, decision)
-    tested, decided, chosen, order = _rule_order(rule, lock, grouped, {k: d for k, (_, d) in decisions.items()})
+    active, decided, chosen, order = _rule_order(rule, lock, grouped, {k: d for k, (_, d) in decisions.items()})
     configs, allowed = [], set()
     for key, members in grouped.items():
         kept, decision = decisions[key]
-        looked = max((l.look.n_seeds for l in kept), default=0)
-        if not criteria:  # nothing to look at: the fixed design, every seed
-            budget = design.max_seeds
-        elif decision == "waiting":
-            budget = design.min_seeds
-        elif decision == "continue":
-            budget = min(design.max_seeds, looked + 1)
-        else:
-            budget = looked or min(design.min_seeds, len(members))
-        budget = budget if key in tested and not decided else 0
+        budget = _seeds_allowed(design, decision, kept) if key in active and not decided else 0
         for position, member in enumerate(members):
             # a member already running or finished stays: its result is kept (and looked at)
-            if position < budget or states.get(member.run, "pending") not in ("pending",):
+            if position < budget or states.get(member.run, "pending") != "pending":
                 allowed.add(member.run)
         configs.append(ConfigSchedule(key, _value(rule, members[0]), tuple(members), tuple(kept), decision,
-                                      key in tested, budget))
+                                      key in active, budget))
     return Schedule(design, tuple(configs), tuple(to_log), frozenset(allowed), decided, chosen, order)
 
 
-def _look_key(entry: LoggedLook) -> tuple:
-    return entry.criterion, entry.look.n_seeds
+def _seeds_allowed(design: Design, decision: str, looks: list[LoggedLook]) -> int:
+    """Of a configuration under test, how many seeds may run: min_seeds before its first look, one
+    more after each look that continues, none past its decision."""
+    if decision == "waiting":
+        return design.min_seeds
+    if decision == "continue":
+        return min(design.max_seeds, max(l.look.n_seeds for l in looks) + 1)
+    return 0
 
 
 def _value(rule: Rule, member: Member) -> str:
@@ -232,7 +232,7 @@ def _rule_order(rule: Rule, lock: dict, grouped: dict[str, list[Member]], decisi
     by_value = {}
     for value, keys in values.items():
         decided = [decision[k] for k in keys]
-        by_value[value] = ("pass" if "pass" in decided and all(d not in ("waiting", "continue") for d in decided)
+        by_value[value] = ("pass" if "pass" in decided and all(d not in UNDECIDED for d in decided)
                            else "fail" if all(d in STOPS for d in decided) else "continue")
     sequence = fixed_sequence(sequence_order, by_value)
     words = (f"fixed sequence over {rule.axis}: {', '.join(sequence_order)} (`{rule.choose}`: from the "
@@ -240,7 +240,7 @@ def _rule_order(rule: Rule, lock: dict, grouped: dict[str, list[Member]], decisi
              "alpha; the values past the first failure are not run)")
     if sequence.decided:
         return set(), True, sequence.chosen, words
-    return {k for k in values[sequence.active] if decision[k] in ("waiting", "continue")}, False, None, words
+    return {k for k in values[sequence.active] if decision[k] in UNDECIDED}, False, None, words
 
 
 _FIRST_CONFIG = ("the configurations in the plan's order, one at a time (`first config`: the first that passes is "

@@ -83,14 +83,15 @@ def test_the_log_alone_gives_the_schedule_and_a_contradicted_look_is_refused(run
     from_log = schedule(lock, states, looks_log.read(sweep_dir), None)  # what `tatu sweep status` reads
     assert from_log.decided and from_log.chosen == "b" and not from_log.to_log
     assert [c.decision for c in from_log.configs] == ["fail", "fail", "pass", "waiting"]
-    # d's look at 3 seeds with another statistic, its later looks not logged yet: recomputing d to
-    # log them finds the logged one contradicted, and refuses (65) rather than act on it
+    # d's look at 4 seeds (line 2) with another statistic, its look at 5 not logged yet: recomputing d
+    # to log it finds the logged one contradicted, and refuses (65, the file's line) rather than act on it
     entries = looks_log.read(sweep_dir)
-    forged = replace(entries[0], look=replace(entries[0].look, statistic=entries[0].look.statistic + 1.0))
+    forged = replace(entries[1], look=replace(entries[1].look, statistic=entries[1].look.statistic + 1.0))
     with pytest.raises(SweepError) as err:
-        schedule(lock, states, [forged], simulated_result, sweep_dir / looks_log.FILE)
+        schedule(lock, states, [entries[0], forged], simulated_result, sweep_dir / looks_log.FILE)
     assert err.value.code == BAD_DATA
-    assert str(err.value).startswith(f"{sweep_dir / looks_log.FILE}:1: d drift_hi < 5% at 3 seeds disagrees")
+    assert str(err.value).startswith(f"{sweep_dir / looks_log.FILE}:2: d drift_hi < 5% at 4 seeds disagrees with the "
+                                     "run dirs: statistic ")
 
 
 def status_of(sweep_dir, capsys) -> list[str]:
