@@ -130,3 +130,24 @@ def test_status_mid_sweep_says_what_is_under_test(runtime, capsys):
     assert "  d: continue, 3 of 5 seeds run, under test" in lines
     assert "runs: 3 of the fixed design's 20 (5 seeds x 4 configurations, 15%)" in lines
     assert lines[-1].startswith("verdict not decided yet: d (3 seeds looked) under test; sequential obf")
+
+
+def test_a_coordinator_started_on_a_contradicted_log_stops_with_65_and_starts_nothing(runtime):
+    sweep_dir = write_sweep(runtime, "bad", *FIRST_CONFIG)
+    run(sweep_dir)
+    # back to when d-s5 had just finished: d's looks at 3 and 4 logged, a and b not started;
+    # the look at 4 seeds then edited (its boundary), as a hand or a bug might
+    for run_dir in (sweep_dir / "runs").iterdir():
+        if not run_dir.name.split(".", 1)[1].startswith("d-"):
+            shutil.rmtree(run_dir)
+    path = sweep_dir / looks_log.FILE
+    lines = path.read_text().splitlines()[:2]
+    doc = json.loads(lines[1])
+    doc["look"]["z_bound"] = 2.0
+    path.write_text(lines[0] + "\n" + json.dumps(doc) + "\n")
+    with pytest.raises(SweepError) as err:
+        run(sweep_dir)
+    assert err.value.code == BAD_DATA
+    assert str(err.value).startswith(f"{path}:2: d drift_hi < 5% at 4 seeds disagrees with the run dirs: z_bound 2.0")
+    assert ran(sweep_dir) == ["d-s1", "d-s2", "d-s3", "d-s4", "d-s5"]  # nothing started from it
+    assert len(path.read_text().splitlines()) == 2  # nor logged
