@@ -19,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from run_records import verdict  # noqa: E402
+from run_records import eval_record, verdict  # noqa: E402
 from sweep_world import plan_text  # noqa: E402
 
 from tatu.sweep.backends import UnitState  # noqa: E402
@@ -31,7 +31,9 @@ STARTED = "started"  # a file in the member's run dir: the backend started it (w
 HOLD = "SEQ_WORLD_HOLD"  # "start:MEMBER" or "finish:MEMBER": the backend blocks there (a kill -9 lands at that point)
 HELD = "held"        # a file in the sweep dir: the backend is blocked at the hold point
 # each configuration's true drift (relative), by its name or its REPLAY_N value
-DRIFTS = {"a": 0.20, "b": -0.05, "c": -0.05, "d": 0.035, "0": 0.20, "1": -0.05, "2": 0.20, "4": -0.05}
+DRIFTS = {"a": 0.20, "b": -0.05, "c": -0.05, "d": 0.035, "e": -0.05, "0": 0.20, "1": -0.05, "2": 0.20, "4": -0.05}
+# the worst drift of a member's evals during training (its eval events), when not its end's
+EVAL_SPIKES = {"e": 0.30}
 
 
 def write_sweep(root: Path, name: str, rule: str, configs: str = "", replay=(0, 2), max_seeds: int = 5,
@@ -86,6 +88,9 @@ class InstantBackend:
 
     def poll(self, member: Member) -> UnitState:
         if (member.run_dir / STARTED).exists() and not (member.run_dir / "verdict.json").exists():
+            drift = EVAL_SPIKES.get(member.values.get("config", ""), drift_of(member))
+            event = {"event": "eval", **eval_record(step=2, drift=drift).to_json()}
+            (member.run_dir / "events.jsonl").write_text(json.dumps(event) + "\n")
             (member.run_dir / "verdict.json").write_text(json.dumps(verdict("holds").to_json()))
             self._hold("finish", member)
             return UnitState("running")

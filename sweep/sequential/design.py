@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tatu.evals.seeds.sequential import DEFAULT_MIN_SEEDS, Design
 from tatu.sweep.rule import Rule, plan_error
+from tatu.sweep.sequential.end_criteria import END_METRICS
 from tatu.sweep.sequential.looks import criterion_set
 
 KEYS = ("max_seeds", "min_seeds", "sequential")
@@ -38,6 +39,10 @@ def rule_problem(rule: Rule) -> str | None:
     if not any(criterion_set(c) for c in rule.conditions):
         return (f"the rule ({rule.text}) has no criterion a look can decide: one METRIC_hi < VALUE at least "
                 "(e.g. drift_hi < MIX_FORGET_LIMIT)")
+    other = [c.metric for c in rule.conditions if criterion_set(c) is None and c.metric not in END_METRICS]
+    if other:
+        return (f"{other[0]}: a look decides METRIC_hi < VALUE, and {', '.join(END_METRICS)} are judged when the "
+                "looks pass; a point estimate or a lower bound has no sequential test here")
     return None
 
 

@@ -31,6 +31,7 @@ from tatu.sweep.plan.load import Member
 from tatu.sweep.rule import CONFIG, Condition, Rule, held_out_set, parse_rule, plan_error
 from tatu.sweep.sequential import log as looks_log
 from tatu.sweep.sequential.design import rule_problem
+from tatu.sweep.sequential.end_criteria import END_METRICS, EndFacts, end_failures, member_end_facts
 from tatu.sweep.sequential.log import LoggedLook, check_logged, look_key
 from tatu.sweep.sequential.looks import config_looks, criterion_set
 from tatu.sweep.sequential.order import fixed_sequence, testing_order
@@ -53,6 +54,7 @@ class ConfigSchedule:
     decision: str
     active: bool                   # under test now: the rule's order reached it and it is undecided
     seeds_allowed: int             # of `members`, how many may start now (0 once inactive)
+    end_failed: tuple[str, ...] = ()  # its looks passed, these end criteria failed (sweep/sequential/end_criteria.py)
 
     @property
     def seeds_looked(self) -> int:
@@ -154,12 +156,16 @@ def _finished_prefix(members: list[Member], states: dict[str, str]) -> tuple[int
 
 
 def schedule(lock: dict, states: dict[str, str], logged: list[LoggedLook],
-             results_of: Callable[[Member], dict] | None, log_path: Path | None = None) -> Schedule:
+             results_of: Callable[[Member], dict] | None, log_path: Path | None = None,
+             facts_of: Callable[[Member], EndFacts] | None = None) -> Schedule:
     """`states`: member run -> its state (sweep/members.py); `logged`: the looks log; `results_of`:
     a member's result with its per-line scores (sweep/analysis.member_result), asked only for the
     members of a configuration with a seed not looked at yet (None: the log alone, as `tatu sweep
     status` reads it, computing nothing). A logged look the files recompute
-    otherwise is 65 (check_agrees, naming `log_path`): a decision nobody can reproduce is not acted on."""
+    otherwise is 65 (check_logged, naming `log_path`'s line): a decision nobody can reproduce is not
+    acted on. `facts_of`: what the end criteria read of a member (default: its run dir's evals and verdict).
+    A configuration whose looks pass is a fail when an end criterion fails over the members of its
+    passing look."""
     design = Design.from_json(lock["design"])
     rule = locked_rule(lock)
     problem = rule_problem(rule)
@@ -169,7 +175,8 @@ def schedule(lock: dict, states: dict[str, str], logged: list[LoggedLook],
     path = log_path or Path(looks_log.FILE)
     grouped = grouped_members(lock, design)
     to_log: list[LoggedLook] = []
-    decisions: dict[str, tuple[list[LoggedLook], str]] = {}
+    decisions: dict[str, tuple[list[LoggedLook], str, tuple[str, ...]]] = {}
+    end_conditions = tuple(c for c in rule.conditions if c.metric in END_METRICS)
     for key, members in grouped.items():
         mine = [l for l in logged if l.config == key]
         kept, decision = cut_at_decision(criteria, mine)
@@ -185,18 +192,24 @@ def schedule(lock: dict, states: dict[str, str], logged: list[LoggedLook],
             to_log += [l for l in kept if look_key(l) not in known]
         if decision in UNDECIDED and diverged:
             decision = "diverged"
-        decisions[key] = (kept, decision)
-    active, decided, chosen, order = _rule_order(rule, lock, grouped, {k: d for k, (_, d) in decisions.items()})
+        failed: tuple[str, ...] = ()
+        if decision == "pass" and end_conditions:
+            looked_on = members[:max(l.look.n_seeds for l in kept)]
+            read = facts_of or (lambda member: member_end_facts(member.run_dir))
+            failed = end_failures(end_conditions, effective_config(lock, members[0]), [read(m) for m in looked_on])
+            decision = "fail" if failed else decision
+        decisions[key] = (kept, decision, failed)
+    active, decided, chosen, order = _rule_order(rule, lock, grouped, {k: d for k, (_, d, _) in decisions.items()})
     configs, allowed = [], set()
     for key, members in grouped.items():
-        kept, decision = decisions[key]
+        kept, decision, failed = decisions[key]
         budget = _seeds_allowed(design, decision, kept) if key in active and not decided else 0
         for position, member in enumerate(members):
             # a member already running or finished stays: its result is kept (and looked at)
             if position < budget or states.get(member.run, "pending") != "pending":
                 allowed.add(member.run)
         configs.append(ConfigSchedule(key, _value(rule, members[0]), tuple(members), tuple(kept), decision,
-                                      key in active, budget))
+                                      key in active, budget, failed))
     return Schedule(design, tuple(configs), tuple(to_log), frozenset(allowed), decided, chosen, order)
 
 

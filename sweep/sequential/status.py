@@ -74,7 +74,8 @@ def status_lines(plan: Schedule, states: dict[str, str], rule_text: str, axis: s
         ran = sum(states.get(m.run) in ("done", "aborted", "diverged", "running") for m in config.members)
         decision = config.decision if config.looks or config.active or ran else "not run"
         lines.append(f"  {config.config}: {decision}, {ran} of {len(config.members)} seeds run"
-                     + (", under test" if config.active else ""))
+                     + (", under test" if config.active else "")
+                     + (f" (its looks passed; {'; '.join(config.end_failed)})" if config.end_failed else ""))
         lines += [f"    {look_line(entry)}" for entry in config.looks]
     return lines + [runs_line(plan, states), verdict_sentence(plan, rule_text, axis)]
 

@@ -56,6 +56,8 @@ def test_an_edited_design_after_the_lock_is_a_changed_plan(tmp_path):
     ('[design]\nsequential = "obf"\nmax_seeds = 4\nlooks = 2\n', "[design] looks", "unknown key", RULE),
     (DESIGN, "[design] sequential", "at the common step", RULE + " at the common step"),
     (DESIGN, "[design] sequential", "no criterion a look can decide", "first config such that every_eval_drift_hi < 5%"),
+    (DESIGN, "[design] sequential", "drift_lo: a look decides METRIC_hi < VALUE",
+     "first config such that drift_hi < 5% and drift_lo < 1%"),
     (DESIGN + '[interpolate]\nconfig = "full-replay2"\nalphas = [0.5]\n', "[design] sequential", "not with [interpolate]",
      RULE),
 ])

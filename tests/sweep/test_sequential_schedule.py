@@ -151,3 +151,17 @@ def test_a_coordinator_started_on_a_contradicted_log_stops_with_65_and_starts_no
     assert str(err.value).startswith(f"{path}:2: d drift_hi < 5% at 4 seeds disagrees with the run dirs: z_bound 2.0")
     assert ran(sweep_dir) == ["d-s1", "d-s2", "d-s3", "d-s4", "d-s5"]  # nothing started from it
     assert len(path.read_text().splitlines()) == 2  # nor logged
+
+
+def test_looks_that_pass_with_an_end_criterion_failing_are_a_fail(runtime, capsys):
+    # e's end drift passes its looks at 3 seeds, but an eval during training drifted +30%:
+    # every_eval_drift_hi fails over those 3 members, so `first config` goes on to b
+    sweep_dir = write_sweep(runtime, "end", "first config such that drift_hi < 5% and every_eval_drift_hi < 10%",
+                            configs="e = { REPLAY_N = 1 }\nb = { REPLAY_N = 2 }\n")
+    said = run(sweep_dir)
+    assert [(l.config, l.look.n_seeds, l.look.decision) for l in looks_log.read(sweep_dir)] == [
+        ("e", 3, "pass"), ("b", 3, "pass")]
+    assert ran(sweep_dir) == ["b-s1", "b-s2", "b-s3", "e-s1", "e-s2", "e-s3"]
+    assert "verdict: config=b " in said
+    lines = status_of(sweep_dir, capsys)
+    assert "  e: fail, 3 of 5 seeds run (its looks passed; every_eval_drift_hi < 10% fails (+31.0%))" in lines
