@@ -7,7 +7,9 @@ at a time, each only after the look at the seeds before it said "continue". A co
 looks are every criterion's looks (sweep/sequential/looks.config_looks) up to its decision: a
 criterion that fails (or is futile) decides it, so do all criteria passed; looks past that seed
 count are not the configuration's (the report recomputes the same cut, so the log and the files
-agree). Which configurations are tested at all follows the rule:
+agree). Once its looks pass, the rule's criteria a look does not decide are judged over the members
+of the passing look (sweep/sequential/end_criteria.py): one failing makes it a fail. Which
+configurations are tested at all follows the rule:
 
     smallest|largest AXIS   a fixed sequence (sweep/sequential/order.py): only the value under
                             test gets seeds; values past the first failure never run
