@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from sweep_world import plan_world, start_foreground
@@ -36,8 +37,12 @@ def test_kill_9_of_a_foreground_sequential_sweep_then_start_again(tmp_path_facto
         assert proc.poll() is None, proc.stdout.read()
         assert time.monotonic() < deadline, "no member finished in 600 s"
         time.sleep(0.05)
+    # the members get the coordinator's death (SIGTERM: they save and exit); started again once they
+    # have, as test_foreground_run.py does (a daemon still shutting down holds its control socket)
+    children = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
+    psutil.wait_procs(children, timeout=120)
 
     again = start_foreground(plan, sweeps)
     assert again.returncode == 0, again.stdout + again.stderr
