@@ -67,3 +67,14 @@ def test_refusals_name_the_file_and_the_key(tmp_path, design, where, says, rule)
         load_plan(path)
     assert err.value.code == BAD_CONFIG
     assert str(err.value).startswith(f"{path}: {where}: ") and says in str(err.value)
+
+
+def test_the_shipped_sequential_example_asks_the_fixed_plans_question():
+    """examples/sweep-forgetting-sequential.toml: examples/sweep-forgetting.toml's base, configurations,
+    baseline and rule (less its interpolated configuration), 6 seeds, looked at from 3."""
+    root = Path(__file__).resolve().parents[2] / "examples"
+    sequential, fixed = load_plan(root / "sweep-forgetting-sequential.toml"), load_plan(root / "sweep-forgetting.toml")
+    assert sequential.design == Design("obf", 3, 6) and sequential.seeds == [1, 2, 3, 4, 5, 6]
+    assert (sequential.base_env, sequential.configs, sequential.baseline, sequential.rule) == (
+        fixed.base_env, fixed.configs, fixed.baseline, fixed.rule)
+    assert fixed.interpolate is not None and sequential.interpolate is None
