@@ -283,10 +283,11 @@ def analyze(sweep_dir: Path) -> dict:
             check_looks(lock, sweep_dir, configs)
         add_paired(lock, configs)
         parents = vs_parent(lock, configs)
-        looked = sequential_verdict(lock, sweep_dir, configs) if lock.get("design") else {}  # chosen by the looks
+        verdict = decide(lock, configs)
+        looked = sequential_verdict(lock, sweep_dir, configs, verdict) if lock.get("design") else {}  # the looks'
         complete = looked["complete"] if looked else all(r["state"] in TERMINAL for c in configs for r in c["results"])
         out["compare"] = {"configs": _strip(configs), "complete": complete, "vs_parent": parents}
-        out["verdict"] = {**decide(lock, configs), "complete": complete, **looked}
+        out["verdict"] = {**verdict, "complete": complete, **looked}
         out["seeds_for"] = seeds_for_effect(_locked_rule(lock), configs, stated_effect(lock))
     return out
 

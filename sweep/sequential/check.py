@@ -5,6 +5,7 @@ member runs) one the files allow that was never logged: 65 and one line naming t
 and the look. A decision nobody can reproduce from the files is not one to report."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from tatu.evals.seeds.sequential import Design
@@ -12,8 +13,9 @@ from tatu.exitcodes import BAD_DATA
 from tatu.sweep.errors import SweepError
 from tatu.sweep.sequential import log as looks_log
 from tatu.sweep.sequential.log import LoggedLook, check_logged, look_key
-from tatu.sweep.sequential.schedule import config_looks_all, grouped_members, locked_rule, schedule, sequential_criteria
-from tatu.sweep.sequential.status import runs_line, status_lines, verdict_clause
+from tatu.sweep.sequential.schedule import (ConfigSchedule, config_looks_all, grouped_members, locked_rule, schedule,
+                                            sequential_criteria)
+from tatu.sweep.sequential.status import runs_line, status_lines, upper_bound, verdict_clause
 
 
 def _named(entry: LoggedLook) -> str:
@@ -60,16 +62,42 @@ def check_looks(lock: dict, sweep_dir: Path, configs: list[dict]) -> list[Logged
     return logged
 
 
-def sequential_verdict(lock: dict, sweep_dir: Path, configs: list[dict]) -> dict:
-    """The report's verdict from the looks: `chosen` and `line` (the verdict with its guarantee and
-    the runs spent), `looks` (per configuration its decision and looks: lines), and `complete`: the looks decided the rule and every member the schedule let run
-    has a result (the members it never needed are not missing results)."""
+def sequential_verdict(lock: dict, sweep_dir: Path, configs: list[dict], fixed: dict) -> dict:
+    """The report's verdict from the looks, over `fixed` (sweep/analysis.decide's, the fixed design's
+    rule on the seeds that ran): `chosen` and `line` (the verdict with its guarantee and the runs
+    spent), `checks` (each configuration's failed criteria as its looks and end criteria decided
+    them; not judged: not run, or undecided), `looks` (per configuration its decision and looks:
+    lines), and `complete`: the looks decided the rule and every member the schedule let run has a
+    result (the members it never needed are not missing results)."""
     run_of = {m.name: m.run for ms in grouped_members(lock, Design.from_json(lock["design"])).values() for m in ms}
     states = {run_of[r["member"]]: r["state"] for c in configs for r in c["results"] if r["member"] in run_of}
     plan = schedule(lock, states, looks_log.read(sweep_dir), None)
     rule = locked_rule(lock)
+    by_config = {c.config: c for c in plan.configs}
+    checks = [{**check, **_judged(by_config[check["config"]])} if check["config"] in by_config else check
+              for check in fixed["checks"]]
     return {"chosen": plan.chosen, "line": f"{verdict_clause(plan, rule.text, rule.axis)}; {runs_line(plan, states)}",
+            "checks": checks,
             "complete": plan.decided and all(states.get(run) in ("done", "aborted", "diverged") for run in plan.allowed),
             # the looks themselves, under the verdict (text and page); "more seeds would ..." is not
             # advice a locked sequential design can take (max_seeds is in the plan's hash)
             "looks": status_lines(plan, states, rule.text, rule.axis)[:-2], "would_change": []}
+
+
+def _judged(config: ConfigSchedule) -> dict:
+    """A check's `failed` and `missing` (sweep/analysis.decide's shape) from the configuration's looks."""
+    last: dict[str, LoggedLook] = {}
+    for entry in config.looks:
+        last[entry.criterion] = entry
+    failed = [{"condition": e.criterion, "measured": math.expm1(upper_bound(e.look)), "threshold": math.expm1(e.look.threshold),
+               "shown": f"{e.look.decision} at {e.look.n_seeds} seeds, CI at the spent level up to "
+                        f"{math.expm1(upper_bound(e.look)) * 100:+.1f}%"}
+              for e in last.values() if e.look.decision in ("fail", "futility")]
+    failed += [{"condition": f.condition, "measured": f.measured, "shown": f.shown} for f in config.end_failed]
+    missing = []
+    if config.decision == "diverged":
+        missing = ["its looks (a member of its first seeds diverged)"]
+    elif config.decision in ("waiting", "continue"):
+        missing = ["its looks (not run: the rule was decided before it)" if not config.looks and not config.active
+                   else f"its looks (undecided at {config.seeds_looked} seeds)"]
+    return {"failed": failed, "missing": missing}

@@ -36,8 +36,20 @@ def member_end_facts(run_dir: Path) -> EndFacts:
                     bool(verdict and verdict.numbers and verdict.numbers.aborted))
 
 
-def end_failures(conditions: tuple[Condition, ...], effective: dict, facts: list[EndFacts]) -> tuple[str, ...]:
-    """Each end criterion that fails over these members: `every_eval_drift_hi < MIX_FORGET_LIMIT (+12.0%)`."""
+@dataclass(frozen=True)
+class EndFailure:
+    """An end criterion that failed: the condition as written, the value over the members, shown."""
+
+    condition: str   # every_eval_drift_hi < MIX_FORGET_LIMIT
+    measured: float  # the worst over the members (a count for aborted)
+    shown: str       # +12.0%
+
+    def text(self) -> str:
+        return f"{self.condition} fails ({self.shown})"
+
+
+def end_failures(conditions: tuple[Condition, ...], effective: dict, facts: list[EndFacts]) -> tuple[EndFailure, ...]:
+    """Each end criterion that fails over these members."""
     out = []
     for condition in conditions:
         if condition.metric == "aborted":
@@ -47,5 +59,5 @@ def end_failures(conditions: tuple[Condition, ...], effective: dict, facts: list
             value = max(getattr(f, condition.metric) for f in facts)
             shown = f"{value * 100:+.1f}%"
         if not condition.holds(value, effective):
-            out.append(f"{condition.text()} fails ({shown})")
+            out.append(EndFailure(condition.text(), value, shown))
     return tuple(out)

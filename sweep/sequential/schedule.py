@@ -33,7 +33,7 @@ from tatu.sweep.plan.load import Member
 from tatu.sweep.rule import CONFIG, Condition, Rule, held_out_set, parse_rule, plan_error
 from tatu.sweep.sequential import log as looks_log
 from tatu.sweep.sequential.design import rule_problem
-from tatu.sweep.sequential.end_criteria import END_METRICS, EndFacts, end_failures, member_end_facts
+from tatu.sweep.sequential.end_criteria import END_METRICS, EndFacts, EndFailure, end_failures, member_end_facts
 from tatu.sweep.sequential.log import LoggedLook, check_logged, look_key
 from tatu.sweep.sequential.looks import config_looks, criterion_set
 from tatu.sweep.sequential.order import fixed_sequence, testing_order
@@ -56,7 +56,7 @@ class ConfigSchedule:
     decision: str
     active: bool                   # under test now: the rule's order reached it and it is undecided
     seeds_allowed: int             # of `members`, how many may start now (0 once inactive)
-    end_failed: tuple[str, ...] = ()  # its looks passed, these end criteria failed (sweep/sequential/end_criteria.py)
+    end_failed: tuple[EndFailure, ...] = ()  # its looks passed, these end criteria failed (end_criteria.py)
 
     @property
     def seeds_looked(self) -> int:
@@ -177,7 +177,7 @@ def schedule(lock: dict, states: dict[str, str], logged: list[LoggedLook],
     path = log_path or Path(looks_log.FILE)
     grouped = grouped_members(lock, design)
     to_log: list[LoggedLook] = []
-    decisions: dict[str, tuple[list[LoggedLook], str, tuple[str, ...]]] = {}
+    decisions: dict[str, tuple[list[LoggedLook], str, tuple[EndFailure, ...]]] = {}
     end_conditions = tuple(c for c in rule.conditions if c.metric in END_METRICS)
     for key, members in grouped.items():
         mine = [l for l in logged if l.config == key]
@@ -194,7 +194,7 @@ def schedule(lock: dict, states: dict[str, str], logged: list[LoggedLook],
             to_log += [l for l in kept if look_key(l) not in known]
         if decision in UNDECIDED and diverged:
             decision = "diverged"
-        failed: tuple[str, ...] = ()
+        failed: tuple[EndFailure, ...] = ()
         if decision == "pass" and end_conditions:
             looked_on = members[:max(l.look.n_seeds for l in kept)]
             read = facts_of or (lambda member: member_end_facts(member.run_dir))

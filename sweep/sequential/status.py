@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from tatu.evals.seeds.sequential import Design
+from tatu.evals.seeds.sequential import Design, Look
 from tatu.sweep.sequential import log as looks_log
 from tatu.sweep.sequential.log import LoggedLook
 from tatu.sweep.sequential.schedule import Schedule, locked_rule, schedule
@@ -27,6 +27,11 @@ def plan_line(design: Design, n_configs: int) -> str:
             f"{design.max_seeds} seeds per configuration, alpha {design.alpha} spent over them; at most "
             f"{design.max_seeds} x {n_configs} = {design.max_seeds * n_configs} runs (the fixed design's), as few as "
             f"{design.min_seeds} when the first configuration tested decides the rule at its first look")
+
+
+def upper_bound(look: Look) -> float:
+    """The upper end of the look's CI at the level its boundary spends (log scale; inf: nothing spent)."""
+    return look.mean + look.t_bound * look.se if math.isfinite(look.t_bound) else math.inf
 
 
 def look_line(entry: LoggedLook) -> str:
@@ -75,7 +80,7 @@ def status_lines(plan: Schedule, states: dict[str, str], rule_text: str, axis: s
         decision = config.decision if config.looks or config.active or ran else "not run"
         lines.append(f"  {config.config}: {decision}, {ran} of {len(config.members)} seeds run"
                      + (", under test" if config.active else "")
-                     + (f" (its looks passed; {'; '.join(config.end_failed)})" if config.end_failed else ""))
+                     + (f" (its looks passed; {'; '.join(f.text() for f in config.end_failed)})" if config.end_failed else ""))
         lines += [f"    {look_line(entry)}" for entry in config.looks]
     return lines + [runs_line(plan, states), verdict_sentence(plan, rule_text, axis)]
 
