@@ -1,7 +1,8 @@
 """What the operator reads about a sequential sweep (`tatu sweep status`, the coordinator's log): per
 configuration its looks (seeds, the crossed CI at the spent level, the boundary, the decision), the
 runs spent against the fixed design's max_seeds x configurations, and the verdict in one sentence
-with its error guarantee. Text from a Schedule (sweep/sequential/schedule.py); nothing computed here."""
+with its error guarantee. Text from a Schedule (sweep/sequential/schedule.py); sweep_status builds
+one from the looks log alone, scoring nothing."""
 from __future__ import annotations
 
 import math
