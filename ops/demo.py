@@ -303,11 +303,11 @@ def member_table(data: dict) -> str:
     """Each seed's own run: what the daemon judged on its own (one run's CI: the ruler's lines only)."""
     rows = [f"{'member':<22} {'seed':>4} {'step':>4}  {'its own verdict':<16} {'its last drift [95% CI over lines]':>30}"]
     for config in data["compare"]["configs"]:
-        for result in config["results"]:
-            last = result.get("eval_drifts") or []
+        for result in config.results:
+            last = result.evals.eval_drifts if result.evals else ()
             drift = f"{fmt_pct(last[-1][1])} (hi {fmt_pct(last[-1][2])})" if last else "n/a"
-            rows.append(f"{result['member']:<22} {result['seed']:>4} {result.get('steps', 0):>4}  "
-                        f"{result.get('verdict') or result['state']:<16} {drift:>30}")
+            rows.append(f"{result.member:<22} {result.seed:>4} {result.steps or 0:>4}  "
+                        f"{result.verdict or result.state:<16} {drift:>30}")
     return "\n".join(rows)
 
 

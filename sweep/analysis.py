@@ -13,12 +13,12 @@ judges the one it names.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import math
 from pathlib import Path
 
 from tatu.evals.seeds import power as seeds_power
-from tatu.evals.seeds import stats as st
 from tatu.sweep.interpolated.members import InterpolatedMember, interpolated_members, interpolated_order
 from tatu.sweep.interpolated.results import interpolated_result
 from tatu.sweep.interpolated.vs_parent import vs_parent
@@ -31,49 +31,49 @@ from tatu.sweep import common_step as common_step_
 from tatu.sweep.scores import end_checkpoint, score_checkpoint
 from tatu.sweep.power import seeds_for_effect, stated_effect
 from tatu.sweep.sets import set_stats
-from tatu.sweep.records import ConfigStat, holm_adjusted
+from tatu.sweep.records import ConfigResult, ConfigStat, EvalDrifts, MemberResult, holm_adjusted
 from tatu.sweep.sequential.check import check_looks, sequential_verdict
 from tatu.sweep.stats import paired_stats
 
 COMMON_LINES = (common_step_.START, common_step_.AT_COMMON)  # the base/end keys of the common-step lines
 
 
-def member_result(member: Member, sweep_dir: Path, required: tuple[str, ...] = ()) -> dict:
+def member_result(member: Member, sweep_dir: Path, required: tuple[str, ...] = ()) -> MemberResult:
     """Status, verdict, per-line start/end scores (every set and category, sweep/scores.py; the
     held-out sets a rule names `required`), the worst drift over its evals."""
     from tatu.daemon.run.paths import RunDir
 
     status = member_status(member, UnitState("absent"))
     directory = member.run_dir
-    result = {"member": member.name, "config": member.config_key, "seed": member.seed, "values": member.values,
-              "state": status.state, "verdict": status.verdict}
+    result = MemberResult(member=member.name, config=member.config_key, seed=member.seed, values=member.values,
+                          state=status.state, verdict=status.verdict)
     if status.state not in ("done", "aborted"):
         return result
     cache = Path(sweep_dir) / "scores"
     end = end_checkpoint(directory)
-    result["base"] = score_checkpoint(Path(member.env["TATU_SEED_CKPT"]), member.env, cache, required)
-    result["end"] = score_checkpoint(end, member.env, cache, required)
+    lines = {"base": score_checkpoint(Path(member.env["TATU_SEED_CKPT"]), member.env, cache, required),
+             "end": score_checkpoint(end, member.env, cache, required)}
     # what trained, as the daemon said it ("trainable 1.3M of 27.1M (4.8%): h.6-7, ln_f"); None for older runs
-    result["trainable"] = ((read_json(end / "meta.json") or {}).get("trainable") or {}).get("line") if end else None
+    trainable = ((read_json(end / "meta.json") or {}).get("trainable") or {}).get("line") if end else None
     evals = {}
     for record in RunDir(directory).eval_records():
         if record.step > 0:
             evals[record.step] = record  # a re-run eval after a kill repeats the same numbers: last wins
-    result["steps"] = max(evals) if evals else 0
-    result["every_eval_drift"] = max((e.drift.value for e in evals.values()), default=0.0)
-    result["every_eval_drift_hi"] = max((e.drift.hi for e in evals.values()), default=0.0)
-    result["daemon_drift"] = evals[max(evals)].drift.value if evals else None
-    result["eval_drifts"] = [[step, e.drift.value, e.drift.hi] for step, e in sorted(evals.items())]
-    return result
+    drifts = EvalDrifts(every_eval_drift=max((e.drift.value for e in evals.values()), default=0.0),
+                        every_eval_drift_hi=max((e.drift.hi for e in evals.values()), default=0.0),
+                        daemon_drift=evals[max(evals)].drift.value if evals else None,
+                        eval_drifts=tuple((step, e.drift.value, e.drift.hi) for step, e in sorted(evals.items())))
+    return dataclasses.replace(result, steps=max(evals) if evals else 0, trainable=trainable, evals=drifts, lines=lines)
 
 
-def _metrics(stats: dict[str, ConfigStat | None] | None, results: list[dict], common: int | None = None) -> dict | None:
+def _metrics(stats: dict[str, ConfigStat | None] | None, results: tuple[MemberResult, ...],
+             common: int | None = None) -> dict | None:
     """The values a rule's conditions name, for one configuration (at the common step: its stats there)."""
     if stats is None:
         return None
     drift, change = stats.get("drift"), stats.get("sftHeld")
-    usable = [r for r in results if "every_eval_drift" in r]  # an interpolated member has no evals during training
-    out = {"aborted": float(sum(r["state"] == "aborted" for r in results))}
+    usable = [r.evals for r in results if r.evals is not None]  # an interpolated member has no evals during training
+    out = {"aborted": float(sum(r.state == "aborted" for r in results))}
     if drift:
         out.update(drift=drift.change.value, drift_lo=drift.change.lo, drift_hi=drift.change.hi)
     if change:
@@ -84,10 +84,10 @@ def _metrics(stats: dict[str, ConfigStat | None] | None, results: list[dict], co
             out.update({f"{name}_change": held.change.value, f"{name}_change_lo": held.change.lo,
                         f"{name}_change_hi": held.change.hi})
     if usable and common is None:
-        out["every_eval_drift"] = max(r["every_eval_drift"] for r in usable)
-        out["every_eval_drift_hi"] = max(r["every_eval_drift_hi"] for r in usable)
+        out["every_eval_drift"] = max(e.every_eval_drift for e in usable)
+        out["every_eval_drift_hi"] = max(e.every_eval_drift_hi for e in usable)
     elif usable:
-        worst = [common_step_.worst_drift_until(r, common) for r in usable]
+        worst = [common_step_.worst_drift_until(e, common) for e in usable]
         out["every_eval_drift"], out["every_eval_drift_hi"] = max(v for v, _ in worst), max(hi for _, hi in worst)
     return out
 
@@ -96,44 +96,43 @@ def _fmt_metric(name: str, value: float) -> str:
     return f"{value:.0f}" if name == "aborted" else f"{value * 100:+.1f}%"
 
 
-def decide(lock: dict, configs: list[dict]) -> dict:
+def decide(lock: dict, configs: list[ConfigResult]) -> dict:
     """The locked rule over the comparison stage's configurations."""
     rule = _locked_rule(lock)
     if rule.axis == CONFIG:  # `first config`: the plan's order of its configurations
         order = list(locked_configs(lock)) + interpolated_order(lock)  # interpolated ones after the named
-        ordered = sorted(configs, key=lambda c: order.index(c["values"][CONFIG]))
+        ordered = sorted(configs, key=lambda c: order.index(c.values[CONFIG]))
     else:
         axis_values = lock["axes"][rule.axis]
         # an interpolated configuration has its parent's value: judged after the parent's own (a stable sort)
-        configs = sorted(configs, key=lambda c: c["key"] in interpolated_order(lock))
-        ordered = sorted(configs, key=lambda c: float(c["values"][rule.axis]) if _is_number(c["values"][rule.axis])
-                         else axis_values.index(c["values"][rule.axis]), reverse=rule.choose == "largest")
+        configs = sorted(configs, key=lambda c: c.key in interpolated_order(lock))
+        ordered = sorted(configs, key=lambda c: float(c.values[rule.axis]) if _is_number(c.values[rule.axis])
+                         else axis_values.index(c.values[rule.axis]), reverse=rule.choose == "largest")
     checks = []
-    judged = "metrics_common" if rule.at == "common" else "metrics"
     # configurations crossed with axes share values of the rule's axis: a shared one is named with its key
-    shared = collections.Counter(config["values"][rule.axis] for config in ordered)
+    shared = collections.Counter(config.values[rule.axis] for config in ordered)
     for config in ordered:
         failed, missing = [], []
         for cond in rule.conditions:
-            value = (config.get(judged) or {}).get(cond.metric)
+            value = ((config.metrics_common if rule.at == "common" else config.metrics) or {}).get(cond.metric)
             if value is None:
                 missing.append(cond.metric)
-            elif not cond.holds(value, config["effective"]):
-                failed.append({"condition": cond.text(), "measured": value, "threshold": cond.threshold(config["effective"]),
+            elif not cond.holds(value, config.effective):
+                failed.append({"condition": cond.text(), "measured": value, "threshold": cond.threshold(config.effective),
                                "shown": _fmt_metric(cond.metric, value)})
-        value = config["values"][rule.axis]
-        label = f"{value} ({config['key']})" if shared[value] > 1 else value
-        checks.append({"config": config["key"], "value": value, "label": label, "failed": failed, "missing": missing,
-                       "interpolated": any(r.get("interpolated") for r in config.get("results", []))})
+        value = config.values[rule.axis]
+        label = f"{value} ({config.key})" if shared[value] > 1 else value
+        checks.append({"config": config.key, "value": value, "label": label, "failed": failed, "missing": missing,
+                       "interpolated": any(r.interpolated for r in config.results)})
     chosen = next((c for c in checks if not c["failed"] and not c["missing"]), None)
     if rule.axis == CONFIG and len(checks) == 1:  # one configuration (--env-file --seeds): nothing to choose among
-        line = one_config_line(rule, checks[0], sum("end" in r for r in ordered[0].get("results", [])))
+        line = one_config_line(rule, checks[0], sum(r.has("end") for r in ordered[0].results))
     elif chosen:
         line = f"{rule.axis}={chosen['label']}: the {rule.choose} {rule.axis} such that {rule.text.split('such that', 1)[1].strip()}"
     else:
         line = f"no {rule.axis} satisfies the rule ({rule.text})"
     return {"rule": rule.text, "axis": rule.axis, "at": rule.at,
-            "at_step": next((c.get("common_step") for c in configs), None) if rule.at == "common" else None, "chosen": chosen and chosen["value"], "line": line,
+            "at_step": next((c.common_step for c in configs), None) if rule.at == "common" else None, "chosen": chosen and chosen["value"], "line": line,
             "checks": checks, "would_change": _would_change(rule, ordered, checks, chosen)}
 
 
@@ -149,11 +148,11 @@ def _is_number(text: str) -> bool:
         return False
 
 
-def _would_change(rule, ordered: list[dict], checks: list[dict], chosen: dict | None) -> list[str]:
+def _would_change(rule, ordered: list[ConfigResult], checks: list[dict], chosen: dict | None) -> list[str]:
     """What more seeds could settle: a condition failed by its CI bound while its point estimate
     passes, and the paired difference between the chosen value and its neighbour before it."""
     notes = []
-    by_key = {c["key"]: c for c in ordered}
+    by_key = {c.key: c for c in ordered}
     for check in checks:
         if chosen is not None and check is chosen:
             break
@@ -162,7 +161,7 @@ def _would_change(rule, ordered: list[dict], checks: list[dict], chosen: dict | 
             metric = fail["condition"].split()[0]
             base = metric.removesuffix("_hi").removesuffix("_lo")
             key = "drift" if base.startswith("drift") and not base.startswith("every") else (held_out_set(base) or "sftHeld")
-            stats = (config.get("stats_common" if rule.at == "common" else "stats") or {}).get(key)
+            stats = (config.stats_at(rule.at == "common") or {}).get(key)
             if not stats or metric == base or base.startswith("every") or base == "aborted":
                 continue
             point, parts = stats.change.value, stats.parts
@@ -184,20 +183,19 @@ def _would_change(rule, ordered: list[dict], checks: list[dict], chosen: dict | 
         position = [c["config"] for c in checks].index(chosen["config"])
         if position > 0:
             before, this = by_key[checks[position - 1]["config"]], by_key[chosen["config"]]
-            if "results" in before and "results" in this:
-                lines = COMMON_LINES if rule.at == "common" else ("base", "end")
-                p = paired_stats(this["results"], before["results"], "enRuler", None, 99, *lines)
-                if p and p.p_value >= seeds_power.ALPHA:
-                    # the seeds whose crossed CI resolves the difference measured, at 80% power
-                    need = seeds_power.seeds_needed(p.parts, p.change.value)
-                    more = (f"{max(1, need - p.n_seeds)} more seeds would resolve it" if need
-                            else f"no number of seeds would resolve it with these {p.parts.n_lines} lines (more lines would)")
-                    notes.append(f"{rule.axis}={checks[position - 1]['label']} vs {chosen['label']}: drift difference "
-                                 f"not resolved (its 95% CI, seeds x lines, includes 0: p={p.p_value:.2f}); {more}")
+            lines = COMMON_LINES if rule.at == "common" else ("base", "end")
+            p = paired_stats(this.results, before.results, "enRuler", None, 99, *lines)
+            if p and p.p_value >= seeds_power.ALPHA:
+                # the seeds whose crossed CI resolves the difference measured, at 80% power
+                need = seeds_power.seeds_needed(p.parts, p.change.value)
+                more = (f"{max(1, need - p.n_seeds)} more seeds would resolve it" if need
+                        else f"no number of seeds would resolve it with these {p.parts.n_lines} lines (more lines would)")
+                notes.append(f"{rule.axis}={checks[position - 1]['label']} vs {chosen['label']}: drift difference "
+                             f"not resolved (its 95% CI, seeds x lines, includes 0: p={p.p_value:.2f}); {more}")
     return notes
 
 
-def stage_table(lock: dict, members: list[Member], sweep_dir: Path, stage: str) -> list[dict]:
+def stage_table(lock: dict, members: list[Member], sweep_dir: Path, stage: str) -> list[ConfigResult]:
     """One entry per configuration: its members' results and its statistics over seeds."""
     half_sft = "judge" if lock.get("tune") and stage == "compare" else ("dev" if stage == "tune" else None)
     grouped: dict[str, list] = {}
@@ -211,53 +209,50 @@ def stage_table(lock: dict, members: list[Member], sweep_dir: Path, stage: str) 
     grouped_results = {key: [interpolated_result(m, sweep_dir, named) if isinstance(m, InterpolatedMember)
                              else member_result(m, sweep_dir, named) for m in group] for key, group in grouped.items()}
     # the common step is the daemon runs' (an interpolated member has no lines but its end's)
-    ran = [r for rs in grouped_results.values() for r in rs if not r.get("interpolated")]
+    ran = [r for rs in grouped_results.values() for r in rs if not r.interpolated]
     common = common_step_.common_step(ran)
-    why_not = common_step_.attach(ran, {m.name: m.run_dir for m in members}, common)
+    with_common, why_not = common_step_.attach(ran, {m.name: m.run_dir for m in members}, common)
     configs = []
     for index, (key, group) in enumerate(grouped.items()):
-        results = grouped_results[key]
+        results = tuple(with_common.get(r.member, r) for r in grouped_results[key])
         stats, categories = set_stats(results, half_sft, index)
         skip = why_not or isinstance(group[0], InterpolatedMember)
         at_common, categories_common = (None, None) if skip else set_stats(results, half_sft, index, *COMMON_LINES)
-        effective = load_config(group[0].env)[0].to_json()
-        configs.append({"key": key, "values": group[0].values, "results": results, "stats": stats,
-                        "categories": categories, "categories_common": categories_common,
-                        "stats_common": at_common, "common_step": common, "common_missing": why_not,
-                        "end_steps": sorted({r["steps"] for r in results if "end" in r}),
-                        "trainable": next((r["trainable"] for r in results if r.get("trainable")), None),
-                        "effective": effective, "half": half_sft})
-    for config in configs:
-        config["metrics"] = _metrics(config["stats"], config["results"])
-        config["metrics_common"] = _metrics(config["stats_common"], config["results"], common)
+        configs.append(ConfigResult(
+            key=key, values=group[0].values, results=results, stats=stats, categories=categories,
+            stats_common=at_common, categories_common=categories_common, common_step=common, common_missing=why_not,
+            end_steps=tuple(sorted({r.steps for r in results if r.has("end")})),
+            trainable=next((r.trainable for r in results if r.trainable), None),
+            effective=load_config(group[0].env)[0].to_json(), half=half_sft,
+            metrics=_metrics(stats, results), metrics_common=_metrics(at_common, results, common)))
     return configs
 
 
-def add_paired(lock: dict, configs: list[dict]) -> None:
+def add_paired(lock: dict, configs: list[ConfigResult]) -> list[ConfigResult]:
     """Each configuration vs the baseline, paired by seed; Holm over the comparisons, per metric."""
     base_key = _baseline_key(lock, configs)
-    baseline = next((c for c in configs if c["key"] == base_key), None)
+    baseline = next((c for c in configs if c.key == base_key), None)
     if baseline is None:
-        return
+        return configs
     others = [c for c in configs if c is not baseline]
-    variants = [("paired", ("base", "end"))] + ([("paired_common", COMMON_LINES)] if baseline["stats_common"] else [])
+    variants = [("paired", ("base", "end"))] + ([("paired_common", COMMON_LINES)] if baseline.stats_common else [])
+    found: dict[str, dict[str, dict]] = {c.key: {} for c in others}  # config -> where -> metric -> PairedDiff
     for (where, lines), (metric, set_name) in itertools.product(variants, (("drift", "enRuler"), ("sftHeld", "sftHeld"))):
         compared = []
         for index, config in enumerate(others):
-            paired = paired_stats(config["results"], baseline["results"], set_name, config["half"], index, *lines)
-            config.setdefault(where, {})[metric] = paired
+            paired = paired_stats(config.results, baseline.results, set_name, config.half, index, *lines)
+            found[config.key].setdefault(where, {})[metric] = paired
             if paired:
-                compared.append(config)
-        for config, adjusted in zip(compared, holm_adjusted([c[where][metric] for c in compared])):
-            config[where][metric] = adjusted
-    for config in configs:
-        config["is_baseline"] = config is baseline
+                compared.append(config.key)
+        for key, adjusted in zip(compared, holm_adjusted([found[k][where][metric] for k in compared])):
+            found[key][where][metric] = adjusted
+    return [dataclasses.replace(c, **found.get(c.key, {}), is_baseline=c is baseline) for c in configs]
 
 
-def _baseline_key(lock: dict, configs: list[dict]) -> str | None:
+def _baseline_key(lock: dict, configs: list[ConfigResult]) -> str | None:
     for config in configs:
-        if all(config["values"].get(k) == v for k, v in lock["baseline"].items()):
-            return config["key"]
+        if all(config.values.get(k) == v for k, v in lock["baseline"].items()):
+            return config.key
     return None
 
 
@@ -275,25 +270,19 @@ def analyze(sweep_dir: Path) -> dict:
            "seeds": lock["seeds"], "configs": lock.get("configs"), "tune": None, "tuned": lock.get("tuned"), "compare": None, "verdict": None,
            "seeds_for": None}
     if lock.get("tune"):
-        out["tune"] = {"var": lock["tune"]["var"], "configs": _strip(stage_table(lock, locked_members(lock, "tune"), sweep_dir, "tune"))}
+        tune = stage_table(lock, locked_members(lock, "tune"), sweep_dir, "tune")
+        out["tune"] = {"var": lock["tune"]["var"], "configs": [c.without_lines() for c in tune]}
     compare = locked_members(lock, "compare")
     if compare:
         configs = stage_table(lock, compare, sweep_dir, "compare")
         if lock.get("design"):  # sequential: the looks log must agree with the run dirs (65 if not)
             check_looks(lock, sweep_dir, configs)
-        add_paired(lock, configs)
+        configs = add_paired(lock, configs)
         parents = vs_parent(lock, configs)
         verdict = decide(lock, configs)
         looked = sequential_verdict(lock, sweep_dir, configs, verdict) if lock.get("design") else {}  # the looks'
-        complete = looked["complete"] if looked else all(r["state"] in TERMINAL for c in configs for r in c["results"])
-        out["compare"] = {"configs": _strip(configs), "complete": complete, "vs_parent": parents}
+        complete = looked["complete"] if looked else all(r.state in TERMINAL for c in configs for r in c.results)
+        out["compare"] = {"configs": [c.without_lines() for c in configs], "complete": complete, "vs_parent": parents}
         out["verdict"] = {**verdict, "complete": complete, **looked}
         out["seeds_for"] = seeds_for_effect(_locked_rule(lock), configs, stated_effect(lock))
     return out
-
-
-def _strip(configs: list[dict]) -> list[dict]:
-    """Drop the per-line scores (they stay in the scores cache) from what the report keeps."""
-    per_line = ("base", "end", *COMMON_LINES)
-    return [{**c, "results": [{k: v for k, v in r.items() if k not in per_line} for r in c["results"]]}
-            for c in configs]

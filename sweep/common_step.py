@@ -10,10 +10,12 @@ files (a sweep locked before they existed) leaves the common-step comparison n/a
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 from tatu.daemon.run.paths import RunDir
+from tatu.sweep.records import EvalDrifts, MemberResult
 from tatu.sweep.scores import category_entries
 
 START, AT_COMMON = "start@0", "end@common"  # the keys of a member result that hold these lines
@@ -35,31 +37,33 @@ def lines_at(run_dir: Path, step: int) -> dict | None:
     return out
 
 
-def common_step(results: list[dict]) -> int | None:
+def common_step(results: list[MemberResult]) -> int | None:
     """The last eval step every member with a result reached (None before any has one)."""
-    steps = [r["steps"] for r in results if "end" in r]
+    steps = [r.steps for r in results if r.has("end")]
     return min(steps) if steps else None
 
 
-def attach(results: list[dict], run_dirs: dict[str, Path], step: int | None) -> str | None:
-    """Put each member's start and step-`step` lines into its result; the reason when that cannot be."""
+def attach(results: list[MemberResult], run_dirs: dict[str, Path], step: int | None
+           ) -> tuple[dict[str, MemberResult], str | None]:
+    """Each member's result with its start and step-`step` lines, by member name (those that have
+    them); the reason when some member has not."""
     if step is None:
-        return "no member has finished"
-    missing = []
+        return {}, "no member has finished"
+    missing, attached = [], {}
     for r in results:
-        if "end" not in r:
+        if not r.has("end"):
             continue
-        start, end = lines_at(run_dirs[r["member"]], 0), lines_at(run_dirs[r["member"]], step)
+        start, end = lines_at(run_dirs[r.member], 0), lines_at(run_dirs[r.member], step)
         if start is None or end is None:
-            missing.append(r["member"])
+            missing.append(r.member)
             continue
-        r[START], r[AT_COMMON] = start, end
+        attached[r.member] = dataclasses.replace(r, lines={**r.lines, START: start, AT_COMMON: end})
     if missing:
-        return f"no per-line scores kept at step {step} (TATU_EVAL_LINES) for {', '.join(missing)}"
-    return None
+        return attached, f"no per-line scores kept at step {step} (TATU_EVAL_LINES) for {', '.join(missing)}"
+    return attached, None
 
 
-def worst_drift_until(result: dict, step: int) -> tuple[float, float]:
-    """(value, hi) of the worst drift over the member's evals up to `step`."""
-    kept = [(v, hi) for s, v, hi in result.get("eval_drifts", []) if s <= step]
+def worst_drift_until(evals: EvalDrifts, step: int) -> tuple[float, float]:
+    """(value, hi) of the worst drift over a member's evals up to `step`."""
+    kept = [(v, hi) for s, v, hi in evals.eval_drifts if s <= step]
     return max((v for v, _ in kept), default=0.0), max((hi for _, hi in kept), default=0.0)

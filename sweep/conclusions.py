@@ -54,14 +54,14 @@ def judged_changes(report: dict) -> list[JudgedChange]:
     changes = []
     for config in report["compare"]["configs"]:
         for metric in JUDGED:
-            stats = (config.get("stats") or {}).get(metric)
+            stats = (config.stats or {}).get(metric)
             if stats:
-                changes.append(JudgedChange(config["key"], metric, False,
+                changes.append(JudgedChange(config.key, metric, False,
                                             Interval(stats.change.value, stats.change.lo, stats.change.hi)))
-            paired = (config.get("paired") or {}).get(metric)
+            paired = (config.paired or {}).get(metric)
             if paired:  # log-ratio differences, shown as relative changes (the sign is the same)
                 shown = paired.change.relative()
-                changes.append(JudgedChange(config["key"], metric, True, Interval(shown.value, shown.lo, shown.hi)))
+                changes.append(JudgedChange(config.key, metric, True, Interval(shown.value, shown.lo, shown.hi)))
     return changes
 
 

@@ -55,7 +55,7 @@ class Coordinator:
         # a sequential design's looks read members' per-line scores (sweep/analysis.member_result);
         # a finished member's never change, so each is read once per coordinator
         self.results_of = results_of
-        self.results: dict[str, dict] = {}
+        self.results: dict = {}  # member run -> its sweep/records.MemberResult
         self.schedule = None  # the last pass's sequential schedule (None: a fixed design)
 
     def say(self, text: str) -> None:
@@ -121,7 +121,7 @@ class Coordinator:
             self.say(look_line(entry))
         return plan
 
-    def member_result(self, lock: dict, member: Member) -> dict:
+    def member_result(self, lock: dict, member: Member):
         if member.run not in self.results:
             if self.results_of is not None:
                 self.results[member.run] = self.results_of(member)

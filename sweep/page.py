@@ -7,9 +7,10 @@ from pathlib import Path
 from tatu.pages.figures import PlotFile
 from tatu.pages.markup import esc, figures, page, plain_table
 from tatu.sweep import tables
+from tatu.sweep.records import ConfigResult
 
 
-def _comparison(configs: list[dict]) -> list[str]:
+def _comparison(configs: list[ConfigResult]) -> list[str]:
     parts = ["<h2>Comparison stage</h2><p>* = baseline; CIs carry seed and line variance (crossed: seeds x shared "
              f"lines, not one run's CI over its lines). {esc(tables.OUTLIER_NOTE)}.</p>",
              plain_table(tables.CONFIG_HEADER, tables.config_rows(configs), "configs")]
@@ -18,7 +19,7 @@ def _comparison(configs: list[dict]) -> list[str]:
     if paired:
         parts += ["<h2>Paired by seed and line vs the baseline (Holm)</h2>",
                   plain_table(tables.PAIRED_HEADER, paired, "paired")]
-    step, missing = (configs[0].get("common_step"), configs[0].get("common_missing")) if configs else (None, None)
+    step, missing = (configs[0].common_step, configs[0].common_missing) if configs else (None, None)
     if missing:
         parts.append(f"<h2>At the common step</h2><p>n/a ({esc(missing)})</p>")
     elif configs:
@@ -31,7 +32,7 @@ def _comparison(configs: list[dict]) -> list[str]:
     return parts
 
 
-def _sets(configs: list[dict], common: bool) -> list[str]:
+def _sets(configs: list[ConfigResult], common: bool) -> list[str]:
     """The held-out sets' and the word categories' changes vs step 0 (at the end, or the common step)."""
     parts, where = [], "-common" if common else ""
     held, categories = tables.held_out_rows(configs, common), tables.category_rows(configs, common)

@@ -6,15 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from tatu.pages.figures import ABORT_MARK, PlotFile, colour, new_axes, save
+from tatu.sweep.records import ConfigResult
 
 
-def _states(config: dict) -> dict[str, str]:
-    return {str(r["seed"]): r["state"] for r in config["results"]}
+def _states(config: ConfigResult) -> dict[str, str]:
+    return {str(r.seed): r.state for r in config.results}
 
 
-def _axis_positions(configs: list[dict], axis: str) -> list[float]:
+def _axis_positions(configs: list[ConfigResult], axis: str) -> list[float]:
     try:
-        return [float(c["values"][axis]) for c in configs]
+        return [float(c.values[axis]) for c in configs]
     except ValueError:  # a categorical axis: evenly spaced, labelled by value
         return [float(i) for i in range(len(configs))]
 
@@ -23,15 +24,15 @@ def drift_axes(data: dict):
     """(figure, axes) of the end drift per configuration against the rule's axis; None without one."""
     axis = data["verdict"]["axis"]
     # on an axis, an interpolated configuration would sit on its parent's value: it is in tradeoff.png
-    configs = [c for c in data["compare"]["configs"] if c["stats"]["drift"]
-               and (axis == "config" or not any(r.get("interpolated") for r in c["results"]))]
+    configs = [c for c in data["compare"]["configs"] if c.stats["drift"]
+               and (axis == "config" or not any(r.interpolated for r in c.results))]
     if not configs:
         return None
     fig, ax = new_axes()
     xs = _axis_positions(configs, axis)
     aborted_label = "aborted member (its abort's eval)"
     for x, c in zip(xs, configs):
-        d, states = c["stats"]["drift"], _states(c)
+        d, states = c.stats["drift"], _states(c)
         for seed, value in d.per_seed.items():
             if states.get(seed) == "aborted":
                 ax.plot([x], [value * 100], markersize=9, zorder=2, label=aborted_label, **ABORT_MARK)
@@ -41,10 +42,10 @@ def drift_axes(data: dict):
         change = d.change
         ax.errorbar([x], [change.value * 100], yerr=[[(change.value - change.lo) * 100], [(change.hi - change.value) * 100]],
                     fmt="o", color=colour(0), capsize=4, zorder=3)
-    limit = configs[0]["effective"].get("MIX_FORGET_LIMIT")
+    limit = configs[0].effective.get("MIX_FORGET_LIMIT")
     if limit is not None:
         ax.axhline(limit * 100, color=colour(1), linestyle="--", label=f"MIX_FORGET_LIMIT {limit * 100:.0f}%")
-    ax.set_xticks(xs, [c["values"][axis] for c in configs])
+    ax.set_xticks(xs, [c.values[axis] for c in configs])
     ax.set_xlabel(axis)
     ax.set_ylabel("enRuler drift at the end (%)")
     ax.set_title(f"{data['name']}: drift vs {axis} (grey: seeds; blue: mean, 95% CI)")
@@ -54,16 +55,16 @@ def drift_axes(data: dict):
 
 def tradeoff_axes(data: dict):
     """(figure, axes) of every member's drift against its sftHeld change; None without a member."""
-    configs = [c for c in data["compare"]["configs"] if c["stats"]["drift"] and c["stats"]["sftHeld"]]
+    configs = [c for c in data["compare"]["configs"] if c.stats["drift"] and c.stats["sftHeld"]]
     if not configs:
         return None
     fig, ax = new_axes()
     aborted_label = "aborted member (its abort's eval)"
     for i, c in enumerate(configs):
-        d, s, states = c["stats"]["drift"], c["stats"]["sftHeld"], _states(c)
+        d, s, states = c.stats["drift"], c.stats["sftHeld"], _states(c)
         seeds = [k for k in d.per_seed if k in s.per_seed]
         ax.plot([d.per_seed[k] * 100 for k in seeds], [s.per_seed[k] * 100 for k in seeds], marker="o",
-                markersize=5, color=colour(i), linestyle="none", label=c["key"], zorder=3)
+                markersize=5, color=colour(i), linestyle="none", label=c.key, zorder=3)
         stopped = [k for k in seeds if states.get(k) == "aborted"]
         if stopped:  # an outline around the configuration's dot, so both show
             ax.plot([d.per_seed[k] * 100 for k in stopped], [s.per_seed[k] * 100 for k in stopped],

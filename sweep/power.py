@@ -13,7 +13,7 @@ import math
 
 from tatu.evals.seeds import power as seeds_power
 from tatu.sweep.rule import Rule, held_out_set
-from tatu.sweep.records import ConfigStat, PairedDiff
+from tatu.sweep.records import ConfigResult, ConfigStat, PairedDiff
 
 DEFAULT_MDE = 0.02  # docs/sweeps.md#how-many-seeds-are-enough
 # the paired comparisons the report makes (sweep/analysis.py add_paired): drift and sftHeld
@@ -57,19 +57,18 @@ def judged_sets(rule: Rule) -> list[str]:
     return ["drift", "sftHeld", *dict.fromkeys(n for n in (held_out_set(c.metric) for c in rule.conditions) if n)]
 
 
-def seeds_for_effect(rule: Rule, configs: list[dict], effect: float) -> dict:
+def seeds_for_effect(rule: Rule, configs: list[ConfigResult], effect: float) -> dict:
     """{effect, power, at, rows}: rows per configuration (its judged metrics), then per comparison
     with the baseline, at the step the rule judges."""
     common = rule.at == "common"
-    stats_key, paired_key = ("stats_common", "paired_common") if common else ("stats", "paired")
-    baseline = next((c["key"] for c in configs if c.get("is_baseline")), None)
+    baseline = next((c.key for c in configs if c.is_baseline), None)
     rows = []
     for config in configs:
         for metric in judged_sets(rule):
-            rows.append(_seeds_for(config["key"], None, metric, (config.get(stats_key) or {}).get(metric), effect))
+            rows.append(_seeds_for(config.key, None, metric, (config.stats_at(common) or {}).get(metric), effect))
     for config in configs:
-        if not config.get("is_baseline"):
+        if not config.is_baseline:
             for metric in PAIRED:
-                rows.append(_seeds_for(config["key"], baseline, metric, (config.get(paired_key) or {}).get(metric), effect))
+                rows.append(_seeds_for(config.key, baseline, metric, (config.paired_at(common) or {}).get(metric), effect))
     return {"effect": effect, "power": seeds_power.POWER, "at": rule.at,
             "rows": [dataclasses.asdict(r) for r in rows if r is not None]}

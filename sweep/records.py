@@ -1,6 +1,7 @@
-"""The sweep's statistics as records (the convention of tatu/records.py): a configuration's change
+"""The sweep's results as records (the convention of tatu/records.py): a configuration's change
 over seeds (ConfigStat, relative), a paired difference between two configurations (PairedDiff, on
-the log scale the crossed model estimates), and report.json's one writer and one reader.
+the log scale the crossed model estimates), a member's result (MemberResult), a configuration's
+(ConfigResult), and report.json's one writer and one reader.
 
 In memory a report is the dict sweep/analysis.py builds with these records in it; on disk it is
 report.json, whose keys and values are what tatu wrote before the records existed (so every
@@ -138,11 +139,157 @@ def holm_adjusted(found: list[PairedDiff]) -> list[PairedDiff]:
     return [dataclasses.replace(p, p_holm=a, n_compared=len(found)) for p, a in zip(found, adjusted)]
 
 
+@dataclass(frozen=True)
+class EvalDrifts:
+    """A daemon run's drift as its own evals measured it (an interpolated member has none): the worst
+    value and upper bound over its evals after step 0, the last eval's value (None without one), and
+    (step, value, hi) at each eval."""
+
+    every_eval_drift: float
+    every_eval_drift_hi: float
+    daemon_drift: float | None
+    eval_drifts: tuple[tuple[int, float, float], ...]
+
+
+@dataclass(frozen=True)
+class MemberResult:
+    """One member of a sweep as the analysis sees it (sweep/analysis.py member_result, or an
+    interpolated one's, sweep/interpolated/results.py): status, verdict and, once it has an end,
+    its steps, what trained, its drift at its own evals and its per-line scores.
+
+    `lines` holds the per-line scores by key: "base"/"end" (the seed and end checkpoints, re-scored)
+    and the common step's (sweep/common_step.py START, AT_COMMON), each {set: scores}. They stay in
+    the scores cache and are not in report.json: a result read back has none."""
+
+    member: str
+    config: str
+    seed: int
+    values: dict[str, str]
+    state: str
+    verdict: str | None
+    interpolated: bool = False
+    alpha: float | None = None  # an interpolated member's: its walk from the seed (0) to its parent's end (1)
+    parent: str | None = None
+    steps: int | None = None  # the last eval step (an interpolated member: its parent's); None before an end
+    trainable: str | None = None
+    evals: EvalDrifts | None = None
+    lines: dict[str, dict] = dataclasses.field(default_factory=dict, compare=False)
+
+    def has(self, key: str) -> bool:
+        """Whether it holds per-line scores under `key` ("end": it has a scored end)."""
+        return key in self.lines
+
+    def to_json(self) -> dict:
+        out = {"member": self.member, "config": self.config, "seed": self.seed, "values": dict(self.values),
+               "state": self.state, "verdict": self.verdict}
+        if self.interpolated:
+            out.update(interpolated=True, alpha=self.alpha, parent=self.parent)
+        if self.steps is not None:
+            out.update(trainable=self.trainable, steps=self.steps)
+        if self.evals is not None:
+            out.update(every_eval_drift=self.evals.every_eval_drift, every_eval_drift_hi=self.evals.every_eval_drift_hi,
+                       daemon_drift=self.evals.daemon_drift, eval_drifts=[list(e) for e in self.evals.eval_drifts])
+        return out
+
+    @classmethod
+    def from_json(cls, payload: dict) -> MemberResult:
+        evals = None
+        if "every_eval_drift" in payload:
+            evals = EvalDrifts(payload["every_eval_drift"], payload["every_eval_drift_hi"], payload["daemon_drift"],
+                               tuple(tuple(e) for e in payload["eval_drifts"]))
+        return cls(member=payload["member"], config=payload["config"], seed=payload["seed"],
+                   values=dict(payload["values"]), state=payload["state"], verdict=payload["verdict"],
+                   interpolated=bool(payload.get("interpolated")), alpha=payload.get("alpha"),
+                   parent=payload.get("parent"), steps=payload.get("steps"), trainable=payload.get("trainable"),
+                   evals=evals)
+
+
+Stats = dict[str, ConfigStat | None]  # by set ("drift" is enRuler's, "sftHeld", each held-out set)
+
+
+@dataclass(frozen=True)
+class ConfigResult:
+    """One configuration of a stage (sweep/analysis.py stage_table): its members' results, its
+    statistics over seeds at the members' ends and at the common step, the values a rule's
+    conditions name (`metrics`, `metrics_common`: by metric name), and, in the comparison stage, its
+    paired differences with the baseline (None: not compared, as the baseline itself) and whether it
+    is the baseline (None: the stage has none)."""
+
+    key: str
+    values: dict[str, str]
+    results: tuple[MemberResult, ...]
+    stats: Stats | None
+    categories: dict[str, Stats] | None
+    stats_common: Stats | None
+    categories_common: dict[str, Stats] | None
+    common_step: int | None
+    common_missing: str | None  # why there is no common-step comparison
+    end_steps: tuple[int, ...]
+    trainable: str | None
+    effective: dict  # the effective config of its first member (daemon/config.py RunConfig.to_json)
+    half: str | None  # the half of sftHeld's lines it is judged on (sweep/stats.py HALVES); None: all
+    metrics: dict[str, float] | None = None
+    metrics_common: dict[str, float] | None = None
+    paired: dict[str, PairedDiff | None] | None = None  # by metric: "drift", "sftHeld"
+    paired_common: dict[str, PairedDiff | None] | None = None
+    is_baseline: bool | None = None
+
+    def stats_at(self, common: bool) -> Stats | None:
+        return self.stats_common if common else self.stats
+
+    def categories_at(self, common: bool) -> dict[str, Stats] | None:
+        return self.categories_common if common else self.categories
+
+    def paired_at(self, common: bool) -> dict[str, PairedDiff | None] | None:
+        return self.paired_common if common else self.paired
+
+    def without_lines(self) -> ConfigResult:
+        """As the report keeps it: its members' per-line scores dropped (they stay in the scores cache)."""
+        return dataclasses.replace(self, results=tuple(dataclasses.replace(r, lines={}) for r in self.results))
+
+    def to_json(self) -> dict:
+        out = {"key": self.key, "values": dict(self.values), "results": [r.to_json() for r in self.results],
+               "stats": _stats_json(self.stats), "categories": _categories_json(self.categories),
+               "stats_common": _stats_json(self.stats_common),
+               "categories_common": _categories_json(self.categories_common), "common_step": self.common_step,
+               "common_missing": self.common_missing, "end_steps": list(self.end_steps), "trainable": self.trainable,
+               "effective": self.effective, "half": self.half, "metrics": self.metrics,
+               "metrics_common": self.metrics_common}
+        # keys a report held only where they applied (before the records existed), and still holds so
+        for name in ("paired", "paired_common"):
+            if getattr(self, name) is not None:
+                out[name] = {k: v and v.to_json() for k, v in getattr(self, name).items()}
+        if self.is_baseline is not None:
+            out["is_baseline"] = self.is_baseline
+        return out
+
+    @classmethod
+    def from_json(cls, payload: dict) -> ConfigResult:
+        return cls(key=payload["key"], values=dict(payload["values"]),
+                   results=tuple(MemberResult.from_json(r) for r in payload["results"]),
+                   stats=_stats_of(payload["stats"]), categories=_categories_of(payload["categories"]),
+                   stats_common=_stats_of(payload["stats_common"]),
+                   categories_common=_categories_of(payload["categories_common"]),
+                   common_step=payload["common_step"], common_missing=payload["common_missing"],
+                   end_steps=tuple(payload["end_steps"]), trainable=payload["trainable"],
+                   effective=payload["effective"], half=payload["half"], metrics=payload["metrics"],
+                   metrics_common=payload["metrics_common"], paired=_paired_of(payload.get("paired")),
+                   paired_common=_paired_of(payload.get("paired_common")), is_baseline=payload.get("is_baseline"))
+
+
+def _stats_json(by_name: Stats | None) -> dict | None:
+    return None if by_name is None else {k: v and v.to_json() for k, v in by_name.items()}
+
+
+def _categories_json(by_set: dict[str, Stats] | None) -> dict | None:
+    return None if by_set is None else {s: _stats_json(per) for s, per in by_set.items()}
+
+
 # --- report.json: the one writer and the one reader ------------------------------------------------
 
 def _jsonable(value):
     """The report with its records as the JSON they write (dicts, lists and scalars as they are)."""
-    if isinstance(value, (ConfigStat, PairedDiff)):
+    if isinstance(value, (ConfigStat, PairedDiff, ConfigResult, MemberResult)):
         return value.to_json()
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}
@@ -175,25 +322,15 @@ def _categories_of(by_set: dict | None) -> dict | None:
     return None if by_set is None else {s: _stats_of(per) for s, per in by_set.items()}
 
 
-def _config_of(config: dict) -> dict:
-    """A configuration of report.json with its records rebuilt (the keys it has, as they are)."""
-    out = dict(config)
-    for key, rebuild in (("stats", _stats_of), ("stats_common", _stats_of), ("categories", _categories_of),
-                         ("categories_common", _categories_of), ("paired", _paired_of), ("paired_common", _paired_of)):
-        if key in out:
-            out[key] = rebuild(out[key])
-    return out
-
-
 def report_from_json(payload: dict, what: str = REPORT_FILE) -> dict:
     """An analyzed report from report.json's object (every version; `what` names it in an error)."""
     format_version(payload, what, REPORT_VERSION)  # 1 and 2 hold the same keys
     report = {k: v for k, v in payload.items() if k != FORMAT_KEY}
     if report.get("tune"):
-        report["tune"] = {**report["tune"], "configs": [_config_of(c) for c in report["tune"]["configs"]]}
+        report["tune"] = {**report["tune"], "configs": [ConfigResult.from_json(c) for c in report["tune"]["configs"]]}
     if report.get("compare"):
         compare = report["compare"]
-        report["compare"] = {**compare, "configs": [_config_of(c) for c in compare["configs"]]}
+        report["compare"] = {**compare, "configs": [ConfigResult.from_json(c) for c in compare["configs"]]}
         if compare.get("vs_parent"):
             report["compare"]["vs_parent"] = [{**row, "paired": _paired_of(row["paired"])}
                                               for row in compare["vs_parent"]]

@@ -9,25 +9,26 @@ from __future__ import annotations
 
 from tatu.data.tags import CATEGORIES
 from tatu.formats import SET_NAMES
+from tatu.sweep.records import MemberResult
 from tatu.sweep.scores import category_key
 from tatu.sweep.stats import config_stats, half_of
 
 MIN_LINES = 2  # lines with a token of a category, for it to be compared (tatu.evals.seeds.stats.crossed_ci)
 
 
-def _shared_keys(usable: list[dict], base: str, end: str) -> list[str]:
+def _shared_keys(usable: list[MemberResult], base: str, end: str) -> list[str]:
     """The score keys every member has at its start and its end, in the first member's order."""
     if not usable:
         return []
-    return [k for k in usable[0][end] if all(k in r[base] and k in r[end] for r in usable)]
+    return [k for k in usable[0].lines[end] if all(k in r.lines[base] and k in r.lines[end] for r in usable)]
 
 
-def held_out_sets(usable: list[dict], base: str = "base", end: str = "end") -> list[str]:
+def held_out_sets(usable: list[MemberResult], base: str = "base", end: str = "end") -> list[str]:
     """The held-out sets every member has, by name (a cached score file keeps no other order)."""
     return sorted(k for k in _shared_keys(usable, base, end) if "/" not in k and k not in SET_NAMES)
 
 
-def category_sets(usable: list[dict], base: str = "base", end: str = "end") -> list[tuple[str, str]]:
+def category_sets(usable: list[MemberResult], base: str = "base", end: str = "end") -> list[tuple[str, str]]:
     """(set, category) of the category lines every member has: sets as compared (sftHeld, enRuler,
     the held-out ones), categories in tatu.data.tags.CATEGORIES order."""
     shared = set(_shared_keys(usable, base, end))
@@ -35,12 +36,12 @@ def category_sets(usable: list[dict], base: str = "base", end: str = "end") -> l
             if category_key(s, c) in shared]
 
 
-def set_stats(results: list[dict], half_sft: str | None, index: int, base: str = "base", end: str = "end"
+def set_stats(results: list[MemberResult], half_sft: str | None, index: int, base: str = "base", end: str = "end"
               ) -> tuple[dict, dict]:
     """({"drift", "sftHeld", held-out set: stats}, {set: {category: stats}}) of one configuration.
 
     sftHeld and its categories are judged on `half_sft` (the judge half after a tune stage)."""
-    usable = [r for r in results if end in r]
+    usable = [r for r in results if r.has(end)]
     stats = {"drift": config_stats(results, "enRuler", None, index, base, end),
              "sftHeld": config_stats(results, "sftHeld", half_sft, index, base, end)}
     for name in held_out_sets(usable, base, end):
@@ -48,7 +49,7 @@ def set_stats(results: list[dict], half_sft: str | None, index: int, base: str =
     categories: dict[str, dict] = {}
     for set_name, category in category_sets(usable, base, end):
         half, key = (half_sft if set_name == "sftHeld" else None), category_key(set_name, category)
-        if len(half_of(usable[0][base][key], half)[2]) < MIN_LINES:
+        if len(half_of(usable[0].lines[base][key], half)[2]) < MIN_LINES:
             continue  # a CI over lines needs two of them in the lines judged
         categories.setdefault(set_name, {})[category] = config_stats(results, key, half, index, base, end)
     return stats, categories

@@ -1,6 +1,6 @@
 """Per-configuration statistics over seeds from the members' per-line scores (tatu.evals.seeds.stats).
 
-A member result holds its per-line scores under two keys, a start and an end: "base"/"end" (the
+A member result (sweep/records.py MemberResult) holds its per-line scores under two keys, a start and an end: "base"/"end" (the
 re-scored seed and end checkpoints) or the common step's (sweep/common_step.py). Every member of a
 comparison must have scored the same lines (checked by line index): the design is crossed,
 seeds x shared lines. Resampling seeds are fixed per statistic, so the same files give the same
@@ -15,7 +15,7 @@ import numpy as np
 
 from tatu.evals.seeds import stats as st
 from tatu.records import LogRatio
-from tatu.sweep.records import ConfigStat, Outlier, PairedDiff
+from tatu.sweep.records import ConfigStat, MemberResult, Outlier, PairedDiff
 
 RESAMPLES = 2000
 HALVES = {"dev": 0, "judge": 1}
@@ -30,22 +30,22 @@ def half_of(scores: dict, half: str | None) -> tuple[np.ndarray, np.ndarray, np.
     return nll[keep], tok[keep], index[keep]
 
 
-def run_lines(result: dict, set_name: str, half: str | None = None, base: str = "base", end: str = "end") -> st.RunLines:
-    nb, tb, ib = half_of(result[base][set_name], half)
-    ne, te, ie = half_of(result[end][set_name], half)
+def run_lines(result: MemberResult, set_name: str, half: str | None = None, base: str = "base", end: str = "end") -> st.RunLines:
+    nb, tb, ib = half_of(result.lines[base][set_name], half)
+    ne, te, ie = half_of(result.lines[end][set_name], half)
     if not np.array_equal(ib, ie):
-        raise ValueError(f"member {result['member']}: {set_name} scored on other lines at its start than at its end")
+        raise ValueError(f"member {result.member}: {set_name} scored on other lines at its start than at its end")
     return st.RunLines(nb, tb, ne, te)
 
 
-def crossed_runs(results: list[dict], set_name: str, half: str | None, base: str = "base", end: str = "end"
+def crossed_runs(results: list[MemberResult], set_name: str, half: str | None, base: str = "base", end: str = "end"
                  ) -> list[st.RunLines]:
     """The members' runs on one set, checked to be scored on the same lines (by line index)."""
-    first = half_of(results[0][base][set_name], half)[2]
+    first = half_of(results[0].lines[base][set_name], half)[2]
     for r in results[1:]:
-        if not np.array_equal(half_of(r[base][set_name], half)[2], first):
-            raise ValueError(f"member {r['member']}: {set_name} scored on other lines than member "
-                             f"{results[0]['member']} (the seeds of a sweep must share their lines)")
+        if not np.array_equal(half_of(r.lines[base][set_name], half)[2], first):
+            raise ValueError(f"member {r.member}: {set_name} scored on other lines than member "
+                             f"{results[0].member} (the seeds of a sweep must share their lines)")
     return [run_lines(r, set_name, half, base, end) for r in results]
 
 
@@ -59,28 +59,28 @@ def _seed_rng(index: int, set_name: str) -> list[int]:
     return [index, int.from_bytes(hashlib.sha256(set_name.encode()).digest()[:4], "big")]
 
 
-def _outliers(usable: list[dict], est: list[float]) -> tuple[Outlier, ...]:
+def _outliers(usable: list[MemberResult], est: list[float]) -> tuple[Outlier, ...]:
     if len(est) < 3:
         return ()
     t = st.leave_one_out_t(est)
-    return tuple(Outlier(usable[i]["seed"], t[i]) for i in st.outliers(est))
+    return tuple(Outlier(usable[i].seed, t[i]) for i in st.outliers(est))
 
 
-def config_stats(results: list[dict], set_name: str, half: str | None, index: int,
+def config_stats(results: list[MemberResult], set_name: str, half: str | None, index: int,
                  base: str = "base", end: str = "end") -> ConfigStat | None:
-    usable = [r for r in results if end in r]
+    usable = [r for r in results if r.has(end)]
     if not usable:
         return None
     runs = crossed_runs(usable, set_name, half, base, end)
     est = [r.log_ratio() for r in runs]
     ci = st.crossed_ci(runs, n_resamples=RESAMPLES, seed=_seed_rng(index, set_name))
-    return ConfigStat.of(ci, {str(r["seed"]): _rel(e) for r, e in zip(usable, est)}, _outliers(usable, est))
+    return ConfigStat.of(ci, {str(r.seed): _rel(e) for r, e in zip(usable, est)}, _outliers(usable, est))
 
 
-def paired_stats(results: list[dict], baseline: list[dict], set_name: str, half: str | None, index: int,
+def paired_stats(results: list[MemberResult], baseline: list[MemberResult], set_name: str, half: str | None, index: int,
                  base: str = "base", end: str = "end") -> PairedDiff | None:
-    by_seed = {r["seed"]: r for r in baseline if end in r}
-    pairs = [(by_seed[r["seed"]], r) for r in results if end in r and r["seed"] in by_seed]
+    by_seed = {r.seed: r for r in baseline if r.has(end)}
+    pairs = [(by_seed[r.seed], r) for r in results if r.has(end) and r.seed in by_seed]
     if len(pairs) < 2:
         return None
     runs = crossed_runs([r for _, r in pairs] + [b for b, _ in pairs], set_name, half, base, end)

@@ -12,36 +12,36 @@ With a tune stage, its table comes first.
 """
 from __future__ import annotations
 
-from tatu.formats import fmt_p_formula as _p, fmt_pct as _pct, fmt_share as _sd
+from tatu.formats import fmt_p_formula as _p, fmt_share as _sd
 from tatu.sweep.configs import describe_configs
-from tatu.sweep.records import ConfigStat, PairedDiff
+from tatu.sweep.records import ConfigResult, ConfigStat, PairedDiff
 
 
 def _ci(stats: ConfigStat | None) -> str:
     return "n/a" if not stats else stats.change.text()
 
 
-def _step(c: dict, common: bool) -> str:
+def _step(c: ConfigResult, common: bool) -> str:
     """The step a row compares at: the common step, or the members' last eval steps."""
     if common:
-        return str(c.get("common_step"))
-    return ",".join(str(s) for s in c.get("end_steps", [])) or "-"
+        return str(c.common_step)
+    return ",".join(str(s) for s in c.end_steps) or "-"
 
 
-def config_rows(configs: list[dict], common: bool = False) -> list[list[str]]:
+def config_rows(configs: list[ConfigResult], common: bool = False) -> list[list[str]]:
     rows = []
     for c in configs:
-        where = c.get("stats_common") if common else c["stats"]
+        where = c.stats_at(common)
         if where is None:
             continue
         d, s = where["drift"], where["sftHeld"]
-        results = c["results"]
-        aborted = sum(r["state"] == "aborted" for r in results)
-        diverged = sum(r["state"] == "diverged" for r in results)
-        waiting = sum(r["state"] not in ("done", "aborted", "diverged") for r in results)
+        results = c.results
+        aborted = sum(r.state == "aborted" for r in results)
+        diverged = sum(r.state == "diverged" for r in results)
+        waiting = sum(r.state not in ("done", "aborted", "diverged") for r in results)
         outl = [f"s{o.seed} (t={o.t:+.1f})" for stat in (d, s) if stat for o in stat.outliers]
         n_seeds = (d or s).n_seeds if (d or s) else 0
-        rows.append([c["key"] + (" *" if c.get("is_baseline") else ""), f"{n_seeds}/{len(results)}",
+        rows.append([c.key + (" *" if c.is_baseline else ""), f"{n_seeds}/{len(results)}",
                      _step(c, common), _ci(d), _sd(d and d.seed_sd), _sd(d and d.within_se), _sd(d and d.mde), _ci(s),
                      _sd(s and s.seed_sd), _sd(s and s.within_se),
                      f"{aborted}" + (f" +{diverged} diverged" if diverged else "") + (f" ({waiting} not done)" if waiting else ""),
@@ -60,14 +60,14 @@ PAIRED_P = "p from the crossed CI's t, seeds x lines"
 PAIRED_HEADER = ["config vs baseline", "seeds", "step", f"drift diff {CI}", "p", "p Holm", f"sftHeld diff {CI}", "p", "p Holm"]
 
 
-def paired_rows(configs: list[dict], common: bool = False) -> list[list[str]]:
+def paired_rows(configs: list[ConfigResult], common: bool = False) -> list[list[str]]:
     rows = []
     for c in configs:
-        paired = c.get("paired_common" if common else "paired")
-        if c.get("is_baseline") or not paired:
+        paired = c.paired_at(common)
+        if c.is_baseline or not paired:
             continue
         d, s = paired.get("drift"), paired.get("sftHeld")
-        rows.append([c["key"], str(d.n_seeds if d else 0), _step(c, common), *_paired_cells(d), *_paired_cells(s)])
+        rows.append([c.key, str(d.n_seeds if d else 0), _step(c, common), *_paired_cells(d), *_paired_cells(s)])
     return rows
 
 
@@ -83,11 +83,11 @@ def tune_rows(tune: dict, tuned: dict | None) -> list[list[str]]:
     rows = []
     var = tune["var"]
     for c in tune["configs"]:
-        s = c["stats"]["sftHeld"]
-        chosen = tuned is not None and c["values"].get(var) == tuned["value"]
-        states = ", ".join(sorted({r["state"] for r in c["results"]}))
-        rows.append([f"{var}={c['values'].get(var)}" + (" <- chosen" if chosen else ""), f"{s.n_seeds if s else 0}/{len(c['results'])}",
-                     _ci(s), _sd(s and s.seed_sd), _ci(c["stats"]["drift"]), states])
+        s = c.stats["sftHeld"]
+        chosen = tuned is not None and c.values.get(var) == tuned["value"]
+        states = ", ".join(sorted({r.state for r in c.results}))
+        rows.append([f"{var}={c.values.get(var)}" + (" <- chosen" if chosen else ""), f"{s.n_seeds if s else 0}/{len(c.results)}",
+                     _ci(s), _sd(s and s.seed_sd), _ci(c.stats["drift"]), states])
     return rows
 
 
@@ -128,16 +128,16 @@ CONFIGS_TITLE = "configurations (each over [base]) and what trains in each (the 
 CONFIGS_HEADER = ["config", "sets", "trains"]
 
 
-def configs_rows(named: list | None, configs: list[dict]) -> list[list[str]]:
+def configs_rows(named: list | None, configs: list[ConfigResult]) -> list[list[str]]:
     """What each named configuration sets and what trained in it; for axes alone, only when what
     trained differs between configurations (a TATU_TRAIN axis), so other tables read as before."""
-    if not named and len({c.get("trainable") for c in configs}) < 2:
+    if not named and len({c.trainable for c in configs}) < 2:
         return []
     sets = describe_configs(dict(named or []))
-    return [[c["key"], sets.get(c["values"].get("config"), "-"), c.get("trainable") or "n/a"] for c in configs]
+    return [[c.key, sets.get(c.values.get("config"), "-"), c.trainable or "n/a"] for c in configs]
 
 
-def configs_legend(named: list | None, configs: list[dict]) -> list[str]:
+def configs_legend(named: list | None, configs: list[ConfigResult]) -> list[str]:
     rows = configs_rows(named, configs)
     return ["", CONFIGS_TITLE, text_table(CONFIGS_HEADER, rows)] if rows else []
 
@@ -204,12 +204,11 @@ def _n_compared(p: PairedDiff | None) -> int:
     return (p.n_compared or 0) if p else 0
 
 
-def _paired_text(configs: list[dict], common: bool) -> list[str]:
+def _paired_text(configs: list[ConfigResult], common: bool) -> list[str]:
     rows = paired_rows(configs, common)
     if not rows:
         return []
-    where = "paired_common" if common else "paired"
-    n = max(_n_compared((c.get(where) or {}).get("drift")) for c in configs)
+    n = max(_n_compared((c.paired_at(common) or {}).get("drift")) for c in configs)
     return ["", f"paired by seed and line vs the baseline (log-ratio differences; {PAIRED_P}; Holm over {n} comparisons)",
             text_table(PAIRED_HEADER, rows)]
 
@@ -237,11 +236,11 @@ def _vs_parent_text(rows: list[dict]) -> list[str]:
     return ["", VS_PARENT_TITLE, text_table(header, table)] if table else []
 
 
-def _common_text(configs: list[dict]) -> list[str]:
+def _common_text(configs: list[ConfigResult]) -> list[str]:
     """The same comparisons at the last eval step every member reached (the ends may differ)."""
     if not configs:
         return []
-    step, missing = configs[0].get("common_step"), configs[0].get("common_missing")
+    step, missing = configs[0].common_step, configs[0].common_missing
     if missing:
         return ["", f"at the common step: n/a ({missing})"]
     return (["", f"at step {step}, the last eval step every member reached (the daemon's per-line scores there)",
@@ -256,37 +255,37 @@ CATEGORY_NOTE = ("word categories (Apertium's tags, stored at data build): ppl c
                  "of each category, over the lines that have one, over seeds (crossed CIs)")
 
 
-def held_out_rows(configs: list[dict], common: bool = False) -> list[list[str]]:
+def held_out_rows(configs: list[ConfigResult], common: bool = False) -> list[list[str]]:
     rows = []
     for c in configs:
-        for name, st in (c.get("stats_common" if common else "stats") or {}).items():
+        for name, st in (c.stats_at(common) or {}).items():
             if name not in ("drift", "sftHeld"):
-                rows.append([c["key"], name, _step(c, common), _ci(st), _sd(st and st.seed_sd),
+                rows.append([c.key, name, _step(c, common), _ci(st), _sd(st and st.seed_sd),
                              _sd(st and st.within_se), _sd(st and st.mde)])
     return rows
 
 
-def category_rows(configs: list[dict], common: bool = False) -> list[list[str]]:
+def category_rows(configs: list[ConfigResult], common: bool = False) -> list[list[str]]:
     """One row per set, category and configuration, in that order (the configurations of one
     category side by side)."""
-    where = "categories_common" if common else "categories"
-    pairs = list(dict.fromkeys((s, cat) for c in configs for s, per in (c.get(where) or {}).items() for cat in per))
+    pairs = list(dict.fromkeys((s, cat) for c in configs for s, per in (c.categories_at(common) or {}).items()
+                               for cat in per))
     rows = []
     for set_name, category in pairs:
         for c in configs:
-            st = ((c.get(where) or {}).get(set_name) or {}).get(category)
+            st = ((c.categories_at(common) or {}).get(set_name) or {}).get(category)
             if st:
-                rows.append([c["key"], set_name, category, _step(c, common), _ci(st), _sd(st.seed_sd),
+                rows.append([c.key, set_name, category, _step(c, common), _ci(st), _sd(st.seed_sd),
                              _sd(st.within_se)])
     return rows
 
 
-def categories_missing(configs: list[dict]) -> bool:
+def categories_missing(configs: list[ConfigResult]) -> bool:
     """Categories at the end but none at the common step: the members' eval files predate them."""
-    return any(c.get("categories") for c in configs) and not any(c.get("categories_common") for c in configs)
+    return any(c.categories for c in configs) and not any(c.categories_common for c in configs)
 
 
-def _sets_text(configs: list[dict], common: bool) -> list[str]:
+def _sets_text(configs: list[ConfigResult], common: bool) -> list[str]:
     out = []
     held, categories = held_out_rows(configs, common), category_rows(configs, common)
     if held:

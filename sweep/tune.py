@@ -15,10 +15,10 @@ def select_tuned(sweep_dir: Path, lock: dict, members: list[Member]) -> tuple[st
     configs = stage_table(lock, members, sweep_dir, "tune")
     candidates = []
     for config in configs:
-        stats = config["stats"]["sftHeld"]
-        clean = all(r["state"] == "done" for r in config["results"])
+        stats = config.stats["sftHeld"]
+        clean = all(r.state == "done" for r in config.results)
         if stats is not None:
-            candidates.append((not clean, stats.log_mean, config["values"][var], stats))
+            candidates.append((not clean, stats.log_mean, config.values[var], stats))
     if not candidates:
         raise RuntimeError("tune stage: no tune member has a result to choose from")
     candidates.sort(key=lambda c: (c[0], c[1]))

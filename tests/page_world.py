@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tatu.ops.report.page import build_report
 from tatu.records import RelativeChange
-from tatu.sweep.records import ConfigStat
+from tatu.sweep.records import ConfigResult, ConfigStat, MemberResult
 
 
 def change_point(value, p=0.04):
@@ -95,13 +95,15 @@ def stats(per_seed: dict) -> ConfigStat:
                       df=None, n_seeds=len(per_seed), mde=0.03, parts=None, per_seed=per_seed, outliers=())
 
 
-def sweep_config(key: str, replay: str) -> dict:
-    results = [{"member": f"{key}-s{s}", "seed": int(s), "state": "aborted" if (key, s) in ABORTED else "done"}
-               for s in DRIFT[key]]
-    return {"key": key, "values": {"REPLAY_N": replay}, "results": results,
-            "stats": {"drift": stats(DRIFT[key]), "sftHeld": stats(CHANGE[key])}, "stats_common": None,
-            "common_step": None, "common_missing": "no per-line scores kept at step 8", "end_steps": [8, 24],
-            "effective": {"MIX_FORGET_LIMIT": 0.1}, "is_baseline": key == "replay-n0", "paired": None}
+def sweep_config(key: str, replay: str) -> ConfigResult:
+    results = tuple(MemberResult(member=f"{key}-s{s}", config=key, seed=int(s), values={"REPLAY_N": replay},
+                                 state="aborted" if (key, s) in ABORTED else "done", verdict=None)
+                    for s in DRIFT[key])
+    return ConfigResult(key=key, values={"REPLAY_N": replay}, results=results,
+                        stats={"drift": stats(DRIFT[key]), "sftHeld": stats(CHANGE[key])}, categories=None,
+                        stats_common=None, categories_common=None, common_step=None,
+                        common_missing="no per-line scores kept at step 8", end_steps=(8, 24), trainable=None,
+                        effective={"MIX_FORGET_LIMIT": 0.1}, half=None, is_baseline=key == "replay-n0")
 
 
 def sweep_data() -> dict:

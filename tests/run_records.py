@@ -1,9 +1,11 @@
-"""Small typed run records for tests that need one without running an eval (daemon/run/records.py)."""
+"""Small typed records for tests that need one without running an eval (daemon/run/records.py) or a
+sweep member (sweep/records.py)."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 from tatu.daemon.run.records import Change, Criteria, EvalRecord, SetSummary, Verdict, VerdictNumbers
+from tatu.sweep.records import ConfigResult, MemberResult
 
 
 def set_summary(ppl: float = 10.0, n_lines: int = 100, n_lines_total: int | None = None) -> SetSummary:
@@ -25,3 +27,21 @@ def verdict(outcome: str, aborted: str | None = None) -> Verdict:
     change = Change(0.0, -0.01, 0.01, 0.5, 0.02)
     numbers = VerdictNumbers(8, "sftHeld", change, change, None, 0.0, 8, aborted)
     return Verdict(outcome, Criteria("improve", "forget limit", "flat"), f"VERDICT {outcome}: ...", numbers, {})
+
+
+def member_result(config: str, seed: int, base: dict | None = None, end: dict | None = None,
+                  state: str = "done", values: dict | None = None) -> MemberResult:
+    """A member `config`-s`seed` with its per-line scores at its start and end ({set: scores}; none:
+    it has no end yet)."""
+    lines = {} if end is None else {"base": base, "end": end}
+    return MemberResult(member=f"{config}-s{seed}", config=config, seed=seed, values=values or {}, state=state,
+                        verdict=None, steps=8 if end is not None else None, lines=lines)
+
+
+def config_result(key: str, values: dict, results, stats: dict | None, **fields) -> ConfigResult:
+    """A configuration of the comparison stage without a common step, every other field empty unless given."""
+    config = ConfigResult(key=key, values=values, results=tuple(results), stats=stats, categories=None,
+                          stats_common=None, categories_common=None, common_step=None,
+                          common_missing="no per-line scores kept", end_steps=(8,), trainable=None,
+                          effective={"MIX_FORGET_LIMIT": 0.1}, half=None)
+    return replace(config, **fields)

@@ -19,12 +19,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from run_records import eval_record, verdict  # noqa: E402
+from run_records import eval_record, member_result, verdict  # noqa: E402
 from sweep_world import plan_text  # noqa: E402
 
 from tatu.sweep.backends import UnitState  # noqa: E402
 from tatu.sweep.lock import reconcile  # noqa: E402
 from tatu.sweep.plan.load import Member, load_plan  # noqa: E402
+from tatu.sweep.records import MemberResult  # noqa: E402
 
 N_LINES = 40
 STARTED = "started"  # a file in the member's run dir: the backend started it (what a test waits on)
@@ -53,8 +54,8 @@ def drift_of(member: Member) -> float:
     return DRIFTS[member.values.get("config", member.values.get("REPLAY_N"))]
 
 
-def simulated_result(member: Member) -> dict:
-    """The member's result (sweep/analysis.member_result's keys that the looks read), seeded by its
+def simulated_result(member: Member) -> MemberResult:
+    """The member's result (what sweep/analysis.member_result gives once it has an end), seeded by its
     configuration and seed: the same member gives the same scores in every process."""
     rng = np.random.default_rng([member.seed, sum(map(ord, member.config_key))])
     line = np.random.default_rng(7).normal(0, 0.002, N_LINES)  # shared lines: the same for every member
@@ -62,9 +63,8 @@ def simulated_result(member: Member) -> dict:
     base = np.random.default_rng(8).uniform(2.0, 3.0, N_LINES)
     improve = -0.05 + rng.normal(0, 0.01, N_LINES)  # sftHeld: what the report's tables also read
     lines = lambda nll: {"nll_sum": (nll * 10).tolist(), "line_tokens": [10] * N_LINES, "line_index": list(range(N_LINES))}
-    return {"member": member.name, "seed": member.seed, "steps": 4, "state": "done", "verdict": "holds",
-            "base": {"enRuler": lines(base), "sftHeld": lines(base)},
-            "end": {"enRuler": lines(base + change), "sftHeld": lines(base + improve)}}
+    return member_result(member.config_key, member.seed, {"enRuler": lines(base), "sftHeld": lines(base)},
+                         {"enRuler": lines(base + change), "sftHeld": lines(base + improve)}, values=member.values)
 
 
 class InstantBackend:

@@ -2,6 +2,7 @@
 (conftest.py's `tiny_trunk`: tests/tiny_world.py's data and a trunk pretrained through the daemon)."""
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -100,3 +101,16 @@ def assert_paired_p_agrees_with_ci(paired, diffs: list[float]) -> None:
     se = (diff.hi - diff.lo) / 2 / sp.t.ppf(0.975, df)
     assert paired.p_value == pytest.approx(2 * sp.t.sf(abs(diff.value) / se, df), rel=1e-6, abs=1e-12)
     assert (paired.p_value < 0.05) == (diff.lo > 0 or diff.hi < 0)
+
+
+def report_numbers(sweep_dir: Path) -> str:
+    """A sweep's report as report.json writes it, less each configuration's effective config (which
+    holds the sweep's own paths: TATU_OUT, TATU_RUN dirs): two sweeps of one plan compare by it."""
+    from tatu.sweep.analysis import analyze
+    from tatu.sweep.records import report_json
+
+    data = report_json(analyze(sweep_dir))
+    for stage in (data["tune"], data["compare"]):
+        for config in (stage or {}).get("configs", []):  # a plan without [tune] has no tune stage
+            config.pop("effective")
+    return json.dumps(data, sort_keys=True)

@@ -3,6 +3,7 @@ once its parent has a result, by the coordinator's pass or, failing that, by the
 through `write_checkpoint` (idempotent: an existing checkpoint of the same parents is kept)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from tatu.sweep.backends import UnitState
 from tatu.sweep.errors import SweepError
 from tatu.sweep.interpolated.members import InterpolatedMember
 from tatu.sweep.members import TERMINAL, member_status, read_json
+from tatu.sweep.records import MemberResult
 from tatu.sweep.scores import end_checkpoint, score_checkpoint
 
 ENDS = ("done", "aborted")  # a parent with an end checkpoint: final/, or state/ at its abort
@@ -76,20 +78,20 @@ def _end_step(run_dir: Path) -> int:
     return max(steps, default=0)
 
 
-def interpolated_result(member: InterpolatedMember, sweep_dir: Path, required: tuple[str, ...] = ()) -> dict:
+def interpolated_result(member: InterpolatedMember, sweep_dir: Path, required: tuple[str, ...] = ()) -> MemberResult:
     """As analysis.member_result's, without what only a daemon run has: no verdict, no evals during
-    training (every_eval_drift absent), no common-step lines; `steps` is its parent's end step."""
+    training (`evals` None), no common-step lines; `steps` is its parent's end step."""
     state, end = _parent_end(member)
-    result = {"member": member.name, "config": member.config_key, "seed": member.seed, "values": member.values,
-              "state": state if state in TERMINAL else "pending", "verdict": None, "interpolated": True,
-              "alpha": member.alpha, "parent": member.parent.name}
+    result = MemberResult(member=member.name, config=member.config_key, seed=member.seed, values=member.values,
+                          state=state if state in TERMINAL else "pending", verdict=None, interpolated=True,
+                          alpha=member.alpha, parent=member.parent.name)
     ckpt = write_checkpoint(sweep_dir, member) if end is not None else None
     if ckpt is None:
         return result
     cache = Path(sweep_dir) / "scores"
-    result["base"] = score_checkpoint(Path(member.env["TATU_SEED_CKPT"]), member.env, cache, required)
-    result["end"] = score_checkpoint(ckpt, member.env, cache, required)
+    lines = {"base": score_checkpoint(Path(member.env["TATU_SEED_CKPT"]), member.env, cache, required),
+             "end": score_checkpoint(ckpt, member.env, cache, required)}
     parent_config = member.config_key.removesuffix(f"-a{member.alpha:g}")
-    result["trainable"] = f"none: interpolated, (1-{member.alpha:g}) seed + {member.alpha:g} {parent_config}'s end"
-    result["steps"] = _end_step(member.parent.run_dir)
-    return result
+    return dataclasses.replace(
+        result, lines=lines, steps=_end_step(member.parent.run_dir),
+        trainable=f"none: interpolated, (1-{member.alpha:g}) seed + {member.alpha:g} {parent_config}'s end")

@@ -9,7 +9,7 @@ every other paired comparison (sweep/stats.py paired_stats) and Holm over the al
 from __future__ import annotations
 
 from tatu.sweep.interpolated.spec import InterpolateSpec
-from tatu.sweep.records import holm_adjusted
+from tatu.sweep.records import ConfigResult, holm_adjusted
 from tatu.sweep.stats import paired_stats
 
 # The set each metric reads: drift is enRuler's; a held-out set is its own name.
@@ -17,21 +17,22 @@ SETS = {"drift": "enRuler", "sftHeld": "sftHeld"}
 INDEX_OFFSET = 500  # bootstrap streams apart from the baseline comparisons' (index 0..)
 
 
-def vs_parent(lock: dict, configs: list[dict]) -> list[dict]:
+def vs_parent(lock: dict, configs: list[ConfigResult]) -> list[dict]:
     """[{"config", "parent", "alpha", "paired": {metric: PairedDiff or None}}], in the plan's alpha order."""
     spec = InterpolateSpec.from_json(lock.get("interpolate"))
-    by_key = {c["key"]: c for c in configs}
+    by_key = {c.key: c for c in configs}
     parent = by_key.get(spec.config) if spec else None
     if parent is None:
         return []
-    metrics = [*SETS, *(name for name in (parent["stats"] or {}) if name not in SETS)]
+    metrics = [*SETS, *(name for name in (parent.stats or {}) if name not in SETS)]
     rows = [{"config": key, "parent": spec.config, "alpha": alpha, "paired": {}}
             for key, alpha in zip(spec.keys(), spec.alphas) if key in by_key]
     for metric in metrics:
         compared = []
         for index, row in enumerate(rows):
-            paired = paired_stats(by_key[row["config"]]["results"], parent["results"], SETS.get(metric, metric),
-                                  by_key[row["config"]]["half"], INDEX_OFFSET + index)
+            config = by_key[row["config"]]
+            paired = paired_stats(config.results, parent.results, SETS.get(metric, metric), config.half,
+                                  INDEX_OFFSET + index)
             row["paired"][metric] = paired
             if paired:
                 compared.append(row)

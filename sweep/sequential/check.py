@@ -11,6 +11,7 @@ from pathlib import Path
 from tatu.evals.seeds.sequential import Design
 from tatu.exitcodes import BAD_DATA
 from tatu.sweep.errors import SweepError
+from tatu.sweep.records import ConfigResult
 from tatu.sweep.sequential import log as looks_log
 from tatu.sweep.sequential.log import LoggedLook, check_logged, look_key
 from tatu.sweep.sequential.schedule import (ConfigSchedule, config_looks_all, grouped_members, locked_rule, schedule,
@@ -22,25 +23,25 @@ def _named(entry: LoggedLook) -> str:
     return f"{entry.config} {entry.criterion} at {entry.look.n_seeds} seeds"
 
 
-def recompute(lock: dict, configs: list[dict]) -> list[LoggedLook]:
-    """Every look the files allow. `configs`: sweep/analysis.stage_table's entries for the comparison
-    stage (key, results with their per-line scores, effective, half)."""
+def recompute(lock: dict, configs: list[ConfigResult]) -> list[LoggedLook]:
+    """Every look the files allow. `configs`: sweep/analysis.stage_table's comparison stage (its
+    members' results with their per-line scores)."""
     design = Design.from_json(lock["design"])
     criteria = sequential_criteria(locked_rule(lock))
     grouped = grouped_members(lock, design)
     out: list[LoggedLook] = []
     for config in configs:
-        members = grouped.get(config["key"])
+        members = grouped.get(config.key)
         if not members or not criteria:  # an interpolated configuration is not scheduled: no looks
             continue
-        by_name = {r["member"]: r for r in config["results"]}
-        looks, _ = config_looks_all(design, config["key"], criteria, config["effective"],
-                                    [by_name[m.name] for m in members], config["half"])
+        by_name = {r.member: r for r in config.results}
+        looks, _ = config_looks_all(design, config.key, criteria, config.effective,
+                                    [by_name[m.name] for m in members], config.half)
         out += looks
     return out
 
 
-def check_looks(lock: dict, sweep_dir: Path, configs: list[dict]) -> list[LoggedLook]:
+def check_looks(lock: dict, sweep_dir: Path, configs: list[ConfigResult]) -> list[LoggedLook]:
     """The logged looks, once they agree with the files (SweepError 65 otherwise)."""
     path = Path(sweep_dir) / looks_log.FILE
     logged = looks_log.read(sweep_dir)
@@ -54,7 +55,7 @@ def check_looks(lock: dict, sweep_dir: Path, configs: list[dict]) -> list[Logged
             raise SweepError(BAD_DATA, f"{path}:{number}: {_named(entry)}: logged, but the run dirs allow no such look "
                                        f"(decision {entry.look.decision!r})")
     check_logged(path, logged, list(recomputed.values()))
-    running = any(r.get("state") == "running" for c in configs for r in c["results"])
+    running = any(r.state == "running" for c in configs for r in c.results)
     missing = [l for key, l in recomputed.items() if key not in seen]
     if missing and not running:
         raise SweepError(BAD_DATA, f"{path}: {_named(missing[0])} ({missing[0].look.decision}): the run dirs allow it "
@@ -62,7 +63,7 @@ def check_looks(lock: dict, sweep_dir: Path, configs: list[dict]) -> list[Logged
     return logged
 
 
-def sequential_verdict(lock: dict, sweep_dir: Path, configs: list[dict], fixed: dict) -> dict:
+def sequential_verdict(lock: dict, sweep_dir: Path, configs: list[ConfigResult], fixed: dict) -> dict:
     """The report's verdict from the looks, over `fixed` (sweep/analysis.decide's, the fixed design's
     rule on the seeds that ran): `chosen` and `line` (the verdict with its guarantee and the runs
     spent), `checks` (each configuration's failed criteria as its looks and end criteria decided
@@ -70,7 +71,7 @@ def sequential_verdict(lock: dict, sweep_dir: Path, configs: list[dict], fixed: 
     lines), and `complete`: the looks decided the rule and every member the schedule let run has a
     result (the members it never needed are not missing results)."""
     run_of = {m.name: m.run for ms in grouped_members(lock, Design.from_json(lock["design"])).values() for m in ms}
-    states = {run_of[r["member"]]: r["state"] for c in configs for r in c["results"] if r["member"] in run_of}
+    states = {run_of[r.member]: r.state for c in configs for r in c.results if r.member in run_of}
     plan = schedule(lock, states, looks_log.read(sweep_dir), None)
     rule = locked_rule(lock)
     by_config = {c.config: c for c in plan.configs}

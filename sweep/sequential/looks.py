@@ -15,6 +15,7 @@ import math
 from tatu.evals.seeds import stats as st
 from tatu.evals.seeds.sequential import Design, estimate_of, look
 from tatu.sweep.rule import Condition, held_out_set
+from tatu.sweep.records import MemberResult
 from tatu.sweep.sequential.log import LoggedLook
 from tatu.sweep.stats import RESAMPLES, crossed_runs
 
@@ -31,7 +32,7 @@ def _resampling_seed(config: str, set_name: str, n_seeds: int) -> list[int]:
     return [n_seeds, int.from_bytes(hashlib.sha256(f"{config}/{set_name}".encode()).digest()[:4], "big")]
 
 
-def config_looks(design: Design, config: str, condition: Condition, effective: dict, results: list[dict],
+def config_looks(design: Design, config: str, condition: Condition, effective: dict, results: list[MemberResult],
                  half: str | None = None) -> list[LoggedLook]:
     """Every look the files allow, up to the first decision. `results`: the configuration's member
     results in seed order (sweep/analysis.member_result: per-line "base"/"end" scores once finished)."""
@@ -41,7 +42,7 @@ def config_looks(design: Design, config: str, condition: Condition, effective: d
     threshold = math.log1p(condition.threshold(effective))
     finished = []
     for result in results:
-        if "end" not in result:
+        if not result.has("end"):
             break
         finished.append(result)
     out = []
@@ -50,8 +51,8 @@ def config_looks(design: Design, config: str, condition: Condition, effective: d
         ci = st.crossed_ci(crossed_runs(first, set_name, half), n_resamples=RESAMPLES,
                            seed=_resampling_seed(config, set_name, n))
         decided = look(design, estimate_of(ci), threshold)
-        out.append(LoggedLook(config, condition.text(), tuple(r["member"] for r in first),
-                              tuple(int(r.get("steps", 0)) for r in first), decided))
+        out.append(LoggedLook(config, condition.text(), tuple(r.member for r in first),
+                              tuple(int(r.steps or 0) for r in first), decided))
         if decided.decision != "continue":
             break
     return out

@@ -30,6 +30,7 @@ from tatu.evals.seeds.sequential import Design
 from tatu.sweep.lock import locked_configs
 from tatu.sweep.lock import members as locked_members
 from tatu.sweep.plan.load import Member
+from tatu.sweep.records import MemberResult
 from tatu.sweep.rule import CONFIG, Condition, Rule, held_out_set, parse_rule, plan_error
 from tatu.sweep.sequential import log as looks_log
 from tatu.sweep.sequential.design import rule_problem
@@ -139,7 +140,7 @@ def cut_at_decision(criteria: tuple[Condition, ...], looks: list[LoggedLook]) ->
 
 
 def config_looks_all(design: Design, config: str, criteria: tuple[Condition, ...], effective: dict,
-                     results: list[dict], half: str | None) -> tuple[list[LoggedLook], str]:
+                     results: list[MemberResult], half: str | None) -> tuple[list[LoggedLook], str]:
     """Every look the files allow for one configuration, cut at its decision: the same for the
     scheduler and for the report's recomputation (sweep/sequential/check.py)."""
     looks = [entry for c in criteria for entry in config_looks(design, config, c, effective, results, half)]
@@ -158,7 +159,7 @@ def _finished_prefix(members: list[Member], states: dict[str, str]) -> tuple[int
 
 
 def schedule(lock: dict, states: dict[str, str], logged: list[LoggedLook],
-             results_of: Callable[[Member], dict] | None, log_path: Path | None = None,
+             results_of: Callable[[Member], MemberResult] | None, log_path: Path | None = None,
              facts_of: Callable[[Member], EndFacts] | None = None) -> Schedule:
     """`states`: member run -> its state (sweep/members.py); `logged`: the looks log; `results_of`:
     a member's result with its per-line scores (sweep/analysis.member_result), asked only for the

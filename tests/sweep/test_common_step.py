@@ -51,9 +51,9 @@ def test_every_comparison_is_also_made_at_the_common_step_and_the_rule_judges_th
     from tatu.sweep.tables import closing_text
 
     data = analyze(sweep)
-    configs = {c["key"]: c for c in data["compare"]["configs"]}
-    assert configs["mix-steps-limit4"]["end_steps"] == [4] and configs["mix-steps-limit6"]["end_steps"] == [6]
-    assert {c["common_step"] for c in configs.values()} == {4}
+    configs = {c.key: c for c in data["compare"]["configs"]}
+    assert configs["mix-steps-limit4"].end_steps == (4,) and configs["mix-steps-limit6"].end_steps == (6,)
+    assert {c.common_step for c in configs.values()} == {4}
     lock = read_lock(sweep)
     naive = {}
     for m in members(lock, "compare"):
@@ -66,9 +66,9 @@ def test_every_comparison_is_also_made_at_the_common_step_and_the_rule_judges_th
         assert math.expm1(naive[m.config_key, m.seed]) == pytest.approx(logged, abs=1e-9)
     for key, config in configs.items():
         mean = (naive[key, 1] + naive[key, 2]) / 2
-        assert config["stats_common"]["drift"].log_mean == pytest.approx(mean, abs=1e-12)
-        assert config["metrics_common"]["drift"] == pytest.approx(math.expm1(mean), abs=1e-12)
-    paired = configs["mix-steps-limit6"]["paired_common"]["drift"]
+        assert config.stats_common["drift"].log_mean == pytest.approx(mean, abs=1e-12)
+        assert config.metrics_common["drift"] == pytest.approx(math.expm1(mean), abs=1e-12)
+    paired = configs["mix-steps-limit6"].paired_common["drift"]
     diffs = [naive["mix-steps-limit6", s] - naive["mix-steps-limit4", s] for s in (1, 2)]
     assert_paired_p_agrees_with_ci(paired, diffs)
     assert data["verdict"]["at"] == "common" and data["verdict"]["at_step"] == 4
@@ -84,7 +84,7 @@ def test_every_comparison_is_also_made_at_the_common_step_and_the_rule_judges_th
     seeds_for = data["seeds_for"]
     assert (seeds_for["at"], seeds_for["effect"]) == ("common", 0.02)
     row = next(r for r in seeds_for["rows"] if (r["config"], r["vs"], r["metric"]) == ("mix-steps-limit4", None, "drift"))
-    parts = configs["mix-steps-limit4"]["stats_common"]["drift"].parts
+    parts = configs["mix-steps-limit4"].stats_common["drift"].parts
     assert row["seeds"] == seeds_power.seeds_needed(parts, math.log1p(0.02)) and row["n_seeds"] == 2
     assert "seeds for MDE 2% (80% power: the 95% CI, seeds x lines" in text and "at the common step, where the rule judges" in text
     assert "  mix-steps-limit6 vs mix-steps-limit4 drift diff: MDE " in text
@@ -95,7 +95,7 @@ def test_the_end_means_and_paired_differences_recompute_from_the_rescored_lines(
     from tatu.sweep.scores import score_checkpoint
 
     data = analyze(sweep)
-    configs = {c["key"]: c for c in data["compare"]["configs"]}
+    configs = {c.key: c for c in data["compare"]["configs"]}
     lock = read_lock(sweep)
     per_seed = {}
     for m in members(lock, "compare"):
@@ -107,7 +107,7 @@ def test_the_end_means_and_paired_differences_recompute_from_the_rescored_lines(
     for key, config in configs.items():
         for metric, set_name in (("drift", "enRuler"), ("sftHeld", "sftHeld")):
             mean = (per_seed[key, set_name, 1] + per_seed[key, set_name, 2]) / 2
-            assert config["stats"][metric].log_mean == pytest.approx(mean, abs=1e-12)
+            assert config.stats[metric].log_mean == pytest.approx(mean, abs=1e-12)
     for metric, set_name in (("drift", "enRuler"), ("sftHeld", "sftHeld")):
         diffs = [per_seed["mix-steps-limit6", set_name, s] - per_seed["mix-steps-limit4", set_name, s] for s in (1, 2)]
-        assert_paired_p_agrees_with_ci(configs["mix-steps-limit6"]["paired"][metric], diffs)
+        assert_paired_p_agrees_with_ci(configs["mix-steps-limit6"].paired[metric], diffs)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from run_records import config_result
+
 from tatu.records import LogRatio, RelativeChange
 from tatu.sweep.conclusions import conclusions, disagreements
 
@@ -11,9 +13,9 @@ def _report(chosen, n0_drift, n2_drift, paired=(-0.09, -0.10, -0.08), failed_n0=
     def stats(v):  # conclusions reads a record's change only (sweep/records.py ConfigStat, PairedDiff)
         return SimpleNamespace(change=RelativeChange(*v))
 
-    configs = [{"key": "replay-n0", "stats": {"drift": stats(n0_drift), "sftHeld": stats((-0.1, -0.12, -0.08))}},
-               {"key": "replay-n2", "stats": {"drift": stats(n2_drift), "sftHeld": stats((-0.1, -0.12, -0.08))},
-                "paired": {"drift": SimpleNamespace(change=LogRatio(*paired))}}]
+    configs = [config_result("replay-n0", {}, (), {"drift": stats(n0_drift), "sftHeld": stats((-0.1, -0.12, -0.08))}),
+               config_result("replay-n2", {}, (), {"drift": stats(n2_drift), "sftHeld": stats((-0.1, -0.12, -0.08))},
+                             paired={"drift": SimpleNamespace(change=LogRatio(*paired))})]
     checks = [{"config": "replay-n0", "failed": [{"condition": "x"}] if failed_n0 else [], "missing": []},
               {"config": "replay-n2", "failed": [], "missing": []}]
     return {"verdict": {"chosen": chosen, "checks": checks}, "compare": {"configs": configs}}

@@ -4,13 +4,16 @@ finished holds back the later ones, and the same files give the same looks (what
 recomputation relies on)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
+from run_records import member_result
 from tatu.evals.seeds import stats as st
 from tatu.evals.seeds.sequential import Design
+from tatu.sweep.records import MemberResult
 from tatu.sweep.rule import Condition
 from tatu.sweep.sequential.looks import config_looks
 
@@ -19,7 +22,7 @@ LIMIT = Condition("drift_hi", "<", "5%")
 N_LINES = 40
 
 
-def _results(drift: float, seeds: int, rng) -> list[dict]:
+def _results(drift: float, seeds: int, rng) -> list[MemberResult]:
     """Members whose enRuler per-line log change is log1p(drift) + seed + line + noise (tokens 10 a line)."""
     line = rng.normal(0, 0.002, N_LINES)
     out = []
@@ -28,7 +31,7 @@ def _results(drift: float, seeds: int, rng) -> list[dict]:
         base = rng.uniform(2.0, 3.0, N_LINES)
         scores = lambda nll: {"enRuler": {"nll_sum": (nll * 10).tolist(), "line_tokens": [10] * N_LINES,
                                           "line_index": list(range(N_LINES))}}
-        out.append({"member": f"c-s{s}", "seed": s, "steps": 24, "base": scores(base), "end": scores(base + change)})
+        out.append(dataclasses.replace(member_result("c", s, scores(base), scores(base + change)), steps=24))
     return out
 
 
@@ -43,8 +46,8 @@ def test_looks_stop_at_the_first_decision_and_are_reproducible():
     assert again == looks
     # the look is evals' look on the crossed CI of those members, nothing else
     first = looks[0]
-    runs = [st.RunLines(np.asarray(r["base"]["enRuler"]["nll_sum"]), np.full(N_LINES, 10.0),
-                        np.asarray(r["end"]["enRuler"]["nll_sum"]), np.full(N_LINES, 10.0)) for r in results[:3]]
+    runs = [st.RunLines(np.asarray(r.lines["base"]["enRuler"]["nll_sum"]), np.full(N_LINES, 10.0),
+                        np.asarray(r.lines["end"]["enRuler"]["nll_sum"]), np.full(N_LINES, 10.0)) for r in results[:3]]
     ci = st.crossed_ci(runs, n_resamples=2000, seed=[3, 0])  # another resampling seed: close, not equal
     assert first.look.mean == pytest.approx(ci.mean, abs=1e-12)
     assert first.look.threshold == pytest.approx(math.log1p(0.05))
@@ -52,7 +55,7 @@ def test_looks_stop_at_the_first_decision_and_are_reproducible():
 
 def test_an_unfinished_member_holds_back_the_later_ones():
     results = _results(0.049, 6, np.random.default_rng(2))  # at the limit: no early decision
-    del results[3]["end"]
+    results[3] = dataclasses.replace(results[3], lines={})
     looks = config_looks(DESIGN, "c", LIMIT, {}, results)
     assert [l.look.n_seeds for l in looks] == [3]
 

@@ -60,9 +60,9 @@ def test_the_report_compares_the_configurations_against_the_baseline(sweep, tmp_
     from tatu.sweep.scores import score_checkpoint
 
     data = analyze(sweep)
-    configs = {c["key"]: c for c in data["compare"]["configs"]}
+    configs = {c.key: c for c in data["compare"]["configs"]}
     assert list(configs) == ["lora-r2", "full-replay2"]
-    assert configs["full-replay2"]["is_baseline"] and not configs["lora-r2"]["is_baseline"]
+    assert configs["full-replay2"].is_baseline and not configs["lora-r2"].is_baseline
     per_seed = {}
     for m in members(read_lock(sweep), "compare"):
         base = score_checkpoint(Path(m.env["TATU_SEED_CKPT"]), m.env, sweep / "scores")  # cache hits: what the report used
@@ -72,9 +72,9 @@ def test_the_report_compares_the_configurations_against_the_baseline(sweep, tmp_
     for metric, set_name in (("drift", "enRuler"), ("sftHeld", "sftHeld")):
         for key, config in configs.items():
             mean = (per_seed[key, set_name, 1] + per_seed[key, set_name, 2]) / 2
-            assert config["stats"][metric].log_mean == pytest.approx(mean, abs=1e-12)
+            assert config.stats[metric].log_mean == pytest.approx(mean, abs=1e-12)
         diffs = [per_seed["lora-r2", set_name, s] - per_seed["full-replay2", set_name, s] for s in (1, 2)]
-        paired = configs["lora-r2"]["paired"][metric]
+        paired = configs["lora-r2"].paired[metric]
         assert_paired_p_agrees_with_ci(paired, diffs)
     text = closing_text(data)
     legend = text.split("what trains in each", 1)[1].split("\n\n", 1)[0].splitlines()
@@ -91,7 +91,7 @@ def test_the_report_compares_the_configurations_against_the_baseline(sweep, tmp_
     assert data["verdict"]["line"].startswith(expected) and data["verdict"]["chosen"] == (passing[0] if passing else None)
     for check in data["verdict"]["checks"]:  # each failed condition is one its configuration's measured value breaks
         for fail in check["failed"]:
-            measured = configs[check["config"]]["metrics"][fail["condition"].split()[0]]
+            measured = configs[check["config"]].metrics[fail["condition"].split()[0]]
             assert fail["measured"] == measured and not measured < fail["threshold"]
     # the HTML page has the same configurations table and verdict as the text
     page = write_page(data, text, [], tmp_path).read_text()

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from run_records import config_result, member_result
+
 from tatu.exitcodes import BAD_CONFIG, USAGE
 from tatu.ops.cli import main as tatu
 from tatu.sweep.analysis import decide
@@ -17,6 +19,7 @@ from tatu.sweep.env_seeds import derived_name, seeds_plan, write
 from tatu.sweep.errors import SweepError
 from tatu.sweep.lock import reconcile
 from tatu.sweep.plan.load import load_plan
+from tatu.sweep.records import ConfigResult
 
 RULE = ("first config such that drift_hi < MIX_FORGET_LIMIT and every_eval_drift_hi < MIX_FORGET_LIMIT "
         "and sftHeld_change_hi < 0")
@@ -190,11 +193,11 @@ def test_a_plan_file_and_an_env_file_are_one_or_the_other(world, capsys, action)
     assert not (world / "sweeps").exists()
 
 
-def _one_config(metrics: dict, seeds: int = 3) -> tuple[dict, list[dict]]:
+def _one_config(metrics: dict, seeds: int = 3) -> tuple[dict, list[ConfigResult]]:
     lock = {"rule": RULE, "axes": {}, "plan_file": "/p.toml", "configs": [["r5", {}]]}
-    results = [{"end": {}} for _ in range(seeds)] + [{"state": "failed"}]  # one member without results
-    return lock, [{"key": "r5", "values": {"config": "r5"}, "metrics": metrics, "results": results,
-                   "effective": {"MIX_FORGET_LIMIT": 0.1}, "stats": None}]
+    results = [member_result("r5", s, {}, {}) for s in range(1, seeds + 1)]
+    results.append(member_result("r5", seeds + 1, state="failed"))  # one member without results
+    return lock, [config_result("r5", {"config": "r5"}, results, None, metrics=metrics)]
 
 
 @pytest.mark.parametrize("metrics, line", [

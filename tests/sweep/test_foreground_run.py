@@ -22,7 +22,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sweep_world import assert_every_p_agrees_with_its_ci, plan_text, plan_world, run_through, start_foreground as start
+from sweep_world import (assert_every_p_agrees_with_its_ci, plan_text, plan_world, report_numbers, run_through,
+                         start_foreground as start)
 from tiny_world import clean_environ
 
 from tatu.envfile import parse_env_file
@@ -203,17 +204,6 @@ def assert_close_run(ref: Path, got: Path) -> list[str]:
     return apart
 
 
-def report_numbers(sweep_dir: Path) -> str:
-    from tatu.sweep.analysis import analyze
-    from tatu.sweep.records import report_json
-
-    data = analyze(sweep_dir)
-    for stage in (data["tune"], data["compare"]):
-        for config in stage["configs"]:
-            config.pop("effective")  # holds this sweep's own paths (TATU_OUT, TATU_RUN dirs)
-    return json.dumps(report_json(data), sort_keys=True)  # as report.json writes it
-
-
 def test_killed_and_restarted_sweep_equals_the_run_through(reference, killed):
     killed_dir, kills = killed
     assert kills >= 2
@@ -321,7 +311,7 @@ def test_report_drift_is_the_daemons_drift(reference):
 
     for m in members(read_lock(reference), "compare"):
         result = member_result(m, reference)
-        assert math.expm1(run_lines(result, "enRuler").log_ratio()) == pytest.approx(result["daemon_drift"], abs=1e-9)
+        assert math.expm1(run_lines(result, "enRuler").log_ratio()) == pytest.approx(result.evals.daemon_drift, abs=1e-9)
 
 
 def test_each_member_names_its_own_env_file_where_it_says_what_its_cis_cover(reference):

@@ -3,15 +3,18 @@ accepts it (and refuses a malformed one), the member scores carry that set, the 
 seeds and the rule's metrics include it, and the verdict follows it."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
+from run_records import config_result, member_result
 from tiny_world import PT_WORDS, sentences
 
 from tatu.ops import cli
 from tatu.sweep import analysis
 from tatu.sweep.errors import SweepError
+from tatu.sweep.records import EvalDrifts
 from tatu.sweep.rule import held_out_set, parse_rule
 from tatu.sweep.scores import score_checkpoint
 from tatu.sweep.stats import config_stats
@@ -53,8 +56,8 @@ def test_member_scores_statistics_and_the_verdict_follow_the_named_set(tiny_trun
     for seed, factor in ((1, 1.10), (2, 1.12)):
         end = {name: {**s, "nll_sum": [x * (factor if name == "ptNews" else 1.0) for x in s["nll_sum"]]}
                for name, s in scores.items()}
-        results.append({"seed": seed, "state": "done", "base": scores, "end": end,
-                        "every_eval_drift": 0.0, "every_eval_drift_hi": 0.0})
+        results.append(dataclasses.replace(member_result("m", seed, scores, end),
+                                           evals=EvalDrifts(0.0, 0.0, 0.0, ((4, 0.0, 0.0),))))
     stats = {"drift": config_stats(results, "enRuler", None, 0),
              "sftHeld": config_stats(results, "sftHeld", None, 0),
              "ptNews": config_stats(results, "ptNews", None, 0)}
@@ -62,10 +65,8 @@ def test_member_scores_statistics_and_the_verdict_follow_the_named_set(tiny_trun
     metrics = analysis._metrics(stats, results)
     assert metrics["ptNews_change_hi"] == stats["ptNews"].change.hi and metrics["ptNews_change"] == stats["ptNews"].change.value
     flat = {**metrics, "ptNews_change": 0.0, "ptNews_change_lo": -0.01, "ptNews_change_hi": 0.01}
-    configs = [{"key": "REPLAY_N=0", "values": {"REPLAY_N": "0"}, "metrics": metrics, "stats": stats,
-                "effective": {"MIX_FORGET_LIMIT": 0.1}},
-               {"key": "REPLAY_N=2", "values": {"REPLAY_N": "2"}, "metrics": flat, "stats": stats,
-                "effective": {"MIX_FORGET_LIMIT": 0.1}}]
+    configs = [config_result("REPLAY_N=0", {"REPLAY_N": "0"}, results, stats, metrics=metrics),
+               config_result("REPLAY_N=2", {"REPLAY_N": "2"}, results, stats, metrics=flat)]
     verdict = analysis.decide({"rule": RULE, "axes": AXES, "plan_file": "plan.toml"}, configs)
     assert verdict["chosen"] == "2"
     assert verdict["checks"][0]["failed"][0]["condition"].startswith("ptNews_change_hi")

@@ -112,30 +112,30 @@ def report(sweep):
 
 def test_every_held_out_set_and_category_matches_the_naive_means_at_the_end_and_the_common_step(report):
     data, naive, few = report
-    configs = {c["key"]: c for c in data["compare"]["configs"]}
-    assert set(configs) == {"mix-steps-limit4", "mix-steps-limit6"} and {c["common_step"] for c in configs.values()} == {4}
+    configs = {c.key: c for c in data["compare"]["configs"]}
+    assert set(configs) == {"mix-steps-limit4", "mix-steps-limit6"} and {c.common_step for c in configs.values()} == {4}
     n_categories = 0
-    for where, stats_key, categories_key in (("end", "stats", "categories"), ("common", "stats_common", "categories_common")):
+    for where in ("end", "common"):
         for (key, name, _), _ in naive[where].items():
             config = configs[key]
             if "/" in name:
                 set_name, category = name.split("/")
-                got = config[categories_key][set_name][category]
+                got = config.categories_at(where == "common")[set_name][category]
                 n_categories += 1
             else:
-                got = config[stats_key][name]
+                got = config.stats_at(where == "common")[name]
             mean = (naive[where][key, name, 1] + naive[where][key, name, 2]) / 2
             assert got.log_mean == pytest.approx(mean, abs=1e-9), (where, key, name)
             assert got.n_seeds == 2 and got.change.lo <= got.change.value <= got.change.hi
             assert got.per_seed["1"] == pytest.approx(math.expm1(naive[where][key, name, 1]), abs=1e-9)
     assert n_categories >= 2 * 2 * 4  # both ends, both configurations, several categories of the five sets
     for config in configs.values():
-        assert set(EXTRA) <= set(config["stats"]) and set(EXTRA) <= set(config["stats_common"])
-        assert {"ptNews", "enNews", "sftHeld", "enRuler"} <= set(config["categories"])
+        assert set(EXTRA) <= set(config.stats) and set(EXTRA) <= set(config.stats_common)
+        assert {"ptNews", "enNews", "sftHeld", "enRuler"} <= set(config.categories)
         for key in few:
             set_name, category = key.split("/")
-            assert category not in config["categories"].get(set_name, {})
-            assert category not in config["categories_common"].get(set_name, {})
+            assert category not in config.categories.get(set_name, {})
+            assert category not in config.categories_common.get(set_name, {})
 
 
 def test_a_rule_naming_a_held_out_set_judges_it_at_the_common_step_and_at_the_end(report):
@@ -146,12 +146,12 @@ def test_a_rule_naming_a_held_out_set_judges_it_at_the_common_step_and_at_the_en
     configs = data["compare"]["configs"]
     lock = {"axes": AXES, "plan_file": "plan.toml"}
     for where, suffix in (("common", " at the common step"), ("end", "")):
-        value = {c["key"]: math.expm1((naive[where][c["key"], "ptNews", 1] + naive[where][c["key"], "ptNews", 2]) / 2)
+        value = {c.key: math.expm1((naive[where][c.key, "ptNews", 1] + naive[where][c.key, "ptNews", 2]) / 2)
                  for c in configs}
-        metrics = "metrics_common" if where == "common" else "metrics"
         for c in configs:
-            assert c[metrics]["ptNews_change"] == pytest.approx(value[c["key"]], abs=1e-9)
-            assert c[metrics]["ptNews_change_hi"] == c["stats_common" if where == "common" else "stats"]["ptNews"].change.hi
+            metrics = c.metrics_common if where == "common" else c.metrics
+            assert metrics["ptNews_change"] == pytest.approx(value[c.key], abs=1e-9)
+            assert metrics["ptNews_change_hi"] == c.stats_at(where == "common")["ptNews"].change.hi
         low, high = sorted(value.values())
         assert low < high, "the two configurations must differ on ptNews for the rule to choose"
         between = (low + high) / 2

@@ -103,13 +103,13 @@ def _log_ratio(start: dict, end: dict) -> float:
 
 def test_the_report_compares_it_like_every_configuration(sweep):
     data = analyze(sweep)
-    configs = {c["key"]: c for c in data["compare"]["configs"]}
+    configs = {c.key: c for c in data["compare"]["configs"]}
     assert list(configs) == ["full-replay2", "full", KEY, KEY_QUARTER]
     for key in ALPHAS:
         wise = configs[key]
-        assert [r["state"] for r in wise["results"]] == ["done", "done"] and not wise["is_baseline"]
-        assert wise["end_steps"] == configs["full-replay2"]["end_steps"]  # its parent's end step
-        assert wise["stats_common"] is None and "every_eval_drift" not in wise["metrics"]
+        assert [r.state for r in wise.results] == ["done", "done"] and not wise.is_baseline
+        assert wise.end_steps == configs["full-replay2"].end_steps  # its parent's end step
+        assert wise.stats_common is None and "every_eval_drift" not in wise.metrics
     per_seed = {}
     env = {(m.config_key, m.seed): m.env for m in members(read_lock(sweep), "compare")}
     folders = [(key, "full-replay2", lambda s, key=key: sweep / "interpolated" / f"{key}-s{s}") for key in ALPHAS]
@@ -122,11 +122,11 @@ def test_the_report_compares_it_like_every_configuration(sweep):
     for key, metric, set_name in ((k, m, n) for k in ALPHAS for m, n in (("drift", "enRuler"), ("sftHeld", "sftHeld"))):
         wise = configs[key]
         mean = (per_seed[key, set_name, 1] + per_seed[key, set_name, 2]) / 2
-        assert wise["stats"][metric].log_mean == pytest.approx(mean, abs=1e-12), key
-        assert wise["stats"][metric].change.value == pytest.approx(math.expm1(mean), abs=1e-12), key
+        assert wise.stats[metric].log_mean == pytest.approx(mean, abs=1e-12), key
+        assert wise.stats[metric].change.value == pytest.approx(math.expm1(mean), abs=1e-12), key
         diffs = [per_seed[key, set_name, s] - per_seed["full", set_name, s] for s in (1, 2)]
-        assert wise["paired"][metric].change.value == pytest.approx(sum(diffs) / 2, abs=1e-12), key
-        assert wise["paired_common"]["drift"] is None  # no lines at the common step: n/a, not a number
+        assert wise.paired[metric].change.value == pytest.approx(sum(diffs) / 2, abs=1e-12), key
+        assert wise.paired_common["drift"] is None  # no lines at the common step: n/a, not a number
     assert per_seed[KEY, "enRuler", 1] != per_seed[KEY_QUARTER, "enRuler", 1]  # two alphas, two scores
     text = closing_text(data)
     for key in ALPHAS:
@@ -156,11 +156,11 @@ def _judged(sweep_dir: Path, lock: dict, rule: str) -> tuple[dict, dict, list[st
 
 def test_the_rule_judges_it_on_what_it_has_and_says_what_it_lacks(sweep):
     lock = read_lock(sweep)
-    wise = {c["key"]: c for c in analyze(sweep)["compare"]["configs"]}[KEY]
+    wise = {c.key: c for c in analyze(sweep)["compare"]["configs"]}[KEY]
     # judged last, after the named configurations, on its own end metrics
     verdict, check, _ = _judged(sweep, lock, "first config such that drift_hi < -100%")
     assert [c["config"] for c in verdict["checks"]] == ["full-replay2", "full", KEY, KEY_QUARTER]
-    assert check["failed"][0]["measured"] == wise["metrics"]["drift_hi"] and verdict["chosen"] is None
+    assert check["failed"][0]["measured"] == wise.metrics["drift_hi"] and verdict["chosen"] is None
     verdict, check, _ = _judged(sweep, lock, "first config such that drift_hi < 1000%")
     assert verdict["chosen"] == "full-replay2" and not check["failed"] and not check["missing"]
     # a rule naming every_eval_drift: it has none, so it is not judged, and the verdict says why
@@ -189,7 +189,7 @@ def test_an_aborted_parent_is_interpolated_from_its_state(sweep, tmp_path):
     verdict_path.write_text(json.dumps(verdict))
     aborted = dataclasses.replace(member, parent=dataclasses.replace(member.parent, env={**member.env, "TATU_OUT": str(runs)}))
     result = interpolated_result(aborted, tmp_path / "sweep")
-    assert result["state"] == "aborted" and "end" in result and "every_eval_drift" not in result
+    assert result.state == "aborted" and result.has("end") and result.evals is None
     ckpt = tmp_path / "sweep" / "interpolated" / member.name
     meta = json.loads((ckpt / "meta.json").read_text())["interpolation"]
     state = runs / member.parent.run / "state"
@@ -201,7 +201,7 @@ def test_an_aborted_parent_is_interpolated_from_its_state(sweep, tmp_path):
         assert np.array_equal(tensor, naive), name
     # written once: a second call keeps it; another end under the same name is refused (65)
     before = (ckpt / "manifest.json").read_bytes()
-    assert interpolated_result(aborted, tmp_path / "sweep")["end"] == result["end"]
+    assert interpolated_result(aborted, tmp_path / "sweep").lines["end"] == result.lines["end"]
     assert (ckpt / "manifest.json").read_bytes() == before
     other = next(m for m in members(lock, "compare") if m.name == "full-replay2-s2").run_dir / "final"
     shutil.rmtree(state)
@@ -228,7 +228,7 @@ def test_it_is_paired_with_its_own_parent_too(sweep):
     data = analyze(sweep)
     rows = data["compare"]["vs_parent"]
     assert [(r["config"], r["parent"], r["alpha"]) for r in rows] == [(k, "full-replay2", alpha_of(k)) for k in ALPHAS]
-    held_out = [name for name in {c["key"]: c for c in data["compare"]["configs"]}[KEY]["stats"]
+    held_out = [name for name in {c.key: c for c in data["compare"]["configs"]}[KEY].stats
                 if name not in ("drift", "sftHeld")]
     env = {m.seed: m.env for m in members(read_lock(sweep), "compare") if m.config_key == "full-replay2"}
     by_row = {}

@@ -4,11 +4,13 @@ them hashing as before), lock and reload, are refused with one line naming the f
 and the rule's `first config` judges them in the plan's order (fast: no member runs)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
 import pytest
 
+from run_records import config_result
 from sweep_world import plan_text
 
 from tatu.exitcodes import BAD_CONFIG
@@ -16,6 +18,7 @@ from tatu.records import RelativeChange
 from tatu.ops.cli import main as tatu
 from tatu.sweep.analysis import decide
 from tatu.sweep.errors import SweepError
+from tatu.sweep.records import ConfigResult
 from tatu.sweep.lock import members, plan_from_lock, read_lock, reconcile
 from tatu.sweep.plan.load import load_plan
 from tatu.sweep.records import ConfigStat
@@ -166,14 +169,14 @@ def test_the_cli_prints_each_configuration_and_refuses_a_bad_one_78(tmp_path, ca
     assert "TATU_LORA_RANKS" in capsys.readouterr().err and not (tmp_path / "sweeps").exists()
 
 
-def _config(name: str, drift_hi: float, change_hi: float) -> dict:
+def _config(name: str, drift_hi: float, change_hi: float) -> ConfigResult:
     drift = drift_hi - 0.02
-    return {"key": name, "values": {"config": name}, "effective": {"MIX_FORGET_LIMIT": 0.10},
-            "metrics": {"drift": drift, "drift_hi": drift_hi, "sftHeld_change_hi": change_hi},
-            "stats": {"drift": ConfigStat(
+    return config_result(
+        name, {"config": name}, (), metrics={"drift": drift, "drift_hi": drift_hi, "sftHeld_change_hi": change_hi},
+        stats={"drift": ConfigStat(
                 RelativeChange(drift, drift - 0.02, drift_hi), log_mean=math.log1p(drift), se=0.0, seed_sd=0.02,
                 seed_effect_sd=0.0, within_se=0.005, shared_line_se=0.0, interaction_se=0.0, df=None, n_seeds=3, mde=None,
-                parts=None, per_seed={}, outliers=()), "sftHeld": None}}
+                parts=None, per_seed={}, outliers=()), "sftHeld": None})
 
 
 def test_first_config_judges_in_the_plans_order(tmp_path):
@@ -199,8 +202,7 @@ def test_a_verdict_over_configurations_crossed_with_an_axis_names_the_member_key
     for key, drift_hi, change_hi in (("full-sft-ge2", 0.30, -0.5), ("lora-sft-ge2", 0.15, -0.3),
                                      ("lora-sft-ge4", 0.05, -0.3), ("full-sft-ge4", 0.30, -0.5)):
         config = _config(key, drift_hi, change_hi)
-        config["values"] = {"config": key.split("-")[0], "SFT_GE": key[-1]}
-        configs.append(config)
+        configs.append(dataclasses.replace(config, values={"config": key.split("-")[0], "SFT_GE": key[-1]}))
     verdict = decide(lock, configs)
     assert verdict["line"].startswith("config=lora (lora-sft-ge4): the first config such that")
     assert [c["label"] for c in verdict["checks"]] == ["lora (lora-sft-ge2)", "lora (lora-sft-ge4)",
@@ -273,16 +275,16 @@ def test_a_tune_stage_tunes_the_baseline_configuration_and_every_configuration_r
 def test_the_legend_shows_configurations_and_a_train_axis_but_leaves_other_tables_as_they_were():
     from tatu.sweep.tables import configs_legend
 
-    replay = [{"key": f"replay-n{n}", "values": {"REPLAY_N": str(n)}, "trainable": "trainable 1.1M of 1.1M (100.0%): h.0-3"}
-              for n in (0, 2)]
+    replay = [config_result(f"replay-n{n}", {"REPLAY_N": str(n)}, (), None,
+                            trainable="trainable 1.1M of 1.1M (100.0%): h.0-3") for n in (0, 2)]
     assert configs_legend(None, replay) == []  # the demo sweep's table has no legend
-    axis = [{"key": "trainall", "values": {"TATU_TRAIN": "all"}, "trainable": "trainable 1.1M of 1.1M (100.0%): h.0-3"},
-            {"key": "trainlora", "values": {"TATU_TRAIN": "lora"}, "trainable": None}]
+    axis = [config_result("trainall", {"TATU_TRAIN": "all"}, (), None, trainable="trainable 1.1M of 1.1M (100.0%): h.0-3"),
+            config_result("trainlora", {"TATU_TRAIN": "lora"}, (), None)]
     rows = configs_legend(None, axis)[2].splitlines()
-    assert [r.split() for r in rows[1:]] == [["trainall", "-", *axis[0]["trainable"].split()], ["trainlora", "-", "n/a"]]
+    assert [r.split() for r in rows[1:]] == [["trainall", "-", *axis[0].trainable.split()], ["trainlora", "-", "n/a"]]
     named = [["lora-r8", {"TATU_TRAIN": "lora", "TATU_LORA_RANK": "8"}], ["full", {}]]
-    configs = [{"key": "lora-r8", "values": {"config": "lora-r8"}, "trainable": "lora r=8 alpha=16 on 16 modules: 65.5k trainable"},
-               {"key": "full", "values": {"config": "full"}, "trainable": "trainable 1.1M of 1.1M (100.0%): h.0-3"}]
+    configs = [config_result("lora-r8", {"config": "lora-r8"}, (), None, trainable="lora r=8 alpha=16 on 16 modules: 65.5k trainable"),
+               config_result("full", {"config": "full"}, (), None, trainable="trainable 1.1M of 1.1M (100.0%): h.0-3")]
     rows = configs_legend(named, configs)[2].splitlines()
     assert rows[1].split()[:3] == ["lora-r8", "TATU_LORA_RANK=8", "TATU_TRAIN=lora"] and rows[1].endswith("65.5k trainable")
     assert rows[2].split()[:4] == ["full", "(the", "base)", "trainable"]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from run_records import config_result
 from sweep_world import plan_text
 
 from tatu.exitcodes import BAD_CONFIG
@@ -14,6 +15,7 @@ from tatu.sweep.errors import SweepError
 from tatu.sweep.interpolated.members import interpolated_members
 from tatu.sweep.lock import members, plan_from_lock, reconcile
 from tatu.sweep.plan.load import load_plan
+from tatu.sweep.records import ConfigResult
 
 CONFIGS = "full-replay2 = { REPLAY_N = 2 }\nfull = {}\n"
 RULE = "first config such that drift_hi < MIX_FORGET_LIMIT and sftHeld_change_hi < 0"
@@ -106,9 +108,8 @@ def test_the_shipped_forgetting_plan_interpolates_full_replay6():
     assert plan.configs["distill"]["REPLAY_N"] == plan.configs["full-replay6"]["REPLAY_N"]  # distill's own effect, paired
 
 
-def _config(key: str, values: dict, drift_hi: float) -> dict:
-    return {"key": key, "values": values, "effective": {"MIX_FORGET_LIMIT": 0.10}, "metrics": {"drift_hi": drift_hi},
-            "stats": {"drift": None, "sftHeld": None}}
+def _config(key: str, values: dict, drift_hi: float) -> ConfigResult:
+    return config_result(key, values, (), {"drift": None, "sftHeld": None}, metrics={"drift_hi": drift_hi})
 
 
 def test_the_rule_orders_interpolated_configurations_after_their_parents(tmp_path):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from run_records import config_result, member_result
 from run_records import verdict as finished_verdict
 from sweep_world import plan_text
 
@@ -209,14 +210,15 @@ def test_summary_is_the_status_line():
 
 
 def _config(key, value, drift, drift_hi, change_hi, limit=0.10):
-    return {"key": key, "values": {"REPLAY_N": value}, "effective": {"MIX_FORGET_LIMIT": limit},
-            "metrics": {"drift": drift, "drift_hi": drift_hi, "sftHeld_change_hi": change_hi},
-            "stats": {"drift": ConfigStat(
+    return config_result(
+        key, {"REPLAY_N": value}, (), effective={"MIX_FORGET_LIMIT": limit},
+        metrics={"drift": drift, "drift_hi": drift_hi, "sftHeld_change_hi": change_hi},
+        stats={"drift": ConfigStat(
                 RelativeChange(drift, drift - 0.02, drift_hi), log_mean=math.log1p(drift), se=0.0, seed_sd=0.02,
                 seed_effect_sd=0.0, within_se=0.005, shared_line_se=0.0, interaction_se=0.0, df=None, n_seeds=3, mde=None,
                 # seeds alone (no shared-line part): the crossed CI is the t interval over seeds
                 parts=CrossedParts(seed=0.02 ** 2, interaction=0.0, lines=0.0, n_lines=166), per_seed={}, outliers=()),
-                "sftHeld": None}}
+            "sftHeld": None})
 
 
 def test_the_locked_rule_picks_the_smallest_passing_value(tmp_path):
@@ -233,8 +235,8 @@ def test_the_locked_rule_picks_the_smallest_passing_value(tmp_path):
     assert any(note.startswith("REPLAY_N=2: its drift point estimate +7.0% passes; about 2 more seeds")
                for note in verdict["would_change"]), verdict["would_change"]
     # When the shared lines alone hold the CI wider than the margin, no number of seeds narrows it.
-    configs[2]["stats"]["drift"] = dataclasses.replace(
-        configs[2]["stats"]["drift"], parts=CrossedParts(seed=0.02 ** 2, interaction=0.0, lines=0.015 ** 2, n_lines=166))
+    configs[2].stats["drift"] = dataclasses.replace(
+        configs[2].stats["drift"], parts=CrossedParts(seed=0.02 ** 2, interaction=0.0, lines=0.015 ** 2, n_lines=166))
     assert any(note.startswith("REPLAY_N=2: its drift point estimate +7.0% passes; no number of seeds would narrow "
                                "drift_hi enough to pass with these 166 lines (more lines would)")
                for note in decide(lock, configs)["would_change"])
@@ -384,24 +386,24 @@ def test_an_unresolved_neighbour_says_how_many_seeds_would_resolve_it(tmp_path):
         for seed in (1, 2, 3):
             end = base_lines * (1 + shift + rng.normal(0, 0.01)) + rng.normal(0, 0.01, 60)
             scores = lambda nll: {"enRuler": {"nll_sum": list(nll), "line_tokens": [1] * 60, "line_index": list(range(60))}}
-            out.append({"seed": seed, "state": "done", "base": scores(base_lines), "end": scores(end)})
+            out.append(member_result("replay", seed, scores(base_lines), scores(end)))
         return out
 
     lock = {"rule": "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT", "axes": {"REPLAY_N": ["2", "4"]},
             "plan_file": str(tmp_path / "p.toml")}
     two, four = _config("replay-n2", "2", 0.12, 0.15, -0.5), _config("replay-n4", "4", 0.05, 0.08, -0.5)
-    two["results"], four["results"] = results(0.012), results(0.010)
+    two, four = dataclasses.replace(two, results=results(0.012)), dataclasses.replace(four, results=results(0.010))
     verdict = decide(lock, [two, four])
     assert verdict["chosen"] == "4"
     note = next(n for n in verdict["would_change"] if n.startswith("REPLAY_N=2 vs 4: drift difference not resolved"))
     # Per seed: log ppl_end(4) - log ppl_end(2) (same baseline, one token a line: means of NLL).
-    diffs = [np.mean(r4["end"]["enRuler"]["nll_sum"]) - np.mean(r2["end"]["enRuler"]["nll_sum"])
-             for r2, r4 in zip(two["results"], four["results"])]
+    diffs = [np.mean(r4.lines["end"]["enRuler"]["nll_sum"]) - np.mean(r2.lines["end"]["enRuler"]["nll_sum"])
+             for r2, r4 in zip(two.results, four.results)]
     # The seeds whose crossed CI resolves that difference at 80% power, by a loop over n with
     # scipy's t, from the paired comparison's measured variance parts.
     from tatu.sweep.stats import paired_stats
 
-    parts = dataclasses.asdict(paired_stats(four["results"], two["results"], "enRuler", None, 99).parts)
+    parts = dataclasses.asdict(paired_stats(four.results, two.results, "enRuler", None, 99).parts)
     needed = _naive_seeds_needed(parts, float(np.mean(diffs)))
     assert needed is not None and needed > 3 and parts["seed"] > 0 and parts["lines"] > 0, parts
     assert f"{needed - 3} more seeds would resolve it" in note, note
@@ -439,7 +441,7 @@ def test_a_rule_names_the_comparison_it_judges_end_by_default(tmp_path):
     lock = {"rule": "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT at the common step",
             "axes": {"REPLAY_N": ["0", "2"]}, "plan_file": str(path)}
     far, near = _config("replay-n0", "0", 0.40, 0.45, -0.6), _config("replay-n2", "2", 0.30, 0.35, -0.6)
-    far["metrics_common"], near["metrics_common"] = {"drift_hi": 0.05}, None
+    far, near = dataclasses.replace(far, metrics_common={"drift_hi": 0.05}), dataclasses.replace(near, metrics_common=None)
     verdict = decide(lock, [near, far])
     assert verdict["chosen"] == "0" and verdict["at"] == "common"
     assert verdict["checks"][1]["missing"] == ["drift_hi"]
@@ -459,7 +461,7 @@ def test_two_sets_whose_names_have_the_same_length_get_their_own_resampling(tmp_
                   for name, nll in (("enRuler", None), ("sftHeld", None))}
         start = {name: {**s, "nll_sum": list(base)} for name, s in scores.items()}
         finish = {name: {**s, "nll_sum": end} for name, s in scores.items()}
-        results.append({"member": f"m{seed}", "seed": seed, "state": "done", "base": start, "end": finish})
+        results.append(member_result("m", seed, start, finish))
     ruler, held = config_stats(results, "enRuler", None, 0), config_stats(results, "sftHeld", None, 0)
     assert ruler.log_mean == held.log_mean  # the same per-line scores under both names...
     assert ruler.se != held.se  # ... but not the same bootstrap draws (both names have 7 letters)

@@ -22,8 +22,8 @@ def report() -> dict:
     data = copy.deepcopy(sweep_data())
     data["verdict"]["chosen"] = "6"
     data["verdict"]["checks"].append({"config": "replay-n6", "value": "6", "missing": [], "failed": []})
-    n6 = data["compare"]["configs"][1]
-    n6["paired"] = {"drift": paired(0.85, 0.82, 0.88, 0.001), "sftHeld": paired(0.9, 0.75, 1.05, 0.2)}
+    data["compare"]["configs"][1] = replace(data["compare"]["configs"][1], paired={
+        "drift": paired(0.85, 0.82, 0.88, 0.001), "sftHeld": paired(0.9, 0.75, 1.05, 0.2)})
     return data
 
 
@@ -33,7 +33,7 @@ def paired(ratio: float, lo: float, hi: float, p_value: float) -> PairedDiff:
 
 
 def set_change(data: dict, config: int, metric: str, value: float, lo: float, hi: float) -> None:
-    stats = data["compare"]["configs"][config]["stats"]
+    stats = data["compare"]["configs"][config].stats
     stats[metric] = replace(stats[metric], change=RelativeChange(value, lo, hi))
 
 
@@ -53,7 +53,7 @@ def test_one_sentence_per_conclusion_each_with_its_ci():
     for name in resolved:
         i = found.changes[name]
         assert fmt_ci(i.value, i.lo, i.hi) in said[name], (name, said[name])
-    drift = data["compare"]["configs"][0]["stats"]["drift"]
+    drift = data["compare"]["configs"][0].stats["drift"]
     assert said["replay-n0 drift"] == (f"replay-n0: enRuler drift rose (the ruler's English got worse), "
                                        f"{drift.change.text()} over seeds x lines vs step 0.")
     assert said["replay-n6 - baseline drift"] == ("replay-n6 vs replay-n0, paired by seed and line: enRuler drift lower, "
@@ -82,3 +82,36 @@ def test_a_ci_across_zero_claims_no_direction():
     assert "replay-n6 vs replay-n0 sftHeld change difference -10.0% [-25.0%,+5.0%]" in unresolved
     claims = unresolved.split(": ", 1)[1]
     assert not any(word in claims for word in DIRECTION_WORDS), claims
+
+
+def _seeds_for_row(config: str, vs: str | None, metric: str, seeds: int | None, n_seeds: int = 3, **fields) -> dict:
+    """A seeds-for row as sweep/power.py writes it into the report (dataclasses.asdict of SeedsFor)."""
+    row = {"config": config, "vs": vs, "metric": metric, "n_seeds": n_seeds, "n_lines": 100, "mde_now": 0.209,
+           "seeds": seeds, "line_floor": 0.061, "known": True}
+    return {**row, **fields}
+
+
+def test_learning_the_seeds_run_cannot_resolve_is_said_with_why_and_resolved_learning_is_not():
+    data = report()
+    data["seeds_for"] = {"effect": 0.02, "power": 0.8, "at": "end", "rows": [
+        _seeds_for_row("replay-n6", None, "drift", 2),  # drift rows never enter the learning sentence
+        _seeds_for_row("replay-n0", None, "sftHeld", 231, mde_now=0.224, line_floor=0.0152),
+        _seeds_for_row("replay-n6", "replay-n0", "sftHeld", None)]}
+    said = _by_state(data)["learning not resolved"]
+    assert said == ("Learning (sftHeld) is not resolved at the plan's effect of 2% (80% power, seeds x lines): "
+                    "replay-n0 change: at 3 seeds it resolves 22.4%: the spread from seed to seed needs 231 seeds; "
+                    "replay-n6 vs replay-n0 difference: at 3 seeds it resolves 20.9%, and no number of seeds would "
+                    "resolve less with these 100 lines: the lines shared by every seed alone allow 6.1% (more lines "
+                    "would). A learning claim here rests only on a CI that excludes zero, above.")
+    assert "replay-n6 change" not in said and "drift" not in said
+    # a row whose needed seeds were run is resolved: once every sftHeld row is, no such sentence
+    data["seeds_for"]["rows"] = [_seeds_for_row("replay-n0", None, "sftHeld", 3),
+                                 _seeds_for_row("replay-n6", "replay-n0", "sftHeld", 2)]
+    assert "learning not resolved" not in _by_state(data)
+    data["seeds_for"]["rows"].append(_seeds_for_row("replay-n6", None, "sftHeld", 4))
+    assert _by_state(data)["learning not resolved"].split(": ", 1)[1].startswith(
+        "replay-n6 change: at 3 seeds it resolves 20.9%: the spread from seed to seed needs 4 seeds.")
+    # one seed: its seed-to-seed spread is not measured, and the sentence says that rather than a count
+    data["seeds_for"]["rows"] = [_seeds_for_row("replay-n6", None, "sftHeld", None, n_seeds=1, known=False,
+                                                mde_now=None, line_floor=None, n_lines=None)]
+    assert "replay-n6 change: its seed-to-seed spread is not measured at 1 seed." in _by_state(data)["learning not resolved"]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from sweep_world import plan_text, plan_world, run_through
+from sweep_world import plan_text, plan_world, report_numbers, run_through
 from tiny_world import clean_environ
 
 from tatu.sweep.lock import members, read_lock
@@ -137,17 +137,6 @@ def rayed(world, ray_cluster, reference):
 def final_weights(sweep_dir: Path) -> dict[str, bytes]:
     return {m.name: (Path(m.env["TATU_OUT"]) / m.run / "final" / "model.safetensors").read_bytes()
             for m in members(read_lock(sweep_dir))}
-
-
-def report_numbers(sweep_dir: Path) -> str:
-    from tatu.sweep.analysis import analyze
-    from tatu.sweep.records import report_json
-
-    data = analyze(sweep_dir)
-    for stage in (data["tune"], data["compare"]):
-        for config in (stage or {}).get("configs", []):  # no [tune] in this plan: its stage is None
-            config.pop("effective")  # holds this sweep's own paths (TATU_OUT)
-    return json.dumps(report_json(data), sort_keys=True)  # as report.json writes it
 
 
 def threads_used(sweep_dir: Path) -> dict[str, int]:

@@ -5,6 +5,7 @@ The analysis numbers are made up here (the page only renders them; test_common_s
 the numbers of a real sweep): two configurations, three seeds each, two of the first aborted."""
 from __future__ import annotations
 
+import dataclasses
 import re
 from html.parser import HTMLParser
 
@@ -75,5 +76,7 @@ def test_aborted_members_and_only_they_are_marked_on_both_plots():
     assert ax.get_legend_handles_labels()[1].count("aborted member (its abort's eval)") == 1
     _, ax = drift_axes(data)
     assert _marked(ax) == {(0.0, round(DRIFT[k][s] * 100, 6)) for k, s in ABORTED}
-    data["compare"]["configs"][0]["results"] = [{**r, "state": "done"} for r in data["compare"]["configs"][0]["results"]]
+    first = data["compare"]["configs"][0]
+    data["compare"]["configs"][0] = dataclasses.replace(
+        first, results=tuple(dataclasses.replace(r, state="done") for r in first.results))
     assert _marked(tradeoff_axes(data)[1]) == set() and _marked(drift_axes(data)[1]) == set()

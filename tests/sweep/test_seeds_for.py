@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 from scipy import stats as sp
 
+from run_records import config_result, member_result
 from tatu.sweep.analysis import add_paired
 from tatu.sweep.page import write_page
 from tatu.sweep.power import DEFAULT_MDE, seeds_for_effect
+from tatu.sweep.records import ConfigResult
 from tatu.sweep.rule import parse_rule
 from tatu.sweep.sets import set_stats
 from tatu.sweep.tables import closing_text, power_lines
@@ -27,7 +29,7 @@ def _scores(nll) -> dict:
     return {"nll_sum": list(nll), "line_tokens": [1] * N_LINES, "line_index": list(range(N_LINES))}
 
 
-def _configs(shared_line_sd: float = 0.01) -> list[dict]:
+def _configs(shared_line_sd: float = 0.01) -> list[ConfigResult]:
     """Two configurations x 3 seeds: per line, a start and an end on enRuler, sftHeld and ptFaq;
     the change has a seed part, a shared-line part (the same for every seed) and seed x line noise."""
     rng = np.random.default_rng(11)
@@ -40,14 +42,12 @@ def _configs(shared_line_sd: float = 0.01) -> list[dict]:
             seed_effect = 0.02 * rng.standard_normal()
             end = {name: start[name] + shift + seed_effect + line_effect[name] + 0.03 * rng.standard_normal(N_LINES)
                    for name in start}
-            results.append({"member": f"replay-n{replay}-s{seed}", "seed": seed, "state": "done",
-                            "base": {n: _scores(v) for n, v in start.items()}, "end": {n: _scores(v) for n, v in end.items()}})
+            results.append(member_result(f"replay-n{replay}", seed, {n: _scores(v) for n, v in start.items()},
+                                         {n: _scores(v) for n, v in end.items()}))
         stats, _ = set_stats(results, None, len(configs))
-        configs.append({"key": f"replay-n{replay}", "values": {"REPLAY_N": replay}, "results": results, "stats": stats,
-                        "stats_common": None, "half": None, "end_steps": [8], "common_step": None,
-                        "common_missing": "none kept"})
-    add_paired({"baseline": {"REPLAY_N": "0"}}, configs)
-    return configs
+        configs.append(config_result(f"replay-n{replay}", {"REPLAY_N": replay}, results, stats,
+                                     common_missing="none kept"))
+    return add_paired({"baseline": {"REPLAY_N": "0"}}, configs)
 
 
 def _naive_seeds(parts: dict, effect: float) -> int | None:
@@ -79,9 +79,9 @@ def test_every_judged_metric_and_comparison_gets_its_seed_count(tmp_path):
     assert list(rows) == [("replay-n0", None, "drift"), ("replay-n0", None, "sftHeld"), ("replay-n0", None, "ptFaq"),
                           ("replay-n2", None, "drift"), ("replay-n2", None, "sftHeld"), ("replay-n2", None, "ptFaq"),
                           ("replay-n2", "replay-n0", "drift"), ("replay-n2", "replay-n0", "sftHeld")]
-    by_key = {c["key"]: c for c in configs}
+    by_key = {c.key: c for c in configs}
     for (config, vs, metric), row in rows.items():
-        stats = (by_key[config]["paired"] if vs else by_key[config]["stats"])[metric]
+        stats = (by_key[config].paired if vs else by_key[config].stats)[metric]
         assert row["seeds"] == _naive_seeds(dataclasses.asdict(stats.parts), DEFAULT_MDE), row
         assert row["n_seeds"] == 3 and row["n_lines"] == N_LINES and row["known"]
     assert all(r["seeds"] is not None for r in rows.values()) and max(r["seeds"] for r in rows.values()) > 3
@@ -96,7 +96,7 @@ def test_shared_lines_that_alone_exceed_the_effect_say_no_seed_count_resolves_it
     seeds_for = seeds_for_effect(_rule(tmp_path), configs, DEFAULT_MDE)
     own = [r for r in seeds_for["rows"] if r["vs"] is None]
     assert all(r["seeds"] is None and r["line_floor"] > DEFAULT_MDE for r in own), own
-    assert all(_naive_seeds(dataclasses.asdict(c["stats"][m].parts), DEFAULT_MDE) is None for c in configs for m in ("drift", "sftHeld", "ptFaq"))
+    assert all(_naive_seeds(dataclasses.asdict(c.stats[m].parts), DEFAULT_MDE) is None for c in configs for m in ("drift", "sftHeld", "ptFaq"))
     text = "\n".join(power_lines({"seeds_for": seeds_for}))
     print(text)  # docs/sweeps.md shows a line of it (pytest -s)
     floor = own[0]["line_floor"] * 100
@@ -106,8 +106,7 @@ def test_shared_lines_that_alone_exceed_the_effect_say_no_seed_count_resolves_it
 
 def test_the_closing_text_and_the_page_print_the_power_lines(tmp_path):
     configs = _configs()
-    for c in configs:
-        c["is_baseline"] = c["key"] == "replay-n0"
+    assert [c.is_baseline for c in configs] == [True, False]
     seeds_for = seeds_for_effect(_rule(tmp_path), configs, 0.025)
     data = {"name": "dose", "question": "q", "rule": RULE, "plan_hash": "a" * 16, "plan_portable_hash": "b" * 16,
             "tune": None, "seeds_for": seeds_for, "compare": {"configs": configs, "complete": True},

@@ -5,11 +5,13 @@ the file and the look. Members are tests/sequential_world.py's (simulated per-li
 report runs `tatu sweep report` in-process with sweep/analysis.member_result answering from them."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 
 import pytest
 
+from run_records import config_result
 from sequential_world import coordinator, simulated_result, write_sweep
 
 from tatu.exitcodes import BAD_DATA
@@ -17,6 +19,7 @@ from tatu.ops.cli import main as tatu_main
 from tatu.sweep import analysis
 from tatu.sweep.errors import SweepError
 from tatu.sweep.lock import members, read_lock
+from tatu.sweep.records import MemberResult
 from tatu.sweep.sequential import log as looks_log
 from tatu.sweep.sequential.check import check_looks
 
@@ -24,12 +27,11 @@ RULE = "first config such that drift_hi < 5%"
 CONFIGS = "d = { REPLAY_N = 1 }\na = { REPLAY_N = 0 }\nb = { REPLAY_N = 2 }\nc = { REPLAY_N = 4 }\n"
 
 
-def scored(member, *_) -> dict:
+def scored(member, *_) -> MemberResult:
     """sweep/analysis.member_result for tests/sequential_world.py's members: scores once it ran."""
-    result = {**simulated_result(member), "config": member.config_key, "values": member.values}
     if (member.run_dir / "verdict.json").exists():
-        return result
-    return {**{k: v for k, v in result.items() if k not in ("base", "end")}, "state": "pending", "verdict": None}
+        return simulated_result(member)
+    return dataclasses.replace(simulated_result(member), state="pending", steps=None, lines={})
 
 
 @pytest.fixture
@@ -40,8 +42,8 @@ def finished(tmp_path, monkeypatch):
     assert coordinator(sweep_dir, out=io.StringIO()).run() == 0
     monkeypatch.setattr(analysis, "member_result", scored)
     lock = read_lock(sweep_dir)
-    table = [{"key": key, "half": None, "effective": next(e["config"] for e in lock["members"] if e["config_key"] == key),
-              "results": [scored(m) for m in members(lock, "compare") if m.config_key == key]}
+    table = [config_result(key, {"config": key}, [scored(m) for m in members(lock, "compare") if m.config_key == key],
+                           None, effective=next(e["config"] for e in lock["members"] if e["config_key"] == key))
              for key in ("d", "a", "b", "c")]
     return sweep_dir, lock, table
 
