@@ -33,6 +33,7 @@ from tatu.sweep.power import seeds_for_effect, stated_effect
 from tatu.sweep.sets import set_stats
 from tatu.sweep.records import (ConfigResult, ConfigStat, EvalDrifts, FailedCondition, MemberResult, RuleCheck,
                                 SweepVerdict, holm_adjusted)
+from tatu.sweep.sequential.check import check_looks, sequential_verdict
 from tatu.sweep.stats import paired_stats
 
 COMMON_LINES = (common_step_.START, common_step_.AT_COMMON)  # the base/end keys of the common-step lines
@@ -275,10 +276,17 @@ def analyze(sweep_dir: Path) -> dict:
         out["tune"] = {"var": lock["tune"]["var"], "configs": [c.without_lines() for c in tune]}
     compare = locked_members(lock, "compare")
     if compare:
-        configs = add_paired(lock, stage_table(lock, compare, sweep_dir, "compare"))
+        configs = stage_table(lock, compare, sweep_dir, "compare")
+        if lock.get("design"):  # sequential: the looks log must agree with the run dirs (65 if not)
+            check_looks(lock, sweep_dir, configs)
+        configs = add_paired(lock, configs)
         parents = vs_parent(lock, configs)
-        complete = all(r.state in TERMINAL for c in configs for r in c.results)
-        out["compare"] = {"configs": [c.without_lines() for c in configs], "complete": complete, "vs_parent": parents}
-        out["verdict"] = dataclasses.replace(decide(lock, configs), complete=complete)
+        verdict = dataclasses.replace(decide(lock, configs),
+                                      complete=all(r.state in TERMINAL for c in configs for r in c.results))
+        if lock.get("design"):  # the looks' verdict, complete when they decided it
+            verdict = sequential_verdict(lock, sweep_dir, configs, verdict)
+        out["compare"] = {"configs": [c.without_lines() for c in configs], "complete": verdict.complete,
+                          "vs_parent": parents}
+        out["verdict"] = verdict
         out["seeds_for"] = seeds_for_effect(_locked_rule(lock), configs, stated_effect(lock))
     return out

@@ -347,17 +347,21 @@ class SweepVerdict:
     checks: tuple[RuleCheck, ...]
     would_change: tuple[str, ...]
     complete: bool = False
+    looks: tuple[str, ...] = ()  # a sequential design's looks, a line each (sweep/sequential/check.py)
 
     def to_json(self) -> dict:
-        return {"rule": self.rule, "axis": self.axis, "at": self.at, "at_step": self.at_step, "chosen": self.chosen,
-                "line": self.line, "checks": [c.to_json() for c in self.checks],
-                "would_change": list(self.would_change), "complete": self.complete}
+        out = {"rule": self.rule, "axis": self.axis, "at": self.at, "at_step": self.at_step, "chosen": self.chosen,
+               "line": self.line, "checks": [c.to_json() for c in self.checks],
+               "would_change": list(self.would_change), "complete": self.complete}
+        if self.looks:  # a fixed design's report has no such key
+            out["looks"] = list(self.looks)
+        return out
 
     @classmethod
     def from_json(cls, payload: dict) -> SweepVerdict:
         return cls(payload["rule"], payload["axis"], payload["at"], payload["at_step"], payload["chosen"],
                    payload["line"], tuple(RuleCheck.from_json(c) for c in payload["checks"]),
-                   tuple(payload["would_change"]), payload["complete"])
+                   tuple(payload["would_change"]), payload["complete"], tuple(payload.get("looks", ())))
 
 
 # --- report.json: the one writer and the one reader ------------------------------------------------
