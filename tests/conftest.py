@@ -53,6 +53,21 @@ def tiny_trunk(tmp_path_factory):
     return {"root": root, "data": data.absolute(), "trunk": (root / "runs" / "trunk" / "final").absolute()}
 
 
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local Ray cluster (2 CPUs, no dashboard) for the session, its address: one `ray.init` per
+    process, shared by every module that runs Ray (tests/ray_world.py)."""
+    from ray_world import ray_or_skip
+
+    ray = ray_or_skip()
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20, logging_level="WARNING",
+             log_to_driver=False)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
 @pytest.fixture
 def without_tensorboard(tmp_path):
     """Variables for a child process in which `import tensorboard` fails as if it were not installed

@@ -91,7 +91,7 @@ def test_the_rule_is_the_runs_criteria_and_the_verdict_is_the_hand_written_plans
     shown = _tatu(root, "plan", str(generated / "plan.toml"))
     assert f"plan hash {lock['plan_portable_hash']}" in shown.stdout, shown.stdout + shown.stderr
     report = _tatu(root, "report", "r5-seeds")
-    assert report.returncode == 0 and f"VERDICT (locked rule): {verdict['line']}" in report.stdout, report.stdout + report.stderr
+    assert report.returncode == 0 and f"VERDICT (locked rule): {verdict.line}" in report.stdout, report.stdout + report.stderr
 
 
 def test_the_same_command_again_continues_the_finished_sweep(sweeps):

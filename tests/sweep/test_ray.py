@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from ray_world import ray_or_skip
 from sweep_world import plan_text, plan_world, report_numbers, run_through
 from tiny_world import clean_environ
 
@@ -38,27 +39,6 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 # backend's own on a machine with 1 or 2 cores, and both sweeps run in the test's plain
 # environment: the plan, not the test, makes the backends agree.
 PLAN_THREADS = 3
-
-
-def _ray_or_skip():
-    try:
-        import ray
-    except ImportError:
-        from strict import cannot_run  # CI installs .[dev,hf,ray]: there the test must run
-
-        cannot_run("ray is not installed: pip install 'tatu[ray]' (make test installs it)")
-    return ray
-
-
-@pytest.fixture(scope="session")
-def ray_cluster():
-    ray = _ray_or_skip()
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20, logging_level="WARNING",
-             log_to_driver=False)
-    try:
-        yield ray.get_runtime_context().gcs_address
-    finally:
-        ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -253,7 +233,7 @@ def test_sweep_stop_cancels_ray_tasks_whose_daemons_save_and_start_continues(wor
 
 def test_a_wrong_address_is_one_line_and_78_at_once(world, tmp_path):
     """ray.init alone would retry a dead address for minutes; nothing is written either."""
-    _ray_or_skip()
+    ray_or_skip()
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -22,29 +22,18 @@ pytestmark = pytest.mark.slow
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # a one-node cluster on loopback (as test_ray.py)
 
 
-@pytest.fixture(scope="module")
-def ray_address():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20, logging_level="WARNING",
-             log_to_driver=False)
-    try:
-        yield ray.get_runtime_context().gcs_address
-    finally:
-        ray.shutdown()
-
-
 def start(plan, sweeps, address) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "tatu.ops.cli", "sweep", "start", str(plan), "--backend", "ray",
                              "--address", address, "--poll", "0.3", "--sweeps", str(sweeps)],
                             env=clean_environ(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def test_a_sequential_sweep_on_ray_killed_and_started_again(tmp_path_factory, tiny_trunk, ray_address):
+def test_a_sequential_sweep_on_ray_killed_and_started_again(tmp_path_factory, tiny_trunk, ray_cluster):
     root, plan = plan_world(tmp_path_factory, tiny_trunk, "seqray", configs=CONFIGS, rule=RULE, seeds=(1, 2, 3),
                             extra=", TATU_THREADS = 1")
     plan.write_text(plan.read_text() + DESIGN)
     sweeps = root / "sweeps"
-    proc = start(plan, sweeps, ray_address)
+    proc = start(plan, sweeps, ray_cluster)
     first_verdict = sweeps / "seqray" / "runs" / "seqray.first-s1" / "verdict.json"
     deadline = time.monotonic() + 600
     while not first_verdict.exists():
@@ -54,7 +43,7 @@ def test_a_sequential_sweep_on_ray_killed_and_started_again(tmp_path_factory, ti
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
 
-    again = start(plan, sweeps, ray_address)
+    again = start(plan, sweeps, ray_cluster)
     out = again.communicate(timeout=900)[0]
     assert again.returncode == 0, out
     assert "verdict: config=first (first config such that drift_hi < 50%); sequential obf" in out, out
