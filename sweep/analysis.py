@@ -31,7 +31,9 @@ from tatu.sweep import common_step as common_step_
 from tatu.sweep.scores import end_checkpoint, score_checkpoint
 from tatu.sweep.power import seeds_for_effect, stated_effect
 from tatu.sweep.sets import set_stats
-from tatu.sweep.records import ConfigResult, ConfigStat, EvalDrifts, MemberResult, holm_adjusted
+from tatu.sweep.records import (ConfigResult, ConfigStat, EvalDrifts, FailedCondition, MemberResult, RuleCheck,
+                                SweepVerdict, holm_adjusted)
+from tatu.sweep.sequential.check import check_looks, sequential_verdict
 from tatu.sweep.stats import paired_stats
 
 COMMON_LINES = (common_step_.START, common_step_.AT_COMMON)  # the base/end keys of the common-step lines
@@ -95,7 +97,7 @@ def _fmt_metric(name: str, value: float) -> str:
     return f"{value:.0f}" if name == "aborted" else f"{value * 100:+.1f}%"
 
 
-def decide(lock: dict, configs: list[ConfigResult]) -> dict:
+def decide(lock: dict, configs: list[ConfigResult]) -> SweepVerdict:
     """The locked rule over the comparison stage's configurations."""
     rule = _locked_rule(lock)
     if rule.axis == CONFIG:  # `first config`: the plan's order of its configurations
@@ -117,22 +119,23 @@ def decide(lock: dict, configs: list[ConfigResult]) -> dict:
             if value is None:
                 missing.append(cond.metric)
             elif not cond.holds(value, config.effective):
-                failed.append({"condition": cond.text(), "measured": value, "threshold": cond.threshold(config.effective),
-                               "shown": _fmt_metric(cond.metric, value)})
+                failed.append(FailedCondition(cond.text(), value, cond.threshold(config.effective),
+                                              _fmt_metric(cond.metric, value)))
         value = config.values[rule.axis]
         label = f"{value} ({config.key})" if shared[value] > 1 else value
-        checks.append({"config": config.key, "value": value, "label": label, "failed": failed, "missing": missing,
-                       "interpolated": any(r.interpolated for r in config.results)})
-    chosen = next((c for c in checks if not c["failed"] and not c["missing"]), None)
+        checks.append(RuleCheck(config.key, value, label, tuple(failed), tuple(missing),
+                                any(r.interpolated for r in config.results)))
+    chosen = next((c for c in checks if c.passes), None)
     if rule.axis == CONFIG and len(checks) == 1:  # one configuration (--env-file --seeds): nothing to choose among
         line = one_config_line(rule, checks[0], sum(r.has("end") for r in ordered[0].results))
     elif chosen:
-        line = f"{rule.axis}={chosen['label']}: the {rule.choose} {rule.axis} such that {rule.text.split('such that', 1)[1].strip()}"
+        line = f"{rule.axis}={chosen.label}: the {rule.choose} {rule.axis} such that {rule.text.split('such that', 1)[1].strip()}"
     else:
         line = f"no {rule.axis} satisfies the rule ({rule.text})"
-    return {"rule": rule.text, "axis": rule.axis, "at": rule.at,
-            "at_step": next((c.common_step for c in configs), None) if rule.at == "common" else None, "chosen": chosen and chosen["value"], "line": line,
-            "checks": checks, "would_change": _would_change(rule, ordered, checks, chosen)}
+    return SweepVerdict(rule=rule.text, axis=rule.axis, at=rule.at,
+                        at_step=next((c.common_step for c in configs), None) if rule.at == "common" else None,
+                        chosen=chosen and chosen.value, line=line, checks=tuple(checks),
+                        would_change=tuple(_would_change(rule, ordered, checks, chosen)))
 
 
 def _locked_rule(lock: dict):
@@ -147,7 +150,7 @@ def _is_number(text: str) -> bool:
         return False
 
 
-def _would_change(rule, ordered: list[ConfigResult], checks: list[dict], chosen: dict | None) -> list[str]:
+def _would_change(rule, ordered: list[ConfigResult], checks: list[RuleCheck], chosen: RuleCheck | None) -> list[str]:
     """What more seeds could settle: a condition failed by its CI bound while its point estimate
     passes, and the paired difference between the chosen value and its neighbour before it."""
     notes = []
@@ -155,9 +158,9 @@ def _would_change(rule, ordered: list[ConfigResult], checks: list[dict], chosen:
     for check in checks:
         if chosen is not None and check is chosen:
             break
-        config = by_key[check["config"]]
-        for fail in check["failed"]:
-            metric = fail["condition"].split()[0]
+        config = by_key[check.config]
+        for fail in check.failed:
+            metric = fail.condition.split()[0]
             base = metric.removesuffix("_hi").removesuffix("_lo")
             key = "drift" if base.startswith("drift") and not base.startswith("every") else (held_out_set(base) or "sftHeld")
             stats = (config.stats_at(rule.at == "common") or {}).get(key)
@@ -167,21 +170,21 @@ def _would_change(rule, ordered: list[ConfigResult], checks: list[dict], chosen:
             # On the log scale: the bound must move inside the threshold. The crossed CI's expected
             # half-width at n seeds (power 0.5: the estimate and the spread holding) must fall
             # under the margin; the shared lines' part of it does not shrink with the seeds.
-            margin = abs(math.log1p(fail["threshold"]) - stats.log_mean) if fail["threshold"] > -1 else 0.0
-            passes_point = (point < fail["threshold"]) if metric.endswith("_hi") else (point > fail["threshold"])
+            margin = abs(math.log1p(fail.threshold) - stats.log_mean) if fail.threshold > -1 else 0.0
+            passes_point = (point < fail.threshold) if metric.endswith("_hi") else (point > fail.threshold)
             if passes_point and margin > 0 and parts is not None:
                 need = seeds_power.seeds_needed(parts, margin, power=0.5)
                 more = (f"about {max(1, need - stats.n_seeds)} more seeds would narrow {metric} enough to pass" if need
                         else f"no number of seeds would narrow {metric} enough to pass with these {parts.n_lines} lines "
                              "(more lines would)")
-                notes.append(f"{rule.axis}={check['label']}: its {base} point estimate {_fmt_metric(base, point)} passes; "
+                notes.append(f"{rule.axis}={check.label}: its {base} point estimate {_fmt_metric(base, point)} passes; "
                              f"{more} (if the estimate and the spread hold)")
     if chosen is not None:
         # The chosen value against the one just before it (the cheaper dose it beat): is the
         # difference resolved across seeds, and if not, how many seeds would resolve it?
-        position = [c["config"] for c in checks].index(chosen["config"])
+        position = [c.config for c in checks].index(chosen.config)
         if position > 0:
-            before, this = by_key[checks[position - 1]["config"]], by_key[chosen["config"]]
+            before, this = by_key[checks[position - 1].config], by_key[chosen.config]
             lines = COMMON_LINES if rule.at == "common" else ("base", "end")
             p = paired_stats(this.results, before.results, "enRuler", None, 99, *lines)
             if p and p.p_value >= seeds_power.ALPHA:
@@ -189,7 +192,7 @@ def _would_change(rule, ordered: list[ConfigResult], checks: list[dict], chosen:
                 need = seeds_power.seeds_needed(p.parts, p.change.value)
                 more = (f"{max(1, need - p.n_seeds)} more seeds would resolve it" if need
                         else f"no number of seeds would resolve it with these {p.parts.n_lines} lines (more lines would)")
-                notes.append(f"{rule.axis}={checks[position - 1]['label']} vs {chosen['label']}: drift difference "
+                notes.append(f"{rule.axis}={checks[position - 1].label} vs {chosen.label}: drift difference "
                              f"not resolved (its 95% CI, seeds x lines, includes 0: p={p.p_value:.2f}); {more}")
     return notes
 
@@ -273,10 +276,17 @@ def analyze(sweep_dir: Path) -> dict:
         out["tune"] = {"var": lock["tune"]["var"], "configs": [c.without_lines() for c in tune]}
     compare = locked_members(lock, "compare")
     if compare:
-        configs = add_paired(lock, stage_table(lock, compare, sweep_dir, "compare"))
+        configs = stage_table(lock, compare, sweep_dir, "compare")
+        if lock.get("design"):  # sequential: the looks log must agree with the run dirs (65 if not)
+            check_looks(lock, sweep_dir, configs)
+        configs = add_paired(lock, configs)
         parents = vs_parent(lock, configs)
-        complete = all(r.state in TERMINAL for c in configs for r in c.results)
-        out["compare"] = {"configs": [c.without_lines() for c in configs], "complete": complete, "vs_parent": parents}
-        out["verdict"] = {**decide(lock, configs), "complete": complete}
+        verdict = dataclasses.replace(decide(lock, configs),
+                                      complete=all(r.state in TERMINAL for c in configs for r in c.results))
+        if lock.get("design"):  # the looks' verdict, complete when they decided it
+            verdict = sequential_verdict(lock, sweep_dir, configs, verdict)
+        out["compare"] = {"configs": [c.without_lines() for c in configs], "complete": verdict.complete,
+                          "vs_parent": parents}
+        out["verdict"] = verdict
         out["seeds_for"] = seeds_for_effect(_locked_rule(lock), configs, stated_effect(lock))
     return out

@@ -55,7 +55,9 @@ def _plan_source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("plan", type=Path, nargs="?", help="the plan file (or --env-file and --seeds)")
     p.add_argument("--env-file", type=Path, help="instead of a plan: this run's env file, at --seeds N seeds")
     p.add_argument("--seeds", type=int, help="with --env-file: how many seeds (at least 2; the run's TATU_SEED first)")
-    p.add_argument("--name", help="with --env-file: the sweep's name (default <TATU_RUN>-seeds)")
+    p.add_argument("--name", help="with --env-file: the sweep's name (default <TATU_RUN>-seeds, <TATU_RUN>-seq)")
+    p.add_argument("--sequential", action="store_true", help="with --env-file: a group-sequential decision (obf, looks "
+                                                            "from 3 seeds to --seeds N): stop at the first decisive look")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -96,6 +98,10 @@ def plan_main(args) -> int:
         print(f"configuration {key}: interpolated, (1-{alpha:g}) seed + {alpha:g} {plan.interpolate.config}'s end "
               f"per seed (no daemon run: one checkpoint per seed in the sweep dir's interpolated/)")
     print(f"baseline: {', '.join(f'{k}={v}' for k, v in plan.baseline.items())}   seeds: {plan.seeds}")
+    if plan.design:
+        from tatu.sweep.sequential.status import plan_line
+
+        print(plan_line(plan.design, len(plan.configurations())))
     if plan.tune_var:
         print(f"tune stage: {plan.tune_var} in {plan.tune_values}, seeds {plan.tune_seeds}, chosen on the dev half "
               f"of sftHeld (even line indices); the comparison judges on the odd ones")
@@ -135,8 +141,15 @@ def finished(sweep_dir: Path, backend) -> tuple[bool, str]:
     from tatu.sweep.members import TERMINAL, summary
 
     coordinator = Coordinator(sweep_dir, backend, 1, out=open(os.devnull, "w"))
-    _, stage, members = coordinator.stage_members()
+    lock, stage, members = coordinator.stage_members()
     statuses = coordinator.statuses(members)
+    if lock.get("design") and stage != "tune":  # sequential: the members its looks let run (from the log)
+        from tatu.sweep.sequential.status import sweep_status
+
+        plan, _ = sweep_status(lock, sweep_dir, {s.member.run: s.state for s in statuses})
+        if not plan.decided:  # members still to run, or a look the coordinator has yet to log
+            return False, summary(statuses, None, stage)
+        statuses = [s for s in statuses if s.member.run in plan.allowed]
     done = stage != "tune" and all(s.state in TERMINAL for s in statuses)
     return done, summary(statuses, None, stage)
 
@@ -232,8 +245,14 @@ def status_main(args) -> int:
     conf = settings(sweep_dir)
     backend = backend_for(conf.get("backend", "systemd"), sweep_dir)
     coordinator = Coordinator(sweep_dir, backend, int(conf.get("k", 1)), out=open(os.devnull, "w"))
-    _, stage, members = coordinator.stage_members()
+    lock, stage, members = coordinator.stage_members()
     statuses = coordinator.statuses(members)
+    sequential = []
+    if lock.get("design") and stage != "tune":  # the members the looks let run, and the looks
+        from tatu.sweep.sequential.status import sweep_status
+
+        plan, sequential = sweep_status(lock, sweep_dir, {s.member.run: s.state for s in statuses})
+        statuses = [s for s in statuses if s.member.run in plan.allowed]
     print(f"sweep {args.name} ({conf.get('backend', 'systemd')}, K={conf.get('k', 1)}): "
           f"{summary(statuses, coordinator.eta(statuses), stage)}")
     stop = sweep_dir / STOP_FILE
@@ -244,6 +263,8 @@ def status_main(args) -> int:
         limit = s.member.env.get("MIX_STEPS_LIMIT", "?")
         print(f"  {s.member.name:<24} {s.state:<9} {s.verdict or '':<13} step {max(steps, default=0)}/{limit}"
               + (f"  {s.detail}" if s.detail else ""))
+    for line in sequential:
+        print(line)
     return 0
 
 

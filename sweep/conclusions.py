@@ -69,8 +69,8 @@ def conclusions(report: dict) -> Conclusions:
     """From a sweep report (sweep/analysis.py analyze, or report.json through sweep/records.py read_report_json)."""
     verdict = report["verdict"]
     changes = {change.name: change.interval for change in judged_changes(report)}
-    passed = tuple(c["config"] for c in verdict["checks"] if not c["failed"] and not c["missing"])
-    return Conclusions(verdict["chosen"], passed, changes)
+    passed = tuple(c.config for c in verdict.checks if c.passes)
+    return Conclusions(verdict.chosen, passed, changes)
 
 
 def disagreements(a: Conclusions, b: Conclusions) -> list[str]:

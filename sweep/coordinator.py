@@ -41,7 +41,7 @@ SETTINGS_FILE = "coordinator.json"
 
 class Coordinator:
     def __init__(self, sweep_dir: Path, backend: Backend, k: int, devices: list[str | None] | None = None,
-                 out=None, poll_seconds: float = POLL_SECONDS):
+                 out=None, poll_seconds: float = POLL_SECONDS, results_of=None):
         self.sweep_dir = Path(sweep_dir)
         self.backend = backend
         self.k = max(1, k)
@@ -52,6 +52,11 @@ class Coordinator:
         self.stopping = False
         self.notifier = _notifier()
         self.tensorboard_missing: str | None = None  # why no HParams session can be written ("" : they can)
+        # a sequential design's looks read members' per-line scores (sweep/analysis.member_result);
+        # a finished member's never change, so each is read once per coordinator
+        self.results_of = results_of
+        self.results: dict = {}  # member run -> its sweep/records.MemberResult
+        self.schedule = None  # the last pass's sequential schedule (None: a fixed design)
 
     def say(self, text: str) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
@@ -79,6 +84,9 @@ class Coordinator:
         statuses = self.statuses(members)
         if stage != "tune":  # interpolated members: written once their parents have an end
             write_ready(self.sweep_dir, interpolated_members(lock, members), self.say)
+        if lock.get("design") and stage != "tune":  # sequential: only the members the looks allow
+            self.schedule = self.sequential(lock, statuses)
+            statuses = [s for s in statuses if s.member.run in self.schedule.allowed]
         fatal = [s for s in statuses if s.state == "fatal"]
         if fatal:
             return "fatal", statuses, stage
@@ -98,6 +106,31 @@ class Coordinator:
             self.say(f"started {status.member.name}" + (f" on {device}" if device else "")
                      + (f" ({status.detail})" if status.detail and status.detail != "inactive" else ""))
         return "running", statuses, stage
+
+    def sequential(self, lock: dict, statuses: list[MemberStatus]):
+        """The looks the files allow, appended to the looks log before anything starts from them
+        (sweep/sequential/schedule.py: the same for every backend, and after a kill -9)."""
+        from tatu.sweep.sequential import log as looks_log
+        from tatu.sweep.sequential.schedule import schedule
+        from tatu.sweep.sequential.status import look_line
+
+        plan = schedule(lock, {s.member.run: s.state for s in statuses}, looks_log.read(self.sweep_dir),
+                        lambda member: self.member_result(lock, member), self.sweep_dir / looks_log.FILE)
+        for entry in plan.to_log:
+            looks_log.append(self.sweep_dir, entry)
+            self.say(look_line(entry))
+        return plan
+
+    def member_result(self, lock: dict, member: Member):
+        if member.run not in self.results:
+            if self.results_of is not None:
+                self.results[member.run] = self.results_of(member)
+            else:
+                from tatu.sweep.analysis import member_result
+                from tatu.sweep.sequential.schedule import locked_rule, required_sets
+
+                self.results[member.run] = member_result(member, self.sweep_dir, required_sets(locked_rule(lock)))
+        return self.results[member.run]
 
     def free_devices(self, running: list[MemberStatus]) -> list[str | None]:
         if not any(self.devices):
@@ -179,6 +212,8 @@ class Coordinator:
                     self.choose_tuned(read_lock(self.sweep_dir), [s.member for s in statuses])
                     continue
                 if outcome == "finished":
+                    if self.schedule is not None:
+                        self.say_verdict(statuses)
                     self.say(f"sweep finished: {text}; {self.took(started)}; `tatu sweep report {self.sweep_dir.name}`")
                     self.notify(f"STATUS=finished: {text}")
                     return 0
@@ -189,6 +224,15 @@ class Coordinator:
                 time.sleep(self.poll_seconds)
         finally:
             signal.signal(signal.SIGTERM, old)
+
+    def say_verdict(self, statuses: list[MemberStatus]) -> None:
+        from tatu.sweep.sequential.schedule import locked_rule
+        from tatu.sweep.sequential.status import runs_line, verdict_sentence
+
+        rule = locked_rule(read_lock(self.sweep_dir))
+        states = {s.member.run: s.state for s in statuses}
+        self.say(runs_line(self.schedule, states))
+        self.say(verdict_sentence(self.schedule, rule.text, rule.axis))
 
     def took(self, started: float) -> str:
         """This coordinator's wall time beside the estimate `tatu sweep start` made for it."""

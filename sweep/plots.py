@@ -22,7 +22,7 @@ def _axis_positions(configs: list[ConfigResult], axis: str) -> list[float]:
 
 def drift_axes(data: dict):
     """(figure, axes) of the end drift per configuration against the rule's axis; None without one."""
-    axis = data["verdict"]["axis"]
+    axis = data["verdict"].axis
     # on an axis, an interpolated configuration would sit on its parent's value: it is in tradeoff.png
     configs = [c for c in data["compare"]["configs"] if c.stats["drift"]
                and (axis == "config" or not any(r.interpolated for r in c.results))]

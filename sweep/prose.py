@@ -56,14 +56,13 @@ def what_it_says(report: dict) -> list[Sentence]:
     """The paragraph, one Sentence per conclusion (module doc), from a sweep report's data."""
     found = conclusions(report)
     verdict = report["verdict"]
-    axis = verdict.get("axis", "the axis")
+    axis = verdict.axis
     configs = report["compare"]["configs"]
     baseline = next((c.key for c in configs if c.is_baseline), None)
     out = [Sentence("verdict", f"The locked rule chose {axis}={found.chosen}." if found.chosen is not None
                     else "No value satisfies the locked rule.")]
-    failed = [f"{c['config']} ({'; '.join(f['condition'] + ' ' + f['shown'] for f in c['failed'])})"
-              for c in verdict["checks"] if c["failed"]]
-    missing = [c["config"] for c in verdict["checks"] if c["missing"] and not c["failed"]]
+    failed = [f"{c.config} ({'; '.join(f.condition + ' ' + f.shown for f in c.failed)})" for c in verdict.checks if c.failed]
+    missing = [c.config for c in verdict.checks if c.missing and not c.failed]
     passed = ", ".join(found.passed) if found.passed else "none"
     out.append(Sentence("passed", f"Passing every condition of the rule: {passed}"
                         + (f"; failing: {', '.join(failed)}" if failed else "")

@@ -1,7 +1,7 @@
 """The sweep's results as records (the convention of tatu/records.py): a configuration's change
 over seeds (ConfigStat, relative), a paired difference between two configurations (PairedDiff, on
 the log scale the crossed model estimates), a member's result (MemberResult), a configuration's
-(ConfigResult), and report.json's one writer and one reader.
+(ConfigResult), the rule's verdict (SweepVerdict, RuleCheck), and report.json's one writer and one reader.
 
 In memory a report is the dict sweep/analysis.py builds with these records in it; on disk it is
 report.json, whose keys and values are what tatu wrote before the records existed (so every
@@ -285,11 +285,90 @@ def _categories_json(by_set: dict[str, Stats] | None) -> dict | None:
     return None if by_set is None else {s: _stats_json(per) for s, per in by_set.items()}
 
 
+@dataclass(frozen=True)
+class FailedCondition:
+    """A condition of the rule a configuration failed: its text, the value measured, the threshold
+    it was held to (from the configuration's effective config) and the value as the verdict shows it."""
+
+    condition: str
+    measured: float
+    threshold: float
+    shown: str
+
+    def to_json(self) -> dict:
+        return {"condition": self.condition, "measured": self.measured, "threshold": self.threshold, "shown": self.shown}
+
+    @classmethod
+    def from_json(cls, payload: dict) -> FailedCondition:
+        return cls(payload["condition"], payload["measured"], payload["threshold"], payload["shown"])
+
+
+@dataclass(frozen=True)
+class RuleCheck:
+    """One configuration held to the rule (sweep/analysis.py decide): its value of the rule's axis,
+    the label the verdict names it by, the conditions it failed and the metrics it had no value for."""
+
+    config: str
+    value: str
+    label: str
+    failed: tuple[FailedCondition, ...]
+    missing: tuple[str, ...]
+    interpolated: bool
+
+    @property
+    def passes(self) -> bool:
+        return not self.failed and not self.missing
+
+    def to_json(self) -> dict:
+        return {"config": self.config, "value": self.value, "label": self.label,
+                "failed": [f.to_json() for f in self.failed], "missing": list(self.missing),
+                "interpolated": self.interpolated}
+
+    @classmethod
+    def from_json(cls, payload: dict) -> RuleCheck:
+        return cls(payload["config"], payload["value"], payload["label"],
+                   tuple(FailedCondition.from_json(f) for f in payload["failed"]), tuple(payload["missing"]),
+                   payload["interpolated"])
+
+
+@dataclass(frozen=True)
+class SweepVerdict:
+    """The locked rule over the comparison stage: the value it chose (None: none satisfies it), the
+    verdict line, every configuration's check in the order judged, what more seeds or lines could
+    settle (`would_change`), where it judged (`at`: "end" or "common", at `at_step`) and whether
+    every member had finished (`complete`: else the verdict is provisional)."""
+
+    rule: str
+    axis: str
+    at: str
+    at_step: int | None
+    chosen: str | None
+    line: str
+    checks: tuple[RuleCheck, ...]
+    would_change: tuple[str, ...]
+    complete: bool = False
+    looks: tuple[str, ...] = ()  # a sequential design's looks, a line each (sweep/sequential/check.py)
+
+    def to_json(self) -> dict:
+        out = {"rule": self.rule, "axis": self.axis, "at": self.at, "at_step": self.at_step, "chosen": self.chosen,
+               "line": self.line, "checks": [c.to_json() for c in self.checks],
+               "would_change": list(self.would_change), "complete": self.complete}
+        if self.looks:  # a fixed design's report has no such key
+            out["looks"] = list(self.looks)
+        return out
+
+    @classmethod
+    def from_json(cls, payload: dict) -> SweepVerdict:
+        return cls(payload["rule"], payload["axis"], payload["at"], payload["at_step"], payload["chosen"],
+                   payload["line"], tuple(RuleCheck.from_json(c) for c in payload["checks"]),
+                   tuple(payload["would_change"]), payload["complete"], tuple(payload.get("looks", ())))
+
+
 # --- report.json: the one writer and the one reader ------------------------------------------------
 
 def _jsonable(value):
     """The report with its records as the JSON they write (dicts, lists and scalars as they are)."""
-    if isinstance(value, (ConfigStat, PairedDiff, ConfigResult, MemberResult)):
+    if isinstance(value, (ConfigStat, PairedDiff, ConfigResult, MemberResult, SweepVerdict)):
         return value.to_json()
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}
@@ -328,6 +407,8 @@ def report_from_json(payload: dict, what: str = REPORT_FILE) -> dict:
     report = {k: v for k, v in payload.items() if k != FORMAT_KEY}
     if report.get("tune"):
         report["tune"] = {**report["tune"], "configs": [ConfigResult.from_json(c) for c in report["tune"]["configs"]]}
+    if report.get("verdict"):
+        report["verdict"] = SweepVerdict.from_json(report["verdict"])
     if report.get("compare"):
         compare = report["compare"]
         report["compare"] = {**compare, "configs": [ConfigResult.from_json(c) for c in compare["configs"]]}

@@ -145,19 +145,19 @@ def configs_legend(named: list | None, configs: list[ConfigResult]) -> list[str]
 def verdict_lines(data: dict) -> list[str]:
     """The verdict line, the failed checks, what would change it (the text's last block, the page's verdict)."""
     verdict = data["verdict"]
-    judged = (f" (judged at step {verdict.get('at_step')}, the common step)" if verdict.get("at") == "common"
+    judged = (f" (judged at step {verdict.at_step}, the common step)" if verdict.at == "common"
               else " (judged at the end)")
     lines = [("VERDICT (locked rule): " if data["compare"]["complete"] else "PROVISIONAL (members still running): ")
-             + verdict["line"] + judged]
-    for check in verdict["checks"]:
-        if check["failed"]:
-            lines.append(f"  {verdict['axis']}={check.get('label', check['value'])} fails "
-                         + "; ".join(f"{f['condition']} ({f['shown']})" for f in check["failed"]))
-        if check["missing"]:  # never a silent pass: what it lacks, and why for an interpolated configuration
-            why = " (interpolated: no daemon run, so no evals during training)" if check.get("interpolated") else ""
-            lines.append(f"  {verdict['axis']}={check.get('label', check['value'])} is not judged: no value for "
-                         f"{', '.join(check['missing'])}{why}")
-    return lines + [f"  what would change it: {note}" for note in verdict["would_change"]]
+             + verdict.line + judged]
+    for check in verdict.checks:
+        if check.failed:
+            lines.append(f"  {verdict.axis}={check.label} fails "
+                         + "; ".join(f"{f.condition} ({f.shown})" for f in check.failed))
+        if check.missing:  # never a silent pass: what it lacks, and why for an interpolated configuration
+            why = " (interpolated: no daemon run, so no evals during training)" if check.interpolated else ""
+            lines.append(f"  {verdict.axis}={check.label} is not judged: no value for {', '.join(check.missing)}{why}")
+    return lines + [f"  what would change it: {note}" for note in verdict.would_change] + [
+        f"  {line}" for line in verdict.looks]  # a sequential design's looks (sweep/sequential/check.py)
 
 
 TUNE_PENDING = "(the tune stage has not finished: the comparison stage has not started)"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tatu.ops.report.page import build_report
 from tatu.records import RelativeChange
-from tatu.sweep.records import ConfigResult, ConfigStat, MemberResult
+from tatu.sweep.records import ConfigResult, ConfigStat, FailedCondition, MemberResult, RuleCheck, SweepVerdict
 
 
 def change_point(value, p=0.04):
@@ -111,9 +111,8 @@ def sweep_data() -> dict:
     return {"name": "dose", "question": "Does replay hold the ruler?", "rule": LONG_RULE, "plan_hash": "a" * 16,
             "plan_portable_hash": "b" * 16, "tune": None,
             "compare": {"configs": [sweep_config("replay-n0", "0"), sweep_config("replay-n6", "6")], "complete": True},
-            "verdict": {"line": verdict_line, "axis": "REPLAY_N", "at": "end", "would_change": [], "chosen": "6",
-                        "checks": [{"config": "replay-n0", "value": "0", "missing": [],
-                                    "failed": [{"condition": "drift_hi < MIX_FORGET_LIMIT", "shown": "+17.7%"}]}]}}
+            "verdict": SweepVerdict(LONG_RULE, "REPLAY_N", "end", None, "6", verdict_line, (RuleCheck(
+                "replay-n0", "0", "0", (FailedCondition("drift_hi < MIX_FORGET_LIMIT", 0.177, 0.1, "+17.7%"),), (), False),), ())}
 
 
 # --- a sweep's six member runs (2 configurations x 3 seeds), as `make demo` hands them to `tatu report`

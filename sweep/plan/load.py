@@ -287,8 +287,11 @@ def load_plan(path: str | Path, text: str | None = None) -> Plan:
                 mde=None if doc.decision.mde is None else _mde(doc.decision.mde, path))
     if doc.tune is not None:
         _add_tune(plan, doc.tune, path, known)
-    plan.design = read_design(doc.design, path, plan.seeds)
+    plan.design = read_design(doc.design, path, plan.seeds, rule)
     plan.interpolate = read_interpolate(doc.interpolate, path, [key for key, _ in plan.configurations()])
+    if plan.design and plan.interpolate:  # its configurations follow their parent's seeds: nothing of theirs to look at
+        raise plan_error(path, "[design] sequential", "not with [interpolate] (an interpolated configuration has no "
+                                                      "seeds of its own to look at): use a fixed design")
     # Every member's config is checked now: a bad one is refused before anything runs.
     out = Path("/nonexistent-sweep-out")
     plan.tune_members(out)

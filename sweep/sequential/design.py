@@ -7,13 +7,16 @@
 
 pre-registered: in the plan's hash and lock only when the plan has it (a plan without it hashes as
 before), so an edit after the lock is a changed plan (78). The plan's `seeds` are the order seeds
-run in, so they must list at least max_seeds. Every problem is 78 naming the file and the key."""
+run in, so they must list at least max_seeds, and the rule must have a criterion a look decides
+(METRIC_hi < VALUE), judged at the end. Every problem is 78 naming the file and the key."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from tatu.evals.seeds.sequential import DEFAULT_MIN_SEEDS, Design
-from tatu.sweep.rule import plan_error
+from tatu.sweep.rule import Rule, plan_error
+from tatu.sweep.sequential.end_criteria import END_METRICS
+from tatu.sweep.sequential.looks import criterion_set
 
 KEYS = ("max_seeds", "min_seeds", "sequential")
 EXAMPLE = '[design] sequential = "obf", max_seeds = 6'
@@ -28,7 +31,22 @@ def _count(section: dict, key: str, path: Path, default: int | None) -> int:
     return value
 
 
-def read_design(section: dict | None, path: Path, seeds: list[int]) -> Design | None:
+def rule_problem(rule: Rule) -> str | None:
+    """Why the locked rule cannot be looked at as seeds finish (None if it can)."""
+    if rule.at == "common":
+        return ("the rule is judged at the common step, a look judges each member's end: a sequential rule is judged "
+                "at the end")
+    if not any(criterion_set(c) for c in rule.conditions):
+        return (f"the rule ({rule.text}) has no criterion a look can decide: one METRIC_hi < VALUE at least "
+                "(e.g. drift_hi < MIX_FORGET_LIMIT)")
+    other = [c.metric for c in rule.conditions if criterion_set(c) is None and c.metric not in END_METRICS]
+    if other:
+        return (f"{other[0]}: a look decides METRIC_hi < VALUE, and {', '.join(END_METRICS)} are judged when the "
+                "looks pass; a point estimate or a lower bound has no sequential test here")
+    return None
+
+
+def read_design(section: dict | None, path: Path, seeds: list[int], rule: Rule | None = None) -> Design | None:
     if section is None:
         return None
     unknown = sorted(set(section) - set(KEYS))
@@ -42,6 +60,9 @@ def read_design(section: dict | None, path: Path, seeds: list[int]) -> Design | 
     if problem:
         key = problem.split(" ", 1)[0]
         raise plan_error(path, f"[design] {key if key in KEYS else 'sequential'}", problem)
+    problem = rule and rule_problem(rule)
+    if problem:
+        raise plan_error(path, "[design] sequential", problem)
     if len(seeds) < design.max_seeds:
         raise plan_error(path, "seeds", f"{len(seeds)} seeds for max_seeds = {design.max_seeds}: list the seeds in the "
                                         "order they run, at least max_seeds of them")

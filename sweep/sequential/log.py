@@ -46,15 +46,26 @@ class LoggedLook:
 
 
 def append(sweep_dir: Path, entry: LoggedLook) -> None:
-    """One line, written whole and fsynced before the caller schedules anything from it."""
+    """One line, written whole and fsynced before the caller schedules anything from it. A torn
+    last line (a kill mid-write: never acted on, read() drops it) is cut off first, or the new line
+    would be glued to it."""
     path = Path(sweep_dir) / FILE
     line = (json.dumps(entry.to_json(), sort_keys=True) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        _cut_torn_tail(fd)
         os.write(fd, line)
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _cut_torn_tail(fd: int) -> None:
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    text = os.pread(fd, size, 0)
+    os.ftruncate(fd, text.rfind(b"\n") + 1)
 
 
 def read(sweep_dir: Path) -> list[LoggedLook]:
@@ -81,15 +92,34 @@ def _same(a, b) -> bool:
     return a == b
 
 
+def look_key(entry: LoggedLook) -> tuple[str, str, int]:
+    """What identifies a look: its configuration, its criterion and its number of seeds."""
+    return entry.config, entry.criterion, entry.look.n_seeds
+
+
+def _compare(path: Path, number: int, got: LoggedLook, want: LoggedLook) -> None:
+    keys = [k for k in ("config", "criterion", "members", "steps") if getattr(got, k) != getattr(want, k)]
+    keys += [k for k in Look.__dataclass_fields__ if not _same(getattr(got.look, k), getattr(want.look, k))]
+    if keys:
+        shown = ", ".join(f"{k} {getattr(got.look, k, getattr(got, k, None))!r} (recomputed "
+                          f"{getattr(want.look, k, getattr(want, k, None))!r})" for k in keys[:3])
+        raise SweepError(BAD_DATA, f"{path}:{number}: {got.config} {got.criterion} at {got.look.n_seeds} seeds "
+                                   f"disagrees with the run dirs: {shown}")
+
+
 def check_agrees(path: Path, logged: list[LoggedLook], recomputed: list[LoggedLook]) -> None:
     """65 naming the first look where the log and the recomputation from the files differ."""
     if len(logged) != len(recomputed):
         raise SweepError(BAD_DATA, f"{path}: {len(logged)} looks logged, {len(recomputed)} recomputed from the run dirs")
     for number, (got, want) in enumerate(zip(logged, recomputed), 1):
-        keys = [k for k in ("config", "criterion", "members", "steps") if getattr(got, k) != getattr(want, k)]
-        keys += [k for k in Look.__dataclass_fields__ if not _same(getattr(got.look, k), getattr(want.look, k))]
-        if keys:
-            shown = ", ".join(f"{k} {getattr(got.look, k, getattr(got, k, None))!r} (recomputed "
-                              f"{getattr(want.look, k, getattr(want, k, None))!r})" for k in keys[:3])
-            raise SweepError(BAD_DATA, f"{path}:{number}: {got.config} {got.criterion} at {got.look.n_seeds} seeds "
-                                       f"disagrees with the run dirs: {shown}")
+        _compare(path, number, got, want)
+
+
+def check_logged(path: Path, logged: list[LoggedLook], recomputed: list[LoggedLook]) -> None:
+    """Every look of the whole log (`logged`, read(): line n is logged[n - 1]) that `recomputed` also
+    holds must agree with it: 65 naming the file's line of the first that does not."""
+    by_key = {look_key(entry): entry for entry in recomputed}
+    for number, entry in enumerate(logged, 1):
+        want = by_key.get(look_key(entry))
+        if want is not None:
+            _compare(path, number, entry, want)

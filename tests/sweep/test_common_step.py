@@ -71,8 +71,8 @@ def test_every_comparison_is_also_made_at_the_common_step_and_the_rule_judges_th
     paired = configs["mix-steps-limit6"].paired_common["drift"]
     diffs = [naive["mix-steps-limit6", s] - naive["mix-steps-limit4", s] for s in (1, 2)]
     assert_paired_p_agrees_with_ci(paired, diffs)
-    assert data["verdict"]["at"] == "common" and data["verdict"]["at_step"] == 4
-    assert data["verdict"]["chosen"] == "4"
+    assert data["verdict"].at == "common" and data["verdict"].at_step == 4
+    assert data["verdict"].chosen == "4"
     text = closing_text(data)
     assert "at step 4, the last eval step every member reached" in text
     assert "(judged at step 4, the common step)" in text

@@ -7,6 +7,7 @@ from run_records import config_result
 
 from tatu.records import LogRatio, RelativeChange
 from tatu.sweep.conclusions import conclusions, disagreements
+from tatu.sweep.records import FailedCondition, RuleCheck, SweepVerdict
 
 
 def _report(chosen, n0_drift, n2_drift, paired=(-0.09, -0.10, -0.08), failed_n0=False):
@@ -16,9 +17,10 @@ def _report(chosen, n0_drift, n2_drift, paired=(-0.09, -0.10, -0.08), failed_n0=
     configs = [config_result("replay-n0", {}, (), {"drift": stats(n0_drift), "sftHeld": stats((-0.1, -0.12, -0.08))}),
                config_result("replay-n2", {}, (), {"drift": stats(n2_drift), "sftHeld": stats((-0.1, -0.12, -0.08))},
                              paired={"drift": SimpleNamespace(change=LogRatio(*paired))})]
-    checks = [{"config": "replay-n0", "failed": [{"condition": "x"}] if failed_n0 else [], "missing": []},
-              {"config": "replay-n2", "failed": [], "missing": []}]
-    return {"verdict": {"chosen": chosen, "checks": checks}, "compare": {"configs": configs}}
+    failed = (FailedCondition("drift_hi < 10%", 0.2, 0.1, "+20.0%"),) if failed_n0 else ()
+    checks = (RuleCheck("replay-n0", "0", "0", failed, (), False), RuleCheck("replay-n2", "2", "2", (), (), False))
+    return {"verdict": SweepVerdict("rule", "REPLAY_N", "end", None, chosen, "line", checks, ()),
+            "compare": {"configs": configs}}
 
 
 def test_the_same_conclusions_from_other_numbers_agree():

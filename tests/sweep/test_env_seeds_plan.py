@@ -209,5 +209,5 @@ def _one_config(metrics: dict, seeds: int = 3) -> tuple[dict, list[ConfigResult]
 ])
 def test_one_configurations_verdict_says_holds_or_forgets_across_its_seeds(metrics, line):
     verdict = decide(*_one_config(metrics))
-    assert verdict["line"].startswith(line)
-    assert verdict["chosen"] == ("r5" if "holds" in line else None)
+    assert verdict.line.startswith(line)
+    assert verdict.chosen == ("r5" if "holds" in line else None)

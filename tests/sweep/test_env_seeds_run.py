@@ -80,13 +80,13 @@ def test_the_rule_is_the_runs_criteria_and_the_verdict_is_the_hand_written_plans
     config = ours["compare"]["configs"][0]
     assert config.effective["MIX_FORGET_LIMIT"] == 0.3
     verdict, expected = ours["verdict"], theirs["verdict"]
-    assert verdict["complete"] and verdict["line"] == expected["line"] and verdict["chosen"] == expected["chosen"]
-    assert verdict["checks"] == expected["checks"] and verdict["would_change"] == expected["would_change"]
+    assert verdict.complete and verdict.line == expected.line and verdict.chosen == expected.chosen
+    assert verdict.checks == expected.checks and verdict.would_change == expected.would_change
     # the line says what the one configuration did across its seeds, by the rule's conditions
     metrics = config.metrics
     holds = metrics["drift_hi"] < 0.3 and metrics["every_eval_drift_hi"] < 0.3 and metrics["sftHeld_change_hi"] < 0
     outcome = "holds" if holds else ("forgets" if max(metrics["drift_hi"], metrics["every_eval_drift_hi"]) >= 0.3 else "does not hold")
-    assert verdict["line"].startswith(f"r5 {outcome} across 2 seeds")
+    assert verdict.line.startswith(f"r5 {outcome} across 2 seeds")
     # the generated plan is an ordinary plan file: its hash, and the report, as for any other
     shown = _tatu(root, "plan", str(generated / "plan.toml"))
     assert f"plan hash {lock['plan_portable_hash']}" in shown.stdout, shown.stdout + shown.stderr

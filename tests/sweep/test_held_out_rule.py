@@ -68,5 +68,5 @@ def test_member_scores_statistics_and_the_verdict_follow_the_named_set(tiny_trun
     configs = [config_result("REPLAY_N=0", {"REPLAY_N": "0"}, results, stats, metrics=metrics),
                config_result("REPLAY_N=2", {"REPLAY_N": "2"}, results, stats, metrics=flat)]
     verdict = analysis.decide({"rule": RULE, "axes": AXES, "plan_file": "plan.toml"}, configs)
-    assert verdict["chosen"] == "2"
-    assert verdict["checks"][0]["failed"][0]["condition"].startswith("ptNews_change_hi")
+    assert verdict.chosen == "2"
+    assert verdict.checks[0].failed[0].condition.startswith("ptNews_change_hi")

@@ -141,8 +141,8 @@ def test_every_held_out_set_and_category_matches_the_naive_means_at_the_end_and_
 def test_a_rule_naming_a_held_out_set_judges_it_at_the_common_step_and_at_the_end(report):
     data, naive, _ = report
     verdict = data["verdict"]
-    assert verdict["at"] == "common" and verdict["at_step"] == 4 and str(verdict["chosen"]) == "4"
-    assert all(not c["missing"] for c in verdict["checks"])
+    assert verdict.at == "common" and verdict.at_step == 4 and str(verdict.chosen) == "4"
+    assert all(not c.missing for c in verdict.checks)
     configs = data["compare"]["configs"]
     lock = {"axes": AXES, "plan_file": "plan.toml"}
     for where, suffix in (("common", " at the common step"), ("end", "")):
@@ -157,9 +157,9 @@ def test_a_rule_naming_a_held_out_set_judges_it_at_the_common_step_and_at_the_en
         between = (low + high) / 2
         best = min(value, key=value.get)  # the one configuration under the midpoint
         chosen = decide({**lock, "rule": f"smallest MIX_STEPS_LIMIT such that ptNews_change < {between!r}{suffix}"}, configs)
-        assert str(chosen["chosen"]) == best.removeprefix("mix-steps-limit") and chosen["at"] == where
-        failed = [c for c in chosen["checks"] if c["failed"]]
-        assert failed and failed[0]["failed"][0]["measured"] == pytest.approx(high, abs=1e-9)
+        assert str(chosen.chosen) == best.removeprefix("mix-steps-limit") and chosen.at == where
+        failed = [c for c in chosen.checks if c.failed]
+        assert failed and failed[0].failed[0].measured == pytest.approx(high, abs=1e-9)
 
 
 def test_the_report_shows_the_held_out_sets_and_categories_in_text_and_page(sweep, tmp_path):

@@ -147,11 +147,10 @@ def _judged(sweep_dir: Path, lock: dict, rule: str) -> tuple[dict, dict, list[st
     from tatu.sweep.analysis import add_paired, stage_table
 
     lock = {**lock, "rule": rule}
-    configs = stage_table(lock, members(lock, "compare"), sweep_dir, "compare")
-    add_paired(lock, configs)
+    configs = add_paired(lock, stage_table(lock, members(lock, "compare"), sweep_dir, "compare"))
     verdict = decide(lock, configs)
     report = {"verdict": verdict, "compare": {"complete": True}}
-    return verdict, next(c for c in verdict["checks"] if c["config"] == KEY), verdict_lines(report)
+    return verdict, next(c for c in verdict.checks if c.config == KEY), verdict_lines(report)
 
 
 def test_the_rule_judges_it_on_what_it_has_and_says_what_it_lacks(sweep):
@@ -159,20 +158,20 @@ def test_the_rule_judges_it_on_what_it_has_and_says_what_it_lacks(sweep):
     wise = {c.key: c for c in analyze(sweep)["compare"]["configs"]}[KEY]
     # judged last, after the named configurations, on its own end metrics
     verdict, check, _ = _judged(sweep, lock, "first config such that drift_hi < -100%")
-    assert [c["config"] for c in verdict["checks"]] == ["full-replay2", "full", KEY, KEY_QUARTER]
-    assert check["failed"][0]["measured"] == wise.metrics["drift_hi"] and verdict["chosen"] is None
+    assert [c.config for c in verdict.checks] == ["full-replay2", "full", KEY, KEY_QUARTER]
+    assert check.failed[0].measured == wise.metrics["drift_hi"] and verdict.chosen is None
     verdict, check, _ = _judged(sweep, lock, "first config such that drift_hi < 1000%")
-    assert verdict["chosen"] == "full-replay2" and not check["failed"] and not check["missing"]
+    assert verdict.chosen == "full-replay2" and not check.failed and not check.missing
     # a rule naming every_eval_drift: it has none, so it is not judged, and the verdict says why
     verdict, check, lines = _judged(sweep, lock, "first config such that every_eval_drift_hi < 1000% and drift_hi < 1000%")
-    assert check["missing"] == ["every_eval_drift_hi"] and verdict["chosen"] == "full-replay2"
+    assert check.missing == ("every_eval_drift_hi",) and verdict.chosen == "full-replay2"
     assert (f"  config={KEY} is not judged: no value for every_eval_drift_hi (interpolated: no daemon run, "
             "so no evals during training)") in lines
     verdict, check, lines = _judged(sweep, lock, "first config such that every_eval_drift_hi < -100% and drift_hi < 1000%")
-    assert verdict["chosen"] is None and check["missing"] == ["every_eval_drift_hi"]  # never a silent pass
+    assert verdict.chosen is None and check.missing == ("every_eval_drift_hi",)  # never a silent pass
     # at the common step it has no lines: every condition is missing
     _, check, _ = _judged(sweep, lock, "first config such that drift_hi < 1000% at the common step")
-    assert check["missing"] == ["drift_hi"]
+    assert check.missing == ("drift_hi",)
 
 
 def test_an_aborted_parent_is_interpolated_from_its_state(sweep, tmp_path):

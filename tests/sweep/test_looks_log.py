@@ -39,6 +39,12 @@ def test_a_torn_last_line_is_dropped(tmp_path):
     with open(tmp_path / log.FILE, "a") as f:
         f.write('{"version": 1, "config": "replay')  # killed mid-write: never acted on
     assert log.read(tmp_path) == looks
+    # the coordinator started again logs its look anew: the torn tail is cut, not glued to
+    log.append(tmp_path, looks[0])
+    assert log.read(tmp_path) == looks + [looks[0]]
+    (tmp_path / log.FILE).write_text('{"version": 1, "con')  # torn before any newline: nothing was logged
+    log.append(tmp_path, looks[1])
+    assert log.read(tmp_path) == [looks[1]]
 
 
 def test_a_corrupted_decision_is_refused(tmp_path):

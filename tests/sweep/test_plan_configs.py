@@ -186,12 +186,12 @@ def test_first_config_judges_in_the_plans_order(tmp_path):
     configs = [_config("full", 0.30, -0.5), _config("full-replay2", 0.05, -0.4), _config("top1", 0.02, 0.01),
                _config("lora-r4", 0.15, -0.3)]
     verdict = decide(lock, configs)
-    assert [c["config"] for c in verdict["checks"]] == ["lora-r4", "top1", "full-replay2", "full"]
-    assert verdict["chosen"] == "full-replay2"
-    assert verdict["line"].startswith("config=full-replay2: the first config such that drift_hi < MIX_FORGET_LIMIT")
-    assert [f["condition"] for f in verdict["checks"][1]["failed"]] == ["sftHeld_change_hi < 0"]
+    assert [c.config for c in verdict.checks] == ["lora-r4", "top1", "full-replay2", "full"]
+    assert verdict.chosen == "full-replay2"
+    assert verdict.line.startswith("config=full-replay2: the first config such that drift_hi < MIX_FORGET_LIMIT")
+    assert [f.condition for f in verdict.checks[1].failed] == ["sftHeld_change_hi < 0"]
     configs[3] = _config("lora-r4", 0.08, -0.3)
-    assert decide(lock, configs)["chosen"] == "lora-r4"
+    assert decide(lock, configs).chosen == "lora-r4"
 
 
 def test_a_verdict_over_configurations_crossed_with_an_axis_names_the_member_key(tmp_path):
@@ -204,11 +204,11 @@ def test_a_verdict_over_configurations_crossed_with_an_axis_names_the_member_key
         config = _config(key, drift_hi, change_hi)
         configs.append(dataclasses.replace(config, values={"config": key.split("-")[0], "SFT_GE": key[-1]}))
     verdict = decide(lock, configs)
-    assert verdict["line"].startswith("config=lora (lora-sft-ge4): the first config such that")
-    assert [c["label"] for c in verdict["checks"]] == ["lora (lora-sft-ge2)", "lora (lora-sft-ge4)",
+    assert verdict.line.startswith("config=lora (lora-sft-ge4): the first config such that")
+    assert [c.label for c in verdict.checks] == ["lora (lora-sft-ge2)", "lora (lora-sft-ge4)",
                                                      "full (full-sft-ge2)", "full (full-sft-ge4)"]
     # unshared values keep the plain value, as every shipped plan's verdict shows
-    assert decide({**lock, "axes": {}}, configs[1:2] + configs[0:1])["checks"][0]["label"] == "lora"
+    assert decide({**lock, "axes": {}}, configs[1:2] + configs[0:1]).checks[0].label == "lora"
 
 
 FORGETTING_4 = {"lora-r8": {"TATU_TRAIN": "lora", "TATU_LORA_RANK": "8"}, "top1": {"TATU_TRAIN": "top:1"},

@@ -122,12 +122,12 @@ def test_the_rule_orders_interpolated_configurations_after_their_parents(tmp_pat
                _config("replay-n0", {"REPLAY_N": "0"}, 0.30)]
     verdict = decide(axis, configs)
     # an axis rule: its parent's value, judged right after the parent's own configuration
-    assert [c["config"] for c in verdict["checks"]] == ["replay-n0", "replay-n0-a0.5", "replay-n2"]
-    assert verdict["line"].startswith("REPLAY_N=0 (replay-n0-a0.5): the smallest REPLAY_N such that")
+    assert [c.config for c in verdict.checks] == ["replay-n0", "replay-n0-a0.5", "replay-n2"]
+    assert verdict.line.startswith("REPLAY_N=0 (replay-n0-a0.5): the smallest REPLAY_N such that")
     named = {"rule": "first config such that drift_hi < MIX_FORGET_LIMIT", "axes": {}, "plan_file": str(tmp_path / "p.toml"),
              "configs": [["lora", {}], ["full", {}]], "interpolate": {"config": "full", "alphas": [0.5, 0.25]}}
     configs = [_config(k, {"config": k}, d) for k, d in (("full-a0.25", 0.01), ("full-a0.5", 0.01), ("full", 0.05), ("lora", 0.3))]
     verdict = decide(named, configs)
     # `first config`: every named configuration first, then the interpolated ones in the order of alphas
-    assert [c["config"] for c in verdict["checks"]] == ["lora", "full", "full-a0.5", "full-a0.25"]
-    assert verdict["chosen"] == "full"
+    assert [c.config for c in verdict.checks] == ["lora", "full", "full-a0.5", "full-a0.25"]
+    assert verdict.chosen == "full"

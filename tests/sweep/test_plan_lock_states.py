@@ -227,25 +227,25 @@ def test_the_locked_rule_picks_the_smallest_passing_value(tmp_path):
     configs = [_config("replay-n6", "6", 0.01, 0.03, -0.5), _config("replay-n0", "0", 0.40, 0.45, -0.6),
                _config("replay-n2", "2", 0.07, 0.12, -0.55)]
     verdict = decide(lock, configs)
-    assert verdict["chosen"] == "6" and verdict["line"].startswith("REPLAY_N=6: the smallest REPLAY_N such that")
-    assert [c["value"] for c in verdict["checks"]] == ["0", "2", "6"]  # numeric order, not the given one
-    assert verdict["checks"][1]["failed"][0]["condition"] == "drift_hi < MIX_FORGET_LIMIT"
+    assert verdict.chosen == "6" and verdict.line.startswith("REPLAY_N=6: the smallest REPLAY_N such that")
+    assert [c.value for c in verdict.checks] == ["0", "2", "6"]  # numeric order, not the given one
+    assert verdict.checks[1].failed[0].condition == "drift_hi < MIX_FORGET_LIMIT"
     # REPLAY_N=2 fails only by its CI bound: more seeds could settle it, and the report says so.
     # log1p(10%) - log1p(7%) = 0.0277; t_{n-1} * 0.02 / sqrt(n) drops under it at n = 5: 2 more than 3.
     assert any(note.startswith("REPLAY_N=2: its drift point estimate +7.0% passes; about 2 more seeds")
-               for note in verdict["would_change"]), verdict["would_change"]
+               for note in verdict.would_change), verdict.would_change
     # When the shared lines alone hold the CI wider than the margin, no number of seeds narrows it.
     configs[2].stats["drift"] = dataclasses.replace(
         configs[2].stats["drift"], parts=CrossedParts(seed=0.02 ** 2, interaction=0.0, lines=0.015 ** 2, n_lines=166))
     assert any(note.startswith("REPLAY_N=2: its drift point estimate +7.0% passes; no number of seeds would narrow "
                                "drift_hi enough to pass with these 166 lines (more lines would)")
-               for note in decide(lock, configs)["would_change"])
+               for note in decide(lock, configs).would_change)
     # A tighter CI on 2 flips the verdict to 2; nothing passing -> said plainly.
     configs[2] = _config("replay-n2", "2", 0.07, 0.09, -0.55)
-    assert decide(lock, configs)["chosen"] == "2"
+    assert decide(lock, configs).chosen == "2"
     lock["rule"] = "smallest REPLAY_N such that drift_hi < 1%"
     verdict = decide(lock, configs)
-    assert verdict["chosen"] is None and verdict["line"].startswith("no REPLAY_N satisfies")
+    assert verdict.chosen is None and verdict.line.startswith("no REPLAY_N satisfies")
 
 
 def test_the_example_plans_parse(tmp_path):
@@ -394,8 +394,8 @@ def test_an_unresolved_neighbour_says_how_many_seeds_would_resolve_it(tmp_path):
     two, four = _config("replay-n2", "2", 0.12, 0.15, -0.5), _config("replay-n4", "4", 0.05, 0.08, -0.5)
     two, four = dataclasses.replace(two, results=results(0.012)), dataclasses.replace(four, results=results(0.010))
     verdict = decide(lock, [two, four])
-    assert verdict["chosen"] == "4"
-    note = next(n for n in verdict["would_change"] if n.startswith("REPLAY_N=2 vs 4: drift difference not resolved"))
+    assert verdict.chosen == "4"
+    note = next(n for n in verdict.would_change if n.startswith("REPLAY_N=2 vs 4: drift difference not resolved"))
     # Per seed: log ppl_end(4) - log ppl_end(2) (same baseline, one token a line: means of NLL).
     diffs = [np.mean(r4.lines["end"]["enRuler"]["nll_sum"]) - np.mean(r2.lines["end"]["enRuler"]["nll_sum"])
              for r2, r4 in zip(two.results, four.results)]
@@ -443,8 +443,8 @@ def test_a_rule_names_the_comparison_it_judges_end_by_default(tmp_path):
     far, near = _config("replay-n0", "0", 0.40, 0.45, -0.6), _config("replay-n2", "2", 0.30, 0.35, -0.6)
     far, near = dataclasses.replace(far, metrics_common={"drift_hi": 0.05}), dataclasses.replace(near, metrics_common=None)
     verdict = decide(lock, [near, far])
-    assert verdict["chosen"] == "0" and verdict["at"] == "common"
-    assert verdict["checks"][1]["missing"] == ["drift_hi"]
+    assert verdict.chosen == "0" and verdict.at == "common"
+    assert verdict.checks[1].missing == ("drift_hi",)
 
 
 def test_two_sets_whose_names_have_the_same_length_get_their_own_resampling(tmp_path):

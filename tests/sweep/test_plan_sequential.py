@@ -20,10 +20,10 @@ RULE = "first config such that drift_hi < MIX_FORGET_LIMIT and sftHeld_change_hi
 DESIGN = '[design]\nsequential = "obf"\nmax_seeds = 4\n'
 
 
-def write_plan(directory: Path, design: str = DESIGN, seeds=(1, 2, 3, 4)) -> Path:
+def write_plan(directory: Path, design: str = DESIGN, seeds=(1, 2, 3, 4), rule: str = RULE) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "seq.toml"
-    path.write_text(plan_text("seq", Path("data"), Path("runs/trunk/final"), configs=CONFIGS, rule=RULE, seeds=seeds)
+    path.write_text(plan_text("seq", Path("data"), Path("runs/trunk/final"), configs=CONFIGS, rule=rule, seeds=seeds)
                     + "\n" + design)
     return path
 
@@ -48,16 +48,33 @@ def test_an_edited_design_after_the_lock_is_a_changed_plan(tmp_path):
     assert err.value.code == BAD_CONFIG and "changed: design" in str(err.value)
 
 
-@pytest.mark.parametrize("design,where,says", [
-    ('[design]\nsequential = "obf"\n', "[design] max_seeds", "missing"),
-    ('[design]\nsequential = "asha"\nmax_seeds = 4\n', "[design] sequential", "unknown design"),
-    ('[design]\nsequential = "obf"\nmax_seeds = 4\nmin_seeds = 2\n', "[design] min_seeds", "3 seeds"),
-    ('[design]\nsequential = "obf"\nmax_seeds = 6\n', "seeds", "at least max_seeds"),
-    ('[design]\nsequential = "obf"\nmax_seeds = 4\nlooks = 2\n', "[design] looks", "unknown key"),
+@pytest.mark.parametrize("design,where,says,rule", [
+    ('[design]\nsequential = "obf"\n', "[design] max_seeds", "missing", RULE),
+    ('[design]\nsequential = "asha"\nmax_seeds = 4\n', "[design] sequential", "unknown design", RULE),
+    ('[design]\nsequential = "obf"\nmax_seeds = 4\nmin_seeds = 2\n', "[design] min_seeds", "3 seeds", RULE),
+    ('[design]\nsequential = "obf"\nmax_seeds = 6\n', "seeds", "at least max_seeds", RULE),
+    ('[design]\nsequential = "obf"\nmax_seeds = 4\nlooks = 2\n', "[design] looks", "unknown key", RULE),
+    (DESIGN, "[design] sequential", "at the common step", RULE + " at the common step"),
+    (DESIGN, "[design] sequential", "no criterion a look can decide", "first config such that every_eval_drift_hi < 5%"),
+    (DESIGN, "[design] sequential", "drift_lo: a look decides METRIC_hi < VALUE",
+     "first config such that drift_hi < 5% and drift_lo < 1%"),
+    (DESIGN + '[interpolate]\nconfig = "full-replay2"\nalphas = [0.5]\n', "[design] sequential", "not with [interpolate]",
+     RULE),
 ])
-def test_refusals_name_the_file_and_the_key(tmp_path, design, where, says):
-    path = write_plan(tmp_path, design=design)
+def test_refusals_name_the_file_and_the_key(tmp_path, design, where, says, rule):
+    path = write_plan(tmp_path, design=design, rule=rule)
     with pytest.raises(SweepError) as err:
         load_plan(path)
     assert err.value.code == BAD_CONFIG
     assert str(err.value).startswith(f"{path}: {where}: ") and says in str(err.value)
+
+
+def test_the_shipped_sequential_example_asks_the_fixed_plans_question():
+    """examples/sweep-forgetting-sequential.toml: examples/sweep-forgetting.toml's base, configurations,
+    baseline and rule (less its interpolated configuration), 6 seeds, looked at from 3."""
+    root = Path(__file__).resolve().parents[2] / "examples"
+    sequential, fixed = load_plan(root / "sweep-forgetting-sequential.toml"), load_plan(root / "sweep-forgetting.toml")
+    assert sequential.design == Design("obf", 3, 6) and sequential.seeds == [1, 2, 3, 4, 5, 6]
+    assert (sequential.base_env, sequential.configs, sequential.baseline, sequential.rule) == (
+        fixed.base_env, fixed.configs, fixed.baseline, fixed.rule)
+    assert fixed.interpolate is not None and sequential.interpolate is None

@@ -12,7 +12,7 @@ from tatu.formats import fmt_ci
 from tatu.records import LogRatio, RelativeChange
 from tatu.sweep.conclusions import conclusions
 from tatu.sweep.prose import paragraph, what_it_says
-from tatu.sweep.records import PairedDiff
+from tatu.sweep.records import PairedDiff, RuleCheck
 
 DIRECTION_WORDS = ("rose", "fell", "lower", "higher", "learned", "forgot", "worse", "better")
 
@@ -20,8 +20,8 @@ DIRECTION_WORDS = ("rose", "fell", "lower", "higher", "learned", "forgot", "wors
 def report() -> dict:
     """sweep_data with a paired comparison (log-ratio differences, as sweep/analysis.py writes them)."""
     data = copy.deepcopy(sweep_data())
-    data["verdict"]["chosen"] = "6"
-    data["verdict"]["checks"].append({"config": "replay-n6", "value": "6", "missing": [], "failed": []})
+    verdict = data["verdict"]
+    data["verdict"] = replace(verdict, chosen="6", checks=verdict.checks + (RuleCheck("replay-n6", "6", "6", (), (), False),))
     data["compare"]["configs"][1] = replace(data["compare"]["configs"][1], paired={
         "drift": paired(0.85, 0.82, 0.88, 0.001), "sftHeld": paired(0.9, 0.75, 1.05, 0.2)})
     return data
@@ -68,7 +68,7 @@ def test_a_number_changed_in_the_report_changes_its_sentence():
     after = _by_state(data)["replay-n6 drift"]
     assert after != before
     assert after == "replay-n6: enRuler drift rose (the ruler's English got worse), +5.2% [+3.1%,+7.3%] over seeds x lines vs step 0."
-    data["verdict"]["chosen"] = None
+    data["verdict"] = replace(data["verdict"], chosen=None)
     assert _by_state(data)["verdict"] == "No value satisfies the locked rule."
 
 

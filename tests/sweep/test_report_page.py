@@ -53,7 +53,7 @@ def test_the_page_has_the_shared_look_every_table_and_a_verdict_that_wraps(tmp_p
     # the answer first, as in the run report: the verdict, then the plots, then the tables
     assert html_text.index('id="verdict"') < html_text.index("<img") < html_text.index("<table")
     # the verdict block of the closing text, whole, in an element that wraps within the page's width
-    assert parsed.verdict == text.split("\n\n")[-1] and data["verdict"]["line"] in parsed.verdict
+    assert parsed.verdict == text.split("\n\n")[-1] and data["verdict"].line in parsed.verdict
     rules = _rules(STYLE)
     assert "white-space:pre-wrap" in rules[".verdict"] and "overflow-wrap:anywhere" in rules[".verdict"]
     assert "max-width:1200px" in rules["body"] and "overflow-x:auto" in rules[".scroll"]

@@ -16,7 +16,7 @@ from run_records import config_result, member_result
 from tatu.sweep.analysis import add_paired
 from tatu.sweep.page import write_page
 from tatu.sweep.power import DEFAULT_MDE, seeds_for_effect
-from tatu.sweep.records import ConfigResult
+from tatu.sweep.records import ConfigResult, SweepVerdict
 from tatu.sweep.rule import parse_rule
 from tatu.sweep.sets import set_stats
 from tatu.sweep.tables import closing_text, power_lines
@@ -110,8 +110,7 @@ def test_the_closing_text_and_the_page_print_the_power_lines(tmp_path):
     seeds_for = seeds_for_effect(_rule(tmp_path), configs, 0.025)
     data = {"name": "dose", "question": "q", "rule": RULE, "plan_hash": "a" * 16, "plan_portable_hash": "b" * 16,
             "tune": None, "seeds_for": seeds_for, "compare": {"configs": configs, "complete": True},
-            "verdict": {"line": "REPLAY_N=2: ...", "axis": "REPLAY_N", "at": "end", "would_change": [], "checks": [],
-                        "chosen": "2"}}
+            "verdict": SweepVerdict(RULE, "REPLAY_N", "end", None, "2", "REPLAY_N=2: ...", (), ())}
     text = closing_text(data)
     print("\n".join(power_lines(data)))  # docs/sweeps.md shows it (pytest -s)
     block = text.split("seeds for MDE 2.5% (80% power: the 95% CI, seeds x lines", 1)[1].split("\n\n", 1)[0].splitlines()[1:]

@@ -1,0 +1,106 @@
+"""`tatu sweep report` on a sequential sweep: every look recomputed from the run dirs (the same
+config_looks_all the scheduler logged them with) and compared with sweeps/<name>/looks.jsonl. A
+logged look the files recompute otherwise, one they do not allow, one logged twice, or (once no
+member runs) one the files allow that was never logged: 65 and one line naming the file, the line
+and the look. A decision nobody can reproduce from the files is not one to report."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+from tatu.evals.seeds.sequential import Design
+from tatu.exitcodes import BAD_DATA
+from tatu.sweep.errors import SweepError
+from tatu.sweep.records import ConfigResult, FailedCondition, SweepVerdict
+from tatu.sweep.sequential import log as looks_log
+from tatu.sweep.sequential.log import LoggedLook, check_logged, look_key
+from tatu.sweep.sequential.schedule import (ConfigSchedule, config_looks_all, grouped_members, locked_rule, schedule,
+                                            sequential_criteria)
+from tatu.sweep.sequential.status import runs_line, status_lines, upper_bound, verdict_clause
+
+
+def _named(entry: LoggedLook) -> str:
+    return f"{entry.config} {entry.criterion} at {entry.look.n_seeds} seeds"
+
+
+def recompute(lock: dict, configs: list[ConfigResult]) -> list[LoggedLook]:
+    """Every look the files allow. `configs`: sweep/analysis.stage_table's comparison stage (its
+    members' results with their per-line scores)."""
+    design = Design.from_json(lock["design"])
+    criteria = sequential_criteria(locked_rule(lock))
+    grouped = grouped_members(lock, design)
+    out: list[LoggedLook] = []
+    for config in configs:
+        members = grouped.get(config.key)
+        if not members or not criteria:  # an interpolated configuration is not scheduled: no looks
+            continue
+        by_name = {r.member: r for r in config.results}
+        looks, _ = config_looks_all(design, config.key, criteria, config.effective,
+                                    [by_name[m.name] for m in members], config.half)
+        out += looks
+    return out
+
+
+def check_looks(lock: dict, sweep_dir: Path, configs: list[ConfigResult]) -> list[LoggedLook]:
+    """The logged looks, once they agree with the files (SweepError 65 otherwise)."""
+    path = Path(sweep_dir) / looks_log.FILE
+    logged = looks_log.read(sweep_dir)
+    recomputed = {look_key(l): l for l in recompute(lock, configs)}
+    seen: dict[tuple, int] = {}
+    for number, entry in enumerate(logged, 1):
+        if look_key(entry) in seen:
+            raise SweepError(BAD_DATA, f"{path}:{number}: {_named(entry)} is logged twice (first at line {seen[look_key(entry)]})")
+        seen[look_key(entry)] = number
+        if look_key(entry) not in recomputed:
+            raise SweepError(BAD_DATA, f"{path}:{number}: {_named(entry)}: logged, but the run dirs allow no such look "
+                                       f"(decision {entry.look.decision!r})")
+    check_logged(path, logged, list(recomputed.values()))
+    running = any(r.state == "running" for c in configs for r in c.results)
+    missing = [l for key, l in recomputed.items() if key not in seen]
+    if missing and not running:
+        raise SweepError(BAD_DATA, f"{path}: {_named(missing[0])} ({missing[0].look.decision}): the run dirs allow it "
+                                   "but it was never logged (`tatu sweep start` logs it, then the report)")
+    return logged
+
+
+def sequential_verdict(lock: dict, sweep_dir: Path, configs: list[ConfigResult], fixed: SweepVerdict) -> SweepVerdict:
+    """The report's verdict from the looks, over `fixed` (sweep/analysis.decide's, the fixed design's
+    rule on the seeds that ran): `chosen` and `line` (the verdict with its guarantee and the runs
+    spent), `checks` (each configuration's failed criteria as its looks and end criteria decided
+    them; not judged: not run, or undecided), `looks` (per configuration its decision and looks:
+    lines), and `complete`: the looks decided the rule and every member the schedule let run has a
+    result (the members it never needed are not missing results)."""
+    run_of = {m.name: m.run for ms in grouped_members(lock, Design.from_json(lock["design"])).values() for m in ms}
+    states = {run_of[r.member]: r.state for c in configs for r in c.results if r.member in run_of}
+    plan = schedule(lock, states, looks_log.read(sweep_dir), None)
+    rule = locked_rule(lock)
+    by_config = {c.config: c for c in plan.configs}
+    checks = tuple(dataclasses.replace(check, **_judged(by_config[check.config])) if check.config in by_config else check
+                   for check in fixed.checks)
+    return dataclasses.replace(
+        fixed, chosen=plan.chosen, line=f"{verdict_clause(plan, rule.text, rule.axis)}; {runs_line(plan, states)}",
+        checks=checks,
+        complete=plan.decided and all(states.get(run) in ("done", "aborted", "diverged") for run in plan.allowed),
+        # the looks themselves, under the verdict (text and page); "more seeds would ..." is not
+        # advice a locked sequential design can take (max_seeds is in the plan's hash)
+        looks=tuple(status_lines(plan, states, rule.text, rule.axis)[:-2]), would_change=())
+
+
+def _judged(config: ConfigSchedule) -> dict:
+    """A check's `failed` and `missing` (sweep/records.py RuleCheck's) from the configuration's looks."""
+    last: dict[str, LoggedLook] = {}
+    for entry in config.looks:
+        last[entry.criterion] = entry
+    failed = [FailedCondition(e.criterion, math.expm1(upper_bound(e.look)), math.expm1(e.look.threshold),
+                              f"{e.look.decision} at {e.look.n_seeds} seeds, CI at the spent level up to "
+                              f"{math.expm1(upper_bound(e.look)) * 100:+.1f}%")
+              for e in last.values() if e.look.decision in ("fail", "futility")]
+    failed += [FailedCondition(f.condition, f.measured, f.threshold, f.shown) for f in config.end_failed]
+    missing = []
+    if config.decision == "diverged":
+        missing = ["its looks (a member of its first seeds diverged)"]
+    elif config.decision in ("waiting", "continue"):
+        missing = ["its looks (not run: the rule was decided before it)" if not config.looks and not config.active
+                   else f"its looks (undecided at {config.seeds_looked} seeds)"]
+    return {"failed": tuple(failed), "missing": tuple(missing)}
