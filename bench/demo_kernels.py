@@ -7,6 +7,10 @@ passed, and the sign of every judged change whose CI excludes zero; and says how
 moved. tests/ops/test_demo_kernels.py is the same check at the tiny scale, in every `make test`.
 
     .venv/bin/python -u bench/demo_kernels.py --reference demo --out /tmp/demo-default-kernels
+
+--env KEY=VALUE (repeatable) replaces those variables: the AVX2 stand-in on a CPU with AVX-512 is
+`--env ATEN_CPU_CAPABILITY=avx2 --env MKL_ENABLE_INSTRUCTIONS=AVX2`. A finished demo already in
+--out (its sweep's report.json) is compared as it is, not run again: say which variables it ran with.
 """
 from __future__ import annotations
 
@@ -31,13 +35,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reference", type=Path, required=True, help="a finished `make demo` directory")
     parser.add_argument("--out", type=Path, required=True, help="where the demo under the other kernels runs")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"the other arithmetic's variables (default {' '.join(f'{k}={v}' for k, v in OTHER_KERNELS.items())})")
     args = parser.parse_args()
+    other = dict(e.split("=", 1) for e in args.env) if args.env else OTHER_KERNELS
     if not (args.out / "sweeps" / SWEEP / "report" / REPORT_FILE).is_file():
-        env = {**os.environ, **OTHER_KERNELS}
+        env = {**os.environ, **other}
         subprocess.run([sys.executable, "-m", "tatu.ops.demo", "--foreground", "--out", str(args.out)], env=env, check=True)
     here, there = report(args.reference), report(args.out)
     a, b = conclusions(here), conclusions(there)
-    print(f"reference: chose {a.chosen}; under {' '.join(f'{k}={v}' for k, v in OTHER_KERNELS.items())}: chose {b.chosen}")
+    print(f"reference: chose {a.chosen}; under {' '.join(f'{k}={v}' for k, v in other.items())}: chose {b.chosen}")
     for name in sorted(a.changes):
         x, y = a.changes[name], b.changes.get(name)
         moved = f"{(y.value - x.value) * 100:+.3f} points" if y else "absent"

@@ -47,8 +47,8 @@ class Scale:
 
 SCALES = {
     "demo": Scale(vocab=2048, model={"TATU_N_LAYER": 4, "TATU_N_HEAD": 4, "TATU_N_EMBD": 128, "TATU_BLOCK_SIZE": 128},
-                  pretrain_steps=1000, pretrain_lr=3e-3, micro_batch=8, seq_len=128, pretrain_micro=4,
-                  sft_steps=48, sft_lr=1e-3, sft_ge=8, replay_n=6, eval_every=8, resamples=2000),
+                  pretrain_steps=500, pretrain_lr=3e-3, micro_batch=8, seq_len=128, pretrain_micro=4,
+                  sft_steps=24, sft_lr=1e-3, sft_ge=8, replay_n=6, eval_every=8, resamples=2000),
     "tiny": Scale(vocab=300, model={"TATU_N_LAYER": 1, "TATU_N_HEAD": 2, "TATU_N_EMBD": 32, "TATU_BLOCK_SIZE": 128},
                   pretrain_steps=6, pretrain_lr=3e-3, micro_batch=4, seq_len=128, pretrain_micro=2,
                   sft_steps=4, sft_lr=1e-3, sft_ge=2, replay_n=2, eval_every=2, resamples=200),
