@@ -33,6 +33,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -139,6 +140,15 @@ def _die_with_worker() -> None:
     _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: a killed worker's daemon saves and exits
 
 
+def _interruptible() -> None:
+    """ray.cancel interrupts a task by simulating SIGINT in its worker (_thread.interrupt_main),
+    which does nothing while SIGINT is ignored, and a cluster started from a script's background job
+    (`ray start ... &` without job control) hands its workers SIGINT ignored: then a stop would never
+    reach the daemon. The task's own thread takes SIGINT back as KeyboardInterrupt."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _take_lock(path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = open(path, "a+")
@@ -164,6 +174,7 @@ def _write_holder(lock, holder: dict) -> None:
 def run_member(env: dict, cwd: str, log_path: str, lock_path: str, env_file: str) -> int:
     """One attempt at one member: the daemon in the foreground; its exit code, or MemberCrashed."""
     run = env["TATU_RUN"]
+    _interruptible()
     lock = _take_lock(Path(lock_path))
     child = None
     try:

@@ -1,4 +1,5 @@
 import os
+import signal
 import tempfile
 
 import pytest
@@ -60,8 +61,14 @@ def ray_cluster():
     from ray_world import ray_or_skip
 
     ray = ray_or_skip()
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20, logging_level="WARNING",
-             log_to_driver=False)
+    # Started as from a script's background job (`ray start ... &` without job control), whose
+    # processes all inherit SIGINT ignored: a sweep's stop must reach its tasks even so (sweep/ray.py).
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20, logging_level="WARNING",
+                 log_to_driver=False)
+    finally:
+        signal.signal(signal.SIGINT, handler)
     try:
         yield ray.get_runtime_context().gcs_address
     finally:

@@ -298,28 +298,33 @@ class Tally:
     silent: str = ""  # how a request went unanswered, if one did
 
 
-def flood(path: Path, stop: threading.Event, tally: Tally) -> None:
-    """Malformed requests as fast as replies come, until `stop` (or the daemon refuses us)."""
+def send_and_read(sock: socket.socket, replies, payload: bytes, tally: Tally) -> dict | None:
+    """One request, its reply; None (and `tally.silent` says how) if the connection ended instead."""
+    sock.sendall(payload + b"\n")
+    tally.sent += 1
+    line = replies.readline()
+    if not line:
+        tally.silent = f"EOF instead of the reply to request {tally.sent}"
+        return None
+    reply = json.loads(line)
+    if reply["ok"]:
+        tally.ok += 1
+    elif reply["error"].startswith("too many clients"):
+        tally.refused = True
+    elif is_rate_limited(reply):
+        tally.rate_limited += 1
+    else:
+        tally.errors += 1
+    return reply
+
+
+def flood(sock: socket.socket, stop: threading.Event, tally: Tally) -> None:
+    """Malformed requests on an admitted connection as fast as replies come, until `stop`."""
     payloads = itertools.cycle(MALFORMED)
     try:
-        with connect(path) as sock, sock.makefile("rb") as replies:
-            while not stop.is_set():
-                sock.sendall(next(payloads) + b"\n")
-                tally.sent += 1
-                line = replies.readline()
-                if not line:
-                    tally.silent = f"EOF instead of the reply to request {tally.sent}"
-                    return
-                reply = json.loads(line)
-                if reply["ok"]:
-                    tally.ok += 1
-                elif reply["error"].startswith("too many clients"):
-                    tally.refused = True
-                    return
-                elif is_rate_limited(reply):
-                    tally.rate_limited += 1
-                else:
-                    tally.errors += 1
+        with sock, sock.makefile("rb") as replies:
+            while not stop.is_set() and send_and_read(sock, replies, next(payloads), tally) is not None:
+                pass
     except OSError as exc:  # a reset, a broken pipe, a timeout: no reply is a silent drop
         tally.silent = f"{type(exc).__name__}: {exc} after {tally.sent} requests"
 
@@ -348,7 +353,20 @@ def test_a_live_run_keeps_training_while_many_clients_flood_its_socket(tiny_trun
         wait_for(lambda: steps() >= 1 or proc.poll() is not None, 180, "the run's first step")
         assert proc.poll() is None, proc.stderr.read()[-2000:]
         before = steps()
-        threads = [threading.Thread(target=flood, args=(path, stop, t), daemon=True) for t in tallies]
+        # Every client connects and is answered once before any floods: a connection is admitted with
+        # one of its uid's tokens, and one that finds the flood has spent them is answered `rate
+        # limited` and closed (protocol.py), so which clients a concurrent start admits depends on
+        # the thread schedule; this way the cap alone decides, and every client is one of the uid's.
+        admitted = []
+        for tally in tallies:
+            sock = connect(path)
+            with sock.makefile("rb") as replies:
+                send_and_read(sock, replies, MALFORMED[0], tally)
+            if tally.refused or tally.silent:
+                sock.close()
+            else:
+                admitted.append((sock, tally))
+        threads = [threading.Thread(target=flood, args=(sock, stop, t), daemon=True) for sock, t in admitted]
         for thread in threads:
             thread.start()
         served = lambda: [t for t in tallies if not t.refused]  # noqa: E731
