@@ -85,5 +85,5 @@ def test_a_sequential_sweep_through_units_survives_a_coordinator_kill(tmp_path_f
                                                                        f"{NAME}.first-s3"]
     assert tatu(["sweep", "report", NAME, "--sweeps", str(sweeps)]) == 0  # recomputes the look; 65 if it disagreed
     printed = capsys.readouterr().out
-    assert "verdict: config=first (first config such that drift_hi < 50%); sequential obf" in printed, printed
+    assert "VERDICT (locked rule): config=first (first config such that drift_hi < 50%); sequential obf" in printed, printed
     assert "PROVISIONAL" not in printed
