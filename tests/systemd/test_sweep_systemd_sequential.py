@@ -12,10 +12,9 @@ from __future__ import annotations
 import pytest
 
 from sweep_world import sequential_plan_world
-from systemd_harness import address_the_manager, scrub_environment_for_units, user_manager_session
+from systemd_harness import sweep_units_session
 
 from tatu.ops.cli import main as tatu
-from tatu.ops.units import install_units
 from tatu.sweep.sequential import log as looks_log
 
 pytestmark = [pytest.mark.systemd, pytest.mark.slow]
@@ -23,60 +22,35 @@ pytestmark = [pytest.mark.systemd, pytest.mark.slow]
 NAME = "seqsd"
 COORDINATOR = f"tatu-sweep@{NAME}.service"
 MEMBERS = ("first-s1", "first-s2", "first-s3", "second-s1", "second-s2", "second-s3")
-DROP_IN = "[Service]\nRestartSec=1s\n"
 
 
 def test_a_sequential_sweep_through_units_survives_a_coordinator_kill(tmp_path_factory, tiny_trunk, capsys):
     root, plan = sequential_plan_world(tmp_path_factory, tiny_trunk, NAME)
     sweeps = root / "sweeps"
     sweep_dir = sweeps / NAME
-    with pytest.MonkeyPatch.context() as mp:
-        scrub_environment_for_units(mp)
-        with user_manager_session() as um:
-            address_the_manager(mp, um)
-            workdir = root / "work"
-            workdir.mkdir()
-            for unit in ("tatu-sft@.service", "tatu-sweep@.service"):
-                (um.unit_dir / f"{unit}.d").mkdir(parents=True)
-                (um.unit_dir / f"{unit}.d" / "test.conf").write_text(DROP_IN)
-            install_units(workdir=workdir)
-            try:
-                assert tatu(["sweep", "start", str(plan), "-K", "2", "--sweeps", str(sweeps)]) == 0
-                assert f"started {COORDINATOR} (K=2)" in capsys.readouterr().out
-                shown = um.show(COORDINATOR, "ActiveState", "MainPID", "NRestarts")
-                assert shown["ActiveState"] == "active", shown
+    with sweep_units_session(root / "work", NAME, MEMBERS) as (um, _):
+        assert tatu(["sweep", "start", str(plan), "-K", "2", "--sweeps", str(sweeps)]) == 0
+        assert f"started {COORDINATOR} (K=2)" in capsys.readouterr().out
+        assert um.show(COORDINATOR, "ActiveState")["ActiveState"] == "active"
 
-                first_verdict = sweep_dir / "runs" / f"{NAME}.first-s1" / "verdict.json"
-                um.wait_for(first_verdict.exists, timeout=600, interval=0.1, what="the first member's verdict")
-                old_pid = int(um.show(COORDINATOR, "MainPID")["MainPID"])
-                um.systemctl("kill", "-s", "SIGKILL", "--kill-whom=main", COORDINATOR)
+        first_verdict = sweep_dir / "runs" / f"{NAME}.first-s1" / "verdict.json"
+        um.wait_for(first_verdict.exists, timeout=600, interval=0.1, what="the first member's verdict")
+        um.kill_main_and_wait_restart(COORDINATOR)
 
-                def restarted():
-                    s = um.show(COORDINATOR, "ActiveState", "MainPID", "NRestarts")
-                    return s if s["ActiveState"] == "active" and int(s["MainPID"]) not in (0, old_pid) else None
+        def finished():
+            log = (sweep_dir / "coordinator.log").read_text()
+            return log if "sweep finished" in log else None
 
-                again = um.wait_for(restarted, timeout=60, interval=0.2, what="systemd to restart the killed coordinator")
-                assert int(again["NRestarts"]) == int(shown["NRestarts"]) + 1
-
-                def finished():
-                    log = (sweep_dir / "coordinator.log").read_text()
-                    return log if "sweep finished" in log else None
-
-                log = um.wait_for(finished, timeout=900, interval=0.5, what="the sweep to finish")
-                um.wait_for(lambda: um.show(COORDINATOR, "ActiveState")["ActiveState"] == "inactive", timeout=60,
-                            what="the coordinator to exit 0")
-                assert um.show(COORDINATOR, "Result")["Result"] == "success"
-            finally:
-                um.systemctl("stop", COORDINATOR, check=False, timeout=120)
-                for member in MEMBERS:
-                    um.systemctl("stop", f"tatu-sft@{NAME}.{member}.service", check=False, timeout=120)
-
-            assert log.count("coordinator up") == 2, log  # the first and the one systemd restarted
-            for member in ("first-s1", "first-s2", "first-s3"):
-                assert log.count(f"started {member}") == 1, log
-                # each ran as its tatu-sft@ unit (its SyslogIdentifier carries its lines to the journal)
-                assert "EVAL 4: sftHeld" in um.journalctl("-t", f"tatu-sft-{NAME}.{member}", "-o", "cat"), member
-            assert "started second" not in log, log
+        log = um.wait_for(finished, timeout=900, interval=0.5, what="the sweep to finish")
+        um.wait_for(lambda: um.show(COORDINATOR, "ActiveState")["ActiveState"] == "inactive", timeout=60,
+                    what="the coordinator to exit 0")
+        assert um.show(COORDINATOR, "Result")["Result"] == "success"
+        assert log.count("coordinator up") == 2, log  # the first and the one systemd restarted
+        for member in ("first-s1", "first-s2", "first-s3"):
+            assert log.count(f"started {member}") == 1, log
+            # each ran as its tatu-sft@ unit (its SyslogIdentifier carries its lines to the journal)
+            assert "EVAL 4: sftHeld" in um.journalctl("-t", f"tatu-sft-{NAME}.{member}", "-o", "cat"), member
+        assert "started second" not in log, log
 
     looks = looks_log.read(sweep_dir)
     assert [(l.config, l.look.n_seeds, l.look.decision) for l in looks] == [("first", 3, "pass")]
