@@ -154,8 +154,8 @@ def config_looks_all(design: Design, config: str, criteria: tuple[Condition, ...
 def pool_source(grouped: dict[str, list[Member]], config: str, logged: list[LoggedLook],
                 finished: Callable[[Member], MemberResult | None]) -> PoolSource:
     """What each look of `config` pools, for a design that pools the seed variance. A look the log
-    holds: the members it logged, each only while it is the next of its configuration in seed order
-    and `finished` gives its result, so a logged member that is not (or names another look's member)
+    holds: the members it logged, each only while it is the next of its configuration in seed order,
+    among its first n, and `finished` gives its result, so a logged member that is not
     drops out and the recomputed look disagrees with the log (65). A look not logged yet: every other
     configuration's first members, at most n, as far as they are all finished (a later seed that
     finished first waits for its turn, as in the configuration's own looks). `finished`: a member's
@@ -175,7 +175,7 @@ def pool_source(grouped: dict[str, list[Member]], config: str, logged: list[Logg
         groups = named.get((criterion, n))
         if groups is None:
             return [(key, leading(members[:n], None)) for key, members in grouped.items() if key != config]
-        return [(g.config, leading(grouped.get(g.config, []) if g.config != config else [], list(g.members)))
+        return [(g.config, leading(grouped.get(g.config, [])[:n] if g.config != config else [], list(g.members)))
                 for g in groups]
 
     return pool_of

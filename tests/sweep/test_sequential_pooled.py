@@ -135,11 +135,16 @@ def _own_member(doc):
     doc["pooled"].append({"config": "b", "members": ["b-s1", "b-s2"], "steps": [8, 8]})  # b's own seeds, twice
 
 
+def _past_n(doc):
+    doc["pooled"][0]["members"] += ["d-s3"]  # more of d than the look's own 2 seeds
+    doc["pooled"][0]["steps"] += [8]
+
+
 def _dropped(doc):
     del doc["pooled"]  # as if unpooled
 
 
-@pytest.mark.parametrize("change", [_never_ran, _other_step, _own_member, _dropped])
+@pytest.mark.parametrize("change", [_never_ran, _other_step, _own_member, _past_n, _dropped])
 def test_a_corrupted_pooled_member_refuses_the_report(finished, change, capsys):
     sweep_dir, lock, table, _ = finished
     rewrite_last(sweep_dir, change)
