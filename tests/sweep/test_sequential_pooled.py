@@ -78,7 +78,8 @@ def test_each_look_logs_the_members_it_pooled(finished):
     assert "pooled" in json.loads((sweep_dir / looks_log.FILE).read_text().splitlines()[-1])
     assert ", seed variance pooled over 3 configurations (3 df))" in said
     assert "runs: 10 of the fixed design's 20 (5 seeds x 4 configurations, 50%)" in said
-    assert ("a configuration at its threshold passes a criterion with probability 2.5% by design" in said
+    assert ("a configuration at its threshold passes a criterion with probability 2.5% by design (3.0% measured at "
+            "few seeds, docs/sweeps.md)" in said
             and "its looks' seed variance pooled across up to 3 configurations, which assumes every configuration "
                 "has the same seed variance" in said)
 
