@@ -10,6 +10,10 @@ fixed design's max_seeds x configurations. The fixed design (max_seeds, the 95% 
 rule (a look per seed on the 95% CI, no spending) are printed beside them for comparison.
 
     nice -n 10 .venv/bin/python bench/sequential.py --reps 20000
+
+With --min-seeds 2 the design pools the seed variance across the scenario's six configurations
+(evals/seeds/simulate.py), labelled "pooled"; beside it the same design's looks on each
+configuration's own seeds ("unpooled", 1 df at the first look) and the naive rule on the pooled CI.
 """
 from __future__ import annotations
 
@@ -33,13 +37,17 @@ def main(argv=None) -> None:
     parser.add_argument("--max-seeds", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    pooled = Design("obf", args.min_seeds, args.max_seeds).pools_seed_variance
+    tag = " pooled" if pooled else ""
     for scenario in SCENARIOS.values():
         for shape in ("obf", "pocock"):
             design = Design(shape, args.min_seeds, args.max_seeds)
-            print(line(f"sequential {shape}", scenario.name, run_scenario(design, scenario, args.reps, args.seed)), flush=True)
-        for rule in ("fixed", "naive"):
-            design = Design("obf", args.min_seeds, args.max_seeds)
-            print(line(rule, scenario.name, run_scenario(design, scenario, args.reps, args.seed, rule)), flush=True)
+            print(line(f"sequential {shape}{tag}", scenario.name, run_scenario(design, scenario, args.reps, args.seed)),
+                  flush=True)
+        design = Design("obf", args.min_seeds, args.max_seeds)
+        for rule in ("unpooled", "fixed", "naive") if pooled else ("fixed", "naive"):
+            label = "sequential obf unpooled" if rule == "unpooled" else f"{rule}{tag if rule == 'naive' else ''}"
+            print(line(label, scenario.name, run_scenario(design, scenario, args.reps, args.seed, rule)), flush=True)
 
 
 if __name__ == "__main__":

@@ -207,8 +207,22 @@ def _train_trunk(scale: Scale, common: dict[str, str], use_systemd: bool, runs: 
         check(run_daemon(env, use_systemd), "trunk pretraining")
     finally:
         done.set()
+    final = trunk_checkpoint(runs / "trunk", scale.pretrain_steps)
     print_time_left(scale, env, runs / "trunk", out)
-    return RunDir(runs / "trunk").final
+    return final
+
+
+def trunk_checkpoint(run_dir: Path, steps_total: int) -> Path:
+    """The trunk's final checkpoint. A stopped daemon exits 0 with its resume state saved
+    (`systemctl --user stop tatu-sft@trunk`), so a 0 alone does not say the trunk is there: without
+    its final checkpoint the sweep's members could only fail, and the demo ends here saying so."""
+    files = RunDir(run_dir)
+    if not files.final.is_dir():
+        saved = [e["step"] for e in files.events("checkpoint")]
+        at = f"at step {max(saved)} of {steps_total}" if saved else "before its first step"
+        raise SystemExit(f"demo: the trunk ({run_dir}) was stopped {at}, before its end, its resume state saved; "
+                         "`make demo` again continues it")
+    return files.final
 
 
 SWEEP = "demo-replay"

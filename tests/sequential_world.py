@@ -38,13 +38,14 @@ EVAL_SPIKES = {"e": 0.30}
 
 
 def write_sweep(root: Path, name: str, rule: str, configs: str = "", replay=(0, 2), max_seeds: int = 5,
-                seeds=(1, 2, 3, 4, 5)) -> Path:
-    """Plan and lock; returns the sweep dir (ROOT/sweeps/NAME)."""
+                seeds=(1, 2, 3, 4, 5), min_seeds: int | None = None) -> Path:
+    """Plan and lock; returns the sweep dir (ROOT/sweeps/NAME). min_seeds None: the default (3)."""
     root.mkdir(parents=True, exist_ok=True)
     path = root / f"{name}.toml"
     path.write_text(plan_text(name, Path("data"), Path("runs/trunk/final"), seeds=seeds, replay=replay, rule=rule,
                               configs=configs)
-                    + f'\n[design]\nsequential = "obf"\nmax_seeds = {max_seeds}\n')
+                    + f'\n[design]\nsequential = "obf"\nmax_seeds = {max_seeds}\n'
+                    + (f"min_seeds = {min_seeds}\n" if min_seeds is not None else ""))
     sweep_dir = root / "sweeps" / name
     reconcile(load_plan(path), sweep_dir)
     return sweep_dir

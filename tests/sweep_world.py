@@ -69,6 +69,22 @@ def plan_world(tmp_path_factory, tiny_trunk: dict, name: str, text: str | None =
     return root, path
 
 
+# A sequential plan every backend's kill -9 test runs (foreground, Ray, systemd): `first config`, one
+# look at 3 seeds (min_seeds = max_seeds = 3: the fixed design's CI, logged as a look), a limit every
+# configuration meets, so the first configuration passes and the second never runs.
+SEQUENTIAL_CONFIGS = "first = { REPLAY_N = 2 }\nsecond = {}\n"
+SEQUENTIAL_RULE = "first config such that drift_hi < 50%"
+SEQUENTIAL_DESIGN = '\n[design]\nsequential = "obf"\nmin_seeds = 3\nmax_seeds = 3\n'
+
+
+def sequential_plan_world(tmp_path_factory, tiny_trunk: dict, name: str, extra: str = "") -> tuple[Path, Path]:
+    """plan_world with the sequential plan above, seeds 1-3."""
+    root, plan = plan_world(tmp_path_factory, tiny_trunk, name, configs=SEQUENTIAL_CONFIGS, rule=SEQUENTIAL_RULE,
+                            seeds=(1, 2, 3), extra=extra)
+    plan.write_text(plan.read_text() + SEQUENTIAL_DESIGN)
+    return root, plan
+
+
 def assert_every_p_agrees_with_its_ci(report) -> int:
     """Walk report.json: every paired comparison (a dict with diff, lo, hi and p_value) has
     p < 0.05 exactly when its 95% CI excludes 0, and a Holm-adjusted p no smaller than its own.

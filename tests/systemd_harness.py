@@ -210,6 +210,28 @@ class UserManager:
     def wait_for(self, predicate, timeout: float = 30, interval: float = 0.2, what: str = "condition"):
         return wait_for(predicate, timeout, what, interval)
 
+    def drop_in(self, unit: str, text: str) -> Path:
+        """UNIT.d/test.conf under this manager's unit dir (read at the next daemon-reload)."""
+        path = self.unit_dir / f"{unit}.d" / "test.conf"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return path
+
+    def kill_main_and_wait_restart(self, unit: str, timeout: float = 60) -> dict[str, str]:
+        """SIGKILL the unit's main process (not its children) and wait until systemd has started it
+        again: active under a new MainPID, NRestarts one up. Returns those properties."""
+        before = self.show(unit, "MainPID", "NRestarts")
+        old_pid = int(before["MainPID"])
+        self.systemctl("kill", "-s", "SIGKILL", "--kill-whom=main", unit)
+
+        def restarted():
+            shown = self.show(unit, "MainPID", "NRestarts", "ActiveState")
+            return shown if shown["ActiveState"] == "active" and int(shown["MainPID"]) not in (0, old_pid) else None
+
+        shown = self.wait_for(restarted, timeout=timeout, interval=0.2, what=f"systemd to restart the killed {unit}")
+        assert int(shown["NRestarts"]) == int(before["NRestarts"]) + 1, (before, shown)
+        return shown
+
 
 def scrub_environment_for_units(mp: pytest.MonkeyPatch) -> None:
     """A manager hands its environment to its units: no stray run variable of the caller may
@@ -332,3 +354,30 @@ def user_manager_session(start_journald: bool = True):
 def user_manager():
     with user_manager_session() as manager:
         yield manager
+
+
+# Restarts within a second: a killed coordinator or member is back while the test waits.
+FAST_RESTART = "[Service]\nRestartSec=1s\n"
+
+
+@contextlib.contextmanager
+def sweep_units_session(workdir: Path, sweep: str, members: tuple[str, ...]):
+    """A user manager with tatu's units installed (`tatu units install`, workdir `workdir`) and
+    restarting fast, addressed by this process's `systemctl --user` and tatu. Yields (manager, the
+    install's result). At the end the sweep's coordinator and its members' units are stopped."""
+    from tatu.ops.units import install_units
+
+    with pytest.MonkeyPatch.context() as mp:
+        scrub_environment_for_units(mp)
+        with user_manager_session() as um:
+            address_the_manager(mp, um)
+            workdir.mkdir(parents=True, exist_ok=True)
+            for unit in ("tatu-sft@.service", "tatu-sweep@.service"):
+                um.drop_in(unit, FAST_RESTART)
+            installed = install_units(workdir=workdir)
+            try:
+                yield um, installed
+            finally:
+                um.systemctl("stop", f"tatu-sweep@{sweep}.service", check=False, timeout=120)
+                for member in members:
+                    um.systemctl("stop", f"tatu-sft@{sweep}.{member}.service", check=False, timeout=120)

@@ -43,12 +43,15 @@ class CrossedParts:
         """Var of the mean over n_seeds seeds: (sigma_a^2 + sigma_e^2/L) / S + sigma_b^2 / L."""
         return (self.seed + self.interaction) / n_seeds + self.lines
 
-    def df(self, n_seeds: int) -> float:
-        """Satterthwaite's df at n_seeds, over the parts present (what crossed_ci's interval uses)."""
+    def df(self, n_seeds: int, seed_df: int | None = None) -> float:
+        """Satterthwaite's df at n_seeds, over the parts present (what crossed_ci's interval uses).
+        seed_df: the seed mean square's own df when it was pooled across configurations
+        (evals/seeds/sequential.SeedPool); None: n_seeds - 1, this configuration's seeds alone."""
         inter_ms = self.interaction / n_seeds
         seed_ms, line_ms = self.seed / n_seeds + inter_ms, self.lines + inter_ms
         c_seed, c_line = float(self.seed > 0), float(self.lines > 0)
-        return _satterthwaite_df([(c_seed * seed_ms, n_seeds - 1), (c_line * line_ms, self.n_lines - 1),
+        return _satterthwaite_df([(c_seed * seed_ms, n_seeds - 1 if seed_df is None else seed_df),
+                                  (c_line * line_ms, self.n_lines - 1),
                                   ((1.0 - c_seed - c_line) * inter_ms, (n_seeds - 1) * (self.n_lines - 1))],
                                  self.variance(n_seeds))
 

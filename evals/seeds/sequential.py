@@ -29,6 +29,15 @@ At the last look (max_seeds, or no information left to gain) a criterion that do
 (or is futile, with the reason). Fail and futility stops only ever stop without a pass, so they
 cannot raise the false-pass rate (non-binding); the rule's AND of criteria is an intersection-union
 test (Berger 1982): each at its own alpha / 2, the conjunction's false pass is at most that.
+
+min_seeds = 2 (Design.pools_seed_variance): two seeds alone leave the seed variance 1 df, and a t
+bound at 1 df is so wide that the first look can hardly decide anything. Such a design pools the
+seed variance instead: the look at a configuration's n seeds takes the within-configuration
+variance of the per-seed statistics over its own n seeds and the other configurations' finished
+seeds (SeedPool: sum of squares about each configuration's own mean over sum of (S_c - 1), the
+one-way ANOVA's within mean square), so its df is that sum. It assumes every configuration has the
+same seed variance; the means, the interaction and the lines' part stay the configuration's own.
+Which members were pooled is the caller's (sweep/sequential/looks.py logs them).
 """
 from __future__ import annotations
 
@@ -43,6 +52,7 @@ from tatu.evals.tdist import t_cdf, t_ppf
 LINE_SHARE_STEP = 0.01
 DECISIONS = ("pass", "fail", "futility", "continue")
 DEFAULT_MIN_SEEDS = 3
+POOLED_MIN_SEEDS = 2  # a first look this early pools the seed variance across configurations
 _Z = NormalDist()
 
 
@@ -60,12 +70,17 @@ class Design:
         """Why this design cannot run (None if it can): what the plan's error line says."""
         if self.shape not in SHAPES:
             return f"sequential = {self.shape!r}: unknown design (known: {', '.join(SHAPES)})"
-        if self.min_seeds < 3:
-            return (f"min_seeds = {self.min_seeds}: the first look needs 3 seeds (2 leave the seed variance "
-                    "1 degree of freedom)")
+        if self.min_seeds < POOLED_MIN_SEEDS:
+            return (f"min_seeds = {self.min_seeds}: the first look needs 2 seeds (3 on a configuration's own; "
+                    "2 pool the seed variance across configurations)")
         if self.max_seeds < self.min_seeds:
             return f"max_seeds = {self.max_seeds} is below min_seeds = {self.min_seeds}"
         return None
+
+    @property
+    def pools_seed_variance(self) -> bool:
+        """Whether its looks pool the seed variance across configurations (the module doc)."""
+        return self.min_seeds < DEFAULT_MIN_SEEDS
 
     def to_json(self) -> dict:
         return {"sequential": self.shape, "min_seeds": self.min_seeds, "max_seeds": self.max_seeds, "alpha": self.alpha}
@@ -83,6 +98,7 @@ class Estimate:
     n_seeds: int
     mean: float
     parts: CrossedParts
+    seed_df: int | None = None  # the seed mean square's df when pooled (SeedPool.df); None: n_seeds - 1
 
     @property
     def se(self) -> float:
@@ -90,7 +106,7 @@ class Estimate:
 
     @property
     def df(self) -> float:
-        return self.parts.df(self.n_seeds)
+        return self.parts.df(self.n_seeds, self.seed_df)
 
 
 def estimate_of(ci) -> Estimate:
@@ -98,6 +114,47 @@ def estimate_of(ci) -> Estimate:
     if ci.parts is None:
         raise ValueError(f"a look needs the variance parts: {ci.n_seeds} seed(s) have none")
     return Estimate(ci.n_seeds, ci.mean, ci.parts)
+
+
+@dataclass(frozen=True)
+class SeedPool:
+    """The seed variance pooled across configurations: the sum of squares of the per-seed
+    statistics about their own configuration's mean, its df (sum of S_c - 1) and how many
+    configurations gave it (those with 2 seeds or more)."""
+
+    sum_of_squares: float
+    df: int
+    n_configs: int
+
+    @property
+    def variance(self) -> float:
+        """One seed's variance, sigma_a^2 + sigma_e^2 / L (what seed + interaction of CrossedParts add to)."""
+        return self.sum_of_squares / self.df
+
+
+def seed_pool(groups) -> SeedPool:
+    """Each group: one configuration's per-seed statistics (log scale). A group of one seed adds nothing."""
+    total, df, n_configs = 0.0, 0, 0
+    for group in groups:
+        values = [float(v) for v in group]
+        if len(values) < 2:
+            continue
+        centre = math.fsum(values) / len(values)
+        total += math.fsum((v - centre) ** 2 for v in values)
+        df, n_configs = df + len(values) - 1, n_configs + 1
+    if df == 0:
+        raise ValueError("a pooled seed variance needs a configuration with 2 seeds at least")
+    return SeedPool(total, df, n_configs)
+
+
+def pooled(estimate: Estimate, pool: SeedPool) -> Estimate:
+    """The look's estimate with its seed part from the pool: the seed mean square becomes
+    pool.variance / n (at pool.df), less the configuration's own interaction as crossed_ci's is, at
+    least 0. The mean, the interaction and the lines' part stay the configuration's."""
+    parts = estimate.parts
+    seed = max(0.0, pool.variance - parts.interaction)
+    return Estimate(estimate.n_seeds, estimate.mean, CrossedParts(seed, parts.interaction, parts.lines, parts.n_lines),
+                    pool.df)
 
 
 @dataclass(frozen=True)

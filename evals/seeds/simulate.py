@@ -13,6 +13,13 @@ minutes, not days; the looks themselves (boundaries, t conversion, decisions) ar
 Each configuration is looked at after each seed from min_seeds until its criterion is decided or
 max_seeds is reached; its runs are the seeds it got. The fixed design runs max_seeds and passes on
 the 95% CI; the naive rule looks as often but with that same 95% CI at every look (no spending).
+
+A design that pools the seed variance (min_seeds = 2) is simulated as `first config` runs it: the
+scenario's configurations one after another, all sharing sigma_a, each look at n seeds pooling its
+own n seeds with each earlier configuration's first min(n, seeds it ran) (the members finished by
+then, as sweep/sequential/schedule.pool_source takes them), through the real SeedPool and pooled().
+The earlier configurations stopped on their own data, so the pool is as selected as a sweep's.
+"unpooled" is the same design's looks on each configuration's own seeds alone (1 df at 2 seeds).
 """
 from __future__ import annotations
 
@@ -22,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tatu.evals.seeds.power import CrossedParts
-from tatu.evals.seeds.sequential import Design, Estimate, fixed_pass, look
+from tatu.evals.seeds.sequential import Design, Estimate, SeedPool, fixed_pass, look, pooled
 
 N_LINES = 100
 SEED_SHARE = 0.7  # sigma_a^2 of one seed's unit variance; the rest is its seed x line noise sigma_e^2 / L
@@ -84,9 +91,46 @@ def anova_estimates(y: np.ndarray, n_seeds: int) -> list[Estimate]:
     return out
 
 
-def _first_decisions(design: Design, y: np.ndarray, decide) -> list[Outcome]:
-    """Each replicate's first look whose `decide(estimate)` is not "continue", seeds min..max."""
+def seed_sums_of_squares(y: np.ndarray) -> np.ndarray:
+    """(reps, seeds + 1): per replicate, the sum of squares of its first s seeds' statistics about
+    their mean (column s; 0 below 2 seeds)."""
+    seed_means = y.mean(axis=2)
+    out = np.zeros((seed_means.shape[0], seed_means.shape[1] + 1))
+    for s in range(2, seed_means.shape[1] + 1):
+        block = seed_means[:, :s]
+        out[:, s] = ((block - block.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)
+    return out
+
+
+@dataclass(frozen=True)
+class Ran:
+    """An earlier configuration of the same replicates, as a later one's pool sees it."""
+
+    sums_of_squares: np.ndarray  # seed_sums_of_squares of its data
+    runs: np.ndarray             # (reps,) the seeds it ran
+
+
+def _pools(own: np.ndarray, earlier: list[Ran], n: int) -> list[SeedPool]:
+    """Per replicate, the look at n seeds' pool: its own n seeds and each earlier configuration's
+    first min(n, runs)."""
+    rows = np.arange(own.shape[0])
+    total, df, n_configs = own[:, n].copy(), np.full(own.shape[0], n - 1), np.ones(own.shape[0], dtype=int)
+    for other in earlier:
+        seeds = np.minimum(n, other.runs)
+        total += other.sums_of_squares[rows, seeds]
+        df += np.maximum(0, seeds - 1)
+        n_configs += seeds >= 2
+    return [SeedPool(float(t), int(d), int(c)) for t, d, c in zip(total, df, n_configs)]
+
+
+def _first_decisions(design: Design, y: np.ndarray, decide, earlier: list[Ran] | None = None) -> list[Outcome]:
+    """Each replicate's first look whose `decide(estimate)` is not "continue", seeds min..max;
+    with `earlier` (a pooling design), on estimates whose seed variance is pooled with theirs."""
     by_seeds = {s: anova_estimates(y, s) for s in range(design.min_seeds, design.max_seeds + 1)}
+    if earlier is not None:
+        own = seed_sums_of_squares(y)
+        by_seeds = {s: [pooled(est, pool) for est, pool in zip(ests, _pools(own, earlier, s))]
+                    for s, ests in by_seeds.items()}
     out = []
     for r in range(y.shape[0]):
         for s in range(design.min_seeds, design.max_seeds + 1):
@@ -97,23 +141,23 @@ def _first_decisions(design: Design, y: np.ndarray, decide) -> list[Outcome]:
     return out
 
 
-def sequential_outcomes(design: Design, y: np.ndarray) -> list[Outcome]:
+def sequential_outcomes(design: Design, y: np.ndarray, earlier: list[Ran] | None = None) -> list[Outcome]:
     """Each replicate through tatu's looks: seeds until decided or max_seeds."""
-    return _first_decisions(design, y, lambda est: look(design, est, 0.0).decision)
+    return _first_decisions(design, y, lambda est: look(design, est, 0.0).decision, earlier)
 
 
-def naive_outcomes(design: Design, y: np.ndarray) -> list[Outcome]:
+def naive_outcomes(design: Design, y: np.ndarray, earlier: list[Ran] | None = None) -> list[Outcome]:
     """The rule without spending: stop when the 95% CI clears the threshold, on either side."""
     def decide(est: Estimate) -> str:
         if fixed_pass(est, 0.0):
             return "pass"
-        flipped = Estimate(est.n_seeds, -est.mean, est.parts)  # the lower bound above the threshold
+        flipped = Estimate(est.n_seeds, -est.mean, est.parts, est.seed_df)  # the lower bound above the threshold
         return "fail" if fixed_pass(flipped, 0.0) or est.n_seeds == design.max_seeds else "continue"
 
-    return _first_decisions(design, y, decide)
+    return _first_decisions(design, y, decide, earlier)
 
 
-def fixed_outcomes(design: Design, y: np.ndarray) -> list[Outcome]:
+def fixed_outcomes(design: Design, y: np.ndarray, earlier: list[Ran] | None = None) -> list[Outcome]:
     """The fixed design: max_seeds seeds, the 95% CI's upper bound against the threshold."""
     return [Outcome(design.max_seeds, "pass" if fixed_pass(est, 0.0) else "fail")
             for est in anova_estimates(y, design.max_seeds)]
@@ -134,15 +178,22 @@ class Summary:
 
 def run_scenario(design: Design, scenario: Scenario, reps: int, seed: int, rule: str = "sequential",
                  chunk: int = 2000) -> Summary:
-    """`reps` simulated sweeps of the scenario's configurations under `rule` (sequential | naive | fixed)."""
-    judge = {"sequential": sequential_outcomes, "naive": naive_outcomes, "fixed": fixed_outcomes}[rule]
+    """`reps` simulated sweeps of the scenario's configurations under `rule` (sequential | naive | fixed,
+    and for a pooling design unpooled: its looks on each configuration's own seeds)."""
+    judge = {"sequential": sequential_outcomes, "unpooled": sequential_outcomes, "naive": naive_outcomes,
+             "fixed": fixed_outcomes}[rule]
+    pools = design.pools_seed_variance and rule in ("sequential", "naive")
     rng = np.random.default_rng(seed)
     null_passes = null_total = minus1_passes = minus1_total = runs = 0
     done = 0
     while done < reps:
         n = min(chunk, reps - done)
+        earlier: list[Ran] = []
         for offset in scenario.offsets:
-            outcomes = judge(design, crossed_data(rng, n, design.max_seeds, offset, scenario.lines))
+            y = crossed_data(rng, n, design.max_seeds, offset, scenario.lines)
+            outcomes = judge(design, y, earlier if pools else None)
+            if pools:
+                earlier.append(Ran(seed_sums_of_squares(y), np.array([o.runs for o in outcomes])))
             runs += sum(o.runs for o in outcomes)
             passes = sum(o.decision == "pass" for o in outcomes)
             if offset >= 0.0:  # the criterion is false: a pass is a false pass

@@ -2,7 +2,10 @@
 config_looks_all the scheduler logged them with) and compared with sweeps/<name>/looks.jsonl. A
 logged look the files recompute otherwise, one they do not allow, one logged twice, or (once no
 member runs) one the files allow that was never logged: 65 and one line naming the file, the line
-and the look. A decision nobody can reproduce from the files is not one to report."""
+and the look. A decision nobody can reproduce from the files is not one to report. A look that pooled
+the seed variance is recomputed on the members its line names as pooled, each of which must still
+be finished at its logged step and the next of its configuration in seed order
+(schedule.pool_source), or the look disagrees with the log."""
 from __future__ import annotations
 
 import dataclasses
@@ -15,8 +18,8 @@ from tatu.sweep.errors import SweepError
 from tatu.sweep.records import ConfigResult, FailedCondition, SweepVerdict
 from tatu.sweep.sequential import log as looks_log
 from tatu.sweep.sequential.log import LoggedLook, check_logged, look_key
-from tatu.sweep.sequential.schedule import (ConfigSchedule, config_looks_all, grouped_members, locked_rule, schedule,
-                                            sequential_criteria)
+from tatu.sweep.sequential.schedule import (ConfigSchedule, config_looks_all, grouped_members, locked_rule, pool_source,
+                                            schedule, sequential_criteria)
 from tatu.sweep.sequential.status import runs_line, status_lines, upper_bound, verdict_clause
 
 
@@ -24,12 +27,20 @@ def _named(entry: LoggedLook) -> str:
     return f"{entry.config} {entry.criterion} at {entry.look.n_seeds} seeds"
 
 
-def recompute(lock: dict, configs: list[ConfigResult]) -> list[LoggedLook]:
+def recompute(lock: dict, configs: list[ConfigResult], logged: list[LoggedLook] | None = None) -> list[LoggedLook]:
     """Every look the files allow. `configs`: sweep/analysis.stage_table's comparison stage (its
-    members' results with their per-line scores)."""
+    members' results with their per-line scores); `logged`: the looks log, whose pooled members a
+    pooling design's looks are recomputed on (a look it lacks pools every other configuration's
+    finished members)."""
     design = Design.from_json(lock["design"])
     criteria = sequential_criteria(locked_rule(lock))
     grouped = grouped_members(lock, design)
+    every_result = {r.member: r for c in configs for r in c.results}
+
+    def finished(member):
+        result = every_result.get(member.name)
+        return result if result is not None and result.has("end") else None
+
     out: list[LoggedLook] = []
     for config in configs:
         members = grouped.get(config.key)
@@ -37,7 +48,8 @@ def recompute(lock: dict, configs: list[ConfigResult]) -> list[LoggedLook]:
             continue
         by_name = {r.member: r for r in config.results}
         looks, _ = config_looks_all(design, config.key, criteria, config.effective,
-                                    [by_name[m.name] for m in members], config.half)
+                                    [by_name[m.name] for m in members], config.half,
+                                    pool_source(grouped, config.key, logged or [], finished))
         out += looks
     return out
 
@@ -46,7 +58,7 @@ def check_looks(lock: dict, sweep_dir: Path, configs: list[ConfigResult]) -> lis
     """The logged looks, once they agree with the files (SweepError 65 otherwise)."""
     path = Path(sweep_dir) / looks_log.FILE
     logged = looks_log.read(sweep_dir)
-    recomputed = {look_key(l): l for l in recompute(lock, configs)}
+    recomputed = {look_key(l): l for l in recompute(lock, configs, logged)}
     seen: dict[tuple, int] = {}
     for number, entry in enumerate(logged, 1):
         if look_key(entry) in seen:

@@ -2,7 +2,7 @@
 
     [design]
     sequential = "obf"     # or "pocock": the Lan-DeMets spending shape
-    min_seeds = 3          # the first look (default 3)
+    min_seeds = 3          # the first look (default 3; 2 pools the seed variance across configurations)
     max_seeds = 6          # required: the most seeds any configuration gets
 
 pre-registered: in the plan's hash and lock only when the plan has it (a plan without it hashes as

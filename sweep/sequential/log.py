@@ -5,7 +5,13 @@ dropped: it was never acted on). Each line is a LoggedLook: the configuration, t
 members and their steps it was decided on, and the look itself (evals/seeds/sequential.Look: the
 statistic, the boundary, the decision). `tatu sweep report` recomputes every look from the run dirs
 and check_agrees refuses (65) a log that says otherwise: a decision nobody can reproduce is not one
-to act on."""
+to act on.
+
+A design that pools the seed variance (min_seeds = 2) also logs, per look, the other configurations'
+members it pooled (`pooled`, one PooledGroup each): which of them had finished depends on when the
+look was made, so the files alone could not say it afterwards; the log says it, and the report
+recomputes with exactly those members (each still finished, at the same step). An unpooled look's
+line has no such key (the same bytes as before pooling existed)."""
 from __future__ import annotations
 
 import json
@@ -24,6 +30,22 @@ TOLERANCE = 1e-9  # recomputed numbers are the same arithmetic on the same files
 
 
 @dataclass(frozen=True)
+class PooledGroup:
+    """One other configuration's members whose seed variance a look pooled: its first ones in seed order."""
+
+    config: str
+    members: tuple[str, ...]
+    steps: tuple[int, ...]   # each member's last step then
+
+    def to_json(self) -> dict:
+        return {"config": self.config, "members": list(self.members), "steps": list(self.steps)}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "PooledGroup":
+        return cls(doc["config"], tuple(doc["members"]), tuple(int(s) for s in doc["steps"]))
+
+
+@dataclass(frozen=True)
 class LoggedLook:
     """One look at one criterion of one configuration, as logged."""
 
@@ -32,17 +54,28 @@ class LoggedLook:
     members: tuple[str, ...]  # the members it was decided on, in seed order
     steps: tuple[int, ...]    # each member's last step then
     look: Look
+    pooled: tuple[PooledGroup, ...] | None = None  # None: the look's own seeds alone (min_seeds >= 3)
 
     def to_json(self) -> dict:
-        return {"version": VERSION, "config": self.config, "criterion": self.criterion,
-                "members": list(self.members), "steps": list(self.steps), "look": self.look.to_json()}
+        doc = {"version": VERSION, "config": self.config, "criterion": self.criterion,
+               "members": list(self.members), "steps": list(self.steps), "look": self.look.to_json()}
+        if self.pooled is not None:
+            doc["pooled"] = [group.to_json() for group in self.pooled]
+        return doc
+
+    @property
+    def pooled_configs(self) -> int:
+        """How many configurations the look's seed variance came from (its own among them)."""
+        return 1 + len(self.pooled or ())
 
     @classmethod
     def from_json(cls, doc: dict) -> "LoggedLook":
         if doc.get("version") != VERSION:
             raise ValueError(f"looks log version {doc.get('version')!r}, this tatu reads {VERSION}")
+        pooled = doc.get("pooled")
         return cls(doc["config"], doc["criterion"], tuple(doc["members"]), tuple(int(s) for s in doc["steps"]),
-                   Look.from_json(doc["look"]))
+                   Look.from_json(doc["look"]),
+                   None if pooled is None else tuple(PooledGroup.from_json(g) for g in pooled))
 
 
 def append(sweep_dir: Path, entry: LoggedLook) -> None:
@@ -97,12 +130,18 @@ def look_key(entry: LoggedLook) -> tuple[str, str, int]:
     return entry.config, entry.criterion, entry.look.n_seeds
 
 
+def _shown(entry: LoggedLook, key: str):
+    """A field as the refusal names it: a pooled group as its members at their steps (a-s1@4)."""
+    if key == "pooled":
+        return None if entry.pooled is None else [f"{m}@{step}" for g in entry.pooled for m, step in zip(g.members, g.steps)]
+    return getattr(entry.look, key, getattr(entry, key, None))
+
+
 def _compare(path: Path, number: int, got: LoggedLook, want: LoggedLook) -> None:
-    keys = [k for k in ("config", "criterion", "members", "steps") if getattr(got, k) != getattr(want, k)]
+    keys = [k for k in ("config", "criterion", "members", "steps", "pooled") if getattr(got, k) != getattr(want, k)]
     keys += [k for k in Look.__dataclass_fields__ if not _same(getattr(got.look, k), getattr(want.look, k))]
     if keys:
-        shown = ", ".join(f"{k} {getattr(got.look, k, getattr(got, k, None))!r} (recomputed "
-                          f"{getattr(want.look, k, getattr(want, k, None))!r})" for k in keys[:3])
+        shown = ", ".join(f"{k} {_shown(got, k)!r} (recomputed {_shown(want, k)!r})" for k in keys[:3])
         raise SweepError(BAD_DATA, f"{path}:{number}: {got.config} {got.criterion} at {got.look.n_seeds} seeds "
                                    f"disagrees with the run dirs: {shown}")
 

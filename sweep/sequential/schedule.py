@@ -19,7 +19,10 @@ configurations are tested at all follows the rule:
 
 A schedule is a pure function of the files: a coordinator killed at any moment and started again
 computes the same looks and the same members, and logs only the looks not logged yet (the caller
-appends `to_log` before it starts anything from `allowed`)."""
+appends `to_log` before it starts anything from `allowed`). A design that pools the seed variance
+(min_seeds = 2) is one too, with the looks log among the files: a logged look is recomputed on the
+members it logged as pooled (pool_source), and only a look not logged yet takes the other
+configurations' members finished now; it was acted on by nobody before it is logged."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,7 +39,7 @@ from tatu.sweep.sequential import log as looks_log
 from tatu.sweep.sequential.design import rule_problem
 from tatu.sweep.sequential.end_criteria import END_METRICS, EndFacts, EndFailure, end_failures, member_end_facts
 from tatu.sweep.sequential.log import LoggedLook, check_logged, look_key
-from tatu.sweep.sequential.looks import config_looks, criterion_set
+from tatu.sweep.sequential.looks import PoolSource, config_looks, criterion_set
 from tatu.sweep.sequential.order import fixed_sequence, testing_order
 
 FINISHED = ("done", "aborted")   # a member with a verdict: its per-line scores exist
@@ -140,11 +143,42 @@ def cut_at_decision(criteria: tuple[Condition, ...], looks: list[LoggedLook]) ->
 
 
 def config_looks_all(design: Design, config: str, criteria: tuple[Condition, ...], effective: dict,
-                     results: list[MemberResult], half: str | None) -> tuple[list[LoggedLook], str]:
+                     results: list[MemberResult], half: str | None,
+                     pool_of: PoolSource | None = None) -> tuple[list[LoggedLook], str]:
     """Every look the files allow for one configuration, cut at its decision: the same for the
     scheduler and for the report's recomputation (sweep/sequential/check.py)."""
-    looks = [entry for c in criteria for entry in config_looks(design, config, c, effective, results, half)]
+    looks = [entry for c in criteria for entry in config_looks(design, config, c, effective, results, half, pool_of)]
     return cut_at_decision(criteria, looks)
+
+
+def pool_source(grouped: dict[str, list[Member]], config: str, logged: list[LoggedLook],
+                finished: Callable[[Member], MemberResult | None]) -> PoolSource:
+    """What each look of `config` pools, for a design that pools the seed variance. A look the log
+    holds: the members it logged, each only while it is the next of its configuration in seed order,
+    among its first n, and `finished` gives its result, so a logged member that is not
+    drops out and the recomputed look disagrees with the log (65). A look not logged yet: every other
+    configuration's first members, at most n, as far as they are all finished (a later seed that
+    finished first waits for its turn, as in the configuration's own looks). `finished`: a member's
+    result once it has its end scores, else None."""
+    named = {(l.criterion, l.look.n_seeds): l.pooled for l in logged if l.config == config and l.pooled is not None}
+
+    def leading(members: list[Member], names: list[str] | None) -> list[MemberResult]:
+        out = []
+        for position, member in enumerate(members):
+            result = finished(member) if names is None or (position < len(names) and names[position] == member.name) else None
+            if result is None:
+                break
+            out.append(result)
+        return out
+
+    def pool_of(criterion: str, n: int) -> list[tuple[str, list[MemberResult]]]:
+        groups = named.get((criterion, n))
+        if groups is None:
+            return [(key, leading(members[:n], None)) for key, members in grouped.items() if key != config]
+        return [(g.config, leading(grouped.get(g.config, [])[:n] if g.config != config else [], list(g.members)))
+                for g in groups]
+
+    return pool_of
 
 
 def _finished_prefix(members: list[Member], states: dict[str, str]) -> tuple[int, bool]:
@@ -188,8 +222,9 @@ def schedule(lock: dict, states: dict[str, str], logged: list[LoggedLook],
         if results_of is not None and decision in UNDECIDED and prefix >= design.min_seeds and prefix > looked:
             # a seed finished since the last logged look: recompute the configuration's looks
             results = [results_of(m) for m in members[:prefix]]
+            pool_of = pool_source(grouped, key, mine, _finished_result(states, results_of))
             kept, decision = config_looks_all(design, key, criteria, effective_config(lock, members[0]), results,
-                                              sft_half(lock))
+                                              sft_half(lock), pool_of)
             check_logged(path, logged, kept)  # what was logged (and acted on) is what the files say
             known = {look_key(l) for l in mine}
             to_log += [l for l in kept if look_key(l) not in known]
@@ -214,6 +249,18 @@ def schedule(lock: dict, states: dict[str, str], logged: list[LoggedLook],
         configs.append(ConfigSchedule(key, _value(rule, members[0]), tuple(members), tuple(kept), decision,
                                       key in active, budget, failed))
     return Schedule(design, tuple(configs), tuple(to_log), frozenset(allowed), decided, chosen, order)
+
+
+def _finished_result(states: dict[str, str], results_of: Callable[[Member], MemberResult]
+                     ) -> Callable[[Member], MemberResult | None]:
+    """A member's result once it finished (asked of results_of only then: the scoring is not free)."""
+    def finished(member: Member) -> MemberResult | None:
+        if states.get(member.run, "pending") not in FINISHED:
+            return None
+        result = results_of(member)
+        return result if result.has("end") else None
+
+    return finished
 
 
 def _seeds_allowed(design: Design, decision: str, looks: list[LoggedLook]) -> int:

@@ -16,6 +16,9 @@ from tatu.sweep.sequential.schedule import Schedule, locked_rule, schedule
 # The false pass at the threshold measured with tatu's own looks (bench/sequential.py --reps 20000,
 # docs/sweeps.md): above the design's alpha / 2 at 3-5 seeds, so the sentence says both.
 MEASURED_FALSE_PASS = {"obf": 0.037, "pocock": 0.043}
+# the same for min_seeds = 2, the seed variance pooled across six configurations sharing it
+# (bench/sequential.py --min-seeds 2 --reps 2000: MC SE 0.0016 and 0.0018, docs/sweeps.md)
+MEASURED_POOLED_FALSE_PASS = {"obf": 0.030, "pocock": 0.040}
 
 
 def _pct(log_value: float) -> str:
@@ -24,10 +27,27 @@ def _pct(log_value: float) -> str:
 
 def plan_line(design: Design, n_configs: int) -> str:
     """What `tatu sweep plan` says of a sequential plan before anything runs."""
-    return (f"sequential design ({design.shape}): a look after each finished seed from {design.min_seeds} to "
+    line = (f"sequential design ({design.shape}): a look after each finished seed from {design.min_seeds} to "
             f"{design.max_seeds} seeds per configuration, alpha {design.alpha} spent over them; at most "
             f"{design.max_seeds} x {n_configs} = {design.max_seeds * n_configs} runs (the fixed design's), as few as "
             f"{design.min_seeds} when the first configuration tested decides the rule at its first look")
+    if design.pools_seed_variance:
+        line += (f". Each look's seed variance is pooled across up to {_configurations(n_configs)} (its own seeds and "
+                 "each other configuration's first finished ones, as many at most), which assumes every "
+                 "configuration has the same seed variance")
+    return line
+
+
+def pooled_clause(entry: LoggedLook) -> str:
+    """`, seed variance pooled over 3 configurations (5 df)` for a look that pooled it; '' otherwise."""
+    if entry.pooled is None:
+        return ""
+    df = entry.look.n_seeds - 1 + sum(len(g.members) - 1 for g in entry.pooled)
+    return f", seed variance pooled over {_configurations(entry.pooled_configs)} ({df} df)"
+
+
+def _configurations(n: int) -> str:
+    return f"{n} configuration{'s' * (n != 1)}"
 
 
 def upper_bound(look: Look) -> float:
@@ -44,7 +64,7 @@ def look_line(entry: LoggedLook) -> str:
               else (-math.inf, math.inf))
     return (f"look {entry.config} {entry.criterion} at {look.n_seeds} seeds: {look.decision} (CI at the spent level "
             f"[{_pct(lo)}, {_pct(hi)}] vs {_pct(look.threshold)}; mean {_pct(look.mean)}, t {look.statistic:.2f}, "
-            f"boundary {bound:.2f}{', final look' if look.final else ''})")
+            f"boundary {bound:.2f}{pooled_clause(entry)}{', final look' if look.final else ''})")
 
 
 def runs_line(plan: Schedule, states: dict[str, str]) -> str:
@@ -57,9 +77,14 @@ def verdict_clause(plan: Schedule, rule_text: str, axis: str) -> str:
     """`config=b (RULE); sequential obf, 3 to 5 seeds: ...the guarantee...` (or `no config satisfies
     ...`, `not decided yet: ...`): the verdict and its error guarantee, for status and the report."""
     design = plan.design
+    measured = (MEASURED_POOLED_FALSE_PASS if design.pools_seed_variance else MEASURED_FALSE_PASS).get(design.shape, math.nan)
     guarantee = (f"sequential {design.shape}, {design.min_seeds} to {design.max_seeds} seeds: a configuration at its "
                  f"threshold passes a criterion with probability {design.alpha / 2:.1%} by design "
-                 f"({MEASURED_FALSE_PASS.get(design.shape, math.nan):.1%} measured at few seeds, docs/sweeps.md)")
+                 f"({measured:.1%} measured at few seeds, docs/sweeps.md)")
+    if design.pools_seed_variance:
+        most = max((l.pooled_configs for c in plan.configs for l in c.looks), default=len(plan.configs))
+        guarantee += (f", its looks' seed variance pooled across up to {_configurations(most)}, which assumes every "
+                      "configuration has the same seed variance")
     if not plan.decided:
         active = [f"{c.config} ({c.seeds_looked} seeds looked)" for c in plan.configs if c.active]
         return f"not decided yet: {', '.join(active) or 'nothing'} under test; {guarantee}"

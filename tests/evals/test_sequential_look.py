@@ -55,6 +55,8 @@ def test_a_look_survives_json():
 
 def test_bad_designs_say_why():
     assert "unknown design" in Design("asha", 3, 10).problem()
-    assert "min_seeds" in Design("obf", 2, 10).problem()
+    assert "min_seeds" in Design("obf", 1, 10).problem()
+    assert Design("obf", 2, 10).problem() is None and Design("obf", 2, 10).pools_seed_variance  # pooled
+    assert not Design("obf", 3, 10).pools_seed_variance
     assert "below min_seeds" in Design("obf", 5, 4).problem()
     assert Design("pocock", 3, 6).problem() is None

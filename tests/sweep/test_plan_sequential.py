@@ -51,7 +51,9 @@ def test_an_edited_design_after_the_lock_is_a_changed_plan(tmp_path):
 @pytest.mark.parametrize("design,where,says,rule", [
     ('[design]\nsequential = "obf"\n', "[design] max_seeds", "missing", RULE),
     ('[design]\nsequential = "asha"\nmax_seeds = 4\n', "[design] sequential", "unknown design", RULE),
-    ('[design]\nsequential = "obf"\nmax_seeds = 4\nmin_seeds = 2\n', "[design] min_seeds", "3 seeds", RULE),
+    ('[design]\nsequential = "obf"\nmax_seeds = 4\nmin_seeds = 1\n', "[design] min_seeds", "needs 2 seeds", RULE),
+    ('[design]\nsequential = "obf"\nmax_seeds = 4\nmin_seeds = 0\n', "[design] min_seeds", "needs 2 seeds", RULE),
+    ('[design]\nsequential = "obf"\nmax_seeds = 4\nmin_seeds = -2\n', "[design] min_seeds", "needs 2 seeds", RULE),
     ('[design]\nsequential = "obf"\nmax_seeds = 6\n', "seeds", "at least max_seeds", RULE),
     ('[design]\nsequential = "obf"\nmax_seeds = 4\nlooks = 2\n', "[design] looks", "unknown key", RULE),
     (DESIGN, "[design] sequential", "at the common step", RULE + " at the common step"),

@@ -1,7 +1,6 @@
 """A sequential sweep for real (slow): `tatu sweep start PLAN --foreground` with daemon members on the
-session's tiny trunk. `first config`, one look at 3 seeds (min_seeds = max_seeds = 3: the fixed
-design's CI, logged as a look), a limit every configuration meets: the first configuration passes
-and the second never runs. Its coordinator is SIGKILLed once the first member has its verdict and
+session's tiny trunk: tests/sweep_world.py's sequential plan, whose first configuration passes at its
+one look and whose second never runs. Its coordinator is SIGKILLed once the first member has its verdict and
 started again: the looks log holds one look, the same members ran, `tatu sweep start` then says
 the sweep is finished, and `tatu sweep report` recomputes the look from the real scores and agrees."""
 from __future__ import annotations
@@ -14,21 +13,16 @@ import time
 import psutil
 import pytest
 
-from sweep_world import plan_world, start_foreground
+from sweep_world import sequential_plan_world, start_foreground
 from tiny_world import clean_environ
 
 from tatu.sweep.sequential import log as looks_log
 
 pytestmark = pytest.mark.slow
 
-CONFIGS = "first = { REPLAY_N = 2 }\nsecond = {}\n"
-RULE = "first config such that drift_hi < 50%"
-DESIGN = '\n[design]\nsequential = "obf"\nmin_seeds = 3\nmax_seeds = 3\n'
-
 
 def test_kill_9_of_a_foreground_sequential_sweep_then_start_again(tmp_path_factory, tiny_trunk):
-    root, plan = plan_world(tmp_path_factory, tiny_trunk, "seqfg", configs=CONFIGS, rule=RULE, seeds=(1, 2, 3))
-    plan.write_text(plan.read_text() + DESIGN)
+    root, plan = sequential_plan_world(tmp_path_factory, tiny_trunk, "seqfg")
     sweeps = root / "sweeps"
     proc = start_foreground(plan, sweeps, wait=False)
     first_verdict = sweeps / "seqfg" / "runs" / "seqfg.first-s1" / "verdict.json"

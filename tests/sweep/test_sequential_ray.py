@@ -1,6 +1,6 @@
 """A sequential sweep through the Ray backend (slow; a local Ray cluster): the same coordinator and
 schedule as the foreground and systemd backends, so the same looks and members as
-test_sequential_foreground.py's plan; its driver (the coordinator) is SIGKILLed once the first
+test_sequential_foreground.py (tests/sweep_world.py's sequential plan); its driver (the coordinator) is SIGKILLed once the first
 member has its verdict and started again."""
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ import time
 
 import pytest
 
-from sweep_world import plan_world
-from test_sequential_foreground import CONFIGS, DESIGN, RULE
+from sweep_world import sequential_plan_world
 from tiny_world import clean_environ
 
 from tatu.sweep.sequential import log as looks_log
@@ -29,9 +28,7 @@ def start(plan, sweeps, address) -> subprocess.Popen:
 
 
 def test_a_sequential_sweep_on_ray_killed_and_started_again(tmp_path_factory, tiny_trunk, ray_cluster):
-    root, plan = plan_world(tmp_path_factory, tiny_trunk, "seqray", configs=CONFIGS, rule=RULE, seeds=(1, 2, 3),
-                            extra=", TATU_THREADS = 1")
-    plan.write_text(plan.read_text() + DESIGN)
+    root, plan = sequential_plan_world(tmp_path_factory, tiny_trunk, "seqray", extra=", TATU_THREADS = 1")
     sweeps = root / "sweeps"
     proc = start(plan, sweeps, ray_cluster)
     first_verdict = sweeps / "seqray" / "runs" / "seqray.first-s1" / "verdict.json"

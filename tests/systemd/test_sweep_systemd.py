@@ -16,41 +16,26 @@ from pathlib import Path
 import pytest
 
 from sweep_world import plan_text
-from systemd_harness import address_the_manager, scrub_environment_for_units, user_manager_session
+from systemd_harness import sweep_units_session
 
 from tatu.daemon.logs import read_events
 from tatu.ops.cli import main as tatu
 from tatu.sweep.lock import members, read_lock
-from tatu.ops.units import install_units
 
 pytestmark = [pytest.mark.systemd, pytest.mark.slow]
 
 COORDINATOR = "tatu-sweep@sd.service"
 STATUS = re.compile(r"^(\d+)/4 done, (\d+) running")
-DROP_IN = "[Service]\nRestartSec=1s\n"
+MEMBERS = ("replay-n0-s1", "replay-n0-s2", "replay-n2-s1", "replay-n2-s2")
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, tiny_trunk):
     root = tmp_path_factory.mktemp("sweep-sysd")
-    with pytest.MonkeyPatch.context() as mp:
-        scrub_environment_for_units(mp)
-        plan = root / "sd.toml"
-        plan.write_text(plan_text("sd", tiny_trunk["data"], tiny_trunk["trunk"], steps=6))
-        with user_manager_session() as um:
-            address_the_manager(mp, um)
-            workdir = root / "work"
-            workdir.mkdir()
-            for unit in ("tatu-sft@.service", "tatu-sweep@.service"):
-                (um.unit_dir / f"{unit}.d").mkdir(parents=True)
-                (um.unit_dir / f"{unit}.d" / "test.conf").write_text(DROP_IN)
-            installed = install_units(workdir=workdir)
-            try:
-                yield {"um": um, "root": root, "plan": plan, "sweeps": root / "sweeps", "installed": installed}
-            finally:
-                um.systemctl("stop", COORDINATOR, check=False, timeout=120)
-                for member in ("replay-n0-s1", "replay-n0-s2", "replay-n2-s1", "replay-n2-s2"):
-                    um.systemctl("stop", f"tatu-sft@sd.{member}.service", check=False, timeout=120)
+    plan = root / "sd.toml"
+    plan.write_text(plan_text("sd", tiny_trunk["data"], tiny_trunk["trunk"], steps=6))
+    with sweep_units_session(root / "work", "sd", MEMBERS) as (um, installed):
+        yield {"um": um, "root": root, "plan": plan, "sweeps": root / "sweeps", "installed": installed}
 
 
 def _sweep_dir(setup) -> Path:
@@ -59,7 +44,7 @@ def _sweep_dir(setup) -> Path:
 
 def _member_units(um) -> dict[str, str]:
     out = {}
-    for member in ("replay-n0-s1", "replay-n0-s2", "replay-n2-s1", "replay-n2-s2"):
+    for member in MEMBERS:
         out[member] = um.show(f"tatu-sft@sd.{member}.service", "ActiveState")["ActiveState"]
     return out
 
@@ -103,15 +88,7 @@ def test_sweep_runs_through_units_survives_a_coordinator_kill_and_finishes(setup
     assert f"TATU_RUN=sd.{sorted(done_before)[0]}" in env_file.read_text()
     frozen = {name: (Path(by_name[name].env["TATU_OUT"]) / by_name[name].run / "events.jsonl").read_bytes() for name in done_before}
 
-    old_pid = int(shown["MainPID"])
-    um.systemctl("kill", "-s", "SIGKILL", "--kill-whom=main", COORDINATOR)
-
-    def restarted():
-        s = um.show(COORDINATOR, "ActiveState", "MainPID", "NRestarts")
-        return s if s["ActiveState"] == "active" and int(s["MainPID"]) not in (0, old_pid) else None
-
-    again = um.wait_for(restarted, timeout=60, interval=0.2, what="systemd to restart the killed coordinator")
-    assert int(again["NRestarts"]) == int(shown["NRestarts"]) + 1
+    um.kill_main_and_wait_restart(COORDINATOR)
 
     # `tatu sweep stop`: the coordinator ends for good (exit 0: not restarted) and so does every
     # member unit (a running one saves its state first); `tatu sweep start` continues from there.
