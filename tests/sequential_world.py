@@ -8,6 +8,7 @@ report's recomputation are tatu's own; only the daemon is replaced.
 test kills and starts again)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -66,6 +67,13 @@ def simulated_result(member: Member) -> MemberResult:
     lines = lambda nll: {"nll_sum": (nll * 10).tolist(), "line_tokens": [10] * N_LINES, "line_index": list(range(N_LINES))}
     return member_result(member.config_key, member.seed, {"enRuler": lines(base), "sftHeld": lines(base)},
                          {"enRuler": lines(base + change), "sftHeld": lines(base + improve)}, values=member.values)
+
+
+def scored(member: Member, *_) -> MemberResult:
+    """sweep/analysis.member_result for these members: their simulated result once they ran, pending before."""
+    if (member.run_dir / "verdict.json").exists():
+        return simulated_result(member)
+    return dataclasses.replace(simulated_result(member), state="pending", steps=None, lines={})
 
 
 class InstantBackend:

@@ -5,14 +5,13 @@ look on the same pool, `tatu sweep report` recomputes every look on the logged p
 a corrupted pooled-member entry refuses the report with 65."""
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 
 import pytest
 
 from run_records import config_result
-from sequential_world import coordinator, ran, simulated_result, write_sweep
+from sequential_world import coordinator, ran, scored, write_sweep
 
 from tatu.evals.seeds.sequential import Design
 from tatu.exitcodes import BAD_DATA
@@ -20,7 +19,6 @@ from tatu.ops.cli import main as tatu_main
 from tatu.sweep import analysis
 from tatu.sweep.errors import SweepError
 from tatu.sweep.lock import members, read_lock
-from tatu.sweep.records import MemberResult
 from tatu.sweep.sequential import log as looks_log
 from tatu.sweep.sequential.check import check_looks
 from tatu.sweep.sequential.log import PooledGroup
@@ -29,13 +27,6 @@ from tatu.sweep.sequential.status import plan_line
 RULE = "first config such that drift_hi < 5%"
 # d near the 5% limit (its looks continue), a far over it, b and c far under it
 CONFIGS = "d = { REPLAY_N = 1 }\na = { REPLAY_N = 0 }\nb = { REPLAY_N = 2 }\nc = { REPLAY_N = 4 }\n"
-
-
-def scored(member, *_) -> MemberResult:
-    """sweep/analysis.member_result for tests/sequential_world.py's members: scores once it ran."""
-    if (member.run_dir / "verdict.json").exists():
-        return simulated_result(member)
-    return dataclasses.replace(simulated_result(member), state="pending", steps=None, lines={})
 
 
 @pytest.fixture

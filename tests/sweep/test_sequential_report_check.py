@@ -5,33 +5,24 @@ the file and the look. Members are tests/sequential_world.py's (simulated per-li
 report runs `tatu sweep report` in-process with sweep/analysis.member_result answering from them."""
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 
 import pytest
 
 from run_records import config_result
-from sequential_world import coordinator, simulated_result, write_sweep
+from sequential_world import coordinator, scored, write_sweep
 
 from tatu.exitcodes import BAD_DATA
 from tatu.ops.cli import main as tatu_main
 from tatu.sweep import analysis
 from tatu.sweep.errors import SweepError
 from tatu.sweep.lock import members, read_lock
-from tatu.sweep.records import MemberResult
 from tatu.sweep.sequential import log as looks_log
 from tatu.sweep.sequential.check import check_looks
 
 RULE = "first config such that drift_hi < 5%"
 CONFIGS = "d = { REPLAY_N = 1 }\na = { REPLAY_N = 0 }\nb = { REPLAY_N = 2 }\nc = { REPLAY_N = 4 }\n"
-
-
-def scored(member, *_) -> MemberResult:
-    """sweep/analysis.member_result for tests/sequential_world.py's members: scores once it ran."""
-    if (member.run_dir / "verdict.json").exists():
-        return simulated_result(member)
-    return dataclasses.replace(simulated_result(member), state="pending", steps=None, lines={})
 
 
 @pytest.fixture
