@@ -323,8 +323,9 @@ def flood(sock: socket.socket, stop: threading.Event, tally: Tally) -> None:
     payloads = itertools.cycle(MALFORMED)
     try:
         with sock, sock.makefile("rb") as replies:
-            while not stop.is_set() and send_and_read(sock, replies, next(payloads), tally) is not None:
-                pass
+            while not stop.is_set():
+                if send_and_read(sock, replies, next(payloads), tally) is None:
+                    return  # the connection ended: tally.silent says how
     except OSError as exc:  # a reset, a broken pipe, a timeout: no reply is a silent drop
         tally.silent = f"{type(exc).__name__}: {exc} after {tally.sent} requests"
 
