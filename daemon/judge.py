@@ -28,7 +28,7 @@ from tatu.daemon.run.state import RunState
 from tatu.daemon.suite import REFERENCE_SETS, RULER, Suite, best_set
 from tatu.evals.choice import mcnemar_exact
 from tatu.evals.scoring import SetResult, compare_results
-from tatu.formats import SET_NAMES, fmt_ci, fmt_pct, fmt_ppl
+from tatu.formats import SET_NAMES, fmt_ci, fmt_interval, fmt_pct, fmt_ppl
 
 
 def change(reference: SetResult, current: SetResult, config: RunConfig) -> Change:
@@ -73,7 +73,7 @@ def eval_line(step: int, results: dict, drift: Change, drift_tronco: Change | No
     )
     # At step 0 the ruler is compared with itself: there is no interval or resolution to show.
     mde = "n/a" if step == 0 else f"{drift.mde * 100:.1f}%"
-    extras = f" drift_ci=[{fmt_pct(drift.lo)},{fmt_pct(drift.hi)}] mde={mde}"
+    extras = f" drift_ci={fmt_interval(drift.lo, drift.hi)} mde={mde}"
     lines = notes.get(RULER, "").split()[:1]
     if lines and lines[0].split("/")[0] != lines[0].split("/")[-1]:  # only a subsample says so
         extras += f" enRuler_lines={lines[0]}"

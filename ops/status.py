@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tatu import exitcodes
 from tatu.daemon.control.client import ControlError, request, resolve_socket
-from tatu.formats import fmt_duration, fmt_pct
+from tatu.formats import fmt_duration, fmt_interval, fmt_pct
 
 # -- formatting ---------------------------------------------------------------------
 
@@ -29,7 +29,7 @@ def _duration(seconds) -> str:
 
 def _interval(lo, hi, fmt) -> str:
     if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
-        return f" [{fmt(lo)}, {fmt(hi)}]"
+        return f" {fmt_interval(lo, hi, fmt)}"
     return ""
 
 

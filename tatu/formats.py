@@ -12,9 +12,16 @@ def fmt_pct(fraction) -> str:
     return f"{fraction * 100:+.1f}%"
 
 
+def fmt_interval(lo, hi, fmt_end=fmt_pct) -> str:
+    """A CI's two ends, the one way tatu writes an interval: "[+7.1%,+9.3%]" (brackets, a comma, no
+    space). Each end is written by `fmt_end`: fmt_pct for a relative change; a perplexity, a ratio
+    or a rate passes its own digits (`"{:.4g}".format`)."""
+    return f"[{fmt_end(lo)},{fmt_end(hi)}]"
+
+
 def fmt_ci(value, lo, hi) -> str:
     """A relative change with its CI, as every line and table writes it: "+8.1% [+7.1%,+9.3%]"."""
-    return f"{fmt_pct(value)} [{fmt_pct(lo)},{fmt_pct(hi)}]"
+    return f"{fmt_pct(value)} {fmt_interval(lo, hi)}"
 
 
 def fmt_share(fraction) -> str:

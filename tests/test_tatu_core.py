@@ -10,7 +10,7 @@ import pytest
 
 from tatu.atomic import write_atomic, write_json_atomic
 from tatu.envfile import EnvFileError, env_file_text, parse_env_file
-from tatu.formats import fmt_p_formula, fmt_pct, fmt_share
+from tatu.formats import fmt_ci, fmt_interval, fmt_p_formula, fmt_pct, fmt_share
 
 
 def test_write_atomic_private_mode_and_sorted_json(tmp_path):
@@ -66,3 +66,12 @@ def test_sweep_number_formats_are_the_documented_strings(x, pct, share, p, p_tex
 @pytest.mark.parametrize("unknown", [None, float("nan"), float("inf"), float("-inf"), "0.1", True])
 def test_an_unknown_number_is_n_a(unknown):
     assert fmt_pct(unknown) == fmt_share(unknown) == fmt_p_formula(unknown) == "n/a"
+
+
+def test_every_interval_is_one_spelling():
+    """fmt_ci's documented "+8.1% [+7.1%,+9.3%]"; fmt_interval the same brackets for an interval
+    alone (the EVAL line's drift_ci=) or of a number that is not a relative change."""
+    assert fmt_ci(0.081, 0.071, 0.093) == "+8.1% [+7.1%,+9.3%]"
+    assert fmt_ci(None, None, None) == "n/a [n/a,n/a]"
+    assert fmt_interval(-0.003, 0.027) == "[-0.3%,+2.7%]"
+    assert fmt_interval(9.01, 9.13, "{:.4f}".format) == "[9.0100,9.1300]"

@@ -22,6 +22,7 @@ from pathlib import Path
 from tatu.data.tags import CATEGORIES as TAG_CATEGORIES
 from tatu.evals.masks import WORD_LISTS
 from tatu.exitcodes import BAD_DATA, USAGE, TatuExit
+from tatu.formats import fmt_interval, fmt_p, fmt_pct, fmt_share
 from tatu.ops.eval import tags as eval_tags, tasks as eval_tasks
 from tatu.ops.eval.inputs import add_bootstrap_args, check_device, load_model, peek_meta, resolve_bootstrap, set_specs
 
@@ -166,7 +167,7 @@ def eval_main(args: argparse.Namespace) -> int:
     for per_set in results.values():
         for r in per_set:
             lines = f"{r.n_lines}/{r.n_lines_total}" if r.category is None else str(r.n_lines)
-            ci = f"[{r.ci.lo:.4g}, {r.ci.hi:.4g}]"
+            ci = fmt_interval(r.ci.lo, r.ci.hi, "{:.4g}".format)
             print(f"{_label(r):<22} {lines:>9} {r.n_tokens:>9} {r.ppl:>10.4g} {ci:>23} {_fmt(r.bpc):>7} {_fmt(r.bpb):>7}")
     _warn(results)
     eval_tasks.print_tasks(tasks)
@@ -193,21 +194,18 @@ def fmt_mde(paired) -> str:
 
 def verdict(paired, per: str, n_resamples: int) -> str:
     """One plain sentence: a change the CI resolves, or 'within resolution'."""
-    from tatu.formats import fmt_p
-
     change, lo, hi = paired.ratio - 1.0, paired.lo - 1.0, paired.hi - 1.0
     unit = "" if per == "token" else " per character"
     if lo <= 0.0 <= hi:
-        return (f"within resolution: change {change:+.2%}{unit}, CI [{lo:+.2%}, {hi:+.2%}] includes 0 "
+        return (f"within resolution: change {fmt_pct(change)}{unit}, CI {fmt_interval(lo, hi)} includes 0 "
                 f"(MDE {fmt_mde(paired)})")
     direction = "better" if change < 0 else "worse"
     p = fmt_p(paired.p_value, n_resamples)
-    return f"B is {direction} by {abs(change):.2%}{unit} (CI {lo:+.2%} to {hi:+.2%}, p{p if p[0] == '<' else '=' + p})"
+    return f"B is {direction} by {fmt_share(abs(change))}{unit} (CI {fmt_interval(lo, hi)}, p{p if p[0] == '<' else '=' + p})"
 
 
 def compare_main(args: argparse.Namespace) -> int:
     from tatu.evals.scoring import compare_results
-    from tatu.formats import fmt_p
 
     check_device(args)
     _check_categories(args)
@@ -236,7 +234,7 @@ def compare_main(args: argparse.Namespace) -> int:
         for ra, rb in zip(results_a[name], results_b[name]):
             paired = compare_results(ra, rb, n_resamples=args.resamples, seed=args.seed, per=per)
             text = verdict(paired, per, args.resamples)
-            ci = f"[{paired.lo:.4f}, {paired.hi:.4f}]"
+            ci = fmt_interval(paired.lo, paired.hi, "{:.4f}".format)
             shown_a, shown_b = (ra.ppl, rb.ppl) if per == "token" else (2 ** ra.bpc, 2 ** rb.bpc)
             lines = f"{len(ra.scores)}/{ra.n_lines_total}" if ra.category is None else str(ra.n_lines)
             print(f"{_label(ra):<22} {lines:>9} {shown_a:>10.4g} "

@@ -7,6 +7,9 @@ from pathlib import Path
 
 from tatu.data.manifest import DataError, load_manifest
 from tatu.exitcodes import BAD_DATA, TatuExit
+from tatu.formats import fmt_interval, fmt_pct
+
+_RATE = "{:.3f}".format  # an accuracy and its CI's ends
 
 
 def task_specs(args: argparse.Namespace) -> dict[str, tuple[Path, str | None]]:
@@ -42,14 +45,13 @@ def print_tasks(tasks: dict) -> None:
     for name, result in tasks.items():
         s = result.summary()
         a, n = s["acc"], s["acc_norm"]
-        ci_a, ci_n = f"[{a['lo']:.3f}, {a['hi']:.3f}]", f"[{n['lo']:.3f}, {n['hi']:.3f}]"
+        ci_a, ci_n = fmt_interval(a["lo"], a["hi"], _RATE), fmt_interval(n["lo"], n["hi"], _RATE)
         print(f"{name:<22} {s['n']:>9} {a['value']:>7.3f} {ci_a:>17} {n['value']:>9.3f} {ci_n:>17}")
 
 
 def compare_tasks(tasks_a: dict, tasks_b: dict) -> dict:
     """acc and acc_norm of A and B on the same items, an exact McNemar test of each."""
     from tatu.evals.choice import mcnemar_exact
-    from tatu.formats import fmt_pct
 
     rows = {}
     if tasks_a:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tatu.atomic import write_json_atomic
-from tatu.formats import fmt_ppl
+from tatu.formats import fmt_ci, fmt_pct, fmt_ppl
 from tatu.model.checkpoint import save_checkpoint
 from tatu.model.interpolation import interpolate_state, interpolated_config, plain_weights
 from tatu.ops.interpolate.path import RULER, SFT_HELD, AlphaPoint, Change, Parent, held_out_names
@@ -15,7 +15,7 @@ FORMAT = "tatu-interpolate-1"
 
 
 def _ci(change: Change) -> str:
-    return f"{change.value:+.2%} [{change.lo:+.2%}, {change.hi:+.2%}]"
+    return fmt_ci(change.value, change.lo, change.hi)
 
 
 def table(points: list[AlphaPoint]) -> str:
@@ -28,7 +28,7 @@ def table(points: list[AlphaPoint]) -> str:
     rows = [header]
     for p in points:
         row = f"{p.alpha:>6g}  {_ci(p.changes[SFT_HELD]):<30} {_ci(p.changes[RULER]):<30}"
-        row += "".join(f" {p.changes[name].value:>+16.2%}" for name in held)
+        row += "".join(f" {fmt_pct(p.changes[name].value):>16}" for name in held)
         row += f" {fmt_ppl(p.results['ptVal'].ppl, 'ptVal'):>9}" if "ptVal" in p.results else ""
         rows.append(row)
     return "\n".join(rows)

@@ -364,8 +364,8 @@ def test_format_status_full_reply():
     text = format_status(FULL_STATUS)
     assert "run5  pid 4242  phase training  step 37/200 (18%)" in text
     assert "1830 tok/s  ETA 12m05s" in text
-    assert "eval    @ step 32: sftHeld 9.0702 [9.0100, 9.1300]  enRuler 52.1000 [50.0000, 54.3000]" in text
-    assert "drift +1.2% [-0.3%, +2.7%]  drift_tronco +14.7%" in text
+    assert "eval    @ step 32: sftHeld 9.0702 [9.0100,9.1300]  enRuler 52.1000 [50.0000,54.3000]" in text
+    assert "drift +1.2% [-0.3%,+2.7%]  drift_tronco +14.7%" in text  # fmt_ci's spelling
     assert "best    step 32  sftHeld 9.0702" in text
     assert "rss 2346 MB" in text
     assert "oom_score_adj 0  (not protected" in text

@@ -72,6 +72,8 @@ def test_eval_prints_table_and_writes_json_matching_the_rig(files, tmp_path, cap
     assert function["category"] == "function-words" and function["bpc"] is None
     assert 0 < function["n_tokens"] < whole["n_tokens"]
     assert f"{whole['n_lines']}/{whole['n_lines_total']}" in printed
+    ci = whole["ci"]  # as fmt_ci spells an interval: brackets, a comma, no space
+    assert f" [{ci['lo']:.4g},{ci['hi']:.4g}] " in printed
     held = payload["sets"]["sftHeld"][0]
     assert held["n_chars"] == len("sim") + len("o gato dorme")  # responses only; EOS adds no chars
     assert held["n_tokens"] == held["n_chars"] + 2  # char-level, plus one EOS per pair
@@ -200,15 +202,17 @@ def test_compare_identical_checkpoints_is_within_resolution(files, tmp_path, cap
     assert "within resolution" in printed
     # nothing varies between A and B: no resolution to state, as the daemon's step-0 `mde=n/a`
     assert "(MDE n/a)" in printed and "0.00%  within" not in printed
+    # the CI as fmt_ci writes one (tatu/formats.py): brackets, a comma, no space
+    assert f"change +0.0%, CI [{(row['lo'] - 1) * 100:+.1f}%,{(row['hi'] - 1) * 100:+.1f}%] includes 0" in printed
     table_row = next(line for line in printed.splitlines() if line.startswith("pt "))
-    assert table_row.split()[8] == "n/a"
+    assert table_row.split()[5] == f"[{row['lo']:.4f},{row['hi']:.4f}]" and table_row.split()[7] == "n/a"
     assert row["ratio"] == pytest.approx(1.0, abs=1e-12) and row["lo"] <= 1.0 <= row["hi"]
 
 
 def test_compare_says_which_is_better(files, tmp_path, capsys):
     root, tok, _ = files
     printed, row = compare_on_pt(root, "uniform", "trained", tmp_path, capsys, 500)
-    assert "B is better by" in printed
+    assert f"B is better by {(1 - row['ratio']) * 100:.1f}% (CI [{(row['lo'] - 1) * 100:+.1f}%,{(row['hi'] - 1) * 100:+.1f}%], p<" in printed
     # every replicate on one side: the p-value is at the bootstrap's floor, 2/(B+1), and says so
     assert row["p_value"] == pytest.approx(2 / 501) and "p<0.004" in printed and "p=" not in printed
     assert row["a"]["ppl"] == pytest.approx(tok.vocab_size, rel=1e-6)

@@ -215,6 +215,11 @@ def test_a_lora_final_interpolates_like_any_checkpoint_and_a_held_out_set_is_jud
     path = json.loads(report.joinpath("path.json").read_text())
     metrics = {a["alpha"]: a["metrics"] for a in path["alphas"]}
     assert sorted(metrics) == [0.0, 0.5, 1.0] and metrics[1.0]["ptNews_change_hi"] == path["alphas"][2]["changes"]["ptNews"]["hi"]
+    # alpha 1's row: each change as fmt_ci writes one (+8.1% [+7.1%,+9.3%]), the held-out set's alone
+    row = next(line.split() for line in printed.splitlines() if line.split()[:1] == ["1"])
+    changes = path["alphas"][2]["changes"]
+    ci = {name: [f"{c['value'] * 100:+.1f}%", f"[{c['lo'] * 100:+.1f}%,{c['hi'] * 100:+.1f}%]"] for name, c in changes.items()}
+    assert row[1:6] == ci["sftHeld"] + ci["enRuler"] + ci["ptNews"][:1]
     hand = max(a for a, m in metrics.items() if m["ptNews_change_hi"] < 0.5 and m["drift_hi"] < 1)
     assert path["pick"]["alpha"] == hand and f"alpha={hand:g}: the largest alpha such that" in printed
 
