@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tatu.evals.tdist import t_cdf, t_ppf
+from scipy.special import stdtr, stdtrit  # Student's t: stdtr(df, t) its CDF, stdtrit(df, p) its quantile
 
 ALPHA = 0.05  # the two-sided level of every CI the sweep report prints (95%)
 POWER = 0.8   # the power "seeds for MDE" is stated at
@@ -69,7 +69,7 @@ def crossed_mde(parts: CrossedParts, n_seeds: int, alpha: float = ALPHA, power: 
     if n_seeds < 2:
         return math.inf
     df = parts.df(n_seeds)
-    return (t_ppf(1.0 - alpha / 2.0, df) + t_ppf(power, df)) * math.sqrt(parts.variance(n_seeds))
+    return float(stdtrit(df, 1.0 - alpha / 2.0) + stdtrit(df, power)) * math.sqrt(parts.variance(n_seeds))
 
 
 def crossed_power(parts: CrossedParts, n_seeds: int, effect: float, alpha: float = ALPHA) -> float:
@@ -77,14 +77,14 @@ def crossed_power(parts: CrossedParts, n_seeds: int, effect: float, alpha: float
     df, se = parts.df(n_seeds), math.sqrt(parts.variance(n_seeds))
     if se == 0.0:
         return 1.0 if effect != 0.0 else 0.0
-    return t_cdf(abs(effect) / se - t_ppf(1.0 - alpha / 2.0, df), df)
+    return float(stdtr(df, abs(effect) / se - stdtrit(df, 1.0 - alpha / 2.0)))
 
 
 def line_floor(parts: CrossedParts, alpha: float = ALPHA, power: float = POWER) -> float:
     """crossed_mde with every seed in the world: what the shared lines alone allow (df L - 1).
     The limit as S grows, not a lower bound at every S (see the module doc)."""
     df = parts.n_lines - 1
-    return (t_ppf(1.0 - alpha / 2.0, df) + t_ppf(power, df)) * math.sqrt(parts.lines)
+    return float(stdtrit(df, 1.0 - alpha / 2.0) + stdtrit(df, power)) * math.sqrt(parts.lines)
 
 
 MAX_SEEDS = 1 << 20  # past this, seeds_needed answers None (no seed count an operator would run)
@@ -106,7 +106,7 @@ def mde_at_least(parts: CrossedParts, low: int, high: float, alpha: float = ALPH
     high (it falls with S), the t quantiles at _df_ceiling (they fall with df). Needs power >= 0.5."""
     df = _df_ceiling(parts, low, high)
     variance = parts.lines if math.isinf(high) else parts.variance(int(high))
-    return (t_ppf(1.0 - alpha / 2.0, df) + t_ppf(power, df)) * math.sqrt(variance)
+    return float(stdtrit(df, 1.0 - alpha / 2.0) + stdtrit(df, power)) * math.sqrt(variance)
 
 
 def _fewest_in(parts: CrossedParts, low: int, high: int, effect: float, alpha: float, power: float) -> int | None:

@@ -45,9 +45,10 @@ import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
+from scipy.special import stdtr, stdtrit  # Student's t: stdtr(df, t) its CDF, stdtrit(df, p) its quantile
+
 from tatu.evals.seeds.power import ALPHA, CrossedParts
 from tatu.evals.seeds.spending import SHAPES, spending_bounds
-from tatu.evals.tdist import t_cdf, t_ppf
 
 LINE_SHARE_STEP = 0.01
 DECISIONS = ("pass", "fail", "futility", "continue")
@@ -177,7 +178,7 @@ class Look:
     @property
     def t_bound(self) -> float:
         """The boundary's nominal level on the t scale at the look's df (what T is compared with)."""
-        return t_ppf(_Z.cdf(self.z_bound), self.df) if math.isfinite(self.z_bound) else math.inf
+        return float(stdtrit(self.df, _Z.cdf(self.z_bound))) if math.isfinite(self.z_bound) else math.inf
 
     def to_json(self) -> dict:
         """Every field, and t_bound for the reader (recomputed from z_bound and df, never read back)."""
@@ -221,16 +222,16 @@ def look(design: Design, estimate: Estimate, threshold: float) -> Look:
     gap = threshold - estimate.mean
     statistic = gap / se if se > 0 else math.copysign(math.inf, gap) if gap else 0.0
     final = n == design.max_seeds or fracs[-1] >= 1.0
-    # T beyond t_ppf(level, df) <=> t_cdf(T, df) beyond level: one incomplete beta, not a quantile search
-    passes = level < 1.0 and t_cdf(statistic, df) > level
-    fails = level < 1.0 and t_cdf(-statistic, df) > level
+    # T beyond stdtrit(df, level) <=> stdtr(df, T) beyond level: one incomplete beta, not a quantile search
+    passes = level < 1.0 and stdtr(df, statistic) > level
+    fails = level < 1.0 and stdtr(df, -statistic) > level
     # the lines' SE no seed removes, against the most favourable mean this look allows (at the last
     # look: its own mean, as every seed in the world would leave it)
     line_margin = _Z.inv_cdf(1.0 - design.alpha / 2.0) * math.sqrt(estimate.parts.lines)
     if final:
         futile = gap < line_margin
-    else:  # t_ppf(level, df) >= bound (a t quantile is beyond the normal one): most looks need no quantile
-        futile = level < 1.0 and gap + bound * se < line_margin and gap + t_ppf(level, df) * se < line_margin
+    else:  # stdtrit(df, level) >= bound (a t quantile is beyond the normal one): most looks need no quantile
+        futile = level < 1.0 and gap + bound * se < line_margin and gap + stdtrit(df, level) * se < line_margin
     if passes:
         decision = "pass"
     elif fails or (final and not futile):
@@ -246,4 +247,4 @@ def fixed_pass(estimate: Estimate, threshold: float, alpha: float = ALPHA) -> bo
     """The fixed design's criterion at its seeds: the (1 - alpha) crossed CI's upper bound below the threshold."""
     if estimate.se == 0.0:
         return estimate.mean < threshold
-    return t_cdf((threshold - estimate.mean) / estimate.se, estimate.df) > 1.0 - alpha / 2.0
+    return bool(stdtr(estimate.df, (threshold - estimate.mean) / estimate.se) > 1.0 - alpha / 2.0)

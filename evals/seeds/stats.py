@@ -28,7 +28,7 @@ tests/evals/test_seeds_crossed.py and docs/sweeps.md.
 
 Between configurations, results are paired by seed (the same TATU_SEED draws the same stream
 order) and by line: d_s = t(config, s) - t(baseline, s), the same crossed CI on d. Its p-value
-comes from the same parts as the interval, 2 * t_cdf(-|mean| / SE, df) at Satterthwaite's df, so
+comes from the same parts as the interval, 2 * stdtr(df, -|mean| / SE) at Satterthwaite's df, so
 p < 1 - level exactly when the CI excludes zero (a paired t over seeds alone would leave out the
 shared lines' variance and could disagree with the CI printed beside it:
 tests/evals/test_seeds_crossed.py). Several configurations against one baseline: Holm's step-down
@@ -42,7 +42,7 @@ by simulation at 3, 5 and 10 against the 5% the report promises). The median/MAD
 How many seeds are enough: evals/seeds/power.py projects the parts crossed_ci measures
 (CrossedParts) to other seed counts.
 
-Student's t comes from evals/tdist.py (numpy-free, tested against scipy).
+Student's t is scipy.special's (stdtr, stdtrit).
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ import numpy as np
 
 from tatu.evals.stats import _line_sums, _resampled_sums
 from tatu.evals.seeds.power import CrossedParts, crossed_mde
-from tatu.evals.tdist import t_cdf, t_ppf
+from scipy.special import stdtr, stdtrit  # Student's t: stdtr(df, t) its CDF, stdtrit(df, p) its quantile
 
 DEFAULT_RESAMPLES = 2000
 DEFAULT_SEED = 0
@@ -173,7 +173,7 @@ def crossed_ci(runs: list[RunLines], baseline: list[RunLines] | None = None, n_r
     seed_part, line_part = max(0.0, seed_ms - inter_ms), max(0.0, line_ms - inter_ms)
     parts = CrossedParts(seed=seed_part * n_seeds, interaction=inter_ms * n_seeds, lines=line_part, n_lines=n_lines)
     variance, df = parts.variance(n_seeds), parts.df(n_seeds)
-    half = t_ppf(0.5 + level / 2.0, df) * math.sqrt(variance)
+    half = float(stdtrit(df, 0.5 + level / 2.0)) * math.sqrt(variance)
     within = float(np.mean(by_line.var(axis=1, ddof=1)))
     between = float(est.var(ddof=1)) if n_seeds > 1 else 0.0
     return SeedCI(
@@ -186,11 +186,11 @@ def crossed_ci(runs: list[RunLines], baseline: list[RunLines] | None = None, n_r
 
 
 def crossed_p(mean: float, se: float, df: float) -> float:
-    """Two-sided p of "the true mean is 0" on the crossed CI's own scale: 2 * t_cdf(-|mean| / se, df).
+    """Two-sided p of "the true mean is 0" on the crossed CI's own scale: 2 * stdtr(df, -|mean| / se).
     With se 0 (every part measured 0), 1 for a mean of exactly 0 and 0 otherwise."""
     if se == 0.0:
         return 1.0 if mean == 0.0 else 0.0
-    return min(1.0, 2.0 * t_cdf(-abs(mean) / se, df))
+    return min(1.0, 2.0 * float(stdtr(df, -abs(mean) / se)))
 
 
 # --- between configurations, paired by seed --------------------------------------------------------
@@ -231,7 +231,7 @@ def leave_one_out_t(values) -> list[float]:
 def outlier_cut(n_seeds: int, family_alpha: float = OUTLIER_ALPHA) -> float:
     """|t| above which a seed is flagged: Bonferroni over the n seeds, so n normal seeds get any
     flag with probability at most family_alpha (measured in tests/evals/test_seeds.py)."""
-    return t_ppf(1.0 - family_alpha / (2.0 * n_seeds), n_seeds - 2)
+    return float(stdtrit(n_seeds - 2, 1.0 - family_alpha / (2.0 * n_seeds)))
 
 
 def outliers(values, family_alpha: float = OUTLIER_ALPHA) -> list[int]:

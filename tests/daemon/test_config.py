@@ -1,7 +1,7 @@
 """The run configuration: the layers it is built from (the environment, an env file, --set, the
 unit instance, the smoke's own) and nothing else, where each value came from, and what is
 refused with 78 (a typo, a value out of range, a percent typed as a fraction, an instance that
-contradicts TATU_RUN) before torch loads or anything is written."""
+contradicts TATU_RUN) before torch (or scipy, the sweep statistics' t) loads or anything is written."""
 from __future__ import annotations
 
 import re
@@ -26,20 +26,30 @@ def test_typo_exits_78_suggesting_the_name_and_writes_nothing(tmp_path):
     assert not out.exists()
 
 
+# What the fail-fast path never imports: torch, and scipy (a runtime dependency since the sweep's
+# seed statistics take Student's t from it), both slow to import
+SLOW_TO_IMPORT = ("torch", "scipy")
+
+
+def slow_imports(stderr: str) -> list[str]:
+    """The modules of SLOW_TO_IMPORT in a `python -X importtime` log; asserts the log is real."""
+    imported = [line.rsplit("|", 1)[-1].strip() for line in stderr.splitlines() if line.startswith("import time:")]
+    assert "pydantic" in imported  # the log is real
+    return [m for m in imported if m.split(".")[0] in SLOW_TO_IMPORT]
+
+
 def test_config_errors_are_decided_before_torch_is_imported(tmp_path):
-    """A bad configuration exits fast, checked without timing: the process never imports torch."""
+    """A bad configuration exits fast, checked without timing: the process never imports torch or scipy."""
     env = {**clean_environ(), "REPLAY_M": "6", "TATU_DATA": str(tmp_path), "TATU_SEED_CKPT": str(tmp_path)}
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "tatu.daemon"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 78
-    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
-    assert "pydantic" in imported  # the log is real
-    assert not [m for m in imported if m == "torch" or m.startswith("torch.")]
+    assert slow_imports(proc.stderr) == []
 
 
 @pytest.mark.parametrize("variable", ["TATU_SEED_CKPT", "TATU_TRUNK_CKPT"])
 def test_a_missing_seed_or_trunk_exits_65_naming_it_before_torch_is_imported(tmp_path, variable):
-    """A mistyped checkpoint path is refused as fast as a typo: the process never imports torch,
+    """A mistyped checkpoint path is refused as fast as a typo: the process never imports torch or scipy,
     and the one error line names the variable, its value and where it came from."""
     out, missing = tmp_path / "out", tmp_path / "no-such-ckpt"
     env = {**clean_environ(), "TATU_DATA": str(tmp_path), "TATU_OUT": str(out), "TATU_SEED_CKPT": str(tmp_path),
@@ -49,15 +59,14 @@ def test_a_missing_seed_or_trunk_exits_65_naming_it_before_torch_is_imported(tmp
     assert proc.returncode == 65, proc.stderr[-2000:]
     message = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
     assert message == [f"tatu: {variable}={missing} [env]: no such checkpoint (no file or directory {missing})"]
-    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
-    assert "pydantic" in imported and not [m for m in imported if m == "torch" or m.startswith("torch.")]
+    assert slow_imports(proc.stderr) == []
     assert f"{variable}" in proc.stdout  # the configuration, with sources, as a started run prints it
     assert not out.exists()
 
 
 @pytest.mark.parametrize("missing_is", ["absent", "a file"])
 def test_a_missing_data_dir_exits_65_naming_it_before_torch_is_imported(tmp_path, missing_is):
-    """TATU_DATA is checked with the seed and trunk: one line naming it, 65, torch never imported."""
+    """TATU_DATA is checked with the seed and trunk: one line naming it, 65, torch and scipy never imported."""
     out, missing = tmp_path / "out", tmp_path / "no-such-data"
     if missing_is == "a file":
         missing.write_text("")
@@ -68,8 +77,7 @@ def test_a_missing_data_dir_exits_65_naming_it_before_torch_is_imported(tmp_path
     message = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
     what = "not a directory" if missing_is == "a file" else f"no directory {missing}"
     assert message == [f"tatu: TATU_DATA={missing} [env]: no such data directory ({what}; `tatu data build` writes one)"]
-    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
-    assert "pydantic" in imported and not [m for m in imported if m == "torch" or m.startswith("torch.")]
+    assert slow_imports(proc.stderr) == []
     assert not out.exists()
 
 

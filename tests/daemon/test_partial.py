@@ -55,7 +55,7 @@ def test_bad_train_settings_exit_78_naming_the_variable_before_torch(tmp_path, s
     message = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
     assert any(named in line for line in message), message
     imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
-    assert "torch" not in imported
+    assert "torch" not in imported and "scipy" not in imported  # the fail-fast path (tests/daemon/test_config.py)
     assert not out.exists()
 
 

@@ -1,4 +1,4 @@
-"""evals/seeds/stats.py against independent computations: scipy for t, a hand computation for Holm
+"""evals/seeds/stats.py against independent computations: closed forms and scipy.stats for t, a hand computation for Holm
 and the outlier score, simulated normal seeds for the false-flag rate. The paired p (from the
 crossed CI's own parts) and its agreement with the CI: tests/evals/test_seeds_crossed.py.
 The crossed-design CI: tests/evals/test_seeds_crossed.py; seeds for a stated effect:
@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 from scipy import stats as sp
 
-from tatu.evals import tdist
 from tatu.evals.seeds import stats as seeds
 
 
-def test_t_distribution_matches_scipy():
-    for df in (1, 2, 3, 4.5, 9, 30, 200):
-        for t in (-8.0, -2.1, -0.3, 0.0, 0.7, 1.96, 4.0):
-            assert tdist.t_cdf(t, df) == pytest.approx(sp.t.cdf(t, df), abs=1e-10)
-        for p in (0.001, 0.025, 0.2, 0.5, 0.8, 0.975):
-            assert tdist.t_ppf(p, df) == pytest.approx(sp.t.ppf(p, df), rel=1e-8, abs=1e-9)
+@pytest.mark.parametrize("n_seeds", [3, 4])
+def test_the_outlier_cut_is_the_t_quantile_in_closed_form(n_seeds):
+    """Student's t at 1 and 2 df has a closed-form quantile (Cauchy: tan(pi (p - 1/2)); 2 df:
+    (2p - 1) / sqrt(2 p (1 - p))): scipy's, as the seeds' statistics call it, against those."""
+    p = 1 - 0.04 / (2 * n_seeds)
+    by_hand = math.tan(math.pi * (p - 0.5)) if n_seeds == 3 else (2 * p - 1) / math.sqrt(2 * p * (1 - p))
+    assert seeds.outlier_cut(n_seeds) == pytest.approx(by_hand, rel=1e-12)
 
 
 def test_holm_by_hand():

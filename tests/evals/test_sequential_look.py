@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from scipy import stats as sp
 
 from tatu.evals.seeds.power import CrossedParts
 from tatu.evals.seeds.sequential import Design, Estimate, Look, fractions, line_share, look
 from tatu.evals.seeds.spending import spending_bounds
-from tatu.evals.tdist import t_ppf
 
 DESIGN = Design("obf", 3, 10)
 SEEDY = CrossedParts(seed=0.7, interaction=0.3, lines=0.0, n_lines=100)  # no shared-line part
@@ -28,7 +28,7 @@ def test_the_boundary_is_the_spending_one_on_the_t_scale():
     got = look(DESIGN, est, 0.0)
     z = spending_bounds("obf", (0.3, 0.4, 0.5), 0.025)[-1]
     assert got.z_bound == pytest.approx(z)
-    assert got.t_bound == pytest.approx(t_ppf(0.5 * math.erfc(-z / math.sqrt(2)), est.df))
+    assert got.t_bound == pytest.approx(sp.t.ppf(0.5 * math.erfc(-z / math.sqrt(2)), est.df))
     assert got.statistic == pytest.approx(1.0 / math.sqrt(1.0 / 5))
 
 
