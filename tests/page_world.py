@@ -21,6 +21,11 @@ def set_summary(ppl):
             "n_lines": 10, "n_lines_total": 10, "n_tokens": 300}
 
 
+# a verdict's criteria as the daemon writes them (daemon/judge.py criteria)
+CRITERIA = {"improve": "sftHeld paired CI upper bound < 0 vs step 0", "forget_limit": "drift <= 10.0% at every eval",
+            "flat": "sftHeld change CI and final drift CI both include 0"}
+
+
 def eval_event(step, sft, pt, en, drift, best, generations=None):
     return {"event": "eval", "time": 1000.0 + step, "step": step,
             "sets": {"sftHeld": set_summary(sft), "ptVal": set_summary(pt), "enRuler": set_summary(en)},
@@ -65,8 +70,8 @@ def report_runs(root: Path) -> dict:
         {"event": "verdict", "time": 9.0, "step": 8, "verdict": "forgets",
          "line": "VERDICT forgets: sftHeld -5.0% [-6.0%,-3.8%] drift +8.1% [+7.1%,+9.3%] worst drift +8.1% at step 8",
          "numbers": {"step": 8, "sftHeld_change": change_point(-0.05), "drift": change_point(0.0806),
-                     "drift_tronco": change_point(0.2276), "worst_drift": 0.0806, "aborted": None},
-         "criteria": {"forget_limit": "drift <= 10.0% at every eval"},
+                     "drift_tronco": change_point(0.2276), "worst_drift": 0.0806, "worst_drift_step": 8, "aborted": None},
+         "criteria": CRITERIA,
          # the daemon's wording (tatu.daemon.ci_covers), as long as a real run's
          "ci_covers": {"text": "CIs over the 400 sftHeld and 300 of 1200 enRuler lines; run-to-run variation not "
                                "included (tatu sweep start --env-file <run>.env --seeds 3 measures it)"}},
@@ -158,6 +163,7 @@ def seed_member_runs(root: Path) -> list[Path]:
                            "line": "VERDICT", "numbers": {"step": last, "sftHeld_change": change_point(-0.05 * last / 8),
                                                           "drift": change_point(drift * last / 8), "worst_drift": drift * last / 8,
                                                           "worst_drift_step": last, "aborted": aborted},
+                           "criteria": CRITERIA,
                            "ci_covers": {"text": f"CIs over the {N_LINES} sftHeld and {N_LINES} enRuler lines; run-to-run "
                                                  f"variation not included (tatu sweep start --env-file {env_file} --seeds 3 "
                                                  "measures it)", "env_file": str(env_file)}})

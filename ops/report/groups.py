@@ -10,7 +10,7 @@ A group's band is the CI of the mean over its seeds (of the change vs step 0) wi
 evals/seeds/stats.py (seeds x the lines every seed scored), from the per-line scores the daemon
 keeps under TATU_EVAL_LINES=1 (every sweep member runs with it). At a step where a seed lacks
 them, or where fewer seeds reached it, the band covers the seeds that have them there (Band.n_seeds
-says how many); a group of one run keeps that run's own CI from its events.
+says how many); a group of one run keeps that run's own CI from its events (ops/report/plots.py).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from tatu.evals.seeds.stats import RunLines, crossed_ci
-from tatu.ops.report.runs import RunRecord, number
+from tatu.ops.report.runs import RunRecord
 
 # Resamples of a band's crossed CI: the sweep report's count (sweep/stats.py), so a band at a
 # member's end is the CI its table prints for the same lines (up to the resampling seed).
@@ -94,8 +94,7 @@ class Band:
     mean: tuple[float, ...]
     lo: tuple[float, ...]
     hi: tuple[float, ...]
-    n_seeds: tuple[int, ...]  # how many seeds the CI at each step is over
-    over: str  # "seeds x lines" (crossed) or "lines" (one run's own CI from its events)
+    n_seeds: tuple[int, ...]  # how many seeds the CI at each step is over (the crossed CI: seeds x lines)
 
 
 def _lines(run: RunRecord, step: int, set_name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -115,7 +114,7 @@ def _crossed_at(group: RunGroup, step: int, set_name: str, starts: list, seed: i
     that kept their lines there on the same lines as each other and as their step 0; None when none did."""
     ends, changes, index = [], [], None
     for run, start in zip(group.runs, starts):
-        end = _lines(run, step, set_name) if any(e["step"] == step for e in run.evals) else None
+        end = _lines(run, step, set_name) if any(e.step == step for e in run.evals) else None
         if end is None or start is None or not np.array_equal(start[2], end[2]):
             continue
         if index is not None and not np.array_equal(index, end[2]):
@@ -138,7 +137,7 @@ def crossed_band(group: RunGroup, set_name: str, statistic: str, seed: int = 0) 
     band the change's CI around it (mean * exp(change CI - change mean)): paired with step 0 on the
     same lines, so which lines the set holds (shared by every configuration on the plot, and most
     of an absolute perplexity's CI) does not widen it; at step 0 it is a point."""
-    steps = sorted({e["step"] for run in group.runs for e in run.evals})
+    steps = sorted({e.step for run in group.runs for e in run.evals})
     starts = [_lines(run, 0, set_name) for run in group.runs]
     out: list[tuple[int, float, float, float, int]] = []
     for step in steps:
@@ -154,23 +153,4 @@ def crossed_band(group: RunGroup, set_name: str, statistic: str, seed: int = 0) 
     if not out:
         return None
     steps_, mean, lo, hi, n = zip(*out)
-    return Band(tuple(steps_), tuple(mean), tuple(lo), tuple(hi), tuple(n), "seeds x lines")
-
-
-def own_band(run: RunRecord, getter, scale: float) -> Band | None:
-    """One run's CI band from its eval events (the daemon's bootstrap over its lines)."""
-    rows = []
-    for event in run.evals:
-        point = getter(event)
-        if not isinstance(point, dict):
-            continue
-        value = number(point.get("ppl", point.get("value")))
-        if value is None:
-            continue
-        lo, hi = number(point.get("lo")), number(point.get("hi"))
-        rows.append((event["step"], value * scale, (value if lo is None else lo) * scale,
-                     (value if hi is None else hi) * scale, 1))
-    if not rows:
-        return None
-    steps, mean, lo, hi, n = zip(*rows)
-    return Band(tuple(steps), tuple(mean), tuple(lo), tuple(hi), tuple(n), "lines")
+    return Band(tuple(steps_), tuple(mean), tuple(lo), tuple(hi), tuple(n))

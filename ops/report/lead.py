@@ -14,54 +14,48 @@ from pathlib import Path
 
 from tatu import formats
 from tatu.daemon.ci_covers import ENV_FILE_PLACEHOLDER
+from tatu.daemon.run.records import Verdict
 from tatu.ops.report.groups import RunGroup, crossed_band, group_runs
 from tatu.ops.report.runs import RunRecord, fmt_pct
 from tatu.pages.figures import PlotFile
 from tatu.pages.markup import esc, figures
+from tatu.records import RelativeChange
 
 
-def judged_set(verdict: dict) -> str | None:
-    """The set whose change the verdict judged: the `<set>_change` key of its numbers (sftHeld; ptVal for a trunk)."""
-    key = next((k for k in (verdict.get("numbers") or {}) if k.endswith("_change")), None)
-    return key[: -len("_change")] if key else None
+def judged_set(verdict: Verdict) -> str | None:
+    """The set whose change the verdict judged (sftHeld; ptVal for a trunk); None without numbers."""
+    return verdict.numbers.set_name if verdict.numbers else None
 
 
-def fmt_ci(point: dict | None) -> str:
+def fmt_ci(change: RelativeChange | None) -> str:
     """A change with its CI, as the EVAL and VERDICT lines write it: +8.1% [+7.1%,+9.3%]."""
-    if not point:
-        return "n/a"
-    return formats.fmt_ci(point.get("value"), point.get("lo"), point.get("hi"))
+    return "n/a" if change is None else change.text()
 
 
-def _drift_at(run: RunRecord, step) -> dict | None:
-    return next((e.get("drift") for e in run.evals if e["step"] == step), None)
+def _drift_at(run: RunRecord, step) -> RelativeChange | None:
+    return next((e.drift for e in run.evals if e.step == step), None)
 
 
 def _limit(run: RunRecord) -> str:
     return f" against MIX_FORGET_LIMIT {fmt_pct(run.forget_limit)}" if run.forget_limit is not None else ""
 
 
-def deciding_number(run: RunRecord, verdict: dict) -> str:
+def deciding_number(run: RunRecord, verdict: Verdict) -> str:
     """The number the verdict turned on, with its CI and step (the criteria: tatu/daemon/judge.py)."""
-    numbers = verdict.get("numbers") or {}
-    outcome, judged, step = verdict.get("verdict"), judged_set(verdict), numbers.get("step", verdict.get("step"))
-    change, drift = numbers.get(f"{judged}_change"), numbers.get("drift")
-    aborted = numbers.get("aborted")
+    numbers, outcome = verdict.numbers, verdict.outcome
+    if numbers is None:  # a run that never evaluated
+        return str(verdict.reason or "no numbers")
+    judged, step, change, drift, aborted = numbers.set_name, numbers.step, numbers.set_change, numbers.drift, numbers.aborted
     if outcome == "forgets" and aborted and "MIX_FORGET_LIMIT" not in str(aborted):  # a non-finite loss, tensor or eval
         return f"the run aborted at step {step}: {aborted}"
     if outcome == "forgets":
-        trained = [e for e in run.evals if e["step"] > 0] or run.evals
-        worst_step = numbers.get("worst_drift_step")
-        if worst_step is None and trained:  # verdicts written before the daemon named the step
-            worst_step = max(trained, key=lambda e: e["drift"].get("value") or 0)["step"]
-        worst = _drift_at(run, worst_step) or {"value": numbers.get("worst_drift")}
+        worst_step = numbers.worst_drift_step
+        worst = _drift_at(run, worst_step) or RelativeChange(numbers.worst_drift, None, None)
         return f"its worst drift, {fmt_ci(worst)} at step {worst_step}{_limit(run)}" + (" (aborted)" if aborted else "")
     if outcome == "holds":
         return f"{judged} {fmt_ci(change)} at step {step}, below 0 beyond its CI, with drift {fmt_ci(drift)}{_limit(run)}"
     if outcome == "flat":
         return f"{judged} {fmt_ci(change)} and drift {fmt_ci(drift)} at step {step}, both CIs across 0"
-    if not numbers:
-        return str(verdict.get("reason") or "no numbers")
     return f"{judged} {fmt_ci(change)} at step {step}, not beyond its CI, with drift {fmt_ci(drift)}"
 
 
@@ -72,22 +66,22 @@ def sentence_html(run: RunRecord, covers_said: bool = True, tag: str = "p", css:
     if verdict is None:
         last = run.final_eval
         at = ("no eval yet" if last is None else
-              f"at its last eval, step {last['step']}: sftHeld {fmt_ci((last.get('changes') or {}).get('sftHeld'))}, "
-              f"drift {fmt_ci(last.get('drift'))}")
+              f"at its last eval, step {last.step}: sftHeld {fmt_ci(last.changes.get('sftHeld'))}, "
+              f"drift {fmt_ci(last.drift)}")
         status = run.status if run.abort else "still running, or stopped before its end"
         body = f"{esc(run.name)}: <b>no verdict yet</b> ({esc(status)}); {esc(at)}."
     else:
         judged = judged_set(verdict) or "?"
-        covers = (verdict.get("ci_covers") or {}).get("text")
+        covers = (verdict.ci_covers or {}).get("text")
         body = (f"{esc(run.name)}: judged on the {esc(judged)} change vs step 0 and the English ruler's drift, it "
-                f"<b>{esc(verdict.get('verdict'))}</b>; decided by {esc(deciding_number(run, verdict))}."
+                f"<b>{esc(verdict.outcome)}</b>; decided by {esc(deciding_number(run, verdict))}."
                 + (f' <span class="ci-covers">{esc(covers)}.</span>' if covers and covers_said else ""))
     return f'<{tag} class="{css}" data-run="{esc(run.name)}">{body}</{tag}>'
 
 
 def _outcomes(group: RunGroup) -> str:
     """"3 of 3 seeds forget", "2 of 3 seeds hold, 1 forgets", "... 1 has no verdict yet"."""
-    counts = Counter((run.verdict or {}).get("verdict") or "no verdict yet" for run in group.runs)
+    counts = Counter(run.verdict.outcome if run.verdict else "no verdict yet" for run in group.runs)
     total, parts = len(group.runs), []
     for index, (outcome, n) in enumerate(counts.most_common()):
         verb = outcome
@@ -108,7 +102,7 @@ def _plural(verb: str, n: int) -> str:
 def _group_numbers(group: RunGroup) -> str:
     """Drift and the sftHeld change over seeds x lines at the last eval every seed reached, when
     the seeds kept their per-line scores (TATU_EVAL_LINES); "" otherwise."""
-    ends = [run.final_eval["step"] for run in group.runs if run.final_eval]
+    ends = [run.final_eval.step for run in group.runs if run.final_eval]
     if len(ends) != len(group.runs):
         return ""
     common, said = min(ends), []
@@ -144,7 +138,7 @@ def covers_once(groups: list[RunGroup]) -> str:
     runs = [run for g in groups if g.is_configuration for run in g.runs if run.verdict]
     texts, dirs = {}, {}
     for run in runs:
-        covers = run.verdict.get("ci_covers") or {}
+        covers = run.verdict.ci_covers or {}
         text, env_file = covers.get("text"), covers.get("env_file")
         if not text:
             continue

@@ -13,20 +13,21 @@ def categories_section(runs: list[RunRecord]) -> str:
     rows, absent = [], {}
     for run in runs:
         final = run.final_eval
-        if final is None or "categories" not in final:  # events written before categories existed
+        # an eval that says nothing of categories (written before they existed) has neither them nor a note
+        if final is None or not (final.categories or final.categories_note):
             continue
-        step, categories = final["step"], final["categories"]
+        step, categories = final.step, final.categories
         if not categories:
-            absent.setdefault(_why_absent(final.get("categories_note")), []).append(run.name)
+            absent.setdefault(_why_absent(final.categories_note), []).append(run.name)
         for set_name, per in categories.items():
             for category, point in per.items():
-                prefix = f"eval/{step}/categories/{set_name}/{category}"
-                change = point.get("change") or {}
-                cells = (cell(step, "int", f"eval/{step}/step") + cell(point.get("ppl"), "ppl", f"{prefix}/ppl", set_name)
-                         + cell(point.get("bpc"), "bpc", f"{prefix}/bpc") + cell(point.get("n_tokens"), "int", f"{prefix}/n_tokens")
-                         + cell(change.get("value"), "pct", f"{prefix}/change/value")
-                         + cell(change.get("lo"), "pct", f"{prefix}/change/lo") + cell(change.get("hi"), "pct", f"{prefix}/change/hi")
-                         + cell(change.get("p_value"), "p", f"{prefix}/change/p_value"))
+                prefix, summary, change = f"eval/{step}/categories/{set_name}/{category}", point.summary, point.change
+                cells = (cell(step, "int", f"eval/{step}/step") + cell(summary.ppl, "ppl", f"{prefix}/ppl", set_name)
+                         + cell(summary.bpc, "bpc", f"{prefix}/bpc") + cell(summary.n_tokens, "int", f"{prefix}/n_tokens")
+                         + cell(change.value if change else None, "pct", f"{prefix}/change/value")
+                         + cell(change.lo if change else None, "pct", f"{prefix}/change/lo")
+                         + cell(change.hi if change else None, "pct", f"{prefix}/change/hi")
+                         + cell(change.p_value if change else None, "p", f"{prefix}/change/p_value"))
                 rows.append(row(f"{text_cell(run.name)}{text_cell(set_name)}{text_cell(category)}{cells}", run.name))
     lines = "".join(f'<p class="absent" id="categories-absent">Word categories: none for {esc(", ".join(names))} '
                     f"({esc(why)}; docs/metrics.md says how to get them).</p>" for why, names in absent.items())
@@ -51,8 +52,8 @@ def tasks_section(runs: list[RunRecord]) -> str:
     rows = []
     for run in runs:
         final = run.final_eval
-        for task, point in ((final or {}).get("tasks") or {}).items():
-            step = final["step"]
+        for task, point in (final.tasks if final else {}).items():
+            step = final.step
             for key in ("acc", "acc_norm"):
                 metric, prefix = point[key], f"eval/{step}/tasks/{task}/{key}"
                 change = metric.get("change") or {}

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tatu.daemon.ci_covers import ENV_FILE_PLACEHOLDER
 from tatu.daemon.run.paths import EVENTS, RunDir
+from tatu.daemon.run.records import EvalRecord
 from tatu.ops.report.cells import cell, row
 from tatu.ops.report.groups import group_runs
 from tatu.ops.report.lead import judged_set, lead_section
@@ -30,17 +31,23 @@ __all__ = ["build_report", "load_run", "render_plots", "RunRecord", "FIGSIZE", "
 
 # --- HTML sections -------------------------------------------------------------------------------
 
-def _eval_at(run: RunRecord, step) -> dict | None:
+def _eval_at(run: RunRecord, step) -> EvalRecord | None:
     """The eval of that step, else the last eval before it (an abort on a non-finite loss falls between evals)."""
-    before = [e for e in run.evals if not isinstance(step, int) or e["step"] <= step]
+    before = [e for e in run.evals if not isinstance(step, int) or e.step <= step]
     return before[-1] if before else None
 
 
-def _covers(record: dict | None, env_said_once: bool = False) -> str:
-    """What the record's CIs cover, in the daemon's words (tatu.daemon.ci_covers); nothing for a
-    run written before the daemon said it. env_said_once: a configuration's seed, whose env-file
-    directory the lead says once, so its file is named <run>.env here, not by its path again."""
-    covers = (record or {}).get("ci_covers") or {}
+def _value(change) -> float | None:
+    """A change's value; None where there is no change (a set not scored at step 0, no trunk reference)."""
+    return None if change is None else change.value
+
+
+def _covers(covers: dict | None, env_said_once: bool = False) -> str:
+    """What an eval's or a verdict's CIs cover (its ci_covers), in the daemon's words
+    (tatu.daemon.ci_covers); nothing for a run written before the daemon said it. env_said_once: a
+    configuration's seed, whose env-file directory the lead says once, so its file is named
+    <run>.env here, not by its path again."""
+    covers = covers or {}
     text = covers.get("text")
     if text and env_said_once and covers.get("env_file"):
         text = text.replace(covers["env_file"], ENV_FILE_PLACEHOLDER)
@@ -55,37 +62,37 @@ def _verdict_section(runs: list[RunRecord], env_said_once: frozenset[str] = froz
             rows.append(row(f'{text_cell(run.name)}{text_cell(run.status)}<td class="verdict">no verdict '
                              f'(still running?)</td>{text_cell("")}<td colspan="7"></td>', run.name))
             continue
-        numbers = v.get("numbers") or {}
+        numbers = v.numbers  # None: the run never evaluated (its verdict has a reason instead)
+        change, drift, tronco = (numbers.set_change, numbers.drift, numbers.drift_tronco) if numbers else (None,) * 3
         judged = judged_set(v)
         key = f"{judged}_change" if judged else None
-        change = (numbers.get(key) or {}) if key else {}
-        drift = numbers.get("drift") or {}
         # the set the verdict did not judge, shown beside it so a collapse there is not hidden by "holds"
         other = "sftHeld" if judged == "ptVal" else "ptVal"
-        at = _eval_at(run, v.get("step"))
-        other_change = ((at.get("changes") or {}).get(other) or {}) if at else {}
-        other_cell = (cell(other_change.get("value"), "pct", f"eval/{at['step']}/changes/{other}/value") if at
+        at = _eval_at(run, run.verdict_step)
+        other_change = at.changes.get(other) if at else None
+        other_cell = (cell(_value(other_change), "pct", f"eval/{at.step}/changes/{other}/value") if at
                       else "<td>n/a</td>")
         cells = (
-            cell(v.get("step"), "int", "verdict/step")
-            + cell(change.get("value"), "pct", f"verdict/numbers/{key}/value")
-            + cell(drift.get("value"), "pct", "verdict/numbers/drift/value")
-            + text_cell(f"{other} (step {at['step']})" if at else other) + other_cell
-            + cell(((numbers.get("drift_tronco") or {}).get("value")), "pct", "verdict/numbers/drift_tronco/value")
-            + cell(numbers.get("worst_drift"), "pct", "verdict/numbers/worst_drift")
+            cell(run.verdict_step, "int", "verdict/step")
+            + cell(_value(change), "pct", f"verdict/numbers/{key}/value")
+            + cell(_value(drift), "pct", "verdict/numbers/drift/value")
+            + text_cell(f"{other} (step {at.step})" if at else other) + other_cell
+            + cell(_value(tronco), "pct", "verdict/numbers/drift_tronco/value")
+            + cell(numbers.worst_drift if numbers else None, "pct", "verdict/numbers/worst_drift")
         )
-        rows.append(row(f'{text_cell(run.name)}{text_cell(run.status)}<td class="verdict">{esc(v.get("verdict"))}</td>'
-                         f'{text_cell(v.get("line") or v.get("reason", ""))}{cells}', run.name))
+        rows.append(row(f'{text_cell(run.name)}{text_cell(run.status)}<td class="verdict">{esc(v.outcome)}</td>'
+                         f'{text_cell(v.line or v.reason or "")}{cells}', run.name))
         unjudged = [s for s in sets if s not in (judged, "enRuler")]
         scope.append(f'<li data-run="{esc(run.name)}">{esc(run.name)}: the verdict covers the {esc(judged or "?")} '
                      f"change vs step 0 and the English ruler (enRuler drift) only; {esc(', '.join(unjudged))} "
-                     f"{'is' if len(unjudged) == 1 else 'are'} shown but not judged.{_covers(v, run.name in env_said_once)}</li>")
+                     f"{'is' if len(unjudged) == 1 else 'are'} shown but not judged."
+                     f"{_covers(v.ci_covers, run.name in env_said_once)}</li>")
     header = ["run", "status", "verdict", "verdict line", "step", "judged change vs step 0 (sftHeld; ptVal for a trunk)",
               "final drift (judged)", "not judged: set", "its change vs step 0", "final drift_tronco", "worst drift"]
     crit = "".join(
         f"<p>Criteria of {esc(r.name)} (fixed in its config before the run): "
-        + "; ".join(f"<b>{esc(k)}</b>: {esc(c)}" for k, c in r.verdict["criteria"].items()) + "</p>"
-        for r in runs if r.verdict and isinstance(r.verdict.get("criteria"), dict))
+        + "; ".join(f"<b>{esc(k)}</b>: {esc(c)}" for k, c in r.verdict.criteria.to_json().items()) + "</p>"
+        for r in runs if r.verdict)
     scope_text = f'<p>What a verdict covers:</p><ul id="verdict-scope">{"".join(scope)}</ul>' if scope else ""
     return "<h2>Verdicts</h2>\n" + table(header, rows, "verdicts") + scope_text + crit
 
@@ -97,24 +104,24 @@ def _comparison_section(runs: list[RunRecord], env_said_once: frozenset[str] = f
         if final is None:
             rows.append(row(f'{text_cell(run.name)}<td colspan="7">no eval yet</td>', run.name))
             continue
-        step = final["step"]
-        comparisons = [("drift (enRuler vs this run's step 0)", "drift", final.get("drift")),
-                       ("drift_tronco (enRuler vs the trunk)", "drift_tronco", final.get("drift_tronco"))]
-        comparisons += [(f"{s} change vs step 0", f"changes/{s}", (final.get("changes") or {}).get(s))
-                        for s in sets if s in (final.get("changes") or {})]
+        step = final.step
+        comparisons = [("drift (enRuler vs this run's step 0)", "drift", final.drift),
+                       ("drift_tronco (enRuler vs the trunk)", "drift_tronco", final.drift_tronco)]
+        comparisons += [(f"{s} change vs step 0", f"changes/{s}", final.changes[s]) for s in sets if s in final.changes]
         for label, where, point in comparisons:
             prefix = f"eval/{step}/{where}"
             if point is None:
                 cells = f'{cell(step, "int", f"eval/{step}/step")}<td colspan="5">n/a</td>'
             else:
-                cells = (cell(step, "int", f"eval/{step}/step") + cell(point.get("value"), "pct", f"{prefix}/value")
-                         + cell(point.get("lo"), "pct", f"{prefix}/lo") + cell(point.get("hi"), "pct", f"{prefix}/hi")
-                         + cell(point.get("p_value"), "p", f"{prefix}/p_value")
-                         + cell(point.get("mde"), "rate", f"{prefix}/mde"))
+                cells = (cell(step, "int", f"eval/{step}/step") + cell(point.value, "pct", f"{prefix}/value")
+                         + cell(point.lo, "pct", f"{prefix}/lo") + cell(point.hi, "pct", f"{prefix}/hi")
+                         + cell(point.p_value, "p", f"{prefix}/p_value")
+                         + cell(point.mde, "rate", f"{prefix}/mde"))
             rows.append(row(f"{text_cell(run.name)}{text_cell(label)}{cells}", run.name))
     header = ["run", "paired comparison (same lines)", "step", "change", "CI lo", "CI hi", "p-value", "MDE"]
-    covers = "".join(f'<li data-run="{esc(r.name)}">{esc(r.name)}:{_covers(r.final_eval, r.name in env_said_once)}</li>'
-                     for r in runs if _covers(r.final_eval))
+    said = [r for r in runs if r.final_eval and _covers(r.final_eval.ci_covers)]
+    covers = "".join(f'<li data-run="{esc(r.name)}">{esc(r.name)}:'
+                     f'{_covers(r.final_eval.ci_covers, r.name in env_said_once)}</li>' for r in said)
     return ("<h2>Paired comparisons at the last eval</h2>\n<p>Each run against its own step-0 baseline "
             "(and the trunk), over the same lines: 95% CIs, p-values and the minimum detectable effect.</p>\n"
             + table(header, rows, "comparisons") + (f'<ul id="comparisons-covers">{covers}</ul>' if covers else ""))
@@ -124,17 +131,18 @@ def _history_section(runs: list[RunRecord]) -> str:
     parts, sets = ["<h2>Evals</h2>"], report_sets(runs)
     for run in runs:
         rows = []
-        for event in run.evals:
-            step = event["step"]
+        for record in run.evals:
+            step = record.step
             cells = cell(step, "int", f"eval/{step}/step")
             for s in sets:
-                point = event["sets"].get(s) or {}
-                for field_name in ("ppl", "lo", "hi"):
-                    cells += cell(point.get(field_name), "ppl", f"eval/{step}/sets/{s}/{field_name}", s)
-            for field_name in ("value", "lo", "hi"):
-                cells += cell(event["drift"].get(field_name), "pct", f"eval/{step}/drift/{field_name}")
-            flags = ("best" if event.get("best") else "") + (f" ABORT: {event['abort']}" if event.get("abort") else "")
-            rows.append(row(cells + text_cell(flags.strip()), run.name, title=event.get("line")))
+                summary = record.sets.get(s)
+                shown = (summary.ppl, summary.lo, summary.hi) if summary else (None,) * 3
+                for field_name, value in zip(("ppl", "lo", "hi"), shown):
+                    cells += cell(value, "ppl", f"eval/{step}/sets/{s}/{field_name}", s)
+            for field_name, value in zip(("value", "lo", "hi"), (record.drift.value, record.drift.lo, record.drift.hi)):
+                cells += cell(value, "pct", f"eval/{step}/drift/{field_name}")
+            flags = ("best" if record.best else "") + (f" ABORT: {record.abort}" if record.abort else "")
+            rows.append(row(cells + text_cell(flags.strip()), run.name, title=record.line))
         header = ["step"] + [f"{s} {f}" for s in sets for f in ("ppl", "lo", "hi")] + ["drift", "drift lo", "drift hi", ""]
         extra = f" ({run.resumes} restart{'s' if run.resumes != 1 else ''})" if run.resumes else ""
         parts.append(f"<h3>{esc(run.name)}{esc(extra)}</h3>")
@@ -166,12 +174,12 @@ def _config_section(runs: list[RunRecord]) -> str:
 def _generations_section(runs: list[RunRecord]) -> str:
     parts = ["<h2>Generations at the last eval that produced them</h2>"]
     for run in runs:
-        event = run.last_generations
+        record = run.last_generations
         parts.append(f"<h3>{esc(run.name)}</h3>")
-        if event is None:
+        if record is None:
             parts.append("<p>no generations in the events (TATU_GEN_PROMPTS=0, or no eval yet)</p>")
             continue
-        step, gen = event["step"], event["generations"]
+        step, gen = record.step, record.generations
         accuracy = gen.get("accuracy") or {}
         prefix = f"eval/{step}/generations"
         cells = (cell(step, "int", f"eval/{step}/step")

@@ -19,11 +19,11 @@ LEARNED = "sftHeld"  # the set whose change is the learning (the SFT pairs held 
 def points(run: RunRecord) -> list[tuple[int, float, float]]:
     """(step, drift %, sftHeld change %) of every eval that has both."""
     out = []
-    for event in run.evals:
-        drift = number((event.get("drift") or {}).get("value"))
-        change = number(((event.get("changes") or {}).get(LEARNED) or {}).get("value"))
+    for record in run.evals:
+        learned = record.changes.get(LEARNED)
+        drift, change = number(record.drift.value), number(learned.value if learned else None)
         if drift is not None and change is not None:
-            out.append((event["step"], drift * 100, change * 100))
+            out.append((record.step, drift * 100, change * 100))
     return out
 
 

@@ -7,8 +7,10 @@ share a colour while the palette lasts (eight groups)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
+from tatu.daemon.run.records import EvalRecord
 from tatu.ops.report.groups import Band, RunGroup, crossed_band, group_runs
 from tatu.ops.report.runs import RunRecord, fmt_int, fmt_pct, number, report_sets
 from tatu.pages.figures import ABORT_MARK, PlotFile, colour as _colour, new_axes, save
@@ -18,18 +20,34 @@ from tatu.pages.figures import ABORT_MARK, PlotFile, colour as _colour, new_axes
 LIMIT_OFF_SCALE = 3.0
 
 
-def _series(run: RunRecord, getter) -> tuple[list[int], list[float], list[float], list[float]]:
-    """(steps, values, lo, hi) of the evals where getter finds a dict with value/lo/hi."""
+# A metric of an eval: (value, CI lo, CI hi) as the record holds them, None where the eval lacks it.
+Metric = Callable[[EvalRecord], tuple | None]
+
+
+def set_ppl(set_name: str) -> Metric:
+    """A set's perplexity with its CI (None at an eval that did not score the set)."""
+    def metric(record: EvalRecord) -> tuple | None:
+        summary = record.sets.get(set_name)
+        return None if summary is None else (summary.ppl, summary.lo, summary.hi)
+    return metric
+
+
+def ruler_drift(record: EvalRecord) -> tuple:
+    """The eval's drift (enRuler vs the run's step 0) with its paired CI."""
+    return record.drift.value, record.drift.lo, record.drift.hi
+
+
+def _series(run: RunRecord, metric: Metric) -> tuple[list[int], list[float], list[float], list[float]]:
+    """(steps, values, lo, hi) of the evals that have the metric; an unknown end of a CI is the value."""
     steps, values, lows, highs = [], [], [], []
-    for event in run.evals:
-        point = getter(event)
-        if not isinstance(point, dict):
+    for record in run.evals:
+        point = metric(record)
+        if point is None:
             continue
-        value = number(point.get("ppl", point.get("value")))
+        value, lo, hi = (number(x) for x in point)
         if value is None:
             continue
-        lo, hi = number(point.get("lo")), number(point.get("hi"))
-        steps.append(event["step"])
+        steps.append(record.step)
         values.append(value)
         lows.append(value if lo is None else lo)
         highs.append(value if hi is None else hi)
@@ -54,22 +72,22 @@ def group_limits(groups: list[RunGroup]) -> list[tuple[float, list[int]]]:
     return list(found.items())
 
 
-def _draw_run(ax, index: int, run: RunRecord, getter, scale: float) -> float | None:
+def _draw_run(ax, index: int, run: RunRecord, metric: Metric, scale: float) -> float | None:
     """One run's line, CI band, best star and abort mark; the top of its band (None: no data)."""
-    steps, values, lows, highs = _series(run, getter)
+    steps, values, lows, highs = _series(run, metric)
     if not steps:
         return None
     colour = _colour(index)
     ax.fill_between(steps, [v * scale for v in lows], [v * scale for v in highs], color=colour, alpha=0.2, linewidth=0)
     ax.plot(steps, [v * scale for v in values], marker="o", markersize=3, color=colour, label=run.name)
     best = run.best_eval
-    if best is not None and best["step"] in steps:
-        at = steps.index(best["step"])
+    if best is not None and best.step in steps:
+        at = steps.index(best.step)
         # best/ is chosen on one set only (best_set); on any other plot the star is not that metric's best
-        by = best.get("best_set") or "the run's best set"
-        ax.plot([best["step"]], [values[at] * scale], marker="*", markersize=14, color=colour,
+        by = best.best_set or "the run's best set"
+        ax.plot([best.step], [values[at] * scale], marker="*", markersize=14, color=colour,
                 markeredgecolor="black", linestyle="none", zorder=4,
-                label=f"{run.name} best (by {by}, step {best['step']})")
+                label=f"{run.name} best (by {by}, step {best.step})")
     abort = run.abort
     if abort is not None:
         # a run that stopped early must not look like one that simply ended: mark where it stopped
@@ -117,21 +135,21 @@ def _seeds_text(group: RunGroup) -> str:
     return ", ".join(str(seed) for seed in group.seeds)
 
 
-def _draw_group(ax, index: int, group: RunGroup, getter, scale: float, band: Band | None) -> float | None:
+def _draw_group(ax, index: int, group: RunGroup, metric: Metric, scale: float, band: Band | None) -> float | None:
     """A configuration's seeds as thin lines of its colour, its band (crossed, over seeds x lines)
     around the mean over seeds, each seed's best star and abort mark, one legend entry each;
     the top of what was drawn (None: no data)."""
     colour, tops, aborted = _colour(index), [], []
     for run in group.runs:
-        steps, values, _, _ = _series(run, getter)
+        steps, values, _, _ = _series(run, metric)
         if not steps:
             continue
         ax.plot(steps, [v * scale for v in values], color=colour, linewidth=0.8, alpha=0.75, marker="o", markersize=2,
                 label=f"{group.name}: seeds {_seeds_text(group)}, one thin line each" if not tops else None)
         tops += [v * scale for v in values if math.isfinite(v)]
         best = run.best_eval
-        if best is not None and best["step"] in steps:
-            ax.plot([best["step"]], [values[steps.index(best["step"])] * scale], marker="*", markersize=10,
+        if best is not None and best.step in steps:
+            ax.plot([best.step], [values[steps.index(best.step)] * scale], marker="*", markersize=10,
                     color=colour, markeredgecolor="black", linestyle="none", zorder=4)
         if run.abort is not None:
             step, _ = run.abort
@@ -155,11 +173,11 @@ def _draw_group(ax, index: int, group: RunGroup, getter, scale: float, band: Ban
 
 
 def _best_set(group: RunGroup) -> str:
-    named = {(r.best_eval or {}).get("best_set") for r in group.runs} - {None}
+    named = {r.best_eval.best_set for r in group.runs if r.best_eval} - {None}
     return ", ".join(sorted(named)) or "the run's best set"
 
 
-def _plot(groups: list[RunGroup], getter, title: str, ylabel: str, path: Path, caption: str, scale: float = 1.0,
+def _plot(groups: list[RunGroup], metric: Metric, title: str, ylabel: str, path: Path, caption: str, scale: float = 1.0,
           draw_limits: bool = False, log_y: bool = False, bands=None) -> PlotFile | None:
     """One PNG of a metric per eval step, every group overlaid; None when no run has the metric.
     bands(group): a configuration's crossed band (None: none drawn)."""
@@ -167,9 +185,9 @@ def _plot(groups: list[RunGroup], getter, title: str, ylabel: str, path: Path, c
     tops = []
     for index, group in enumerate(groups):
         if group.is_configuration:
-            top = _draw_group(ax, index, group, getter, scale, bands(group) if bands else None)
+            top = _draw_group(ax, index, group, metric, scale, bands(group) if bands else None)
         else:
-            top = _draw_run(ax, index, group.runs[0], getter, scale)
+            top = _draw_run(ax, index, group.runs[0], metric, scale)
         if top is not None:
             tops.append(top)
     if not tops:
@@ -197,14 +215,14 @@ def render_plots(runs: list[RunRecord], out_dir: Path, groups: list[RunGroup] | 
     grouped = GROUPED if any(g.is_configuration for g in groups) else ""
     written = []
     for set_name in report_sets(runs):
-        plot = _plot(groups, lambda e, s=set_name: e["sets"].get(s), f"{set_name} perplexity (95% CI band)", "ppl",
+        plot = _plot(groups, set_ppl(set_name), f"{set_name} perplexity (95% CI band)", "ppl",
                      out_dir / f"{set_name}.png", log_y=True,
                      bands=lambda g, s=set_name: crossed_band(g, s, "ppl"),
                      caption=f"{set_name} perplexity per eval step (log scale), 95% CI band, the step of best/ starred "
                              "(best is chosen by the run's best_set), aborts marked with a red X" + grouped)
         if plot is not None:
             written.append(plot)
-    plot = _plot(groups, lambda e: e.get("drift"), "enRuler drift vs the run's step 0 (95% paired CI band)", "drift (%)",
+    plot = _plot(groups, ruler_drift, "enRuler drift vs the run's step 0 (95% paired CI band)", "drift (%)",
                  out_dir / "drift.png", scale=100.0, draw_limits=True, bands=lambda g: crossed_band(g, "enRuler", "change"),
                  caption="drift per eval step, paired 95% CI band, MIX_FORGET_LIMIT dashed (one line per distinct "
                          "value), the step of best/ starred, aborts marked with a red X" + grouped)

@@ -1,7 +1,9 @@
 """The report's input: each run as its events and stored config tell it, and how the
 report writes each kind of number read from them.
 
-Nothing is recomputed: the page shows exactly what the daemon measured and decided.
+The evals and the verdict are the daemon's typed records (daemon/run/records.py: EvalRecord,
+Verdict), read from the events file by their own from_json. Nothing is recomputed: the page shows
+exactly what the daemon measured and decided.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tatu.daemon.run.paths import BEST, FINAL, STATE, RunDir, event_kind, read_events
+from tatu.daemon.run.records import EvalRecord, Verdict
 from tatu.exitcodes import BAD_DATA, TatuExit
 from tatu.formats import fmt_p as shared_fmt_p
 from tatu.formats import fmt_pct as shared_fmt_pct
@@ -24,7 +27,7 @@ CONFIG_CHECKPOINTS = (STATE, FINAL, BEST)
 def report_sets(runs) -> list[str]:
     """The sets the report shows: the three roles always, then every other set a run scored
     (a held-out domain), in the order the events list them."""
-    seen = [name for run in runs for event in run.evals for name in (event.get("sets") or {})]
+    seen = [name for run in runs for record in run.evals for name in record.sets]
     return ordered_sets([*SET_NAMES, *seen])
 
 
@@ -34,9 +37,10 @@ class RunRecord:
 
     name: str
     run_dir: Path
-    evals: list[dict]  # one per step, ascending; a step evaluated twice (restart) keeps the later event
-    verdict: dict | None  # the last verdict event; None while the run has not finished
-    aborts: list[dict] = field(default_factory=list)
+    evals: list[EvalRecord]  # one per step, ascending; a step evaluated twice (restart) keeps the later event
+    verdict: Verdict | None  # the last verdict event's; None while the run has not finished
+    verdict_step: int | None = None  # the step the run stood at when judged (the verdict event's step)
+    aborts: list[tuple[int | None, str]] = field(default_factory=list)  # (step, reason) of each abort event
     config: dict | None = None  # None: no readable stored config (config_note says why)
     config_note: str = ""
     trainable: str = ""  # what trained ("trainable 1.3M of 27.1M (4.8%): h.6-7, ln_f"); "" for older runs
@@ -48,13 +52,10 @@ class RunRecord:
         """(step, reason) of the run's abort: the last abort event, else the verdict's numbers.aborted
         (at the verdict's step); None when the run did not abort."""
         if self.aborts:
-            last = self.aborts[-1]
-            step = last.get("step")
-            return (step if isinstance(step, int) else None), str(last.get("reason") or "no reason logged")
-        numbers = (self.verdict or {}).get("numbers") or {}
-        if numbers.get("aborted"):
-            step = numbers.get("step", self.verdict.get("step"))
-            return (step if isinstance(step, int) else None), str(numbers["aborted"])
+            return self.aborts[-1]
+        numbers = self.verdict.numbers if self.verdict else None
+        if numbers and numbers.aborted:
+            return (numbers.step if isinstance(numbers.step, int) else None), str(numbers.aborted)
         return None
 
     @property
@@ -67,13 +68,13 @@ class RunRecord:
         return "running or stopped: no verdict yet"
 
     @property
-    def final_eval(self) -> dict | None:
+    def final_eval(self) -> EvalRecord | None:
         return self.evals[-1] if self.evals else None
 
     @property
-    def best_eval(self) -> dict | None:
+    def best_eval(self) -> EvalRecord | None:
         """The eval whose checkpoint is best/ (the last one flagged best)."""
-        flagged = [e for e in self.evals if e.get("best")]
+        flagged = [e for e in self.evals if e.best]
         return flagged[-1] if flagged else None
 
     @property
@@ -84,8 +85,8 @@ class RunRecord:
         return number(self.config.get("MIX_FORGET_LIMIT"))
 
     @property
-    def last_generations(self) -> dict | None:
-        with_generations = [e for e in self.evals if e.get("generations")]
+    def last_generations(self) -> EvalRecord | None:
+        with_generations = [e for e in self.evals if e.generations]
         return with_generations[-1] if with_generations else None
 
 
@@ -136,13 +137,26 @@ def _read_config(run_dir: Path) -> tuple[dict | None, str]:
     return None, f"no {CONFIG_CHECKPOINTS[0]}/meta.json in {run_dir}"
 
 
-def _check_eval(event: dict, path: Path, index: int) -> None:
+def _record(read, event: dict, where: str):
+    """`read` (a record's from_json) of one event; what it refuses is one BAD_DATA line naming `where`."""
+    try:
+        return read(event, where)
+    except ValueError as exc:  # a format version this tatu does not read: the message names `where`
+        raise TatuExit(BAD_DATA, str(exc)) from None
+    except (KeyError, TypeError, AttributeError, StopIteration) as exc:
+        raise TatuExit(BAD_DATA, f"{where}: malformed ({type(exc).__name__}: {exc})") from None
+
+
+def _eval_record(event: dict, path: Path, index: int) -> EvalRecord:
+    """The eval event as the daemon's record, its step and the numbers every section reads checked first."""
     where = f"{path}: eval event #{index + 1}"
     if not isinstance(event.get("step"), int):
         raise TatuExit(BAD_DATA, f"{where}: 'step' is missing or not an integer")
+    where += f" (step {event['step']})"
     for key in ("sets", "drift"):
         if not isinstance(event.get(key), dict):
-            raise TatuExit(BAD_DATA, f"{where} (step {event['step']}): '{key}' is missing or not an object")
+            raise TatuExit(BAD_DATA, f"{where}: '{key}' is missing or not an object")
+    return _record(EvalRecord.from_json, event, where)
 
 
 def load_run(run_dir: Path | str) -> RunRecord:
@@ -155,17 +169,19 @@ def load_run(run_dir: Path | str) -> RunRecord:
         events = read_events(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise TatuExit(BAD_DATA, f"{path}: cannot read ({exc})")
-    by_step: dict[int, dict] = {}
-    verdict, aborts, last_step, resumes = None, [], None, 0
+    by_step: dict[int, EvalRecord] = {}
+    verdict, verdict_step, aborts, last_step, resumes = None, None, [], None, 0
     for index, event in enumerate(events):
         kind = event_kind(event)
         if kind == "eval":
-            _check_eval(event, path, index)
-            by_step[event["step"]] = event  # after a restart the later eval of a step wins
+            record = _eval_record(event, path, index)
+            by_step[record.step] = record  # after a restart the later eval of a step wins
         elif kind == "verdict":
-            verdict = event
+            verdict = _record(Verdict.from_json, event, f"{path}: verdict event #{index + 1}")
+            verdict_step = event.get("step")
         elif kind == "abort":
-            aborts.append(event)
+            step = event.get("step")
+            aborts.append((step if isinstance(step, int) else None, str(event.get("reason") or "no reason logged")))
         elif kind == "step" and isinstance(event.get("step"), int):
             last_step = event["step"]
         elif kind == "resumed":
@@ -173,7 +189,7 @@ def load_run(run_dir: Path | str) -> RunRecord:
     config, note = _read_config(run_dir)
     return RunRecord(
         name=run_dir.resolve().name, run_dir=run_dir, evals=[by_step[s] for s in sorted(by_step)], verdict=verdict,
-        aborts=aborts, config=config, config_note=note, last_step=last_step, resumes=resumes,
+        verdict_step=verdict_step, aborts=aborts, config=config, config_note=note, last_step=last_step, resumes=resumes,
         trainable=_read_trainable(note) if config is not None else "",
     )
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from page_world import BASE_CONFIG, change_point, eval_event, report_runs, write_run
+from page_world import BASE_CONFIG, CRITERIA, change_point, eval_event, report_runs, write_run
+from run_records import verdict
 from tatu.exitcodes import BAD_DATA, TatuExit
 from tatu.ops import cli
 from tatu.ops.report import page as report
@@ -198,10 +199,10 @@ def test_generations_are_shown_escaped(runs):
 
 def test_torn_last_line_and_repeated_step(runs):
     record = report.load_run(runs["finished"])
-    assert [e["step"] for e in record.evals] == [0, 4, 8]
-    assert record.evals[-1]["sets"]["enRuler"]["ppl"] == 56.3
+    assert [e.step for e in record.evals] == [0, 4, 8]
+    assert record.evals[-1].sets["enRuler"].ppl == 56.3
     assert record.last_step == 4 and record.resumes == 1
-    assert record.best_eval["step"] == 4  # the replacing step-8 eval is not best
+    assert record.best_eval.step == 4  # the replacing step-8 eval is not best
     assert record.forget_limit == 0.1
 
 
@@ -229,6 +230,17 @@ def test_an_eval_event_without_drift_names_the_file(tmp_path):
         report.load_run(run_dir)
     assert exc.value.code == BAD_DATA
     assert "events.jsonl" in exc.value.message and "step 4" in exc.value.message and "drift" in exc.value.message
+
+
+def test_a_malformed_verdict_event_names_the_file_and_the_event(tmp_path):
+    """The verdict is read as the daemon's Verdict record: one it cannot read is one BAD_DATA line."""
+    events = _aborted_events("x")
+    del events[-1]["criteria"]
+    run_dir = write_run(tmp_path / "no-criteria", events, config=None)
+    with pytest.raises(TatuExit) as exc:
+        report.load_run(run_dir)
+    assert exc.value.code == BAD_DATA and "\n" not in exc.value.message
+    assert f"{run_dir / 'events.jsonl'}: verdict event #{len(events)}: malformed (KeyError: 'criteria')" == exc.value.message
 
 
 def _table_html(page: str, table_id: str) -> str:
@@ -276,7 +288,8 @@ def _aborted_events(reason, with_abort_event=True, best_set="sftHeld", judged="s
     events = evals + ([{"event": "abort", "time": 5.0, "step": 4, "reason": reason}] if with_abort_event else [])
     events.append({"event": "verdict", "time": 6.0, "step": 4, "verdict": "forgets", "line": f"VERDICT forgets (aborted: {reason})",
                    "numbers": {"step": 4, f"{judged}_change": change_point(-0.05), "drift": change_point(0.15),
-                               "drift_tronco": change_point(0.2), "worst_drift": 0.15, "aborted": reason}})
+                               "drift_tronco": change_point(0.2), "worst_drift": 0.15, "worst_drift_step": 4, "aborted": reason},
+                   "criteria": CRITERIA})
     return events
 
 
@@ -306,7 +319,7 @@ def test_an_aborted_run_is_marked_on_every_plot_and_on_the_page(tmp_path):
 
 
 def test_a_run_that_did_not_abort_has_no_abort():
-    record = report.RunRecord(name="ok", run_dir=Path("ok"), evals=[], verdict={"numbers": {"aborted": None}})
+    record = report.RunRecord(name="ok", run_dir=Path("ok"), evals=[], verdict=verdict("holds"), verdict_step=8)
     assert record.abort is None and record.status == "finished"
 
 

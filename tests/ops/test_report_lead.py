@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from page_world import BASE_CONFIG, change_point, eval_event, report_runs, sweep_data, write_run
+from page_world import BASE_CONFIG, CRITERIA, change_point, eval_event, report_runs, sweep_data, write_run
 from tatu.ops.report.lead import sentence_html
 from tatu.ops.report.page import build_report, load_run, render_plots
 from tatu.ops.report.picture import picture_axes, render_picture
@@ -69,7 +69,7 @@ def _judged(tmp_path, outcome: str, aborted=None, sft=-0.2, drift=0.02) -> str:
     events = [eval_event(0, 9.0, 31.0, 52.0, 0.0, True), eval_event(4, 8.5, 31.5, 53.0, drift, True)]
     numbers = {"step": 4, "sftHeld_change": change_point(sft), "drift": change_point(drift), "worst_drift": drift,
                "worst_drift_step": 4, "aborted": aborted}
-    events.append({"event": "verdict", "step": 4, "verdict": outcome, "line": "VERDICT", "numbers": numbers})
+    events.append({"event": "verdict", "step": 4, "verdict": outcome, "line": "VERDICT", "numbers": numbers, "criteria": CRITERIA})
     run_dir = write_run(tmp_path / outcome, events, BASE_CONFIG)
     return _text(sentence_html(load_run(run_dir)))
 
