@@ -155,7 +155,7 @@ ESTIMATE_EVERY_S = 60.0
 def trunk_progress(scale: Scale, env: dict[str, str], run_dir: Path):
     """The trunk's measured step and eval times so far (ops/demo_time.py TrunkProgress)."""
     from tatu.ops.demo_time import TrunkProgress
-    from tatu.sweep.cost import cores
+    from tatu.sweep.run.cost import cores
 
     files = RunDir(run_dir)
     steps = [e for e in files.events("step") if e.get("seconds")]
@@ -285,7 +285,7 @@ def _compare_over_seeds(scale: Scale, common: dict[str, str], out: Path, use_sys
 def closing_table(data: dict) -> str:
     """The sweep's answer: per configuration over seeds, the paired difference, the locked rule's
     verdict (the sweep report holds the rest: held-out sets, word categories, the common step)."""
-    from tatu.sweep import tables
+    from tatu.sweep.report import tables
 
     configs = data["compare"]["configs"]
     return "\n".join([
@@ -299,16 +299,16 @@ def closing_table(data: dict) -> str:
         "", *tables.power_lines(data), "", *tables.verdict_lines(data)])
 
 
-# The heading of the paragraph written from the sweep's report (sweep/prose.py): the README quotes
+# The heading of the paragraph written from the sweep's report (sweep/report/prose.py): the README quotes
 # what follows it, so a hand-written sentence never states a number or a sign the demo did not print.
 WHAT_IT_SAYS = "what it says (one sentence per conclusion, written from the report's numbers; every number is this machine's):"
 
 
 def what_it_says(report: dict) -> str:
-    """The conclusions in sentences, each with its CI (sweep/prose.py), wrapped for a terminal."""
+    """The conclusions in sentences, each with its CI (sweep/report/prose.py), wrapped for a terminal."""
     import textwrap
 
-    from tatu.sweep.prose import what_it_says as sentences
+    from tatu.sweep.report.prose import what_it_says as sentences
 
     return "\n".join(textwrap.fill(s.text, 100, break_on_hyphens=False) for s in sentences(report))
 
@@ -344,7 +344,7 @@ Next:
 def main(argv: list[str] | None = None) -> int:
     from tatu.model.cpu_sums import machine_line
     from tatu.ops.packages import ensure_tagger_packages
-    from tatu.sweep.report import write_report
+    from tatu.sweep.report.write import write_report
 
     parser = argparse.ArgumentParser(prog="python -m tatu.ops.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="demo")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tatu.ops.report.page import build_report
 from tatu.records import RelativeChange
-from tatu.sweep.records import ConfigResult, ConfigStat, FailedCondition, MemberResult, RuleCheck, SweepVerdict
+from tatu.sweep.judge.records import ConfigResult, ConfigStat, FailedCondition, MemberResult, RuleCheck, SweepVerdict
 
 
 def change_point(value, p=0.04):

@@ -1,11 +1,11 @@
 """Small typed records for tests that need one without running an eval (daemon/run/records.py) or a
-sweep member (sweep/records.py)."""
+sweep member (sweep/judge/records.py)."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 from tatu.daemon.run.records import Change, Criteria, EvalRecord, SetSummary, Verdict, VerdictNumbers
-from tatu.sweep.records import ConfigResult, MemberResult
+from tatu.sweep.judge.records import ConfigResult, MemberResult
 
 
 def set_summary(ppl: float = 10.0, n_lines: int = 100, n_lines_total: int | None = None) -> SetSummary:

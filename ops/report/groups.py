@@ -53,7 +53,7 @@ class Membership:
 def sweep_membership(run_dir: Path) -> Membership | None:
     """The sweep configuration and seed of a member run dir, from its sweep's lock; None otherwise."""
     from tatu.sweep.errors import SweepError
-    from tatu.sweep.lock import members, read_lock
+    from tatu.sweep.plan.lock import members, read_lock
 
     run_dir = Path(run_dir).resolve()
     runs = run_dir.parent
@@ -100,7 +100,7 @@ class Band:
 
 def _lines(run: RunRecord, step: int, set_name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(nll sums, token counts, line indices) the daemon kept for `set_name` at `step`; None if not kept."""
-    from tatu.sweep.common_step import lines_at
+    from tatu.sweep.judge.common_step import lines_at
 
     kept = lines_at(run.run_dir, step)
     scores = (kept or {}).get(set_name)

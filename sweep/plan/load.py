@@ -9,7 +9,7 @@
     [axes]
     REPLAY_N = [0, 2, 6]                    # any run variable; several axes -> their product
     [configs]                               # optional: named configurations, each setting several
-    lora-r8 = { TATU_TRAIN = "lora", TATU_LORA_RANK = 8 }   # variables (tatu.sweep.configs); with
+    lora-r8 = { TATU_TRAIN = "lora", TATU_LORA_RANK = 8 }   # variables (tatu.sweep.plan.configs); with
     full = {}                               # axes too, each runs at every combination of them
     [decision]
     baseline = { REPLAY_N = 0 }             # compared with (default: each axis's first value;
@@ -39,39 +39,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tatu.evals.seeds.sequential import Design
-from tatu.sweep.configs import check_distinct, config_variables, read_configs
-from tatu.sweep.interpolated.spec import InterpolateSpec, read_interpolate
+from tatu.sweep.plan.configs import check_distinct, config_variables, read_configs
+from tatu.sweep.plan.interpolate import InterpolateSpec, read_interpolate
 from tatu.sweep.plan.file import PlanFile, read_plan_file, seed_list
-from tatu.sweep.rule import CONFIG, Rule, parse_rule, plan_error
-from tatu.sweep.sequential.design import read_design
-from tatu.sweep.values import PATH_VARIABLES, SWEEP_OWNED, config_label, env_value as _env_value, resolve_paths as _resolve_paths
-
-
-@dataclass(frozen=True)
-class Member:
-    """One run of the sweep: a configuration at one seed."""
-
-    name: str         # replay-n6-s3
-    run: str          # <sweep>.<name>: TATU_RUN, the unit instance, the run dir
-    stage: str        # "tune" or "compare"
-    config_key: str   # replay-n6: the configuration without its seed
-    values: dict      # axis variable -> value (strings, as the environment holds them); CONFIG -> its name
-    seed: int
-    env: dict         # every variable the member's env file holds
-
-    @property
-    def run_dir(self) -> Path:
-        """Where its daemon writes (TATU_OUT/TATU_RUN): what the member achieved is read from here."""
-        return Path(self.env["TATU_OUT"]) / self.run
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "run": self.run, "stage": self.stage, "config_key": self.config_key,
-                "values": self.values, "seed": self.seed, "env": self.env}
-
-    @classmethod
-    def from_json(cls, doc: dict) -> "Member":
-        return cls(doc["name"], doc["run"], doc["stage"], doc["config_key"], dict(doc["values"]), int(doc["seed"]),
-                   dict(doc["env"]))
+from tatu.sweep.plan.member import Member
+from tatu.sweep.plan.rule import CONFIG, Rule, parse_rule, plan_error
+from tatu.sweep.plan.design import read_design
+from tatu.sweep.plan.values import PATH_VARIABLES, SWEEP_OWNED, config_label, env_value as _env_value, resolve_paths as _resolve_paths
 
 
 @dataclass
@@ -88,9 +62,9 @@ class Plan:
     tune_values: list[str] = field(default_factory=list)
     tune_seeds: list[int] = field(default_factory=list)
     configs: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> the variables it sets, in order
-    mde: float | None = None  # [decision] mde, a relative change; None: the report's default (sweep/power.py)
-    interpolate: InterpolateSpec | None = None  # [interpolate]: interpolated members (tatu.sweep.interpolated.members)
-    design: Design | None = None  # [design]: a group-sequential design over seeds (tatu.sweep.sequential.design)
+    mde: float | None = None  # [decision] mde, a relative change; None: the report's default (sweep/judge/power.py)
+    interpolate: InterpolateSpec | None = None  # [interpolate]: interpolated members (tatu.sweep.plan.interpolated)
+    design: Design | None = None  # [design]: a group-sequential design over seeds (tatu.sweep.plan.design)
 
     def core(self) -> dict:
         """Everything pre-registered except the comparison seeds (which may only grow)."""

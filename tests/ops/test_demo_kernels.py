@@ -4,7 +4,7 @@ Another CPU sums in another order (its vector width, MKL's code path). ATen's
 ATEN_CPU_CAPABILITY=default (no vector kernels) and MKL_CBWR=COMPATIBLE (MKL's most portable
 branch) reproduce that on this machine. The tiny demo's seed comparison under both must reach the
 same verdict and the same sign for every judged change whose CI excludes zero
-(tatu.sweep.conclusions), while its numbers differ in their last bits (else the kernels did not change).
+(tatu.sweep.report.conclusions), while its numbers differ in their last bits (else the kernels did not change).
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from demo_world import run_tiny_demo
 
 from tatu.daemon.logs import read_events
 from tatu.ops.demo import SWEEP
-from tatu.sweep.analysis import decide
-from tatu.sweep.conclusions import conclusions, disagreements
-from tatu.sweep.records import read_report_json
+from tatu.sweep.judge.analysis import decide
+from tatu.sweep.report.conclusions import conclusions, disagreements
+from tatu.sweep.judge.records import read_report_json
 
 OTHER_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
 

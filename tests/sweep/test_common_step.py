@@ -15,7 +15,7 @@ import pytest
 
 from sweep_world import assert_paired_p_agrees_with_ci, plan_world, run_through, steps_plan_text
 
-from tatu.sweep.lock import members, read_lock
+from tatu.sweep.plan.lock import members, read_lock
 
 pytestmark = pytest.mark.slow
 
@@ -47,8 +47,8 @@ def _daemon_lines(run: Path, step: int) -> dict:
 
 
 def test_every_comparison_is_also_made_at_the_common_step_and_the_rule_judges_there(sweep):
-    from tatu.sweep.analysis import analyze
-    from tatu.sweep.tables import closing_text
+    from tatu.sweep.judge.analysis import analyze
+    from tatu.sweep.report.tables import closing_text
 
     data = analyze(sweep)
     configs = {c.key: c for c in data["compare"]["configs"]}
@@ -91,8 +91,8 @@ def test_every_comparison_is_also_made_at_the_common_step_and_the_rule_judges_th
 
 
 def test_the_end_means_and_paired_differences_recompute_from_the_rescored_lines(sweep):
-    from tatu.sweep.analysis import analyze
-    from tatu.sweep.scores import score_checkpoint
+    from tatu.sweep.judge.analysis import analyze
+    from tatu.sweep.judge.scores import score_checkpoint
 
     data = analyze(sweep)
     configs = {c.key: c for c in data["compare"]["configs"]}

@@ -1,4 +1,4 @@
-"""tatu.sweep.conclusions against hand-built reports: what counts as a contradiction and what not."""
+"""tatu.sweep.report.conclusions against hand-built reports: what counts as a contradiction and what not."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -6,12 +6,12 @@ from types import SimpleNamespace
 from run_records import config_result
 
 from tatu.records import LogRatio, RelativeChange
-from tatu.sweep.conclusions import conclusions, disagreements
-from tatu.sweep.records import FailedCondition, RuleCheck, SweepVerdict
+from tatu.sweep.report.conclusions import conclusions, disagreements
+from tatu.sweep.judge.records import FailedCondition, RuleCheck, SweepVerdict
 
 
 def _report(chosen, n0_drift, n2_drift, paired=(-0.09, -0.10, -0.08), failed_n0=False):
-    def stats(v):  # conclusions reads a record's change only (sweep/records.py ConfigStat, PairedDiff)
+    def stats(v):  # conclusions reads a record's change only (sweep/judge/records.py ConfigStat, PairedDiff)
         return SimpleNamespace(change=RelativeChange(*v))
 
     configs = [config_result("replay-n0", {}, (), {"drift": stats(n0_drift), "sftHeld": stats((-0.1, -0.12, -0.08))}),

@@ -13,9 +13,9 @@ import pytest
 from run_records import member_result
 from tatu.evals.seeds import stats as st
 from tatu.evals.seeds.sequential import Design
-from tatu.sweep.records import MemberResult
-from tatu.sweep.rule import Condition
-from tatu.sweep.sequential.looks import config_looks
+from tatu.sweep.judge.records import MemberResult
+from tatu.sweep.plan.rule import Condition
+from tatu.sweep.judge.looks import config_looks
 
 DESIGN = Design("obf", 3, 6)
 LIMIT = Condition("drift_hi", "<", "5%")

@@ -15,7 +15,7 @@ from sweep_world import assert_paired_p_agrees_with_ci, plan_world, run_through
 from tb_reader import assert_curves_equal_events, expected_points, hparams_view, read_back, require_tensorboard
 
 from tatu.daemon.logs import read_events
-from tatu.sweep.lock import members, read_lock
+from tatu.sweep.plan.lock import members, read_lock
 
 pytestmark = pytest.mark.slow
 
@@ -53,11 +53,11 @@ def test_each_member_ran_its_configurations_variables(sweep):
 
 
 def test_the_report_compares_the_configurations_against_the_baseline(sweep, tmp_path):
-    from tatu.sweep.analysis import analyze
+    from tatu.sweep.judge.analysis import analyze
     from tatu.pages.markup import esc
-    from tatu.sweep.page import write_page
-    from tatu.sweep.tables import closing_text
-    from tatu.sweep.scores import score_checkpoint
+    from tatu.sweep.report.page import write_page
+    from tatu.sweep.report.tables import closing_text
+    from tatu.sweep.judge.scores import score_checkpoint
 
     data = analyze(sweep)
     configs = {c.key: c for c in data["compare"]["configs"]}
@@ -99,7 +99,7 @@ def test_the_report_compares_the_configurations_against_the_baseline(sweep, tmp_
 
 
 # What TensorBoard's HParams view must show of each configuration (the lock's effective values,
-# typed as sweep/hparams.py promises: numbers where every member's value is one, else strings).
+# typed as sweep/run/hparams.py promises: numbers where every member's value is one, else strings).
 HPARAMS = {"lora-r2": {"config": "lora-r2", "TATU_TRAIN": "lora", "TATU_LORA_RANK": "2", "REPLAY_N": 0.0, "TATU_LR": 0.003},
            "full-replay2": {"config": "full-replay2", "TATU_TRAIN": "all", "TATU_LORA_RANK": "unset", "REPLAY_N": 2.0,
                             "TATU_LR": 0.001}}

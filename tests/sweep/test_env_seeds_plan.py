@@ -14,12 +14,12 @@ from run_records import config_result, member_result
 
 from tatu.exitcodes import BAD_CONFIG, USAGE
 from tatu.ops.cli import main as tatu
-from tatu.sweep.analysis import decide
-from tatu.sweep.env_seeds import derived_name, seeds_plan, write
+from tatu.sweep.judge.analysis import decide
+from tatu.sweep.plan.env_seeds import derived_name, seeds_plan, write
 from tatu.sweep.errors import SweepError
-from tatu.sweep.lock import reconcile
+from tatu.sweep.plan.lock import reconcile
 from tatu.sweep.plan.load import load_plan
-from tatu.sweep.records import ConfigResult
+from tatu.sweep.judge.records import ConfigResult
 
 RULE = ("first config such that drift_hi < MIX_FORGET_LIMIT and every_eval_drift_hi < MIX_FORGET_LIMIT "
         "and sftHeld_change_hi < 0")

@@ -17,8 +17,8 @@ from tiny_world import clean_environ
 
 from tatu.daemon.config import load_config
 from tatu.envfile import parse_env_file
-from tatu.sweep.analysis import analyze
-from tatu.sweep.lock import members, read_lock
+from tatu.sweep.judge.analysis import analyze
+from tatu.sweep.plan.lock import members, read_lock
 
 pytestmark = pytest.mark.slow
 

@@ -13,10 +13,10 @@ from test_env_seeds_plan import world  # noqa: F401 (the fixture: r5.env and its
 from tatu.evals.seeds.sequential import Design
 from tatu.exitcodes import USAGE
 from tatu.ops.cli import main as tatu
-from tatu.sweep.env_seeds import seeds_plan
+from tatu.sweep.plan.env_seeds import seeds_plan
 from tatu.sweep.errors import SweepError
-from tatu.sweep.lock import reconcile
-from tatu.sweep.sequential.schedule import sequential_criteria
+from tatu.sweep.plan.lock import reconcile
+from tatu.sweep.judge.schedule import sequential_criteria
 
 
 def test_sequential_is_the_seeds_plan_with_a_design(world, capsys):  # noqa: F811

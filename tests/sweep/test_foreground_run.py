@@ -27,7 +27,7 @@ from sweep_world import (assert_every_p_agrees_with_its_ci, plan_text, plan_worl
 from tiny_world import clean_environ
 
 from tatu.envfile import parse_env_file
-from tatu.sweep.lock import members, read_lock
+from tatu.sweep.plan.lock import members, read_lock
 
 pytestmark = pytest.mark.slow
 
@@ -306,8 +306,8 @@ def test_the_tune_stage_chooses_on_the_dev_half_and_locks_the_value(world, refer
 
 def test_report_drift_is_the_daemons_drift(reference):
     """The re-scored start/end per-line sums give back the drift the daemon logged at its last eval."""
-    from tatu.sweep.analysis import member_result
-    from tatu.sweep.stats import run_lines
+    from tatu.sweep.judge.analysis import member_result
+    from tatu.sweep.judge.stats import run_lines
 
     for m in members(read_lock(reference), "compare"):
         result = member_result(m, reference)

@@ -12,12 +12,12 @@ from run_records import config_result, member_result
 from tiny_world import PT_WORDS, sentences
 
 from tatu.ops import cli
-from tatu.sweep import analysis
+from tatu.sweep.judge import analysis
 from tatu.sweep.errors import SweepError
-from tatu.sweep.records import EvalDrifts
-from tatu.sweep.rule import held_out_set, parse_rule
-from tatu.sweep.scores import score_checkpoint
-from tatu.sweep.stats import config_stats
+from tatu.sweep.judge.records import EvalDrifts
+from tatu.sweep.plan.rule import held_out_set, parse_rule
+from tatu.sweep.judge.scores import score_checkpoint
+from tatu.sweep.judge.stats import config_stats
 
 AXES = {"REPLAY_N": ["0", "2"]}
 RULE = "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT and ptNews_change_hi < 0.05"

@@ -21,9 +21,9 @@ from tiny_world import EN_WORDS, PT_WORDS, sentences
 
 from tatu.data.tags import tagger_problem
 from tatu.ops import cli
-from tatu.sweep.analysis import analyze, decide
-from tatu.sweep.lock import members, read_lock
-from tatu.sweep.scores import score_checkpoint
+from tatu.sweep.judge.analysis import analyze, decide
+from tatu.sweep.plan.lock import members, read_lock
+from tatu.sweep.judge.scores import score_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -163,7 +163,7 @@ def test_a_rule_naming_a_held_out_set_judges_it_at_the_common_step_and_at_the_en
 
 
 def test_the_report_shows_the_held_out_sets_and_categories_in_text_and_page(sweep, tmp_path):
-    from tatu.sweep.report import write_report
+    from tatu.sweep.report.write import write_report
 
     _, text, index = write_report(sweep, tmp_path)
     assert "held-out sets (every eval set beyond the three roles)" in text and "word categories (Apertium" in text

@@ -22,13 +22,13 @@ from safetensors.numpy import load_file
 from sweep_world import plan_world, run_through
 
 from tatu.exitcodes import BAD_DATA
-from tatu.sweep.analysis import analyze, decide
+from tatu.sweep.judge.analysis import analyze, decide
 from tatu.sweep.errors import SweepError
-from tatu.sweep.interpolated.members import interpolated_members
-from tatu.sweep.interpolated.results import interpolated_result
-from tatu.sweep.lock import members, read_lock
-from tatu.sweep.scores import score_checkpoint
-from tatu.sweep.tables import closing_text, verdict_lines
+from tatu.sweep.plan.interpolated import interpolated_members
+from tatu.sweep.judge.interpolated import interpolated_result
+from tatu.sweep.plan.lock import members, read_lock
+from tatu.sweep.judge.scores import score_checkpoint
+from tatu.sweep.report.tables import closing_text, verdict_lines
 
 pytestmark = pytest.mark.slow
 
@@ -134,7 +134,7 @@ def test_the_report_compares_it_like_every_configuration(sweep):
         assert len(rows) >= 3  # the configurations legend, the comparison table, the paired table
         a = alpha_of(key)
         assert any(f"none: interpolated, (1-{a:g}) seed + {a:g} full-replay2's end" in line for line in rows), key
-    from tatu.sweep.plots import drift_axes, tradeoff_axes
+    from tatu.sweep.report.plots import drift_axes, tradeoff_axes
 
     _, ax = tradeoff_axes(data)  # one point per member, its own among them
     assert set(ALPHAS) <= set(ax.get_legend_handles_labels()[1])
@@ -144,7 +144,7 @@ def test_the_report_compares_it_like_every_configuration(sweep):
 
 def _judged(sweep_dir: Path, lock: dict, rule: str) -> tuple[dict, dict, list[str]]:
     """(the verdict, the interpolated configuration's check, the verdict's lines) under another rule."""
-    from tatu.sweep.analysis import add_paired, stage_table
+    from tatu.sweep.judge.analysis import add_paired, stage_table
 
     lock = {**lock, "rule": rule}
     configs = add_paired(lock, stage_table(lock, members(lock, "compare"), sweep_dir, "compare"))
@@ -255,7 +255,7 @@ def test_it_is_paired_with_its_own_parent_too(sweep):
     assert any(row["paired"][m].p_holm != row["paired"][m].p_value for row in rows for m in row["paired"])  # Holm adjusted something
     text = closing_text(data)
     assert "interpolated vs its parent at the end, paired by seed and line" in text
-    from tatu.sweep.report import write_report
+    from tatu.sweep.report.write import write_report
 
     _, _, page = write_report(sweep, sweep / "report-vs-parent")
     for key in ALPHAS:

@@ -16,12 +16,12 @@ from sweep_world import plan_text
 from tatu.exitcodes import BAD_CONFIG
 from tatu.records import RelativeChange
 from tatu.ops.cli import main as tatu
-from tatu.sweep.analysis import decide
+from tatu.sweep.judge.analysis import decide
 from tatu.sweep.errors import SweepError
-from tatu.sweep.records import ConfigResult
-from tatu.sweep.lock import members, plan_from_lock, read_lock, reconcile
+from tatu.sweep.judge.records import ConfigResult
+from tatu.sweep.plan.lock import members, plan_from_lock, read_lock, reconcile
 from tatu.sweep.plan.load import load_plan
-from tatu.sweep.records import ConfigStat
+from tatu.sweep.judge.records import ConfigStat
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CONFIGS = ('lora-r4 = { TATU_TRAIN = "lora", TATU_LORA_RANK = 4 }\n'
@@ -238,7 +238,7 @@ def test_every_backend_hands_a_member_its_configurations_variables(tmp_path):
     foreground backend from the same dict: what they get parses back to the member's own config."""
     from tatu.daemon.config import load_config
     from tatu.envfile import env_file_text, parse_env_file
-    from tatu.sweep.backends import member_env
+    from tatu.sweep.run.backends import member_env
 
     for m in load_plan(write_plan(tmp_path)).compare_members(tmp_path / "out", None):
         env_file = tmp_path / f"{m.run}.env"
@@ -250,7 +250,7 @@ def test_every_backend_hands_a_member_its_configurations_variables(tmp_path):
 
 
 def test_the_cost_estimate_counts_each_configurations_micro_batches(tmp_path):
-    from tatu.sweep.cost import StepCost, member_seconds
+    from tatu.sweep.run.cost import StepCost, member_seconds
 
     cost = StepCost(seconds_per_slot=1e-6, eval_seconds=0.5, source="test")
     by_config = {m.config_key: member_seconds(m, cost) for m in load_plan(write_plan(tmp_path)).compare_members(tmp_path, None)}
@@ -273,7 +273,7 @@ def test_a_tune_stage_tunes_the_baseline_configuration_and_every_configuration_r
 
 
 def test_the_legend_shows_configurations_and_a_train_axis_but_leaves_other_tables_as_they_were():
-    from tatu.sweep.tables import configs_legend
+    from tatu.sweep.report.tables import configs_legend
 
     replay = [config_result(f"replay-n{n}", {"REPLAY_N": str(n)}, (), None,
                             trainable="trainable 1.1M of 1.1M (100.0%): h.0-3") for n in (0, 2)]

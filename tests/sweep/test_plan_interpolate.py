@@ -12,10 +12,10 @@ from sweep_world import plan_text
 
 from tatu.exitcodes import BAD_CONFIG
 from tatu.sweep.errors import SweepError
-from tatu.sweep.interpolated.members import interpolated_members
-from tatu.sweep.lock import members, plan_from_lock, reconcile
+from tatu.sweep.plan.interpolated import interpolated_members
+from tatu.sweep.plan.lock import members, plan_from_lock, reconcile
 from tatu.sweep.plan.load import load_plan
-from tatu.sweep.records import ConfigResult
+from tatu.sweep.judge.records import ConfigResult
 
 CONFIGS = "full-replay2 = { REPLAY_N = 2 }\nfull = {}\n"
 RULE = "first config such that drift_hi < MIX_FORGET_LIMIT and sftHeld_change_hi < 0"
@@ -113,7 +113,7 @@ def _config(key: str, values: dict, drift_hi: float) -> ConfigResult:
 
 
 def test_the_rule_orders_interpolated_configurations_after_their_parents(tmp_path):
-    from tatu.sweep.analysis import decide
+    from tatu.sweep.judge.analysis import decide
 
     axis = {"rule": "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT", "axes": {"REPLAY_N": ["0", "2"]},
             "plan_file": str(tmp_path / "p.toml"), "interpolate": {"config": "replay-n0", "alphas": [0.5]}}

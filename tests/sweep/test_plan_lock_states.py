@@ -16,14 +16,14 @@ from sweep_world import plan_text
 from tatu.evals.seeds.power import CrossedParts
 from tatu.exitcodes import BAD_CONFIG
 from tatu.ops.cli import main as tatu
-from tatu.sweep.analysis import decide
-from tatu.sweep.backends import UnitState
+from tatu.sweep.judge.analysis import decide
+from tatu.sweep.run.backends import UnitState
 from tatu.sweep.errors import SweepError
-from tatu.sweep.members import member_status, summary
-from tatu.sweep.lock import lock_path, members, read_lock, reconcile
+from tatu.sweep.run.members import member_status, summary
+from tatu.sweep.plan.lock import lock_path, members, read_lock, reconcile
 from tatu.sweep.plan.load import config_label, load_plan
 from tatu.records import RelativeChange
-from tatu.sweep.records import ConfigStat
+from tatu.sweep.judge.records import ConfigStat
 
 TUNE = '[tune]\nTATU_LR = [1e-3, 3e-3]\nseeds = [1]\n'
 
@@ -272,7 +272,7 @@ def test_the_coordinator_unit_passes_systemd_analyze_verify(tmp_path):
     assert service["Type"] == ["notify"] and service["Restart"] == ["on-failure"]
     assert service["RestartPreventExitStatus"] == ["65 78"]
     assert service["EnvironmentFile"] == ["%E/tatu/sweeps/%i.env"]
-    assert service["ExecStart"] == ["@TATU_PYTHON@ -m tatu.sweep.coordinator"]
+    assert service["ExecStart"] == ["@TATU_PYTHON@ -m tatu.sweep.run.coordinator"]
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
         from strict import cannot_run
@@ -292,8 +292,8 @@ def test_a_second_coordinator_of_the_same_sweep_exits_at_once(tmp_path):
     import fcntl
     import io
 
-    from tatu.sweep.backends import ForegroundBackend
-    from tatu.sweep.coordinator import Coordinator
+    from tatu.sweep.run.backends import ForegroundBackend
+    from tatu.sweep.run.coordinator import Coordinator
 
     sweep_dir = tmp_path / "sweeps" / "dose"
     reconcile(load_plan(write_plan(tmp_path)), sweep_dir)
@@ -337,7 +337,7 @@ class RecordingBackend:
 def test_the_coordinator_keeps_k_members_on_k_devices(tmp_path):
     import io
 
-    from tatu.sweep.coordinator import Coordinator
+    from tatu.sweep.run.coordinator import Coordinator
 
     sweep_dir = tmp_path / "sweeps" / "dose"
     lock, _ = reconcile(load_plan(write_plan(tmp_path, seeds=(1, 2, 3))), sweep_dir)
@@ -401,7 +401,7 @@ def test_an_unresolved_neighbour_says_how_many_seeds_would_resolve_it(tmp_path):
              for r2, r4 in zip(two.results, four.results)]
     # The seeds whose crossed CI resolves that difference at 80% power, by a loop over n with
     # scipy's t, from the paired comparison's measured variance parts.
-    from tatu.sweep.stats import paired_stats
+    from tatu.sweep.judge.stats import paired_stats
 
     parts = dataclasses.asdict(paired_stats(four.results, two.results, "enRuler", None, 99).parts)
     needed = _naive_seeds_needed(parts, float(np.mean(diffs)))
@@ -426,7 +426,7 @@ def _naive_seeds_needed(parts: dict, effect: float, power: float = 0.8) -> int |
 
 
 def test_a_rule_names_the_comparison_it_judges_end_by_default(tmp_path):
-    from tatu.sweep.rule import parse_rule
+    from tatu.sweep.plan.rule import parse_rule
 
     axes = {"REPLAY_N": ["0", "2"]}
     path = tmp_path / "p.toml"
@@ -450,7 +450,7 @@ def test_a_rule_names_the_comparison_it_judges_end_by_default(tmp_path):
 def test_two_sets_whose_names_have_the_same_length_get_their_own_resampling(tmp_path):
     import numpy as np
 
-    from tatu.sweep.stats import config_stats
+    from tatu.sweep.judge.stats import config_stats
 
     rng = np.random.default_rng(9)
     base = rng.gamma(3.0, 1.0, 50)

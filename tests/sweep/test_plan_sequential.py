@@ -12,7 +12,7 @@ from sweep_world import plan_text
 from tatu.evals.seeds.sequential import Design
 from tatu.exitcodes import BAD_CONFIG
 from tatu.sweep.errors import SweepError
-from tatu.sweep.lock import plan_from_lock, reconcile
+from tatu.sweep.plan.lock import plan_from_lock, reconcile
 from tatu.sweep.plan.load import load_plan
 
 CONFIGS = "full-replay2 = { REPLAY_N = 2 }\nfull = {}\n"

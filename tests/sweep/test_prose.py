@@ -1,4 +1,4 @@
-"""The "what it says" paragraph (sweep/prose.py) against the report data it is written from: one
+"""The "what it says" paragraph (sweep/report/prose.py) against the report data it is written from: one
 sentence per conclusion of the conclusion set, each with its CI as fmt_ci writes it; a number
 changed in the report changes its sentence; a CI across zero yields no claim of direction."""
 from __future__ import annotations
@@ -10,15 +10,15 @@ from dataclasses import replace
 from page_world import sweep_data
 from tatu.formats import fmt_ci
 from tatu.records import LogRatio, RelativeChange
-from tatu.sweep.conclusions import conclusions
-from tatu.sweep.prose import paragraph, what_it_says
-from tatu.sweep.records import PairedDiff, RuleCheck
+from tatu.sweep.report.conclusions import conclusions
+from tatu.sweep.report.prose import paragraph, what_it_says
+from tatu.sweep.judge.records import PairedDiff, RuleCheck
 
 DIRECTION_WORDS = ("rose", "fell", "lower", "higher", "learned", "forgot", "worse", "better")
 
 
 def report() -> dict:
-    """sweep_data with a paired comparison (log-ratio differences, as sweep/analysis.py writes them)."""
+    """sweep_data with a paired comparison (log-ratio differences, as sweep/judge/analysis.py writes them)."""
     data = copy.deepcopy(sweep_data())
     verdict = data["verdict"]
     data["verdict"] = replace(verdict, chosen="6", checks=verdict.checks + (RuleCheck("replay-n6", "6", "6", (), (), False),))
@@ -28,7 +28,7 @@ def report() -> dict:
 
 
 def paired(ratio: float, lo: float, hi: float, p_value: float) -> PairedDiff:
-    """A paired difference as sweep/stats.py makes it: log ratios (the rest is not read by the prose)."""
+    """A paired difference as sweep/judge/stats.py makes it: log ratios (the rest is not read by the prose)."""
     return PairedDiff(LogRatio(math.log(ratio), math.log(lo), math.log(hi)), p_value, None, None, 3, 0.01, 0.02, None)
 
 
@@ -85,7 +85,7 @@ def test_a_ci_across_zero_claims_no_direction():
 
 
 def _seeds_for_row(config: str, vs: str | None, metric: str, seeds: int | None, n_seeds: int = 3, **fields) -> dict:
-    """A seeds-for row as sweep/power.py writes it into the report (dataclasses.asdict of SeedsFor)."""
+    """A seeds-for row as sweep/judge/power.py writes it into the report (dataclasses.asdict of SeedsFor)."""
     row = {"config": config, "vs": vs, "metric": metric, "n_seeds": n_seeds, "n_lines": 100, "mde_now": 0.209,
            "seeds": seeds, "line_floor": 0.061, "known": True}
     return {**row, **fields}

@@ -27,7 +27,7 @@ from ray_world import ray_or_skip
 from sweep_world import plan_text, plan_world, report_numbers, run_through
 from tiny_world import clean_environ
 
-from tatu.sweep.lock import members, read_lock
+from tatu.sweep.plan.lock import members, read_lock
 
 # A one-node test cluster on the loopback address: Ray binds to a reachable interface address
 # unless told that this is not a cluster; set before ray is imported, inherited by its processes.
@@ -71,7 +71,7 @@ def _status(sweeps: Path) -> str:
 
 def _mid_run(sweep_dir: Path, member, reason: str = "scheduled") -> dict | None:
     """The holder of the member's lock once its daemon has saved a state (`reason`), before its verdict."""
-    from tatu.sweep.ray import lock_holder
+    from tatu.sweep.run.ray import lock_holder
 
     run = Path(member.env["TATU_OUT"]) / member.run
     events = run / "events.jsonl"
@@ -262,8 +262,8 @@ def test_a_wrong_address_is_one_line_and_78_at_once(world, tmp_path):
 ])
 def test_member_resources_follow_the_cluster(monkeypatch, resources, device, options, given, k):
     # A GPU cluster cannot exist on this machine: only Ray's resource table is stood in for.
-    from tatu.sweep import ray as sweep_ray
-    from tatu.sweep.plan.load import Member
+    from tatu.sweep.run import ray as sweep_ray
+    from tatu.sweep.plan.member import Member
 
     monkeypatch.setattr(sweep_ray, "cluster_resources", lambda: resources)
     member = Member("replay-n0-s1", "x.replay-n0-s1", "compare", "replay-n0", {}, 1, {"TATU_DEVICE": device})
@@ -273,9 +273,9 @@ def test_member_resources_follow_the_cluster(monkeypatch, resources, device, opt
 
 def test_a_cuda_member_on_a_cluster_without_gpus_is_a_config_error(monkeypatch):
     from tatu.exitcodes import BAD_CONFIG
-    from tatu.sweep import ray as sweep_ray
+    from tatu.sweep.run import ray as sweep_ray
     from tatu.sweep.errors import SweepError
-    from tatu.sweep.plan.load import Member
+    from tatu.sweep.plan.member import Member
 
     monkeypatch.setattr(sweep_ray, "cluster_resources", lambda: {"CPU": 8})
     member = Member("replay-n0-s1", "x.replay-n0-s1", "compare", "replay-n0", {}, 1, {"TATU_DEVICE": "cuda:1"})

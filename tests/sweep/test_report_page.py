@@ -11,9 +11,9 @@ from html.parser import HTMLParser
 
 from page_world import ABORTED, CHANGE, DRIFT, sweep_data
 from tatu.pages.markup import STYLE
-from tatu.sweep.page import write_page
-from tatu.sweep.plots import drift_axes, render_plots, tradeoff_axes
-from tatu.sweep.tables import closing_text
+from tatu.sweep.report.page import write_page
+from tatu.sweep.report.plots import drift_axes, render_plots, tradeoff_axes
+from tatu.sweep.report.tables import closing_text
 
 class _Page(HTMLParser):
     def __init__(self):

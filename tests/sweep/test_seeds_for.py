@@ -1,4 +1,4 @@
-"""The report's "seeds for MDE" lines (sweep/power.py): per judged metric of each configuration and
+"""The report's "seeds for MDE" lines (sweep/judge/power.py): per judged metric of each configuration and
 per paired comparison with the baseline, from synthetic members' per-line scores (fast: no run),
 checked against a plain loop over the seed count with scipy's t; the plan's `[decision] mde`
 through the plan, its hash and the lock; the closing text and the page."""
@@ -13,13 +13,13 @@ import pytest
 from scipy import stats as sp
 
 from run_records import config_result, member_result
-from tatu.sweep.analysis import add_paired
-from tatu.sweep.page import write_page
-from tatu.sweep.power import DEFAULT_MDE, seeds_for_effect
-from tatu.sweep.records import ConfigResult, SweepVerdict
-from tatu.sweep.rule import parse_rule
-from tatu.sweep.sets import set_stats
-from tatu.sweep.tables import closing_text, power_lines
+from tatu.sweep.judge.analysis import add_paired
+from tatu.sweep.report.page import write_page
+from tatu.sweep.judge.power import DEFAULT_MDE, seeds_for_effect
+from tatu.sweep.judge.records import ConfigResult, SweepVerdict
+from tatu.sweep.plan.rule import parse_rule
+from tatu.sweep.judge.sets import set_stats
+from tatu.sweep.report.tables import closing_text, power_lines
 
 N_LINES = 80
 RULE = "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT and ptFaq_change_hi < 0.2"
@@ -132,7 +132,7 @@ def test_the_closing_text_and_the_page_print_the_power_lines(tmp_path):
 def test_a_plan_states_its_effect_and_a_plan_without_it_hashes_as_before(tmp_path):
     from sweep_world import plan_text
 
-    from tatu.sweep.lock import plan_from_lock, reconcile
+    from tatu.sweep.plan.lock import plan_from_lock, reconcile
     from tatu.sweep.plan.load import load_plan
 
     text = plan_text("dose", Path("data"), Path("runs/trunk/final"))

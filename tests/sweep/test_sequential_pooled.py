@@ -16,13 +16,13 @@ from sequential_world import coordinator, ran, scored, write_sweep
 from tatu.evals.seeds.sequential import Design
 from tatu.exitcodes import BAD_DATA
 from tatu.ops.cli import main as tatu_main
-from tatu.sweep import analysis
+from tatu.sweep.judge import analysis
 from tatu.sweep.errors import SweepError
-from tatu.sweep.lock import members, read_lock
-from tatu.sweep.sequential import log as looks_log
-from tatu.sweep.sequential.check import check_looks
-from tatu.sweep.sequential.log import PooledGroup
-from tatu.sweep.sequential.status import plan_line
+from tatu.sweep.plan.lock import members, read_lock
+from tatu.sweep.judge import looks_log
+from tatu.sweep.judge.check import check_looks
+from tatu.sweep.judge.looks_log import PooledGroup
+from tatu.sweep.report.status import plan_line
 
 RULE = "first config such that drift_hi < 5%"
 # d near the 5% limit (its looks continue), a far over it, b and c far under it

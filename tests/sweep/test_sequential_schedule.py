@@ -1,5 +1,5 @@
-"""A sequential sweep scheduled from its looks (sweep/sequential/schedule.py) through the coordinator
-every backend runs (sweep/coordinator.py), on tests/sequential_world.py's instant members with
+"""A sequential sweep scheduled from its looks (sweep/judge/schedule.py) through the coordinator
+every backend runs (sweep/run/coordinator.py), on tests/sequential_world.py's instant members with
 simulated per-line scores: which members run, in which order, and that each look is in the looks
 log before anything is started from it."""
 from __future__ import annotations
@@ -16,9 +16,9 @@ from sequential_world import coordinator, ran, simulated_result, write_sweep
 from tatu.exitcodes import BAD_DATA
 from tatu.ops.cli import main as tatu_main
 from tatu.sweep.errors import SweepError
-from tatu.sweep.lock import read_lock
-from tatu.sweep.sequential import log as looks_log
-from tatu.sweep.sequential.schedule import schedule
+from tatu.sweep.plan.lock import read_lock
+from tatu.sweep.judge import looks_log
+from tatu.sweep.judge.schedule import schedule
 
 # d sits near the 5% limit (its looks continue), a is far over it, b and c far under it
 FIRST_CONFIG = ("first config such that drift_hi < 5%",

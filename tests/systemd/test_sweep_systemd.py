@@ -20,7 +20,7 @@ from systemd_harness import sweep_units_session
 
 from tatu.daemon.logs import read_events
 from tatu.ops.cli import main as tatu
-from tatu.sweep.lock import members, read_lock
+from tatu.sweep.plan.lock import members, read_lock
 
 pytestmark = [pytest.mark.systemd, pytest.mark.slow]
 

@@ -1,0 +1,291 @@
+"""A sweep's numbers: per-member results, per-configuration statistics over seeds, paired
+comparisons with the baseline, the tune stage's choice and the locked rule's verdict.
+
+Everything here is a pure function of the lock, the members' run dirs and checkpoints: the
+same files give the same numbers (fixed resampling seeds), however often and by whatever
+coordinator the sweep was run. Statistics (tatu.evals.seeds.stats) are on the log scale of the
+paired perplexity ratio end/start and shown as relative changes: drift (enRuler), the
+sftHeld change, every held-out set's change and each word category's (sweep/judge/sets.py). With a tune stage, sftHeld is judged on its judge half only (odd line
+indices); the tune stage chose on the dev half (even ones); the ruler never chooses. Every
+comparison is made at the members' ends and at the common step (sweep/judge/common_step.py); the rule
+judges the one it names.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import math
+from pathlib import Path
+
+from tatu.evals.seeds import power as seeds_power
+from tatu.sweep.plan.interpolated import InterpolatedMember, interpolated_members, interpolated_order
+from tatu.sweep.judge.interpolated import interpolated_result
+from tatu.sweep.judge.vs_parent import vs_parent
+from tatu.sweep.judge.outcome import TERMINAL, outcome, read_json
+from tatu.sweep.plan.member import Member
+from tatu.sweep.plan.lock import locked_configs
+from tatu.sweep.plan.rule import CONFIG, held_out_set, one_config_line, parse_rule
+from tatu.sweep.judge import common_step as common_step_
+from tatu.sweep.judge.scores import end_checkpoint, score_checkpoint
+from tatu.sweep.judge.power import seeds_for_effect, stated_effect
+from tatu.sweep.judge.sets import set_stats
+from tatu.sweep.judge.records import (ConfigResult, ConfigStat, EvalDrifts, FailedCondition, MemberResult, RuleCheck,
+                                SweepVerdict, holm_adjusted)
+from tatu.sweep.judge.check import check_looks, sequential_verdict
+from tatu.sweep.judge.stats import paired_stats
+
+COMMON_LINES = (common_step_.START, common_step_.AT_COMMON)  # the base/end keys of the common-step lines
+
+
+def member_result(member: Member, sweep_dir: Path, required: tuple[str, ...] = ()) -> MemberResult:
+    """Status, verdict, per-line start/end scores (every set and category, sweep/judge/scores.py; the
+    held-out sets a rule names `required`), the worst drift over its evals."""
+    from tatu.daemon.run.paths import RunDir
+
+    status = outcome(member.run_dir)
+    directory = member.run_dir
+    result = MemberResult(member=member.name, config=member.config_key, seed=member.seed, values=member.values,
+                          state=status.state, verdict=status.verdict)
+    if status.state not in ("done", "aborted"):
+        return result
+    cache = Path(sweep_dir) / "scores"
+    end = end_checkpoint(directory)
+    lines = {"base": score_checkpoint(Path(member.env["TATU_SEED_CKPT"]), member.env, cache, required),
+             "end": score_checkpoint(end, member.env, cache, required)}
+    # what trained, as the daemon said it ("trainable 1.3M of 27.1M (4.8%): h.6-7, ln_f"); None for older runs
+    trainable = ((read_json(end / "meta.json") or {}).get("trainable") or {}).get("line") if end else None
+    evals = {}
+    for record in RunDir(directory).eval_records():
+        if record.step > 0:
+            evals[record.step] = record  # a re-run eval after a kill repeats the same numbers: last wins
+    drifts = EvalDrifts(every_eval_drift=max((e.drift.value for e in evals.values()), default=0.0),
+                        every_eval_drift_hi=max((e.drift.hi for e in evals.values()), default=0.0),
+                        daemon_drift=evals[max(evals)].drift.value if evals else None,
+                        eval_drifts=tuple((step, e.drift.value, e.drift.hi) for step, e in sorted(evals.items())))
+    return dataclasses.replace(result, steps=max(evals) if evals else 0, trainable=trainable, evals=drifts, lines=lines)
+
+
+def _metrics(stats: dict[str, ConfigStat | None] | None, results: tuple[MemberResult, ...],
+             common: int | None = None) -> dict | None:
+    """The values a rule's conditions name, for one configuration (at the common step: its stats there)."""
+    if stats is None:
+        return None
+    drift, change = stats.get("drift"), stats.get("sftHeld")
+    usable = [r.evals for r in results if r.evals is not None]  # an interpolated member has no evals during training
+    out = {"aborted": float(sum(r.state == "aborted" for r in results))}
+    if drift:
+        out.update(drift=drift.change.value, drift_lo=drift.change.lo, drift_hi=drift.change.hi)
+    if change:
+        out.update(sftHeld_change=change.change.value, sftHeld_change_lo=change.change.lo,
+                   sftHeld_change_hi=change.change.hi)
+    for name, held in stats.items():  # a held-out set a rule names: SET_change[_lo|_hi]
+        if name not in ("drift", "sftHeld") and held:
+            out.update({f"{name}_change": held.change.value, f"{name}_change_lo": held.change.lo,
+                        f"{name}_change_hi": held.change.hi})
+    if usable and common is None:
+        out["every_eval_drift"] = max(e.every_eval_drift for e in usable)
+        out["every_eval_drift_hi"] = max(e.every_eval_drift_hi for e in usable)
+    elif usable:
+        worst = [common_step_.worst_drift_until(e, common) for e in usable]
+        out["every_eval_drift"], out["every_eval_drift_hi"] = max(v for v, _ in worst), max(hi for _, hi in worst)
+    return out
+
+
+def _fmt_metric(name: str, value: float) -> str:
+    return f"{value:.0f}" if name == "aborted" else f"{value * 100:+.1f}%"
+
+
+def decide(lock: dict, configs: list[ConfigResult]) -> SweepVerdict:
+    """The locked rule over the comparison stage's configurations."""
+    rule = _locked_rule(lock)
+    if rule.axis == CONFIG:  # `first config`: the plan's order of its configurations
+        order = list(locked_configs(lock)) + interpolated_order(lock)  # interpolated ones after the named
+        ordered = sorted(configs, key=lambda c: order.index(c.values[CONFIG]))
+    else:
+        axis_values = lock["axes"][rule.axis]
+        # an interpolated configuration has its parent's value: judged after the parent's own (a stable sort)
+        configs = sorted(configs, key=lambda c: c.key in interpolated_order(lock))
+        ordered = sorted(configs, key=lambda c: float(c.values[rule.axis]) if _is_number(c.values[rule.axis])
+                         else axis_values.index(c.values[rule.axis]), reverse=rule.choose == "largest")
+    checks = []
+    # configurations crossed with axes share values of the rule's axis: a shared one is named with its key
+    shared = collections.Counter(config.values[rule.axis] for config in ordered)
+    for config in ordered:
+        failed, missing = [], []
+        for cond in rule.conditions:
+            value = ((config.metrics_common if rule.at == "common" else config.metrics) or {}).get(cond.metric)
+            if value is None:
+                missing.append(cond.metric)
+            elif not cond.holds(value, config.effective):
+                failed.append(FailedCondition(cond.text(), value, cond.threshold(config.effective),
+                                              _fmt_metric(cond.metric, value)))
+        value = config.values[rule.axis]
+        label = f"{value} ({config.key})" if shared[value] > 1 else value
+        checks.append(RuleCheck(config.key, value, label, tuple(failed), tuple(missing),
+                                any(r.interpolated for r in config.results)))
+    chosen = next((c for c in checks if c.passes), None)
+    if rule.axis == CONFIG and len(checks) == 1:  # one configuration (--env-file --seeds): nothing to choose among
+        line = one_config_line(rule, checks[0], sum(r.has("end") for r in ordered[0].results))
+    elif chosen:
+        line = f"{rule.axis}={chosen.label}: the {rule.choose} {rule.axis} such that {rule.text.split('such that', 1)[1].strip()}"
+    else:
+        line = f"no {rule.axis} satisfies the rule ({rule.text})"
+    return SweepVerdict(rule=rule.text, axis=rule.axis, at=rule.at,
+                        at_step=next((c.common_step for c in configs), None) if rule.at == "common" else None,
+                        chosen=chosen and chosen.value, line=line, checks=tuple(checks),
+                        would_change=tuple(_would_change(rule, ordered, checks, chosen)))
+
+
+def _locked_rule(lock: dict):
+    return parse_rule(lock["rule"], lock["axes"], Path(lock["plan_file"]), list(locked_configs(lock)))
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _would_change(rule, ordered: list[ConfigResult], checks: list[RuleCheck], chosen: RuleCheck | None) -> list[str]:
+    """What more seeds could settle: a condition failed by its CI bound while its point estimate
+    passes, and the paired difference between the chosen value and its neighbour before it."""
+    notes = []
+    by_key = {c.key: c for c in ordered}
+    for check in checks:
+        if chosen is not None and check is chosen:
+            break
+        config = by_key[check.config]
+        for fail in check.failed:
+            metric = fail.condition.split()[0]
+            base = metric.removesuffix("_hi").removesuffix("_lo")
+            key = "drift" if base.startswith("drift") and not base.startswith("every") else (held_out_set(base) or "sftHeld")
+            stats = (config.stats_at(rule.at == "common") or {}).get(key)
+            if not stats or metric == base or base.startswith("every") or base == "aborted":
+                continue
+            point, parts = stats.change.value, stats.parts
+            # On the log scale: the bound must move inside the threshold. The crossed CI's expected
+            # half-width at n seeds (power 0.5: the estimate and the spread holding) must fall
+            # under the margin; the shared lines' part of it does not shrink with the seeds.
+            margin = abs(math.log1p(fail.threshold) - stats.log_mean) if fail.threshold > -1 else 0.0
+            passes_point = (point < fail.threshold) if metric.endswith("_hi") else (point > fail.threshold)
+            if passes_point and margin > 0 and parts is not None:
+                need = seeds_power.seeds_needed(parts, margin, power=0.5)
+                more = (f"about {max(1, need - stats.n_seeds)} more seeds would narrow {metric} enough to pass" if need
+                        else f"no number of seeds would narrow {metric} enough to pass with these {parts.n_lines} lines "
+                             "(more lines would)")
+                notes.append(f"{rule.axis}={check.label}: its {base} point estimate {_fmt_metric(base, point)} passes; "
+                             f"{more} (if the estimate and the spread hold)")
+    if chosen is not None:
+        # The chosen value against the one just before it (the cheaper dose it beat): is the
+        # difference resolved across seeds, and if not, how many seeds would resolve it?
+        position = [c.config for c in checks].index(chosen.config)
+        if position > 0:
+            before, this = by_key[checks[position - 1].config], by_key[chosen.config]
+            lines = COMMON_LINES if rule.at == "common" else ("base", "end")
+            p = paired_stats(this.results, before.results, "enRuler", None, 99, *lines)
+            if p and p.p_value >= seeds_power.ALPHA:
+                # the seeds whose crossed CI resolves the difference measured, at 80% power
+                need = seeds_power.seeds_needed(p.parts, p.change.value)
+                more = (f"{max(1, need - p.n_seeds)} more seeds would resolve it" if need
+                        else f"no number of seeds would resolve it with these {p.parts.n_lines} lines (more lines would)")
+                notes.append(f"{rule.axis}={checks[position - 1].label} vs {chosen.label}: drift difference "
+                             f"not resolved (its 95% CI, seeds x lines, includes 0: p={p.p_value:.2f}); {more}")
+    return notes
+
+
+def stage_table(lock: dict, members: list[Member], sweep_dir: Path, stage: str) -> list[ConfigResult]:
+    """One entry per configuration: its members' results and its statistics over seeds."""
+    half_sft = "judge" if lock.get("tune") and stage == "compare" else ("dev" if stage == "tune" else None)
+    grouped: dict[str, list] = {}
+    for m in members + (interpolated_members(lock, members) if stage == "compare" else []):
+        grouped.setdefault(m.config_key, []).append(m)
+    from tatu.daemon.config import load_config
+
+    # every held-out set of the members' data is scored; the ones the rule names must be there
+    rule = _locked_rule(lock)
+    named = tuple(dict.fromkeys(n for n in (held_out_set(c.metric) for c in rule.conditions) if n))
+    grouped_results = {key: [interpolated_result(m, sweep_dir, named) if isinstance(m, InterpolatedMember)
+                             else member_result(m, sweep_dir, named) for m in group] for key, group in grouped.items()}
+    # the common step is the daemon runs' (an interpolated member has no lines but its end's)
+    ran = [r for rs in grouped_results.values() for r in rs if not r.interpolated]
+    common = common_step_.common_step(ran)
+    with_common, why_not = common_step_.attach(ran, {m.name: m.run_dir for m in members}, common)
+    configs = []
+    for index, (key, group) in enumerate(grouped.items()):
+        results = tuple(with_common.get(r.member, r) for r in grouped_results[key])
+        stats, categories = set_stats(results, half_sft, index)
+        skip = why_not or isinstance(group[0], InterpolatedMember)
+        at_common, categories_common = (None, None) if skip else set_stats(results, half_sft, index, *COMMON_LINES)
+        configs.append(ConfigResult(
+            key=key, values=group[0].values, results=results, stats=stats, categories=categories,
+            stats_common=at_common, categories_common=categories_common, common_step=common, common_missing=why_not,
+            end_steps=tuple(sorted({r.steps for r in results if r.has("end")})),
+            trainable=next((r.trainable for r in results if r.trainable), None),
+            effective=load_config(group[0].env)[0].to_json(), half=half_sft,
+            metrics=_metrics(stats, results), metrics_common=_metrics(at_common, results, common)))
+    return configs
+
+
+def add_paired(lock: dict, configs: list[ConfigResult]) -> list[ConfigResult]:
+    """Each configuration vs the baseline, paired by seed; Holm over the comparisons, per metric."""
+    base_key = _baseline_key(lock, configs)
+    baseline = next((c for c in configs if c.key == base_key), None)
+    if baseline is None:
+        return configs
+    others = [c for c in configs if c is not baseline]
+    variants = [("paired", ("base", "end"))] + ([("paired_common", COMMON_LINES)] if baseline.stats_common else [])
+    found: dict[str, dict[str, dict]] = {c.key: {} for c in others}  # config -> where -> metric -> PairedDiff
+    for (where, lines), (metric, set_name) in itertools.product(variants, (("drift", "enRuler"), ("sftHeld", "sftHeld"))):
+        compared = []
+        for index, config in enumerate(others):
+            paired = paired_stats(config.results, baseline.results, set_name, config.half, index, *lines)
+            found[config.key].setdefault(where, {})[metric] = paired
+            if paired:
+                compared.append(config.key)
+        for key, adjusted in zip(compared, holm_adjusted([found[k][where][metric] for k in compared])):
+            found[key][where][metric] = adjusted
+    return [dataclasses.replace(c, **found.get(c.key, {}), is_baseline=c is baseline) for c in configs]
+
+
+def _baseline_key(lock: dict, configs: list[ConfigResult]) -> str | None:
+    for config in configs:
+        if all(config.values.get(k) == v for k, v in lock["baseline"].items()):
+            return config.key
+    return None
+
+
+def analyze(sweep_dir: Path) -> dict:
+    """Every number of the report: dicts and lists, with each statistic a record (sweep/judge/records.py,
+    whose writer makes report.json of it)."""
+    from tatu.sweep.plan.lock import members as locked_members
+    from tatu.sweep.plan.lock import read_lock
+
+    sweep_dir = Path(sweep_dir)
+    lock = read_lock(sweep_dir)
+    out = {"name": lock["name"], "question": lock["question"], "rule": lock["rule"], "plan_hash": lock["plan_hash"],
+           # a lock written before the portable hash existed shows its own
+           "plan_portable_hash": lock.get("plan_portable_hash", lock["plan_hash"]),
+           "seeds": lock["seeds"], "configs": lock.get("configs"), "tune": None, "tuned": lock.get("tuned"), "compare": None, "verdict": None,
+           "seeds_for": None}
+    if lock.get("tune"):
+        tune = stage_table(lock, locked_members(lock, "tune"), sweep_dir, "tune")
+        out["tune"] = {"var": lock["tune"]["var"], "configs": [c.without_lines() for c in tune]}
+    compare = locked_members(lock, "compare")
+    if compare:
+        configs = stage_table(lock, compare, sweep_dir, "compare")
+        if lock.get("design"):  # sequential: the looks log must agree with the run dirs (65 if not)
+            check_looks(lock, sweep_dir, configs)
+        configs = add_paired(lock, configs)
+        parents = vs_parent(lock, configs)
+        verdict = dataclasses.replace(decide(lock, configs),
+                                      complete=all(r.state in TERMINAL for c in configs for r in c.results))
+        if lock.get("design"):  # the looks' verdict, complete when they decided it
+            verdict = sequential_verdict(lock, sweep_dir, configs, verdict)
+        out["compare"] = {"configs": [c.without_lines() for c in configs], "complete": verdict.complete,
+                          "vs_parent": parents}
+        out["verdict"] = verdict
+        out["seeds_for"] = seeds_for_effect(_locked_rule(lock), configs, stated_effect(lock))
+    return out
