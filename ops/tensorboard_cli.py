@@ -56,18 +56,18 @@ def _write_curves(curves: Curves, warn) -> str:
 
 def _sweep(path: Path, out: Path | None, warn) -> list[str]:
     from tatu.sweep.run.hparams import SESSIONS, write_sessions
-    from tatu.sweep.plan.lock import members, read_lock
+    from tatu.sweep.plan.lock import read_lock
 
-    lock = read_lock(path)
+    locked = read_lock(path)
     base = out / path.absolute().name if out else None
     lines = []
-    for member in members(lock):
+    for member in locked.members_of():
         run = RunDir(member.run_dir)
         if run.events_file.is_file():
             log_dir = base / "runs" / member.run if base else run.tb
             lines.append(_write_curves(Curves(run, log_dir), warn))
     root = base / SESSIONS if base else path / SESSIONS
-    written = write_sessions(path, lock, warn, root)
+    written = write_sessions(path, locked, warn, root)
     lines.append(f"{root}: {written} HParams session(s) written (a member's session is written once, when it has a result)")
     return lines
 

@@ -19,13 +19,14 @@ import math
 from pathlib import Path
 
 from tatu.evals.seeds import power as seeds_power
-from tatu.sweep.plan.interpolated import InterpolatedMember, interpolated_members, interpolated_order
+from tatu.sweep.plan.interpolated import InterpolatedMember, interpolated_members
 from tatu.sweep.judge.interpolated import interpolated_result
 from tatu.sweep.judge.vs_parent import vs_parent
 from tatu.sweep.judge.outcome import TERMINAL, outcome, read_json
 from tatu.sweep.plan.member import Member
-from tatu.sweep.plan.lock import locked_configs
-from tatu.sweep.plan.rule import CONFIG, held_out_set, one_config_line, parse_rule
+from tatu.sweep.plan.load import Plan, configs_json
+from tatu.sweep.plan.lock import LockedPlan, read_lock
+from tatu.sweep.plan.rule import CONFIG, held_out_set, one_config_line
 from tatu.sweep.judge import common_step as common_step_
 from tatu.sweep.judge.scores import end_checkpoint, score_checkpoint
 from tatu.sweep.judge.power import seeds_for_effect, stated_effect
@@ -96,16 +97,16 @@ def _fmt_metric(name: str, value: float) -> str:
     return f"{value:.0f}" if name == "aborted" else f"{value * 100:+.1f}%"
 
 
-def decide(lock: dict, configs: list[ConfigResult]) -> SweepVerdict:
-    """The locked rule over the comparison stage's configurations."""
-    rule = _locked_rule(lock)
+def decide(plan: Plan, configs: list[ConfigResult]) -> SweepVerdict:
+    """The locked plan's rule over the comparison stage's configurations."""
+    rule = plan.rule
     if rule.axis == CONFIG:  # `first config`: the plan's order of its configurations
-        order = list(locked_configs(lock)) + interpolated_order(lock)  # interpolated ones after the named
+        order = list(plan.configs) + plan.interpolated_keys()  # interpolated ones after the named
         ordered = sorted(configs, key=lambda c: order.index(c.values[CONFIG]))
     else:
-        axis_values = lock["axes"][rule.axis]
+        axis_values = plan.axes[rule.axis]
         # an interpolated configuration has its parent's value: judged after the parent's own (a stable sort)
-        configs = sorted(configs, key=lambda c: c.key in interpolated_order(lock))
+        configs = sorted(configs, key=lambda c: c.key in plan.interpolated_keys())
         ordered = sorted(configs, key=lambda c: float(c.values[rule.axis]) if _is_number(c.values[rule.axis])
                          else axis_values.index(c.values[rule.axis]), reverse=rule.choose == "largest")
     checks = []
@@ -135,10 +136,6 @@ def decide(lock: dict, configs: list[ConfigResult]) -> SweepVerdict:
                         at_step=next((c.common_step for c in configs), None) if rule.at == "common" else None,
                         chosen=chosen and chosen.value, line=line, checks=tuple(checks),
                         would_change=tuple(_would_change(rule, ordered, checks, chosen)))
-
-
-def _locked_rule(lock: dict):
-    return parse_rule(lock["rule"], lock["axes"], Path(lock["plan_file"]), list(locked_configs(lock)))
 
 
 def _is_number(text: str) -> bool:
@@ -196,16 +193,16 @@ def _would_change(rule, ordered: list[ConfigResult], checks: list[RuleCheck], ch
     return notes
 
 
-def stage_table(lock: dict, members: list[Member], sweep_dir: Path, stage: str) -> list[ConfigResult]:
+def stage_table(locked: LockedPlan, members: list[Member], sweep_dir: Path, stage: str) -> list[ConfigResult]:
     """One entry per configuration: its members' results and its statistics over seeds."""
-    half_sft = "judge" if lock.get("tune") and stage == "compare" else ("dev" if stage == "tune" else None)
+    half_sft = "judge" if locked.plan.tune_var and stage == "compare" else ("dev" if stage == "tune" else None)
     grouped: dict[str, list] = {}
-    for m in members + (interpolated_members(lock, members) if stage == "compare" else []):
+    for m in members + (interpolated_members(locked.plan.interpolate, members) if stage == "compare" else []):
         grouped.setdefault(m.config_key, []).append(m)
     from tatu.daemon.config import load_config
 
     # every held-out set of the members' data is scored; the ones the rule names must be there
-    rule = _locked_rule(lock)
+    rule = locked.plan.rule
     named = tuple(dict.fromkeys(n for n in (held_out_set(c.metric) for c in rule.conditions) if n))
     grouped_results = {key: [interpolated_result(m, sweep_dir, named) if isinstance(m, InterpolatedMember)
                              else member_result(m, sweep_dir, named) for m in group] for key, group in grouped.items()}
@@ -229,9 +226,10 @@ def stage_table(lock: dict, members: list[Member], sweep_dir: Path, stage: str) 
     return configs
 
 
-def add_paired(lock: dict, configs: list[ConfigResult]) -> list[ConfigResult]:
-    """Each configuration vs the baseline, paired by seed; Holm over the comparisons, per metric."""
-    base_key = _baseline_key(lock, configs)
+def add_paired(baseline: dict[str, str], configs: list[ConfigResult]) -> list[ConfigResult]:
+    """Each configuration vs the baseline (the plan's: variable -> value), paired by seed; Holm over
+    the comparisons, per metric."""
+    base_key = _baseline_key(baseline, configs)
     baseline = next((c for c in configs if c.key == base_key), None)
     if baseline is None:
         return configs
@@ -250,9 +248,9 @@ def add_paired(lock: dict, configs: list[ConfigResult]) -> list[ConfigResult]:
     return [dataclasses.replace(c, **found.get(c.key, {}), is_baseline=c is baseline) for c in configs]
 
 
-def _baseline_key(lock: dict, configs: list[ConfigResult]) -> str | None:
+def _baseline_key(baseline: dict[str, str], configs: list[ConfigResult]) -> str | None:
     for config in configs:
-        if all(config.values.get(k) == v for k, v in lock["baseline"].items()):
+        if all(config.values.get(k) == v for k, v in baseline.items()):
             return config.key
     return None
 
@@ -260,32 +258,30 @@ def _baseline_key(lock: dict, configs: list[ConfigResult]) -> str | None:
 def analyze(sweep_dir: Path) -> dict:
     """Every number of the report: dicts and lists, with each statistic a record (sweep/judge/records.py,
     whose writer makes report.json of it)."""
-    from tatu.sweep.plan.lock import members as locked_members
-    from tatu.sweep.plan.lock import read_lock
-
     sweep_dir = Path(sweep_dir)
-    lock = read_lock(sweep_dir)
-    out = {"name": lock["name"], "question": lock["question"], "rule": lock["rule"], "plan_hash": lock["plan_hash"],
+    locked = read_lock(sweep_dir)
+    plan = locked.plan
+    out = {"name": plan.name, "question": plan.question, "rule": plan.rule.text, "plan_hash": locked.plan_hash,
            # a lock written before the portable hash existed shows its own
-           "plan_portable_hash": lock.get("plan_portable_hash", lock["plan_hash"]),
-           "seeds": lock["seeds"], "configs": lock.get("configs"), "tune": None, "tuned": lock.get("tuned"), "compare": None, "verdict": None,
-           "seeds_for": None}
-    if lock.get("tune"):
-        tune = stage_table(lock, locked_members(lock, "tune"), sweep_dir, "tune")
-        out["tune"] = {"var": lock["tune"]["var"], "configs": [c.without_lines() for c in tune]}
-    compare = locked_members(lock, "compare")
+           "plan_portable_hash": locked.plan_portable_hash or locked.plan_hash,
+           "seeds": plan.seeds, "configs": configs_json(plan.configs) if plan.configs else None, "tune": None,
+           "tuned": locked.tuned and locked.tuned.to_json(), "compare": None, "verdict": None, "seeds_for": None}
+    if plan.tune_var:
+        tune = stage_table(locked, locked.members_of("tune"), sweep_dir, "tune")
+        out["tune"] = {"var": plan.tune_var, "configs": [c.without_lines() for c in tune]}
+    compare = locked.members_of("compare")
     if compare:
-        configs = stage_table(lock, compare, sweep_dir, "compare")
-        if lock.get("design"):  # sequential: the looks log must agree with the run dirs (65 if not)
-            check_looks(lock, sweep_dir, configs)
-        configs = add_paired(lock, configs)
-        parents = vs_parent(lock, configs)
-        verdict = dataclasses.replace(decide(lock, configs),
+        configs = stage_table(locked, compare, sweep_dir, "compare")
+        if plan.design:  # sequential: the looks log must agree with the run dirs (65 if not)
+            check_looks(locked, sweep_dir, configs)
+        configs = add_paired(plan.baseline, configs)
+        parents = vs_parent(plan.interpolate, configs)
+        verdict = dataclasses.replace(decide(plan, configs),
                                       complete=all(r.state in TERMINAL for c in configs for r in c.results))
-        if lock.get("design"):  # the looks' verdict, complete when they decided it
-            verdict = sequential_verdict(lock, sweep_dir, configs, verdict)
+        if plan.design:  # the looks' verdict, complete when they decided it
+            verdict = sequential_verdict(locked, sweep_dir, configs, verdict)
         out["compare"] = {"configs": [c.without_lines() for c in configs], "complete": verdict.complete,
                           "vs_parent": parents}
         out["verdict"] = verdict
-        out["seeds_for"] = seeds_for_effect(_locked_rule(lock), configs, stated_effect(lock))
+        out["seeds_for"] = seeds_for_effect(plan.rule, configs, stated_effect(plan.mde))
     return out

@@ -12,14 +12,14 @@ import dataclasses
 import math
 from pathlib import Path
 
-from tatu.evals.seeds.sequential import Design
 from tatu.exitcodes import BAD_DATA
 from tatu.sweep.errors import SweepError
 from tatu.sweep.judge.records import ConfigResult, FailedCondition, SweepVerdict
 from tatu.sweep.judge import looks_log
 from tatu.sweep.judge.looks_log import LoggedLook, check_logged, look_key
-from tatu.sweep.judge.schedule import (ConfigSchedule, Schedule, config_looks_all, grouped_members, locked_rule,
-                                       pool_source, schedule, sequential_criteria)
+from tatu.sweep.judge.schedule import (ConfigSchedule, Schedule, config_looks_all, grouped_members, pool_source,
+                                       schedule, sequential_criteria)
+from tatu.sweep.plan.lock import LockedPlan
 from tatu.sweep.judge.looks_text import configurations, looks_lines, upper_bound
 
 
@@ -66,14 +66,14 @@ def _named(entry: LoggedLook) -> str:
     return f"{entry.config} {entry.criterion} at {entry.look.n_seeds} seeds"
 
 
-def recompute(lock: dict, configs: list[ConfigResult], logged: list[LoggedLook] | None = None) -> list[LoggedLook]:
+def recompute(locked: LockedPlan, configs: list[ConfigResult], logged: list[LoggedLook] | None = None) -> list[LoggedLook]:
     """Every look the files allow. `configs`: sweep/analysis.stage_table's comparison stage (its
     members' results with their per-line scores); `logged`: the looks log, whose pooled members a
     pooling design's looks are recomputed on (a look it lacks pools every other configuration's
     finished members)."""
-    design = Design.from_json(lock["design"])
-    criteria = sequential_criteria(locked_rule(lock))
-    grouped = grouped_members(lock, design)
+    design = locked.plan.design
+    criteria = sequential_criteria(locked.plan.rule)
+    grouped = grouped_members(locked, design)
     every_result = {r.member: r for c in configs for r in c.results}
 
     def finished(member):
@@ -93,11 +93,11 @@ def recompute(lock: dict, configs: list[ConfigResult], logged: list[LoggedLook] 
     return out
 
 
-def check_looks(lock: dict, sweep_dir: Path, configs: list[ConfigResult]) -> list[LoggedLook]:
+def check_looks(locked: LockedPlan, sweep_dir: Path, configs: list[ConfigResult]) -> list[LoggedLook]:
     """The logged looks, once they agree with the files (SweepError 65 otherwise)."""
     path = Path(sweep_dir) / looks_log.FILE
     logged = looks_log.read(sweep_dir)
-    recomputed = {look_key(l): l for l in recompute(lock, configs, logged)}
+    recomputed = {look_key(l): l for l in recompute(locked, configs, logged)}
     seen: dict[tuple, int] = {}
     for number, entry in enumerate(logged, 1):
         if look_key(entry) in seen:
@@ -115,17 +115,17 @@ def check_looks(lock: dict, sweep_dir: Path, configs: list[ConfigResult]) -> lis
     return logged
 
 
-def sequential_verdict(lock: dict, sweep_dir: Path, configs: list[ConfigResult], fixed: SweepVerdict) -> SweepVerdict:
+def sequential_verdict(locked: LockedPlan, sweep_dir: Path, configs: list[ConfigResult], fixed: SweepVerdict) -> SweepVerdict:
     """The report's verdict from the looks, over `fixed` (sweep/analysis.decide's, the fixed design's
     rule on the seeds that ran): `chosen` and `line` (the verdict with its guarantee and the runs
     spent), `checks` (each configuration's failed criteria as its looks and end criteria decided
     them; not judged: not run, or undecided), `looks` (per configuration its decision and looks:
     lines), and `complete`: the looks decided the rule and every member the schedule let run has a
     result (the members it never needed are not missing results)."""
-    run_of = {m.name: m.run for ms in grouped_members(lock, Design.from_json(lock["design"])).values() for m in ms}
+    run_of = {m.name: m.run for ms in grouped_members(locked, locked.plan.design).values() for m in ms}
     states = {run_of[r.member]: r.state for c in configs for r in c.results if r.member in run_of}
-    plan = schedule(lock, states, looks_log.read(sweep_dir), None)
-    rule = locked_rule(lock)
+    plan = schedule(locked, states, looks_log.read(sweep_dir), None)
+    rule = locked.plan.rule
     by_config = {c.config: c for c in plan.configs}
     checks = tuple(dataclasses.replace(check, **_judged(by_config[check.config])) if check.config in by_config else check
                    for check in fixed.checks)

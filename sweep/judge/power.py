@@ -36,9 +36,9 @@ class SeedsFor:
     known: bool           # False below 2 seeds: the seed part is not measured
 
 
-def stated_effect(lock: dict) -> float:
+def stated_effect(mde: float | None) -> float:
     """The plan's `[decision] mde` as locked, else the default (a relative change)."""
-    return lock.get("mde") or DEFAULT_MDE
+    return mde or DEFAULT_MDE
 
 
 def _seeds_for(config: str, vs: str | None, metric: str, stats: ConfigStat | PairedDiff | None, effect: float

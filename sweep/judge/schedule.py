@@ -30,11 +30,10 @@ from pathlib import Path
 from typing import Callable
 
 from tatu.evals.seeds.sequential import Design
-from tatu.sweep.plan.lock import locked_configs
-from tatu.sweep.plan.lock import members as locked_members
+from tatu.sweep.plan.lock import LockedPlan
 from tatu.sweep.plan.member import Member
 from tatu.sweep.judge.records import MemberResult
-from tatu.sweep.plan.rule import CONFIG, Condition, Rule, held_out_set, parse_rule, plan_error
+from tatu.sweep.plan.rule import CONFIG, Condition, Rule, held_out_set, plan_error
 from tatu.sweep.judge import looks_log
 from tatu.sweep.plan.design import END_METRICS, criterion_set, rule_problem
 from tatu.sweep.judge.end_criteria import EndFacts, EndFailure, end_failures, member_end_facts
@@ -87,10 +86,6 @@ class Schedule:
         return self.design.max_seeds * len(self.configs)
 
 
-def locked_rule(lock: dict) -> Rule:
-    return parse_rule(lock["rule"], lock["axes"], Path(lock["plan_file"]), list(locked_configs(lock)))
-
-
 def sequential_criteria(rule: Rule) -> tuple[Condition, ...]:
     """The rule's criteria judged at each look (METRIC_hi < VALUE); the others are judged at the end."""
     return tuple(c for c in rule.conditions if criterion_set(c) is not None)
@@ -101,24 +96,18 @@ def required_sets(rule: Rule) -> tuple[str, ...]:
     return tuple(dict.fromkeys(n for n in (held_out_set(c.metric) for c in rule.conditions) if n))
 
 
-def sft_half(lock: dict) -> str | None:
-    """With a tune stage the comparison judges sftHeld on its judge half (sweep/lock.SPLIT)."""
-    return "judge" if lock.get("tune") else None
+def sft_half(locked: LockedPlan) -> str | None:
+    """With a tune stage the comparison judges sftHeld on its judge half (tatu.sweep.plan.lock.SPLIT)."""
+    return "judge" if locked.plan.tune_var else None
 
 
-def grouped_members(lock: dict, design: Design) -> dict[str, list[Member]]:
+def grouped_members(locked: LockedPlan, design: Design) -> dict[str, list[Member]]:
     """The comparison members per configuration, in the plan's seed order, at most max_seeds each."""
-    seeds = list(lock["seeds"])
+    seeds = list(locked.plan.seeds)
     grouped: dict[str, list[Member]] = {}
-    for member in locked_members(lock, "compare"):
+    for member in locked.members_of("compare"):
         grouped.setdefault(member.config_key, []).append(member)
     return {key: sorted(group, key=lambda m: seeds.index(m.seed))[: design.max_seeds] for key, group in grouped.items()}
-
-
-def effective_config(lock: dict, member: Member) -> dict:
-    """The member's effective configuration as locked (what a criterion's VALUE resolves against)."""
-    entry = next(e for e in lock["members"] if e["run"] == member.run)
-    return entry["config"]
 
 
 def cut_at_decision(criteria: tuple[Condition, ...], looks: list[LoggedLook]) -> tuple[list[LoggedLook], str]:
@@ -192,7 +181,7 @@ def _finished_prefix(members: list[Member], states: dict[str, str]) -> tuple[int
     return n, False
 
 
-def schedule(lock: dict, states: dict[str, str], logged: list[LoggedLook],
+def schedule(locked: LockedPlan, states: dict[str, str], logged: list[LoggedLook],
              results_of: Callable[[Member], MemberResult] | None, log_path: Path | None = None,
              facts_of: Callable[[Member], EndFacts] | None = None) -> Schedule:
     """`states`: member run -> its state (sweep/run/members.py); `logged`: the looks log; `results_of`:
@@ -203,14 +192,13 @@ def schedule(lock: dict, states: dict[str, str], logged: list[LoggedLook],
     acted on. `facts_of`: what the end criteria read of a member (default: its run dir's evals and verdict).
     A configuration whose looks pass is a fail when an end criterion fails over the members of its
     passing look."""
-    design = Design.from_json(lock["design"])
-    rule = locked_rule(lock)
+    design, rule = locked.plan.design, locked.plan.rule
     problem = rule_problem(rule)
     if problem:  # refused when the plan was loaded; a lock edited by hand still cannot be looked at
-        raise plan_error(Path(lock["plan_file"]), "[design] sequential", problem)
+        raise plan_error(locked.plan.path, "[design] sequential", problem)
     criteria = sequential_criteria(rule)
     path = log_path or Path(looks_log.FILE)
-    grouped = grouped_members(lock, design)
+    grouped = grouped_members(locked, design)
     to_log: list[LoggedLook] = []
     decisions: dict[str, tuple[list[LoggedLook], str, tuple[EndFailure, ...]]] = {}
     end_conditions = tuple(c for c in rule.conditions if c.metric in END_METRICS)
@@ -223,8 +211,8 @@ def schedule(lock: dict, states: dict[str, str], logged: list[LoggedLook],
             # a seed finished since the last logged look: recompute the configuration's looks
             results = [results_of(m) for m in members[:prefix]]
             pool_of = pool_source(grouped, key, mine, _finished_result(states, results_of))
-            kept, decision = config_looks_all(design, key, criteria, effective_config(lock, members[0]), results,
-                                              sft_half(lock), pool_of)
+            kept, decision = config_looks_all(design, key, criteria, locked.effective_config(members[0].run), results,
+                                              sft_half(locked), pool_of)
             check_logged(path, logged, kept)  # what was logged (and acted on) is what the files say
             known = {look_key(l) for l in mine}
             to_log += [l for l in kept if look_key(l) not in known]
@@ -234,10 +222,11 @@ def schedule(lock: dict, states: dict[str, str], logged: list[LoggedLook],
         if decision == "pass" and end_conditions:
             looked_on = members[:max(l.look.n_seeds for l in kept)]
             read = facts_of or (lambda member: member_end_facts(member.run_dir))
-            failed = end_failures(end_conditions, effective_config(lock, members[0]), [read(m) for m in looked_on])
+            failed = end_failures(end_conditions, locked.effective_config(members[0].run), [read(m) for m in looked_on])
             decision = "fail" if failed else decision
         decisions[key] = (kept, decision, failed)
-    active, decided, chosen, order = _rule_order(rule, lock, grouped, {k: d for k, (_, d, _) in decisions.items()})
+    active, decided, chosen, order = _rule_order(rule, list(locked.plan.configs), grouped,
+                                                 {k: d for k, (_, d, _) in decisions.items()})
     configs, allowed = [], set()
     for key, members in grouped.items():
         kept, decision, failed = decisions[key]
@@ -277,13 +266,14 @@ def _value(rule: Rule, member: Member) -> str:
     return member.values.get(rule.axis, member.config_key)
 
 
-def _rule_order(rule: Rule, lock: dict, grouped: dict[str, list[Member]], decision: dict[str, str]):
-    """(configurations under test, the verdict is decided, the chosen value, the order in words)."""
+def _rule_order(rule: Rule, named: list[str], grouped: dict[str, list[Member]], decision: dict[str, str]):
+    """(configurations under test, the verdict is decided, the chosen value, the order in words).
+    `named`: the plan's configurations, in its order."""
     values: dict[str, list[str]] = {}
     for key, members in grouped.items():
         values.setdefault(_value(rule, members[0]), []).append(key)
     if rule.axis == CONFIG:
-        order = [name for name in locked_configs(lock) if name in values] + [v for v in values if v not in locked_configs(lock)]
+        order = [name for name in named if name in values] + [v for v in values if v not in named]
         for name in order:
             keys = values[name]
             if any(decision[k] == "pass" for k in keys):

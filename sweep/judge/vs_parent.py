@@ -17,9 +17,9 @@ SETS = {"drift": "enRuler", "sftHeld": "sftHeld"}
 INDEX_OFFSET = 500  # bootstrap streams apart from the baseline comparisons' (index 0..)
 
 
-def vs_parent(lock: dict, configs: list[ConfigResult]) -> list[dict]:
-    """[{"config", "parent", "alpha", "paired": {metric: PairedDiff or None}}], in the plan's alpha order."""
-    spec = InterpolateSpec.from_json(lock.get("interpolate"))
+def vs_parent(spec: InterpolateSpec | None, configs: list[ConfigResult]) -> list[dict]:
+    """[{"config", "parent", "alpha", "paired": {metric: PairedDiff or None}}], in the plan's alpha order
+    (`spec`: the locked [interpolate]; none without it)."""
     by_key = {c.key: c for c in configs}
     parent = by_key.get(spec.config) if spec else None
     if parent is None:

@@ -55,16 +55,9 @@ class InterpolatedMember:
         return Path(sweep_dir) / FOLDER / self.name
 
 
-def interpolated_members(lock: dict, compare: list[Member]) -> list[InterpolatedMember]:
-    """Per alpha, per seed: the members the locked [interpolate] defines (none without it)."""
-    spec = InterpolateSpec.from_json(lock.get("interpolate"))
+def interpolated_members(spec: InterpolateSpec | None, compare: list[Member]) -> list[InterpolatedMember]:
+    """Per alpha, per seed: the members the locked [interpolate] (`spec`) defines (none without it)."""
     if spec is None:
         return []
     parents = [m for m in compare if m.config_key == spec.config]
     return [InterpolatedMember(p, a, interpolated_key(spec.config, a)) for a in spec.alphas for p in parents]
-
-
-def interpolated_order(lock: dict) -> list[str]:
-    """The interpolated configurations' keys, in the plan's alpha order (after the named ones)."""
-    spec = InterpolateSpec.from_json(lock.get("interpolate"))
-    return spec.keys() if spec else []

@@ -35,7 +35,7 @@ import itertools
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tatu.evals.seeds.sequential import Design
@@ -48,8 +48,10 @@ from tatu.sweep.plan.design import read_design
 from tatu.sweep.plan.values import PATH_VARIABLES, SWEEP_OWNED, config_label, env_value as _env_value, resolve_paths as _resolve_paths
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
+    """A plan as pre-registered: read from its file (load_plan) or from its lock (tatu.sweep.plan.lock)."""
+
     path: Path
     name: str
     question: str
@@ -116,6 +118,10 @@ class Plan:
                 key = "-".join(part for part in (config, config_label(values)) if part)
                 out.append((key, {CONFIG: config, **values} if config else values))
         return out
+
+    def interpolated_keys(self) -> list[str]:
+        """The interpolated configurations' keys, in the plan's alpha order (judged after the named ones)."""
+        return self.interpolate.keys() if self.interpolate else []
 
     def tune_members(self, sweep_out: Path) -> list[Member]:
         if not self.tune_var:
@@ -210,7 +216,7 @@ def _baseline(doc: PlanFile, path: Path, axes: dict[str, list[str]], configs: di
     return baseline
 
 
-def _add_tune(plan: Plan, tune: dict, path: Path, known: set[str]) -> None:
+def _tune(plan: Plan, tune: dict, path: Path, known: set[str]) -> Plan:
     """The [tune] stage: one variable, tuned at the baseline, that no axis or configuration sets."""
     tune = dict(tune)
     try:
@@ -227,7 +233,7 @@ def _add_tune(plan: Plan, tune: dict, path: Path, known: set[str]) -> None:
         raise plan_error(path, f"[tune] {var}", f"is set by the configuration {setting[0]}: the tuned value would not reach it")
     if not isinstance(values, list) or len(values) < 2:
         raise plan_error(path, f"[tune] {var}", "expected at least two values to choose from")
-    plan.tune_var, plan.tune_values, plan.tune_seeds = var, [_env_value(v, path, f"[tune] {var}") for v in values], tune_seeds
+    return replace(plan, tune_var=var, tune_values=[_env_value(v, path, f"[tune] {var}") for v in values], tune_seeds=tune_seeds)
 
 
 def _mde(value, path: Path) -> float:
@@ -260,9 +266,9 @@ def load_plan(path: str | Path, text: str | None = None) -> Plan:
     plan = Plan(path, doc.name, doc.question, doc.seeds, env, axes, baseline, rule, configs=configs,
                 mde=None if doc.decision.mde is None else _mde(doc.decision.mde, path))
     if doc.tune is not None:
-        _add_tune(plan, doc.tune, path, known)
-    plan.design = read_design(doc.design, path, plan.seeds, rule)
-    plan.interpolate = read_interpolate(doc.interpolate, path, [key for key, _ in plan.configurations()])
+        plan = _tune(plan, doc.tune, path, known)
+    plan = replace(plan, design=read_design(doc.design, path, plan.seeds, rule))
+    plan = replace(plan, interpolate=read_interpolate(doc.interpolate, path, [key for key, _ in plan.configurations()]))
     if plan.design and plan.interpolate:  # its configurations follow their parent's seeds: nothing of theirs to look at
         raise plan_error(path, "[design] sequential", "not with [interpolate] (an interpolated configuration has no "
                                                       "seeds of its own to look at): use a fixed design")

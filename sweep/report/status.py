@@ -10,7 +10,8 @@ from tatu.evals.seeds.sequential import Design
 from tatu.sweep.judge import looks_log
 from tatu.sweep.judge.check import runs_line, verdict_sentence
 from tatu.sweep.judge.looks_text import configurations, looks_lines
-from tatu.sweep.judge.schedule import Schedule, locked_rule, schedule
+from tatu.sweep.judge.schedule import Schedule, schedule
+from tatu.sweep.plan.lock import LockedPlan
 
 
 def plan_line(design: Design, n_configs: int) -> str:
@@ -26,9 +27,9 @@ def plan_line(design: Design, n_configs: int) -> str:
     return line
 
 
-def sweep_status(lock: dict, sweep_dir: Path, states: dict[str, str]) -> tuple[Schedule, list[str]]:
+def sweep_status(locked: LockedPlan, sweep_dir: Path, states: dict[str, str]) -> tuple[Schedule, list[str]]:
     """(the schedule, the block to print) from the looks log alone: status scores nothing, so a look
     the coordinator has not logged yet shows (and counts) on its next pass."""
-    plan = schedule(lock, states, looks_log.read(sweep_dir), None)
-    rule = locked_rule(lock)
+    plan = schedule(locked, states, looks_log.read(sweep_dir), None)
+    rule = locked.plan.rule
     return plan, looks_lines(plan, states) + [runs_line(plan, states), verdict_sentence(plan, rule.text, rule.axis)]

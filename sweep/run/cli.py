@@ -142,13 +142,13 @@ def finished(sweep_dir: Path, backend) -> tuple[bool, str]:
     from tatu.sweep.run.members import summary
 
     coordinator = Coordinator(sweep_dir, backend, 1, out=open(os.devnull, "w"))
-    lock, stage, members = coordinator.stage_members()
+    locked, stage, members = coordinator.stage_members()
     statuses = coordinator.statuses(members)
-    if lock.get("design") and stage != "tune":  # sequential: the members its looks let run (from the log)
+    if locked.plan.design and stage != "tune":  # sequential: the members its looks let run (from the log)
         from tatu.sweep.judge import looks_log
         from tatu.sweep.judge.schedule import schedule
 
-        plan = schedule(lock, {s.member.run: s.state for s in statuses}, looks_log.read(sweep_dir), None)
+        plan = schedule(locked, {s.member.run: s.state for s in statuses}, looks_log.read(sweep_dir), None)
         if not plan.decided:  # members still to run, or a look the coordinator has yet to log
             return False, summary(statuses, None, stage)
         statuses = [s for s in statuses if s.member.run in plan.allowed]
@@ -181,12 +181,12 @@ def start_main(args) -> int:
         from tatu.sweep.run.ray import connect
 
         connect(args.address)
-    lock, what = reconcile(plan, sweep_dir)
+    locked, what = reconcile(plan, sweep_dir)
     if generated:  # once the lock accepts it: a changed env file leaves the locked sweep's plan file as it was
         write_generated(generated)
         print(f"plan file: {generated.path} (from {args.env_file}; `tatu sweep plan {generated.path}` shows it)")
     print(f"sweep {plan.name}: plan {what} ({sweep_dir / 'plan.lock.json'}, hash {plan.portable_hash}; "
-          f"with this checkout's paths {lock['plan_hash']})")
+          f"with this checkout's paths {locked.plan_hash})")
     print(threads_note(plan.base_env, kind))
     backend = backend_for(kind, sweep_dir, args.ray_cpus)
     from tatu.systemctl import SystemctlError
@@ -247,13 +247,13 @@ def status_main(args) -> int:
     conf = settings(sweep_dir)
     backend = backend_for(conf.get("backend", "systemd"), sweep_dir)
     coordinator = Coordinator(sweep_dir, backend, int(conf.get("k", 1)), out=open(os.devnull, "w"))
-    lock, stage, members = coordinator.stage_members()
+    locked, stage, members = coordinator.stage_members()
     statuses = coordinator.statuses(members)
     sequential = []
-    if lock.get("design") and stage != "tune":  # the members the looks let run, and the looks
+    if locked.plan.design and stage != "tune":  # the members the looks let run, and the looks
         from tatu.sweep.report.status import sweep_status
 
-        plan, sequential = sweep_status(lock, sweep_dir, {s.member.run: s.state for s in statuses})
+        plan, sequential = sweep_status(locked, sweep_dir, {s.member.run: s.state for s in statuses})
         statuses = [s for s in statuses if s.member.run in plan.allowed]
     print(f"sweep {args.name} ({conf.get('backend', 'systemd')}, K={conf.get('k', 1)}): "
           f"{summary(statuses, coordinator.eta(statuses), stage)}")

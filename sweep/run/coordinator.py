@@ -28,8 +28,7 @@ from tatu.sweep.run.backends import Backend, ForegroundBackend, SystemdBackend
 from tatu.sweep.errors import SweepError
 from tatu.sweep.plan.interpolated import interpolated_members
 from tatu.sweep.judge.interpolated import write_ready
-from tatu.sweep.plan.lock import members as locked_members
-from tatu.sweep.plan.lock import plan_from_lock, read_lock, record_tuned
+from tatu.sweep.plan.lock import LockedPlan, read_lock, record_tuned
 from tatu.sweep.judge.outcome import TERMINAL, read_json
 from tatu.sweep.run.members import MemberStatus, member_status, member_wall_seconds, summary
 from tatu.sweep.plan.member import Member
@@ -70,23 +69,23 @@ class Coordinator:
             self.notifier.notify("\n".join(line.encode("ascii", "replace").decode() for line in lines))
 
     # --- one pass ------------------------------------------------------------------------------
-    def stage_members(self) -> tuple[dict, str | None, list[Member]]:
-        lock = read_lock(self.sweep_dir)
-        if lock.get("tune") and not lock.get("tuned"):
-            return lock, "tune", locked_members(lock, "tune")
-        return lock, ("compare" if lock.get("tune") else None), locked_members(lock, "compare")
+    def stage_members(self) -> tuple[LockedPlan, str | None, list[Member]]:
+        locked = read_lock(self.sweep_dir)
+        if locked.tuning:
+            return locked, "tune", locked.members_of("tune")
+        return locked, ("compare" if locked.plan.tune_var else None), locked.members_of("compare")
 
     def statuses(self, members: list[Member]) -> list[MemberStatus]:
         return [member_status(m, self.backend.poll(m)) for m in members]
 
     def pass_once(self) -> tuple[str, list[MemberStatus], str | None]:
         """('running' | 'finished' | 'fatal' | 'tune-complete', statuses, stage)."""
-        lock, stage, members = self.stage_members()
+        locked, stage, members = self.stage_members()
         statuses = self.statuses(members)
         if stage != "tune":  # interpolated members: written once their parents have an end
-            write_ready(self.sweep_dir, interpolated_members(lock, members), self.say)
-        if lock.get("design") and stage != "tune":  # sequential: only the members the looks allow
-            self.schedule = self.sequential(lock, statuses)
+            write_ready(self.sweep_dir, interpolated_members(locked.plan.interpolate, members), self.say)
+        if locked.plan.design and stage != "tune":  # sequential: only the members the looks allow
+            self.schedule = self.sequential(locked, statuses)
             statuses = [s for s in statuses if s.member.run in self.schedule.allowed]
         fatal = [s for s in statuses if s.state == "fatal"]
         if fatal:
@@ -108,29 +107,29 @@ class Coordinator:
                      + (f" ({status.detail})" if status.detail and status.detail != "inactive" else ""))
         return "running", statuses, stage
 
-    def sequential(self, lock: dict, statuses: list[MemberStatus]):
+    def sequential(self, locked: LockedPlan, statuses: list[MemberStatus]):
         """The looks the files allow, appended to the looks log before anything starts from them
         (sweep/judge/schedule.py: the same for every backend, and after a kill -9)."""
         from tatu.sweep.judge import looks_log
         from tatu.sweep.judge.schedule import schedule
         from tatu.sweep.judge.looks_text import look_line
 
-        plan = schedule(lock, {s.member.run: s.state for s in statuses}, looks_log.read(self.sweep_dir),
-                        lambda member: self.member_result(lock, member), self.sweep_dir / looks_log.FILE)
+        plan = schedule(locked, {s.member.run: s.state for s in statuses}, looks_log.read(self.sweep_dir),
+                        lambda member: self.member_result(locked, member), self.sweep_dir / looks_log.FILE)
         for entry in plan.to_log:
             looks_log.append(self.sweep_dir, entry)
             self.say(look_line(entry))
         return plan
 
-    def member_result(self, lock: dict, member: Member):
+    def member_result(self, locked: LockedPlan, member: Member):
         if member.run not in self.results:
             if self.results_of is not None:
                 self.results[member.run] = self.results_of(member)
             else:
                 from tatu.sweep.judge.analysis import member_result
-                from tatu.sweep.judge.schedule import locked_rule, required_sets
+                from tatu.sweep.judge.schedule import required_sets
 
-                self.results[member.run] = member_result(member, self.sweep_dir, required_sets(locked_rule(lock)))
+                self.results[member.run] = member_result(member, self.sweep_dir, required_sets(locked.plan.rule))
         return self.results[member.run]
 
     def free_devices(self, running: list[MemberStatus]) -> list[str | None]:
@@ -158,13 +157,13 @@ class Coordinator:
         if not self.tensorboard_missing:
             hparams.write_session(self.sweep_dir / hparams.SESSIONS, read_lock(self.sweep_dir), status, self.say)
 
-    def choose_tuned(self, lock: dict, members: list[Member]) -> None:
+    def choose_tuned(self, locked: LockedPlan, members: list[Member]) -> None:
         from tatu.sweep.judge.tune import select_tuned
 
-        value, selection = select_tuned(self.sweep_dir, lock, members)
-        record_tuned(self.sweep_dir, lock, plan_from_lock(lock), value, selection)
-        self.say(f"tune: {lock['tune']['var']}={value} chosen on the dev half of sftHeld "
-                 f"({selection['reason']}); locked; the comparison stage starts")
+        tuned = select_tuned(self.sweep_dir, locked, members)
+        record_tuned(self.sweep_dir, locked, tuned)
+        self.say(f"tune: {tuned.var}={tuned.value} chosen on the dev half of sftHeld "
+                 f"({tuned.reason}); locked; the comparison stage starts")
 
     def eta(self, statuses: list[MemberStatus]) -> float | None:
         walls = [w for s in statuses if s.state in TERMINAL for w in [member_wall_seconds(s.member)] if w]
@@ -227,10 +226,9 @@ class Coordinator:
             signal.signal(signal.SIGTERM, old)
 
     def say_verdict(self, statuses: list[MemberStatus]) -> None:
-        from tatu.sweep.judge.schedule import locked_rule
         from tatu.sweep.judge.check import runs_line, verdict_sentence
 
-        rule = locked_rule(read_lock(self.sweep_dir))
+        rule = read_lock(self.sweep_dir).plan.rule
         states = {s.member.run: s.state for s in statuses}
         self.say(runs_line(self.schedule, states))
         self.say(verdict_sentence(self.schedule, rule.text, rule.axis))

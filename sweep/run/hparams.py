@@ -24,6 +24,7 @@ from tatu.daemon.run.paths import RunDir
 from tatu.sweep.run.backends import UnitState
 from tatu.sweep.judge.outcome import TERMINAL
 from tatu.sweep.run.members import MemberStatus, member_status
+from tatu.sweep.plan.lock import LockedPlan
 from tatu.sweep.plan.member import Member
 from tatu.sweep.plan.rule import CONFIG
 from tatu.tensorboard.tags import Scalar, eval_scalars
@@ -32,12 +33,13 @@ from tatu.tensorboard.writer import TensorBoardWriter
 SESSIONS = "tb"  # SWEEP_DIR/tb/<member>
 
 
-def varied(lock: dict) -> list[str]:
+def varied(locked: LockedPlan) -> list[str]:
     """The variables the plan varies between members, in the plan's order."""
-    names = list(lock.get("axes") or {})
-    if lock.get("tune"):
-        names.append(lock["tune"]["var"])
-    for _name, sets in lock.get("configs") or []:
+    plan = locked.plan
+    names = list(plan.axes)
+    if plan.tune_var:
+        names.append(plan.tune_var)
+    for sets in plan.configs.values():
         names += list(sets)
     return list(dict.fromkeys(names))
 
@@ -51,15 +53,15 @@ def _typed(values: list) -> list:
     return ["unset" if v is None else str(v) for v in values]
 
 
-def hparams_by_run(lock: dict) -> dict[str, dict]:
+def hparams_by_run(locked: LockedPlan) -> dict[str, dict]:
     """run -> its hparams but the verdict (typed across every member of the lock)."""
-    entries = lock["members"]
-    columns = {var: _typed([e["config"].get(var) for e in entries]) for var in varied(lock)}
-    if lock.get("configs"):
-        columns[CONFIG] = [e["values"].get(CONFIG, "") for e in entries]
-    columns["seed"] = [float(e["seed"]) for e in entries]
-    columns["stage"] = [e["stage"] for e in entries]
-    return {e["run"]: {name: values[i] for name, values in columns.items()} for i, e in enumerate(entries)}
+    entries = locked.members
+    columns = {var: _typed([e.config.get(var) for e in entries]) for var in varied(locked)}
+    if locked.plan.configs:
+        columns[CONFIG] = [e.member.values.get(CONFIG, "") for e in entries]
+    columns["seed"] = [float(e.member.seed) for e in entries]
+    columns["stage"] = [e.member.stage for e in entries]
+    return {e.member.run: {name: values[i] for name, values in columns.items()} for i, e in enumerate(entries)}
 
 
 def final_metrics(run_dir: Path) -> list[Scalar]:
@@ -71,14 +73,14 @@ def final_metrics(run_dir: Path) -> list[Scalar]:
     return eval_scalars(next(e for e in evals if e["step"] == last))
 
 
-def write_session(root: Path, lock: dict, status: MemberStatus, warn: Callable[[str], None]) -> bool:
+def write_session(root: Path, locked: LockedPlan, status: MemberStatus, warn: Callable[[str], None]) -> bool:
     """root/<member>: the member's session, unless it has no result yet or the dir exists. True: written."""
     member = status.member
     target = Path(root) / member.name
     if status.state not in TERMINAL or target.exists():
         return False
     metrics = final_metrics(member.run_dir)
-    hparams = {**hparams_by_run(lock)[member.run], "verdict": status.verdict or status.state}
+    hparams = {**hparams_by_run(locked)[member.run], "verdict": status.verdict or status.state}
     temporary = Path(root) / f".{member.name}.tmp-{os.getpid()}"
     shutil.rmtree(temporary, ignore_errors=True)
     writer = TensorBoardWriter(temporary, warn)
@@ -96,13 +98,12 @@ def write_session(root: Path, lock: dict, status: MemberStatus, warn: Callable[[
     return True
 
 
-def write_sessions(sweep_dir: Path, lock: dict, warn: Callable[[str], None], root: Path | None = None) -> int:
+def write_sessions(sweep_dir: Path, locked: LockedPlan, warn: Callable[[str], None], root: Path | None = None) -> int:
     """Every member with a result that has no session yet (its status read from its run dir alone)."""
     root = Path(root or Path(sweep_dir) / SESSIONS)
     written = 0
-    for entry in lock["members"]:
-        member = Member.from_json(entry)
-        written += write_session(root, lock, member_status(member, UnitState("absent")), warn)
+    for member in locked.members_of():
+        written += write_session(root, locked, member_status(member, UnitState("absent")), warn)
     return written
 
 

@@ -8,15 +8,16 @@ same verdict and the same sign for every judged change whose CI excludes zero
 """
 from __future__ import annotations
 
-import json
 
 import pytest
 
 from demo_world import run_tiny_demo
+from run_records import rejudged as other_rule
 
 from tatu.daemon.logs import read_events
 from tatu.ops.demo import SWEEP
 from tatu.sweep.judge.analysis import decide
+from tatu.sweep.plan.lock import read_lock
 from tatu.sweep.report.conclusions import conclusions, disagreements
 from tatu.sweep.judge.records import read_report_json
 
@@ -49,7 +50,7 @@ def test_demo_conclusions_hold_under_another_cpus_kernels(tiny_demo, tmp_path):
 
     # The check can fail: the other run's numbers, judged by a rule whose threshold sits inside a
     # CI, pass another set of configurations than this run's rule did.
-    lock = json.loads((other.out / "sweeps" / SWEEP / "plan.lock.json").read_text())
+    plan = read_lock(other.out / "sweeps" / SWEEP).plan
     configs = there["compare"]["configs"]
     passed = conclusions(here).passed
     if passed:  # the first passing configuration's drift CI straddles the new threshold: it fails
@@ -59,5 +60,5 @@ def test_demo_conclusions_hold_under_another_cpus_kernels(tiny_demo, tmp_path):
         drift = max((c.stats["drift"] for c in configs), key=lambda d: d.change.lo)
         rule = f"smallest REPLAY_N such that drift_lo < {drift.change.value:.6f}"
     assert drift.change.lo < drift.change.value < drift.change.hi
-    rejudged = {**there, "verdict": decide({**lock, "rule": rule}, configs)}
+    rejudged = {**there, "verdict": decide(other_rule(plan, rule), configs)}
     assert disagreements(conclusions(here), conclusions(rejudged))

@@ -15,7 +15,7 @@ import pytest
 
 from sweep_world import assert_paired_p_agrees_with_ci, plan_world, run_through, steps_plan_text
 
-from tatu.sweep.plan.lock import members, read_lock
+from tatu.sweep.plan.lock import read_lock
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +56,7 @@ def test_every_comparison_is_also_made_at_the_common_step_and_the_rule_judges_th
     assert {c.common_step for c in configs.values()} == {4}
     lock = read_lock(sweep)
     naive = {}
-    for m in members(lock, "compare"):
+    for m in lock.members_of("compare"):
         run = Path(m.env["TATU_OUT"]) / m.run
         start, at_4 = _daemon_lines(run, 0), _daemon_lines(run, 4)
         naive[m.config_key, m.seed] = _log_ratio(start["enRuler"], at_4["enRuler"])
@@ -98,7 +98,7 @@ def test_the_end_means_and_paired_differences_recompute_from_the_rescored_lines(
     configs = {c.key: c for c in data["compare"]["configs"]}
     lock = read_lock(sweep)
     per_seed = {}
-    for m in members(lock, "compare"):
+    for m in lock.members_of("compare"):
         run = Path(m.env["TATU_OUT"]) / m.run
         base = score_checkpoint(Path(m.env["TATU_SEED_CKPT"]), m.env, sweep / "scores")  # cache hits: what the report used
         end = score_checkpoint(run / "final", m.env, sweep / "scores")

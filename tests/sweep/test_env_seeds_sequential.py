@@ -31,7 +31,7 @@ def test_sequential_is_the_seeds_plan_with_a_design(world, capsys):  # noqa: F81
     assert plan.rule == fixed.plan.rule and plan.configs == fixed.plan.configs and fixed.plan.design is None
     assert [c.text() for c in sequential_criteria(plan.rule)] == ["drift_hi < MIX_FORGET_LIMIT", "sftHeld_change_hi < 0"]
     lock, _ = reconcile(plan, world / "sweeps" / "r5-seq")
-    assert lock["design"] == {"sequential": "obf", "min_seeds": 3, "max_seeds": 6, "alpha": 0.05}
+    assert lock.plan.design.to_json() == {"sequential": "obf", "min_seeds": 3, "max_seeds": 6, "alpha": 0.05}
     assert tatu(["sweep", "plan", "--env-file", "r5.env", "--seeds", "6", "--sequential"]) == 0
     out = capsys.readouterr().out
     assert "sweep r5-seq " in out

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from run_records import rule_plan
 from strict import cannot_run
 from sweep_world import run_through, steps_plan_text
 from tiny_world import EN_WORDS, PT_WORDS, sentences
@@ -22,7 +23,7 @@ from tiny_world import EN_WORDS, PT_WORDS, sentences
 from tatu.data.tags import tagger_problem
 from tatu.ops import cli
 from tatu.sweep.judge.analysis import analyze, decide
-from tatu.sweep.plan.lock import members, read_lock
+from tatu.sweep.plan.lock import read_lock
 from tatu.sweep.judge.scores import score_checkpoint
 
 pytestmark = pytest.mark.slow
@@ -88,7 +89,7 @@ def report(sweep):
     data = analyze(sweep)
     lock = read_lock(sweep)
     naive, few = {"end": {}, "common": {}}, set()
-    for m in members(lock, "compare"):
+    for m in lock.members_of("compare"):
         run = Path(m.env["TATU_OUT"]) / m.run
         base = score_checkpoint(Path(m.env["TATU_SEED_CKPT"]), m.env, sweep / "scores")  # cache hits: what the report used
         end = score_checkpoint(run / "final", m.env, sweep / "scores")
@@ -144,7 +145,6 @@ def test_a_rule_naming_a_held_out_set_judges_it_at_the_common_step_and_at_the_en
     assert verdict.at == "common" and verdict.at_step == 4 and str(verdict.chosen) == "4"
     assert all(not c.missing for c in verdict.checks)
     configs = data["compare"]["configs"]
-    lock = {"axes": AXES, "plan_file": "plan.toml"}
     for where, suffix in (("common", " at the common step"), ("end", "")):
         value = {c.key: math.expm1((naive[where][c.key, "ptNews", 1] + naive[where][c.key, "ptNews", 2]) / 2)
                  for c in configs}
@@ -156,7 +156,7 @@ def test_a_rule_naming_a_held_out_set_judges_it_at_the_common_step_and_at_the_en
         assert low < high, "the two configurations must differ on ptNews for the rule to choose"
         between = (low + high) / 2
         best = min(value, key=value.get)  # the one configuration under the midpoint
-        chosen = decide({**lock, "rule": f"smallest MIX_STEPS_LIMIT such that ptNews_change < {between!r}{suffix}"}, configs)
+        chosen = decide(rule_plan(f"smallest MIX_STEPS_LIMIT such that ptNews_change < {between!r}{suffix}", AXES), configs)
         assert str(chosen.chosen) == best.removeprefix("mix-steps-limit") and chosen.at == where
         failed = [c for c in chosen.checks if c.failed]
         assert failed and failed[0].failed[0].measured == pytest.approx(high, abs=1e-9)

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
+from run_records import rejudged
 from sweep_world import plan_world, run_through
 
 from tatu.exitcodes import BAD_DATA
@@ -26,7 +27,7 @@ from tatu.sweep.judge.analysis import analyze, decide
 from tatu.sweep.errors import SweepError
 from tatu.sweep.plan.interpolated import interpolated_members
 from tatu.sweep.judge.interpolated import interpolated_result
-from tatu.sweep.plan.lock import members, read_lock
+from tatu.sweep.plan.lock import LockedPlan, read_lock
 from tatu.sweep.judge.scores import score_checkpoint
 from tatu.sweep.report.tables import closing_text, verdict_lines
 
@@ -70,7 +71,7 @@ def test_the_checkpoint_is_a_naive_float64_interpolation_of_the_two_parents(swee
     from tatu.model.hf import load_checkpoint_or_gpt2
 
     lock = read_lock(sweep)
-    found = interpolated_members(lock, members(lock, "compare"))
+    found = interpolated_members(lock.plan.interpolate, lock.members_of("compare"))
     assert [m.name for m in found] == [f"{k}-s{s}" for k in ALPHAS for s in (1, 2)]
     for m in found:
         alpha = alpha_of(m.config_key)  # the label's, not the member's own alpha field
@@ -111,7 +112,7 @@ def test_the_report_compares_it_like_every_configuration(sweep):
         assert wise.end_steps == configs["full-replay2"].end_steps  # its parent's end step
         assert wise.stats_common is None and "every_eval_drift" not in wise.metrics
     per_seed = {}
-    env = {(m.config_key, m.seed): m.env for m in members(read_lock(sweep), "compare")}
+    env = {(m.config_key, m.seed): m.env for m in read_lock(sweep).members_of("compare")}
     folders = [(key, "full-replay2", lambda s, key=key: sweep / "interpolated" / f"{key}-s{s}") for key in ALPHAS]
     for key, parent, folder in (*folders, ("full", "full", lambda s: sweep / "runs" / f"wise.full-s{s}" / "final")):
         for s in (1, 2):  # scored on its parent's lines (cache hits: what the report used)
@@ -142,13 +143,13 @@ def test_the_report_compares_it_like_every_configuration(sweep):
     assert [t.get_text() for t in ax.get_xticklabels()] == ["full-replay2", "full", KEY, KEY_QUARTER]
 
 
-def _judged(sweep_dir: Path, lock: dict, rule: str) -> tuple[dict, dict, list[str]]:
+def _judged(sweep_dir: Path, lock: LockedPlan, rule: str) -> tuple[dict, dict, list[str]]:
     """(the verdict, the interpolated configuration's check, the verdict's lines) under another rule."""
     from tatu.sweep.judge.analysis import add_paired, stage_table
 
-    lock = {**lock, "rule": rule}
-    configs = add_paired(lock, stage_table(lock, members(lock, "compare"), sweep_dir, "compare"))
-    verdict = decide(lock, configs)
+    lock = dataclasses.replace(lock, plan=rejudged(lock.plan, rule))
+    configs = add_paired(lock.plan.baseline, stage_table(lock, lock.members_of("compare"), sweep_dir, "compare"))
+    verdict = decide(lock.plan, configs)
     report = {"verdict": verdict, "compare": {"complete": True}}
     return verdict, next(c for c in verdict.checks if c.config == KEY), verdict_lines(report)
 
@@ -178,7 +179,7 @@ def test_an_aborted_parent_is_interpolated_from_its_state(sweep, tmp_path):
     """The member as an abort leaves it (no final/, state/ at the abort's eval, verdict.json saying
     aborted), made from a finished one's files: its end is state/, and the interpolated member is aborted too."""
     lock = read_lock(sweep)
-    member = next(m for m in interpolated_members(lock, members(lock, "compare")) if m.name == f"{KEY_QUARTER}-s1")
+    member = next(m for m in interpolated_members(lock.plan.interpolate, lock.members_of("compare")) if m.name == f"{KEY_QUARTER}-s1")
     runs = tmp_path / "runs"
     shutil.copytree(member.parent.run_dir, runs / member.parent.run)
     shutil.rmtree(runs / member.parent.run / "final")
@@ -202,7 +203,7 @@ def test_an_aborted_parent_is_interpolated_from_its_state(sweep, tmp_path):
     before = (ckpt / "manifest.json").read_bytes()
     assert interpolated_result(aborted, tmp_path / "sweep").lines["end"] == result.lines["end"]
     assert (ckpt / "manifest.json").read_bytes() == before
-    other = next(m for m in members(lock, "compare") if m.name == "full-replay2-s2").run_dir / "final"
+    other = next(m for m in lock.members_of("compare") if m.name == "full-replay2-s2").run_dir / "final"
     shutil.rmtree(state)
     shutil.copytree(other, state)  # another end under the parent's name: not the one interpolated
     with pytest.raises(SweepError) as err:
@@ -229,7 +230,7 @@ def test_it_is_paired_with_its_own_parent_too(sweep):
     assert [(r["config"], r["parent"], r["alpha"]) for r in rows] == [(k, "full-replay2", alpha_of(k)) for k in ALPHAS]
     held_out = [name for name in {c.key: c for c in data["compare"]["configs"]}[KEY].stats
                 if name not in ("drift", "sftHeld")]
-    env = {m.seed: m.env for m in members(read_lock(sweep), "compare") if m.config_key == "full-replay2"}
+    env = {m.seed: m.env for m in read_lock(sweep).members_of("compare") if m.config_key == "full-replay2"}
     by_row = {}
     for row in rows:
         assert list(row["paired"]) == ["drift", "sftHeld", *held_out]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from run_records import config_result
+from run_records import config_result, rule_plan
 from sweep_world import plan_text
 
 from tatu.exitcodes import BAD_CONFIG
@@ -19,7 +19,7 @@ from tatu.ops.cli import main as tatu
 from tatu.sweep.judge.analysis import decide
 from tatu.sweep.errors import SweepError
 from tatu.sweep.judge.records import ConfigResult
-from tatu.sweep.plan.lock import members, plan_from_lock, read_lock, reconcile
+from tatu.sweep.plan.lock import read_lock, reconcile
 from tatu.sweep.plan.load import load_plan
 from tatu.sweep.judge.records import ConfigStat
 
@@ -112,10 +112,10 @@ def test_the_lock_keeps_the_configurations_in_order_and_a_restart_rebuilds_the_p
     plan = load_plan(write_plan(tmp_path))
     sweep_dir = tmp_path / "sweeps" / "methods"
     lock, what = reconcile(plan, sweep_dir)
-    assert what == "locked" and [name for name, _ in read_lock(sweep_dir)["configs"]] == list(plan.configs)
-    again = plan_from_lock(read_lock(sweep_dir))
+    assert what == "locked" and list(read_lock(sweep_dir).plan.configs) == list(plan.configs)
+    again = read_lock(sweep_dir).plan
     assert again.hash == plan.hash and again.configs == plan.configs
-    assert [m.env for m in members(lock, "compare")] == [m.env for m in again.compare_members(sweep_dir / "runs", None)]
+    assert [m.env for m in lock.members_of("compare")] == [m.env for m in again.compare_members(sweep_dir / "runs", None)]
     assert reconcile(plan, sweep_dir)[1] == "unchanged"
     changed = edited(tmp_path, lambda t: t.replace("TATU_LORA_RANK = 4", "TATU_LORA_RANK = 8"))
     with pytest.raises(SweepError, match=r"changed: configs\)"):
@@ -180,35 +180,33 @@ def _config(name: str, drift_hi: float, change_hi: float) -> ConfigResult:
 
 
 def test_first_config_judges_in_the_plans_order(tmp_path):
-    lock = {"rule": RULE, "axes": {}, "plan_file": str(tmp_path / "p.toml"),
-            "configs": [["lora-r4", {}], ["top1", {}], ["full-replay2", {}], ["full", {}]]}
+    plan = rule_plan(RULE, {}, tmp_path / "p.toml", ("lora-r4", "top1", "full-replay2", "full"))
     # given in another order, judged in the plan's: lora-r4 forgets, top1 learns nothing, full-replay2 passes
     configs = [_config("full", 0.30, -0.5), _config("full-replay2", 0.05, -0.4), _config("top1", 0.02, 0.01),
                _config("lora-r4", 0.15, -0.3)]
-    verdict = decide(lock, configs)
+    verdict = decide(plan, configs)
     assert [c.config for c in verdict.checks] == ["lora-r4", "top1", "full-replay2", "full"]
     assert verdict.chosen == "full-replay2"
     assert verdict.line.startswith("config=full-replay2: the first config such that drift_hi < MIX_FORGET_LIMIT")
     assert [f.condition for f in verdict.checks[1].failed] == ["sftHeld_change_hi < 0"]
     configs[3] = _config("lora-r4", 0.08, -0.3)
-    assert decide(lock, configs).chosen == "lora-r4"
+    assert decide(plan, configs).chosen == "lora-r4"
 
 
 def test_a_verdict_over_configurations_crossed_with_an_axis_names_the_member_key(tmp_path):
     # lora at SFT_GE=2 and at SFT_GE=4 share the value "lora" of the rule's axis: the key says which passed
-    lock = {"rule": RULE, "axes": {"SFT_GE": ["2", "4"]}, "plan_file": str(tmp_path / "p.toml"),
-            "configs": [["lora", {}], ["full", {}]]}
+    plan = rule_plan(RULE, {"SFT_GE": ["2", "4"]}, tmp_path / "p.toml", ("lora", "full"))
     configs = []
     for key, drift_hi, change_hi in (("full-sft-ge2", 0.30, -0.5), ("lora-sft-ge2", 0.15, -0.3),
                                      ("lora-sft-ge4", 0.05, -0.3), ("full-sft-ge4", 0.30, -0.5)):
         config = _config(key, drift_hi, change_hi)
         configs.append(dataclasses.replace(config, values={"config": key.split("-")[0], "SFT_GE": key[-1]}))
-    verdict = decide(lock, configs)
+    verdict = decide(plan, configs)
     assert verdict.line.startswith("config=lora (lora-sft-ge4): the first config such that")
     assert [c.label for c in verdict.checks] == ["lora (lora-sft-ge2)", "lora (lora-sft-ge4)",
                                                      "full (full-sft-ge2)", "full (full-sft-ge4)"]
     # unshared values keep the plain value, as every shipped plan's verdict shows
-    assert decide({**lock, "axes": {}}, configs[1:2] + configs[0:1]).checks[0].label == "lora"
+    assert decide(rule_plan(RULE, {}, tmp_path / "p.toml", ("lora", "full")), configs[1:2] + configs[0:1]).checks[0].label == "lora"
 
 
 FORGETTING_4 = {"lora-r8": {"TATU_TRAIN": "lora", "TATU_LORA_RANK": "8"}, "top1": {"TATU_TRAIN": "top:1"},

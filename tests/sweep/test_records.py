@@ -47,7 +47,7 @@ def _configs() -> list[ConfigResult]:
         stats, _ = set_stats(results, None, len(configs))
         configs.append(config_result(f"replay-n{replay}", {"REPLAY_N": replay}, results, stats, categories={},
                                      trainable="all"))
-    return add_paired({"baseline": {"REPLAY_N": "0"}}, configs)
+    return add_paired({"REPLAY_N": "0"}, configs)
 
 
 def test_the_records_round_trip_with_todays_keys_in_todays_order():

@@ -5,6 +5,7 @@ through the plan, its hash and the lock; the closing text and the page."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -47,7 +48,7 @@ def _configs(shared_line_sd: float = 0.01) -> list[ConfigResult]:
         stats, _ = set_stats(results, None, len(configs))
         configs.append(config_result(f"replay-n{replay}", {"REPLAY_N": replay}, results, stats,
                                      common_missing="none kept"))
-    return add_paired({"baseline": {"REPLAY_N": "0"}}, configs)
+    return add_paired({"REPLAY_N": "0"}, configs)
 
 
 def _naive_seeds(parts: dict, effect: float) -> int | None:
@@ -132,7 +133,7 @@ def test_the_closing_text_and_the_page_print_the_power_lines(tmp_path):
 def test_a_plan_states_its_effect_and_a_plan_without_it_hashes_as_before(tmp_path):
     from sweep_world import plan_text
 
-    from tatu.sweep.plan.lock import plan_from_lock, reconcile
+    from tatu.sweep.plan.lock import reconcile
     from tatu.sweep.plan.load import load_plan
 
     text = plan_text("dose", Path("data"), Path("runs/trunk/final"))
@@ -144,5 +145,6 @@ def test_a_plan_states_its_effect_and_a_plan_without_it_hashes_as_before(tmp_pat
     assert "mde" not in a.core() and a.mde is None  # absent: the hash every earlier plan had
     assert b.mde == pytest.approx(0.05) and b.hash != a.hash and b.hash == c.hash
     lock, _ = reconcile(b, tmp_path / "sweeps" / "dose")
-    assert lock["mde"] == pytest.approx(0.05) and plan_from_lock(lock).hash == b.hash
-    assert "mde" not in reconcile(a, tmp_path / "sweeps" / "plain")[0]
+    assert lock.plan.mde == pytest.approx(0.05) and lock.plan.hash == b.hash
+    assert reconcile(a, tmp_path / "sweeps" / "plain")[0].plan.mde is None
+    assert "mde" not in json.loads((tmp_path / "sweeps" / "plain" / "plan.lock.json").read_text())  # as before mde

@@ -17,7 +17,7 @@ from tatu.exitcodes import BAD_DATA
 from tatu.ops.cli import main as tatu_main
 from tatu.sweep.judge import analysis
 from tatu.sweep.errors import SweepError
-from tatu.sweep.plan.lock import members, read_lock
+from tatu.sweep.plan.lock import read_lock
 from tatu.sweep.judge import looks_log
 from tatu.sweep.judge.check import check_looks
 
@@ -33,8 +33,8 @@ def finished(tmp_path, monkeypatch):
     assert coordinator(sweep_dir, out=io.StringIO()).run() == 0
     monkeypatch.setattr(analysis, "member_result", scored)
     lock = read_lock(sweep_dir)
-    table = [config_result(key, {"config": key}, [scored(m) for m in members(lock, "compare") if m.config_key == key],
-                           None, effective=next(e["config"] for e in lock["members"] if e["config_key"] == key))
+    table = [config_result(key, {"config": key}, [scored(m) for m in lock.members_of("compare") if m.config_key == key],
+                           None, effective=next(e.config for e in lock.members if e.member.config_key == key))
              for key in ("d", "a", "b", "c")]
     return sweep_dir, lock, table
 
