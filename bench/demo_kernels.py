@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tatu.ops.demo import SWEEP
 from tatu.sweep.report.conclusions import conclusions, disagreements
-from tatu.sweep.judge.records import REPORT_FILE, read_report_json
+from tatu.sweep.judge.sweep_report import REPORT_FILE, read_report_json
 
 OTHER_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
 

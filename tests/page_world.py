@@ -8,11 +8,12 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from run_records import rule_plan
+from run_records import rule_plan, sweep_report
 
 from tatu.ops.report.page import build_report
 from tatu.records import RelativeChange
 from tatu.sweep.judge.records import ConfigResult, ConfigStat, FailedCondition, MemberResult, RuleCheck, SweepVerdict
+from tatu.sweep.judge.sweep_report import SweepReport
 from tatu.sweep.plan.lock import LockedMember, LockedPlan
 from tatu.sweep.plan.member import Member
 
@@ -111,13 +112,12 @@ def sweep_config(key: str, replay: str) -> ConfigResult:
                         effective={"MIX_FORGET_LIMIT": 0.1}, half=None, is_baseline=key == "replay-n0")
 
 
-def sweep_data() -> dict:
+def sweep_data() -> SweepReport:
     verdict_line = f"REPLAY_N=6: the {LONG_RULE.split(' such that')[0]} such that {LONG_RULE.split('such that ')[1]}"
-    return {"name": "dose", "question": "Does replay hold the ruler?", "rule": LONG_RULE, "plan_hash": "a" * 16,
-            "plan_portable_hash": "b" * 16, "tune": None,
-            "compare": {"configs": [sweep_config("replay-n0", "0"), sweep_config("replay-n6", "6")], "complete": True},
-            "verdict": SweepVerdict(LONG_RULE, "REPLAY_N", "end", None, "6", verdict_line, (RuleCheck(
-                "replay-n0", "0", "0", (FailedCondition("drift_hi < MIX_FORGET_LIMIT", 0.177, 0.1, "+17.7%"),), (), False),), ())}
+    verdict = SweepVerdict(LONG_RULE, "REPLAY_N", "end", None, "6", verdict_line, (RuleCheck(
+        "replay-n0", "0", "0", (FailedCondition("drift_hi < MIX_FORGET_LIMIT", 0.177, 0.1, "+17.7%"),), (), False),), ())
+    return sweep_report(verdict, [sweep_config("replay-n0", "0"), sweep_config("replay-n6", "6")],
+                        question="Does replay hold the ruler?")
 
 
 # --- a sweep's six member runs (2 configurations x 3 seeds), as `make demo` hands them to `tatu report`

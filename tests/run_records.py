@@ -6,7 +6,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from tatu.daemon.run.records import Change, Criteria, EvalRecord, SetSummary, Verdict, VerdictNumbers
-from tatu.sweep.judge.records import ConfigResult, MemberResult
+from tatu.sweep.judge.records import ConfigResult, MemberResult, SweepVerdict
+from tatu.sweep.judge.sweep_report import CompareStage, SweepReport
 from tatu.sweep.plan.interpolate import InterpolateSpec
 from tatu.sweep.plan.load import Plan
 from tatu.sweep.plan.rule import parse_rule
@@ -62,3 +63,10 @@ def rule_plan(rule: str, axes: dict[str, list[str]], path: Path | str = "plan.to
 def rejudged(plan: Plan, rule: str) -> Plan:
     """The same plan under another rule: what its verdict would have been."""
     return replace(plan, rule=parse_rule(rule, plan.axes, plan.path, list(plan.configs)))
+
+
+def sweep_report(verdict: SweepVerdict | None, configs: list[ConfigResult], complete: bool = True, **fields) -> SweepReport:
+    """A judged sweep's report around these configurations and verdict (the other fields made up unless given)."""
+    words = {"name": "dose", "question": "", "rule": verdict.rule if verdict else "", "plan_hash": "a" * 16,
+             "plan_portable_hash": "b" * 16, "seeds": [1, 2, 3]}
+    return SweepReport(**{**words, "compare": CompareStage(tuple(configs), complete), "verdict": verdict, **fields})

@@ -123,9 +123,7 @@ def report_numbers(sweep_dir: Path) -> str:
     """A sweep's report as report.json writes it, less each configuration's effective config (which
     holds the sweep's own paths: TATU_OUT, TATU_RUN dirs): two sweeps of one plan compare by it."""
     from tatu.sweep.judge.analysis import analyze
-    from tatu.sweep.judge.records import report_json
-
-    data = report_json(analyze(sweep_dir))
+    data = analyze(sweep_dir).to_json()
     for stage in (data["tune"], data["compare"]):
         for config in (stage or {}).get("configs", []):  # a plan without [tune] has no tune stage
             config.pop("effective")

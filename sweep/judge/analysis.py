@@ -24,7 +24,7 @@ from tatu.sweep.judge.interpolated import interpolated_result
 from tatu.sweep.judge.vs_parent import vs_parent
 from tatu.sweep.judge.outcome import TERMINAL, outcome, read_json
 from tatu.sweep.plan.member import Member
-from tatu.sweep.plan.load import Plan, configs_json
+from tatu.sweep.plan.load import Plan
 from tatu.sweep.plan.lock import LockedPlan, read_lock
 from tatu.sweep.plan.rule import CONFIG, held_out_set, one_config_line
 from tatu.sweep.judge import common_step as common_step_
@@ -35,6 +35,7 @@ from tatu.sweep.judge.records import (ConfigResult, ConfigStat, EvalDrifts, Fail
                                 SweepVerdict, holm_adjusted)
 from tatu.sweep.judge.check import check_looks, sequential_verdict
 from tatu.sweep.judge.stats import paired_stats
+from tatu.sweep.judge.sweep_report import CompareStage, SweepReport, TuneStage
 
 COMMON_LINES = (common_step_.START, common_step_.AT_COMMON)  # the base/end keys of the common-step lines
 
@@ -255,23 +256,18 @@ def _baseline_key(baseline: dict[str, str], configs: list[ConfigResult]) -> str 
     return None
 
 
-def analyze(sweep_dir: Path) -> dict:
-    """Every number of the report: dicts and lists, with each statistic a record (sweep/judge/records.py,
-    whose writer makes report.json of it)."""
+def analyze(sweep_dir: Path) -> SweepReport:
+    """Every number of the report, from the lock and the members' files (report.json: its to_json)."""
     sweep_dir = Path(sweep_dir)
     locked = read_lock(sweep_dir)
     plan = locked.plan
-    out = {"name": plan.name, "question": plan.question, "rule": plan.rule.text, "plan_hash": locked.plan_hash,
-           # a lock written before the portable hash existed shows its own
-           "plan_portable_hash": locked.plan_portable_hash or locked.plan_hash,
-           "seeds": plan.seeds, "configs": configs_json(plan.configs) if plan.configs else None, "tune": None,
-           "tuned": locked.tuned and locked.tuned.to_json(), "compare": None, "verdict": None, "seeds_for": None}
+    tune = compare = verdict = seeds_for = None
     if plan.tune_var:
-        tune = stage_table(locked, locked.members_of("tune"), sweep_dir, "tune")
-        out["tune"] = {"var": plan.tune_var, "configs": [c.without_lines() for c in tune]}
-    compare = locked.members_of("compare")
-    if compare:
-        configs = stage_table(locked, compare, sweep_dir, "compare")
+        configs = stage_table(locked, locked.members_of("tune"), sweep_dir, "tune")
+        tune = TuneStage(plan.tune_var, tuple(c.without_lines() for c in configs))
+    members = locked.members_of("compare")
+    if members:
+        configs = stage_table(locked, members, sweep_dir, "compare")
         if plan.design:  # sequential: the looks log must agree with the run dirs (65 if not)
             check_looks(locked, sweep_dir, configs)
         configs = add_paired(plan.baseline, configs)
@@ -280,8 +276,9 @@ def analyze(sweep_dir: Path) -> dict:
                                       complete=all(r.state in TERMINAL for c in configs for r in c.results))
         if plan.design:  # the looks' verdict, complete when they decided it
             verdict = sequential_verdict(locked, sweep_dir, configs, verdict)
-        out["compare"] = {"configs": [c.without_lines() for c in configs], "complete": verdict.complete,
-                          "vs_parent": parents}
-        out["verdict"] = verdict
-        out["seeds_for"] = seeds_for_effect(plan.rule, configs, stated_effect(plan.mde))
-    return out
+        compare = CompareStage(tuple(c.without_lines() for c in configs), verdict.complete, parents)
+        seeds_for = seeds_for_effect(plan.rule, configs, stated_effect(plan.mde))
+    # a lock written before the portable hash existed shows its own
+    return SweepReport(plan.name, plan.question, plan.rule.text, locked.plan_hash,
+                       locked.plan_portable_hash or locked.plan_hash, plan.seeds, plan.configs or None, tune,
+                       locked.tuned, compare, verdict, seeds_for)

@@ -57,9 +57,28 @@ def judged_sets(rule: Rule) -> list[str]:
     return ["drift", "sftHeld", *dict.fromkeys(n for n in (held_out_set(c.metric) for c in rule.conditions) if n)]
 
 
-def seeds_for_effect(rule: Rule, configs: list[ConfigResult], effect: float) -> dict:
-    """{effect, power, at, rows}: rows per configuration (its judged metrics), then per comparison
-    with the baseline, at the step the rule judges."""
+@dataclasses.dataclass(frozen=True)
+class SeedsForEffect:
+    """The report's seeds-for block: the stated effect, the power, where the rule judges (`at`: "end"
+    or "common") and a row per judged metric of each configuration, then per comparison."""
+
+    effect: float
+    power: float
+    at: str
+    rows: tuple[SeedsFor, ...]
+
+    def to_json(self) -> dict:
+        return {"effect": self.effect, "power": self.power, "at": self.at,
+                "rows": [dataclasses.asdict(r) for r in self.rows]}
+
+    @classmethod
+    def from_json(cls, payload: dict) -> SeedsForEffect:
+        return cls(payload["effect"], payload["power"], payload["at"], tuple(SeedsFor(**r) for r in payload["rows"]))
+
+
+def seeds_for_effect(rule: Rule, configs: list[ConfigResult], effect: float) -> SeedsForEffect:
+    """Rows per configuration (its judged metrics), then per comparison with the baseline, at the
+    step the rule judges."""
     common = rule.at == "common"
     baseline = next((c.key for c in configs if c.is_baseline), None)
     rows = []
@@ -70,5 +89,4 @@ def seeds_for_effect(rule: Rule, configs: list[ConfigResult], effect: float) -> 
         if not config.is_baseline:
             for metric in PAIRED:
                 rows.append(_seeds_for(config.key, baseline, metric, (config.paired_at(common) or {}).get(metric), effect))
-    return {"effect": effect, "power": seeds_power.POWER, "at": rule.at,
-            "rows": [dataclasses.asdict(r) for r in rows if r is not None]}
+    return SeedsForEffect(effect, seeds_power.POWER, rule.at, tuple(r for r in rows if r is not None))

@@ -1,27 +1,19 @@
 """The sweep's results as records (the convention of tatu/records.py): a configuration's change
 over seeds (ConfigStat, relative), a paired difference between two configurations (PairedDiff, on
 the log scale the crossed model estimates), a member's result (MemberResult), a configuration's
-(ConfigResult), the rule's verdict (SweepVerdict, RuleCheck), and report.json's one writer and one reader.
-
-In memory a report is the dict sweep/judge/analysis.py builds with these records in it; on disk it is
-report.json, whose keys and values are what tatu wrote before the records existed (so every
-reader of an old report.json, and every diff between two, still works), plus FORMAT_KEY.
+(ConfigResult), the rule's verdict (SweepVerdict, RuleCheck). Each writes the keys report.json held
+before the records existed (so every reader of an old report.json, and every diff between two,
+still works); the report itself is sweep/judge/sweep_report.py's SweepReport.
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
-from tatu.atomic import write_json_atomic
 from tatu.evals.seeds.power import CrossedParts
 from tatu.evals.seeds.stats import SeedCI, holm
-from tatu.records import FORMAT_KEY, LogRatio, RelativeChange, format_version
-
-REPORT_FILE = "report.json"
-REPORT_VERSION = 2  # 1: report.json without FORMAT_KEY (the same keys otherwise)
+from tatu.records import LogRatio, RelativeChange
 
 
 def _finite_or_none(x: float) -> float | None:
@@ -267,14 +259,14 @@ class ConfigResult:
     def from_json(cls, payload: dict) -> ConfigResult:
         return cls(key=payload["key"], values=dict(payload["values"]),
                    results=tuple(MemberResult.from_json(r) for r in payload["results"]),
-                   stats=_stats_of(payload["stats"]), categories=_categories_of(payload["categories"]),
-                   stats_common=_stats_of(payload["stats_common"]),
-                   categories_common=_categories_of(payload["categories_common"]),
+                   stats=stats_of(payload["stats"]), categories=categories_of(payload["categories"]),
+                   stats_common=stats_of(payload["stats_common"]),
+                   categories_common=categories_of(payload["categories_common"]),
                    common_step=payload["common_step"], common_missing=payload["common_missing"],
                    end_steps=tuple(payload["end_steps"]), trainable=payload["trainable"],
                    effective=payload["effective"], half=payload["half"], metrics=payload["metrics"],
-                   metrics_common=payload["metrics_common"], paired=_paired_of(payload.get("paired")),
-                   paired_common=_paired_of(payload.get("paired_common")), is_baseline=payload.get("is_baseline"))
+                   metrics_common=payload["metrics_common"], paired=paired_of(payload.get("paired")),
+                   paired_common=paired_of(payload.get("paired_common")), is_baseline=payload.get("is_baseline"))
 
 
 def _stats_json(by_name: Stats | None) -> dict | None:
@@ -364,63 +356,13 @@ class SweepVerdict:
                    tuple(payload["would_change"]), payload["complete"], tuple(payload.get("looks", ())))
 
 
-# --- report.json: the one writer and the one reader ------------------------------------------------
-
-def _jsonable(value):
-    """The report with its records as the JSON they write (dicts, lists and scalars as they are)."""
-    if isinstance(value, (ConfigStat, PairedDiff, ConfigResult, MemberResult, SweepVerdict)):
-        return value.to_json()
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
-
-
-def report_json(report: dict) -> dict:
-    """What report.json holds for an analyzed report (sweep/judge/analysis.py analyze)."""
-    return {FORMAT_KEY: REPORT_VERSION, **_jsonable(report)}
-
-
-def write_report_json(out_dir: Path, report: dict) -> Path:
-    path = Path(out_dir) / REPORT_FILE
-    # sorted keys: two reports of one plan diff line by line
-    write_json_atomic(path, report_json(report), sort_keys=True)
-    return path
-
-
-def _stats_of(by_name: dict | None) -> dict | None:
+def stats_of(by_name: dict | None) -> Stats | None:
     return None if by_name is None else {k: v and ConfigStat.from_json(v) for k, v in by_name.items()}
 
 
-def _paired_of(by_metric: dict | None) -> dict | None:
+def paired_of(by_metric: dict | None) -> dict[str, PairedDiff | None] | None:
     return None if by_metric is None else {k: v and PairedDiff.from_json(v) for k, v in by_metric.items()}
 
 
-def _categories_of(by_set: dict | None) -> dict | None:
-    return None if by_set is None else {s: _stats_of(per) for s, per in by_set.items()}
-
-
-def report_from_json(payload: dict, what: str = REPORT_FILE) -> dict:
-    """An analyzed report from report.json's object (every version; `what` names it in an error)."""
-    format_version(payload, what, REPORT_VERSION)  # 1 and 2 hold the same keys
-    report = {k: v for k, v in payload.items() if k != FORMAT_KEY}
-    if report.get("tune"):
-        report["tune"] = {**report["tune"], "configs": [ConfigResult.from_json(c) for c in report["tune"]["configs"]]}
-    if report.get("verdict"):
-        report["verdict"] = SweepVerdict.from_json(report["verdict"])
-    if report.get("compare"):
-        compare = report["compare"]
-        report["compare"] = {**compare, "configs": [ConfigResult.from_json(c) for c in compare["configs"]]}
-        if compare.get("vs_parent"):
-            report["compare"]["vs_parent"] = [{**row, "paired": _paired_of(row["paired"])}
-                                              for row in compare["vs_parent"]]
-    return report
-
-
-def read_report_json(path: Path) -> dict:
-    """report.json (a file or the directory holding it) as the report analyze returned."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / REPORT_FILE
-    return report_from_json(json.loads(path.read_text()), str(path))
+def categories_of(by_set: dict | None) -> dict[str, Stats] | None:
+    return None if by_set is None else {s: stats_of(per) for s, per in by_set.items()}

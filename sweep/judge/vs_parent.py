@@ -8,8 +8,10 @@ every other paired comparison (sweep/judge/stats.py paired_stats) and Holm over 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tatu.sweep.plan.interpolate import InterpolateSpec
-from tatu.sweep.judge.records import ConfigResult, holm_adjusted
+from tatu.sweep.judge.records import ConfigResult, PairedDiff, holm_adjusted, paired_of
 from tatu.sweep.judge.stats import paired_stats
 
 # The set each metric reads: drift is enRuler's; a held-out set is its own name.
@@ -17,13 +19,32 @@ SETS = {"drift": "enRuler", "sftHeld": "sftHeld"}
 INDEX_OFFSET = 500  # bootstrap streams apart from the baseline comparisons' (index 0..)
 
 
-def vs_parent(spec: InterpolateSpec | None, configs: list[ConfigResult]) -> list[dict]:
-    """[{"config", "parent", "alpha", "paired": {metric: PairedDiff or None}}], in the plan's alpha order
-    (`spec`: the locked [interpolate]; none without it)."""
+@dataclass(frozen=True)
+class VsParent:
+    """An interpolated configuration against its own parent, paired by seed and line: per metric the
+    difference, Holm over the alphas (None: not compared)."""
+
+    config: str
+    parent: str
+    alpha: float
+    paired: dict[str, PairedDiff | None]
+
+    def to_json(self) -> dict:
+        return {"config": self.config, "parent": self.parent, "alpha": self.alpha,
+                "paired": {k: v and v.to_json() for k, v in self.paired.items()}}
+
+    @classmethod
+    def from_json(cls, payload: dict) -> VsParent:
+        return cls(payload["config"], payload["parent"], payload["alpha"], paired_of(payload["paired"]))
+
+
+def vs_parent(spec: InterpolateSpec | None, configs: list[ConfigResult]) -> tuple[VsParent, ...]:
+    """One VsParent per interpolated configuration, in the plan's alpha order (`spec`: the locked
+    [interpolate]; none without it)."""
     by_key = {c.key: c for c in configs}
     parent = by_key.get(spec.config) if spec else None
     if parent is None:
-        return []
+        return ()
     metrics = [*SETS, *(name for name in (parent.stats or {}) if name not in SETS)]
     rows = [{"config": key, "parent": spec.config, "alpha": alpha, "paired": {}}
             for key, alpha in zip(spec.keys(), spec.alphas) if key in by_key]
@@ -38,4 +59,4 @@ def vs_parent(spec: InterpolateSpec | None, configs: list[ConfigResult]) -> list
                 compared.append(row)
         for row, adjusted in zip(compared, holm_adjusted([r["paired"][metric] for r in compared])):
             row["paired"][metric] = adjusted
-    return rows
+    return tuple(VsParent(row["config"], row["parent"], row["alpha"], row["paired"]) for row in rows)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tatu.sweep.judge.sweep_report import SweepReport
+
 JUDGED = ("drift", "sftHeld")
 
 
@@ -49,10 +51,10 @@ class JudgedChange:
         return f"{self.config} - baseline {self.metric}" if self.paired else f"{self.config} {self.metric}"
 
 
-def judged_changes(report: dict) -> list[JudgedChange]:
+def judged_changes(report: SweepReport) -> list[JudgedChange]:
     """Every judged change of a sweep report's data, in the report's configuration order."""
     changes = []
-    for config in report["compare"]["configs"]:
+    for config in report.compare.configs:
         for metric in JUDGED:
             stats = (config.stats or {}).get(metric)
             if stats:
@@ -65,9 +67,10 @@ def judged_changes(report: dict) -> list[JudgedChange]:
     return changes
 
 
-def conclusions(report: dict) -> Conclusions:
-    """From a sweep report (sweep/judge/analysis.py analyze, or report.json through sweep/judge/records.py read_report_json)."""
-    verdict = report["verdict"]
+def conclusions(report: SweepReport) -> Conclusions:
+    """From a sweep report (sweep/judge/analysis.py analyze, or report.json through sweep/judge/sweep_report.py
+    read_report_json)."""
+    verdict = report.verdict
     changes = {change.name: change.interval for change in judged_changes(report)}
     passed = tuple(c.config for c in verdict.checks if c.passes)
     return Conclusions(verdict.chosen, passed, changes)

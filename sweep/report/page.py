@@ -8,6 +8,7 @@ from tatu.pages.figures import PlotFile
 from tatu.pages.markup import esc, figures, page, plain_table
 from tatu.sweep.report import tables
 from tatu.sweep.judge.records import ConfigResult
+from tatu.sweep.judge.sweep_report import SweepReport
 
 
 def _comparison(configs: list[ConfigResult]) -> list[str]:
@@ -48,39 +49,40 @@ def _sets(configs: list[ConfigResult], common: bool) -> list[str]:
     return parts
 
 
-def write_page(data: dict, closing: str, plots: list[PlotFile], out_dir: Path) -> Path:
+def write_page(data: SweepReport, closing: str, plots: list[PlotFile], out_dir: Path) -> Path:
     """index.html in out_dir: the verdict and the plots first (the run report's order), then every
     table of the closing text."""
-    verdict = "\n".join(tables.verdict_lines(data)) if data.get("compare") else None
+    verdict = "\n".join(tables.verdict_lines(data.verdict, data.compare.complete)) if data.compare else None
     lead = ([f'<pre class="verdict" id="verdict">{esc(verdict)}</pre>'] if verdict is not None else []) + (
         [figures(plots, out_dir)] if plots else [])
-    if data.get("compare") and data.get("verdict"):
+    if data.compare and data.verdict:
         from tatu.sweep.report.prose import what_it_says  # one sentence per conclusion, from these numbers
 
         lead.insert(1, '<div id="what-it-says"><h2>What it says</h2>'
                     + "".join(f'<p data-states="{esc(s.states)}">{esc(s.text)}</p>' for s in what_it_says(data)) + "</div>")
     sections = ['<section id="lead">\n' + "\n".join(lead) + "\n</section>"] if lead else []
-    sections += [f"<p>{esc(data['question'])}</p>",
-                 f"<p>Locked rule: <code>{esc(data['rule'])}</code> (plan {esc(data['plan_portable_hash'])}; "
-                 f"with this checkout's absolute paths {esc(data['plan_hash'])})</p>"]
-    if data.get("tune"):
-        sections += ["<h2>Tune stage</h2>", plain_table(tables.TUNE_HEADER, tables.tune_rows(data["tune"], data.get("tuned")), "tune")]
-        if not data.get("tuned"):
+    sections += [f"<p>{esc(data.question)}</p>",
+                 f"<p>Locked rule: <code>{esc(data.rule)}</code> (plan {esc(data.plan_portable_hash)}; "
+                 f"with this checkout's absolute paths {esc(data.plan_hash)})</p>"]
+    if data.tune:
+        sections += ["<h2>Tune stage</h2>", plain_table(tables.TUNE_HEADER, tables.tune_rows(data.tune, data.tuned), "tune")]
+        if not data.tuned:
             sections.append(f"<p>{esc(tables.TUNE_PENDING)}</p>")
-    if data.get("compare"):
-        legend = tables.configs_rows(data.get("configs"), data["compare"]["configs"])
+    if data.compare:
+        configs = list(data.compare.configs)
+        legend = tables.configs_rows(data.configs, configs)
         if legend:
             sections += [f"<h2>Configurations</h2><p>{esc(tables.CONFIGS_TITLE)}.</p>",
                          plain_table(tables.CONFIGS_HEADER, legend, "configurations")]
-        sections += _comparison(data["compare"]["configs"])
-        header, vs_parent = tables.vs_parent_table(data["compare"].get("vs_parent") or [])
+        sections += _comparison(configs)
+        header, vs_parent = tables.vs_parent_table(data.compare.vs_parent)
         if vs_parent:
             sections += [f"<h2>Interpolated vs its parent</h2><p>{esc(tables.VS_PARENT_TITLE)}.</p>",
                          plain_table(header, vs_parent, "vs-parent")]
-        power = tables.power_lines(data)
+        power = tables.power_lines(data.seeds_for)
         if power:
             sections += [f"<h2>How many seeds are enough</h2><p>{esc(power[0])}.</p>",
                          '<ul id="seeds-for">' + "".join(f"<li>{esc(line.strip())}</li>" for line in power[1:]) + "</ul>"]
     index = Path(out_dir) / "index.html"
-    index.write_text(page(f"sweep {data['name']}", sections), encoding="utf-8")
+    index.write_text(page(f"sweep {data.name}", sections), encoding="utf-8")
     return index

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tatu.pages.figures import ABORT_MARK, PlotFile, colour, new_axes, save
 from tatu.sweep.judge.records import ConfigResult
+from tatu.sweep.judge.sweep_report import SweepReport
 
 
 def _states(config: ConfigResult) -> dict[str, str]:
@@ -20,11 +21,11 @@ def _axis_positions(configs: list[ConfigResult], axis: str) -> list[float]:
         return [float(i) for i in range(len(configs))]
 
 
-def drift_axes(data: dict):
+def drift_axes(data: SweepReport):
     """(figure, axes) of the end drift per configuration against the rule's axis; None without one."""
-    axis = data["verdict"].axis
+    axis = data.verdict.axis
     # on an axis, an interpolated configuration would sit on its parent's value: it is in tradeoff.png
-    configs = [c for c in data["compare"]["configs"] if c.stats["drift"]
+    configs = [c for c in data.compare.configs if c.stats["drift"]
                and (axis == "config" or not any(r.interpolated for r in c.results))]
     if not configs:
         return None
@@ -48,14 +49,14 @@ def drift_axes(data: dict):
     ax.set_xticks(xs, [c.values[axis] for c in configs])
     ax.set_xlabel(axis)
     ax.set_ylabel("enRuler drift at the end (%)")
-    ax.set_title(f"{data['name']}: drift vs {axis} (grey: seeds; blue: mean, 95% CI)")
+    ax.set_title(f"{data.name}: drift vs {axis} (grey: seeds; blue: mean, 95% CI)")
     ax.grid(True, alpha=0.3)
     return fig, ax
 
 
-def tradeoff_axes(data: dict):
+def tradeoff_axes(data: SweepReport):
     """(figure, axes) of every member's drift against its sftHeld change; None without a member."""
-    configs = [c for c in data["compare"]["configs"] if c.stats["drift"] and c.stats["sftHeld"]]
+    configs = [c for c in data.compare.configs if c.stats["drift"] and c.stats["sftHeld"]]
     if not configs:
         return None
     fig, ax = new_axes()
@@ -78,9 +79,9 @@ def tradeoff_axes(data: dict):
     return fig, ax
 
 
-def render_plots(data: dict, out_dir: Path) -> list[PlotFile]:
+def render_plots(data: SweepReport, out_dir: Path) -> list[PlotFile]:
     """The PNGs of the comparison stage, written into out_dir (none before it has a result)."""
-    if not data.get("compare"):
+    if not data.compare:
         return []
     made = []
     drawn = drift_axes(data)

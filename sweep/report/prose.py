@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tatu.formats import fmt_ci
+from tatu.sweep.judge.power import SeedsFor, SeedsForEffect
+from tatu.sweep.judge.sweep_report import SweepReport
 from tatu.sweep.report.conclusions import JudgedChange, conclusions, judged_changes
 
 # The words of a direction, per metric: a rise in drift is forgetting, a fall in the sftHeld change is learning.
@@ -52,12 +54,12 @@ def _change_sentence(change: JudgedChange, baseline: str | None) -> str:
     return f"{change.config}: {NAMES[change.metric]} {moved}, {_ci(change)} over seeds x lines vs step 0."
 
 
-def what_it_says(report: dict) -> list[Sentence]:
+def what_it_says(report: SweepReport) -> list[Sentence]:
     """The paragraph, one Sentence per conclusion (module doc), from a sweep report's data."""
     found = conclusions(report)
-    verdict = report["verdict"]
+    verdict = report.verdict
     axis = verdict.axis
-    configs = report["compare"]["configs"]
+    configs = report.compare.configs
     baseline = next((c.key for c in configs if c.is_baseline), None)
     out = [Sentence("verdict", f"The locked rule chose {axis}={found.chosen}." if found.chosen is not None
                     else "No value satisfies the locked rule.")]
@@ -74,7 +76,7 @@ def what_it_says(report: dict) -> list[Sentence]:
         listed = "; ".join(f"{c.config}{' vs ' + (baseline or 'the baseline') if c.paired else ''} "
                            f"{NAMES[c.metric]}{' difference' if c.paired else ''} {_ci(c)}" for c in open_)
         out.append(Sentence("not resolved", f"Not resolved (the CI spans zero, so no direction is claimed): {listed}."))
-    learning = _learning_sentence(report.get("seeds_for"))
+    learning = _learning_sentence(report.seeds_for)
     return out + ([learning] if learning else [])
 
 
@@ -82,35 +84,35 @@ def _pct(fraction: float) -> str:
     return f"{fraction * 100:.1f}%"
 
 
-def _why(row: dict) -> str:
+def _why(row: SeedsFor) -> str:
     """What resolving the stated effect would take, for one seeds-for row (sweep/judge/power.py SeedsFor)."""
-    if not row["known"]:
-        return f"its seed-to-seed spread is not measured at {row['n_seeds']} seed"
-    now = f"at {row['n_seeds']} seeds it resolves {_pct(row['mde_now'])}"
-    if row["seeds"] is None:
-        return (f"{now}, and no number of seeds would resolve less with these {row['n_lines']} lines: the lines "
-                f"shared by every seed alone allow {_pct(row['line_floor'])} (more lines would)")
-    return f"{now}: the spread from seed to seed needs {row['seeds']} seeds"
+    if not row.known:
+        return f"its seed-to-seed spread is not measured at {row.n_seeds} seed"
+    now = f"at {row.n_seeds} seeds it resolves {_pct(row.mde_now)}"
+    if row.seeds is None:
+        return (f"{now}, and no number of seeds would resolve less with these {row.n_lines} lines: the lines "
+                f"shared by every seed alone allow {_pct(row.line_floor)} (more lines would)")
+    return f"{now}: the spread from seed to seed needs {row.seeds} seeds"
 
 
-def _learning_sentence(seeds_for: dict | None) -> Sentence | None:
+def _learning_sentence(seeds_for: SeedsForEffect | None) -> Sentence | None:
     """Whether the report resolves learning (sftHeld) at the plan's stated effect, and if not why,
     from its seeds-for rows: a row is resolved when the seeds run are at least the seeds it needs."""
     if not seeds_for:
         return None
-    rows = [r for r in seeds_for["rows"] if r["metric"] == "sftHeld"]
-    short = [r for r in rows if not (r["known"] and r["seeds"] is not None and r["seeds"] <= r["n_seeds"])]
+    rows = [r for r in seeds_for.rows if r.metric == "sftHeld"]
+    short = [r for r in rows if not (r.known and r.seeds is not None and r.seeds <= r.n_seeds)]
     if not short:
         return None
-    effect = f"{seeds_for['effect'] * 100:g}%"
-    listed = "; ".join(f"{r['config']}{' vs ' + r['vs'] if r['vs'] else ''} {'difference' if r['vs'] else 'change'}: "
+    effect = f"{seeds_for.effect * 100:g}%"
+    listed = "; ".join(f"{r.config}{' vs ' + r.vs if r.vs else ''} {'difference' if r.vs else 'change'}: "
                        f"{_why(r)}" for r in short)
     return Sentence("learning not resolved",
                     f"Learning (sftHeld) is not resolved at the plan's effect of {effect} "
-                    f"({seeds_for['power']:.0%} power, seeds x lines): {listed}. A learning claim here rests only on "
+                    f"({seeds_for.power:.0%} power, seeds x lines): {listed}. A learning claim here rests only on "
                     "a CI that excludes zero, above.")
 
 
-def paragraph(report: dict) -> str:
+def paragraph(report: SweepReport) -> str:
     """The sentences as one paragraph of text (the demo's closing output, the sweep page)."""
     return " ".join(s.text for s in what_it_says(report))

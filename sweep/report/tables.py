@@ -13,8 +13,12 @@ With a tune stage, its table comes first.
 from __future__ import annotations
 
 from tatu.formats import fmt_p_formula as _p, fmt_share as _sd
+from tatu.sweep.judge.power import SeedsFor, SeedsForEffect
+from tatu.sweep.judge.records import ConfigResult, ConfigStat, PairedDiff, SweepVerdict
+from tatu.sweep.judge.sweep_report import SweepReport, TuneStage
+from tatu.sweep.judge.vs_parent import VsParent
 from tatu.sweep.plan.configs import describe_configs
-from tatu.sweep.judge.records import ConfigResult, ConfigStat, PairedDiff
+from tatu.sweep.plan.lock import Tuned
 
 
 def _ci(stats: ConfigStat | None) -> str:
@@ -79,12 +83,12 @@ def _paired_cells(p: PairedDiff | None) -> list[str]:
     return [p.change.relative().text(), _p(p.p_value), _p(p.p_holm)]
 
 
-def tune_rows(tune: dict, tuned: dict | None) -> list[list[str]]:
+def tune_rows(tune: TuneStage, tuned: Tuned | None) -> list[list[str]]:
     rows = []
-    var = tune["var"]
-    for c in tune["configs"]:
+    var = tune.var
+    for c in tune.configs:
         s = c.stats["sftHeld"]
-        chosen = tuned is not None and c.values.get(var) == tuned["value"]
+        chosen = tuned is not None and c.values.get(var) == tuned.value
         states = ", ".join(sorted({r.state for r in c.results}))
         rows.append([f"{var}={c.values.get(var)}" + (" <- chosen" if chosen else ""), f"{s.n_seeds if s else 0}/{len(c.results)}",
                      _ci(s), _sd(s and s.seed_sd), _ci(c.stats["drift"]), states])
@@ -101,26 +105,26 @@ def text_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-def closing_text(data: dict) -> str:
-    out = [f"sweep {data['name']} (plan {data['plan_portable_hash']}): {data['question']}".rstrip(": ")]
-    if data.get("tune"):
-        out += ["", f"tune stage: {data['tune']['var']}, chosen on the dev half of sftHeld (never the ruler, never the judge half)",
-                text_table(TUNE_HEADER, tune_rows(data["tune"], data.get("tuned")))]
-        if not data.get("tuned"):
+def closing_text(data: SweepReport) -> str:
+    out = [f"sweep {data.name} (plan {data.plan_portable_hash}): {data.question}".rstrip(": ")]
+    if data.tune:
+        out += ["", f"tune stage: {data.tune.var}, chosen on the dev half of sftHeld (never the ruler, never the judge half)",
+                text_table(TUNE_HEADER, tune_rows(data.tune, data.tuned))]
+        if not data.tuned:
             out.append(TUNE_PENDING)
-    if data.get("compare"):
-        cmp = data["compare"]
-        half = " (sftHeld: judge half)" if data.get("tune") else ""
-        out += configs_legend(data.get("configs"), cmp["configs"])
+    if data.compare:
+        configs = list(data.compare.configs)
+        half = " (sftHeld: judge half)" if data.tune else ""
+        out += configs_legend(data.configs, configs)
         out += ["", f"comparison stage{half}; * = baseline; CIs carry seed and line variance (crossed: seeds x shared lines)",
-                text_table(CONFIG_HEADER, config_rows(cmp["configs"])), OUTLIER_NOTE]
-        out += _sets_text(cmp["configs"], common=False)
-        out += _paired_text(cmp["configs"], common=False)
-        out += _vs_parent_text(cmp.get("vs_parent") or [])
-        out += _common_text(cmp["configs"])
-        power = power_lines(data)
+                text_table(CONFIG_HEADER, config_rows(configs)), OUTLIER_NOTE]
+        out += _sets_text(configs, common=False)
+        out += _paired_text(configs, common=False)
+        out += _vs_parent_text(data.compare.vs_parent)
+        out += _common_text(configs)
+        power = power_lines(data.seeds_for)
         out += ["", *power] if power else []
-        out += ["", *verdict_lines(data)]
+        out += ["", *verdict_lines(data.verdict, data.compare.complete)]
     return "\n".join(out)
 
 
@@ -128,26 +132,26 @@ CONFIGS_TITLE = "configurations (each over [base]) and what trains in each (the 
 CONFIGS_HEADER = ["config", "sets", "trains"]
 
 
-def configs_rows(named: list | None, configs: list[ConfigResult]) -> list[list[str]]:
+def configs_rows(named: dict[str, dict[str, str]] | None, configs: list[ConfigResult]) -> list[list[str]]:
     """What each named configuration sets and what trained in it; for axes alone, only when what
     trained differs between configurations (a TATU_TRAIN axis), so other tables read as before."""
     if not named and len({c.trainable for c in configs}) < 2:
         return []
-    sets = describe_configs(dict(named or []))
+    sets = describe_configs(named or {})
     return [[c.key, sets.get(c.values.get("config"), "-"), c.trainable or "n/a"] for c in configs]
 
 
-def configs_legend(named: list | None, configs: list[ConfigResult]) -> list[str]:
+def configs_legend(named: dict[str, dict[str, str]] | None, configs: list[ConfigResult]) -> list[str]:
     rows = configs_rows(named, configs)
     return ["", CONFIGS_TITLE, text_table(CONFIGS_HEADER, rows)] if rows else []
 
 
-def verdict_lines(data: dict) -> list[str]:
-    """The verdict line, the failed checks, what would change it (the text's last block, the page's verdict)."""
-    verdict = data["verdict"]
+def verdict_lines(verdict: SweepVerdict, complete: bool) -> list[str]:
+    """The verdict line, the failed checks, what would change it (the text's last block, the page's
+    verdict); `complete`: every member the verdict waits for has finished (else it is provisional)."""
     judged = (f" (judged at step {verdict.at_step}, the common step)" if verdict.at == "common"
               else " (judged at the end)")
-    lines = [("VERDICT (locked rule): " if data["compare"]["complete"] else "PROVISIONAL (members still running): ")
+    lines = [("VERDICT (locked rule): " if complete else "PROVISIONAL (members still running): ")
              + verdict.line + judged]
     for check in verdict.checks:
         if check.failed:
@@ -169,34 +173,33 @@ def _effect(fraction: float) -> str:
     return f"{fraction * 100:g}%"
 
 
-def power_title(seeds_for: dict) -> str:
-    where = "at the common step" if seeds_for["at"] == "common" else "at the end"
-    return (f"seeds for MDE {_effect(seeds_for['effect'])} ({seeds_for['power']:.0%} power: the 95% CI, seeds x lines, "
-            f"excludes a true change of {_effect(seeds_for['effect'])}; {where}, where the rule judges; "
+def power_title(seeds_for: SeedsForEffect) -> str:
+    where = "at the common step" if seeds_for.at == "common" else "at the end"
+    return (f"seeds for MDE {_effect(seeds_for.effect)} ({seeds_for.power:.0%} power: the 95% CI, seeds x lines, "
+            f"excludes a true change of {_effect(seeds_for.effect)}; {where}, where the rule judges; "
             "MDE: what the seeds run resolve now)")
 
 
-def power_row(row: dict, effect: float) -> str:
+def power_row(row: SeedsFor, effect: float) -> str:
     """`replay-n2 vs replay-n0 drift diff: MDE 4.1% at 3 seeds; seeds for MDE 2%: 9` (or why no number)."""
-    name = METRIC_NAMES.get(row["metric"], f"{row['metric']} change")
-    who = f"{row['config']} vs {row['vs']} {name.removesuffix(' change')} diff" if row["vs"] else f"{row['config']} {name}"
+    name = METRIC_NAMES.get(row.metric, f"{row.metric} change")
+    who = f"{row.config} vs {row.vs} {name.removesuffix(' change')} diff" if row.vs else f"{row.config} {name}"
     label = f"seeds for MDE {_effect(effect)}"
-    if not row["known"]:
-        return f"{who}: {label}: n/a ({row['n_seeds']} seed: its seed-to-seed part is not measured)"
-    if row["seeds"] is None:
-        answer = (f"none with these {row['n_lines']} lines (the shared lines alone allow {_sd(row['line_floor'])}; "
+    if not row.known:
+        return f"{who}: {label}: n/a ({row.n_seeds} seed: its seed-to-seed part is not measured)"
+    if row.seeds is None:
+        answer = (f"none with these {row.n_lines} lines (the shared lines alone allow {_sd(row.line_floor)}; "
                   "more lines would)")
     else:
-        answer = str(row["seeds"])
-    return f"{who}: MDE {_sd(row['mde_now'])} at {row['n_seeds']} seeds; {label}: {answer}"
+        answer = str(row.seeds)
+    return f"{who}: MDE {_sd(row.mde_now)} at {row.n_seeds} seeds; {label}: {answer}"
 
 
-def power_lines(data: dict) -> list[str]:
+def power_lines(seeds_for: SeedsForEffect | None) -> list[str]:
     """The power block of the closing text and the page: its title, then one line per metric."""
-    seeds_for = data.get("seeds_for")
     if not seeds_for:
         return []
-    return [power_title(seeds_for), *(f"  {power_row(r, seeds_for['effect'])}" for r in seeds_for["rows"])]
+    return [power_title(seeds_for), *(f"  {power_row(r, seeds_for.effect)}" for r in seeds_for.rows)]
 
 
 def _n_compared(p: PairedDiff | None) -> int:
@@ -216,21 +219,21 @@ VS_PARENT_TITLE = ("interpolated vs its parent at the end, paired by seed and li
                    f"{PAIRED_P}; Holm over the alphas)")
 
 
-def vs_parent_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+def vs_parent_table(rows: tuple[VsParent, ...]) -> tuple[list[str], list[list[str]]]:
     """Each interpolated configuration vs its parent (sweep/judge/vs_parent.py): header, rows."""
     if not rows:
         return [], []
-    header = ["config vs parent", "seeds"] + [h for m in rows[0]["paired"] for h in (f"{m} diff {CI}", "p", "p Holm")]
+    header = ["config vs parent", "seeds"] + [h for m in rows[0].paired for h in (f"{m} diff {CI}", "p", "p Holm")]
     table = []
     for row in rows:
-        cells = [f"{row['config']} vs {row['parent']}", str(max(p.n_seeds if p else 0 for p in row["paired"].values()))]
-        for p in row["paired"].values():
+        cells = [f"{row.config} vs {row.parent}", str(max(p.n_seeds if p else 0 for p in row.paired.values()))]
+        for p in row.paired.values():
             cells += _paired_cells(p)
         table.append(cells)
     return header, table
 
 
-def _vs_parent_text(rows: list[dict]) -> list[str]:
+def _vs_parent_text(rows: tuple[VsParent, ...]) -> list[str]:
     header, table = vs_parent_table(rows)
     return ["", VS_PARENT_TITLE, text_table(header, table)] if table else []
 

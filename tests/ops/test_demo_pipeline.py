@@ -103,7 +103,7 @@ def test_tiny_demo_end_to_end(tiny_demo):
     from tatu.ops.demo import WHAT_IT_SAYS, what_it_says
     from tatu.sweep.report.prose import what_it_says as sentences
 
-    from tatu.sweep.judge.records import read_report_json
+    from tatu.sweep.judge.sweep_report import read_report_json
 
     read = read_report_json(sweep_dir / "report" / "report.json")  # the statistics as records, as prose reads them
     said = stdout.split(WHAT_IT_SAYS + "\n", 1)[1]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from run_records import config_result
+from run_records import config_result, sweep_report
 
 from tatu.records import LogRatio, RelativeChange
 from tatu.sweep.report.conclusions import conclusions, disagreements
@@ -19,8 +19,7 @@ def _report(chosen, n0_drift, n2_drift, paired=(-0.09, -0.10, -0.08), failed_n0=
                              paired={"drift": SimpleNamespace(change=LogRatio(*paired))})]
     failed = (FailedCondition("drift_hi < 10%", 0.2, 0.1, "+20.0%"),) if failed_n0 else ()
     checks = (RuleCheck("replay-n0", "0", "0", failed, (), False), RuleCheck("replay-n2", "2", "2", (), (), False))
-    return {"verdict": SweepVerdict("rule", "REPLAY_N", "end", None, chosen, "line", checks, ()),
-            "compare": {"configs": configs}}
+    return sweep_report(SweepVerdict("rule", "REPLAY_N", "end", None, chosen, "line", checks, ()), configs)
 
 
 def test_the_same_conclusions_from_other_numbers_agree():

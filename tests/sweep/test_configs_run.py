@@ -60,7 +60,7 @@ def test_the_report_compares_the_configurations_against_the_baseline(sweep, tmp_
     from tatu.sweep.judge.scores import score_checkpoint
 
     data = analyze(sweep)
-    configs = {c.key: c for c in data["compare"]["configs"]}
+    configs = {c.key: c for c in data.compare.configs}
     assert list(configs) == ["lora-r2", "full-replay2"]
     assert configs["full-replay2"].is_baseline and not configs["lora-r2"].is_baseline
     per_seed = {}
@@ -84,18 +84,18 @@ def test_the_report_compares_the_configurations_against_the_baseline(sweep, tmp_
     assert paired_rows[2].startswith("lora-r2 ") and len(paired_rows) == 3
     assert any(line.startswith("full-replay2 *") for line in text.splitlines())
     # the locked rule judged the configurations in the plan's order
-    assert [c.config for c in data["verdict"].checks] == ["lora-r2", "full-replay2"]
+    assert [c.config for c in data.verdict.checks] == ["lora-r2", "full-replay2"]
     # the verdict is the first configuration, in the plan's order, that failed no condition
-    passing = [c.config for c in data["verdict"].checks if not c.failed and not c.missing]
+    passing = [c.config for c in data.verdict.checks if not c.failed and not c.missing]
     expected = f"config={passing[0]}: the first config" if passing else "no config satisfies"
-    assert data["verdict"].line.startswith(expected) and data["verdict"].chosen == (passing[0] if passing else None)
-    for check in data["verdict"].checks:  # each failed condition is one its configuration's measured value breaks
+    assert data.verdict.line.startswith(expected) and data.verdict.chosen == (passing[0] if passing else None)
+    for check in data.verdict.checks:  # each failed condition is one its configuration's measured value breaks
         for fail in check.failed:
             measured = configs[check.config].metrics[fail.condition.split()[0]]
             assert fail.measured == measured and not measured < fail.threshold
     # the HTML page has the same configurations table and verdict as the text
     page = write_page(data, text, [], tmp_path).read_text()
-    assert "TATU_LORA_RANK=2" in page and "lora r=2 alpha=4" in page and esc(data["verdict"].line) in page
+    assert "TATU_LORA_RANK=2" in page and "lora r=2 alpha=4" in page and esc(data.verdict.line) in page
 
 
 # What TensorBoard's HParams view must show of each configuration (the lock's effective values,

@@ -77,9 +77,9 @@ def test_the_rule_is_the_runs_criteria_and_the_verdict_is_the_hand_written_plans
     lock = read_lock(generated)
     assert lock.plan.rule.text == read_lock(hand).plan.rule.text == RULE
     ours, theirs = analyze(generated), analyze(hand)
-    config = ours["compare"]["configs"][0]
+    config = ours.compare.configs[0]
     assert config.effective["MIX_FORGET_LIMIT"] == 0.3
-    verdict, expected = ours["verdict"], theirs["verdict"]
+    verdict, expected = ours.verdict, theirs.verdict
     assert verdict.complete and verdict.line == expected.line and verdict.chosen == expected.chosen
     assert verdict.checks == expected.checks and verdict.would_change == expected.would_change
     # the line says what the one configuration did across its seeds, by the rule's conditions

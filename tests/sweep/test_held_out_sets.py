@@ -113,7 +113,7 @@ def report(sweep):
 
 def test_every_held_out_set_and_category_matches_the_naive_means_at_the_end_and_the_common_step(report):
     data, naive, few = report
-    configs = {c.key: c for c in data["compare"]["configs"]}
+    configs = {c.key: c for c in data.compare.configs}
     assert set(configs) == {"mix-steps-limit4", "mix-steps-limit6"} and {c.common_step for c in configs.values()} == {4}
     n_categories = 0
     for where in ("end", "common"):
@@ -141,10 +141,10 @@ def test_every_held_out_set_and_category_matches_the_naive_means_at_the_end_and_
 
 def test_a_rule_naming_a_held_out_set_judges_it_at_the_common_step_and_at_the_end(report):
     data, naive, _ = report
-    verdict = data["verdict"]
+    verdict = data.verdict
     assert verdict.at == "common" and verdict.at_step == 4 and str(verdict.chosen) == "4"
     assert all(not c.missing for c in verdict.checks)
-    configs = data["compare"]["configs"]
+    configs = data.compare.configs
     for where, suffix in (("common", " at the common step"), ("end", "")):
         value = {c.key: math.expm1((naive[where][c.key, "ptNews", 1] + naive[where][c.key, "ptNews", 2]) / 2)
                  for c in configs}

@@ -104,7 +104,7 @@ def _log_ratio(start: dict, end: dict) -> float:
 
 def test_the_report_compares_it_like_every_configuration(sweep):
     data = analyze(sweep)
-    configs = {c.key: c for c in data["compare"]["configs"]}
+    configs = {c.key: c for c in data.compare.configs}
     assert list(configs) == ["full-replay2", "full", KEY, KEY_QUARTER]
     for key in ALPHAS:
         wise = configs[key]
@@ -150,13 +150,12 @@ def _judged(sweep_dir: Path, lock: LockedPlan, rule: str) -> tuple[dict, dict, l
     lock = dataclasses.replace(lock, plan=rejudged(lock.plan, rule))
     configs = add_paired(lock.plan.baseline, stage_table(lock, lock.members_of("compare"), sweep_dir, "compare"))
     verdict = decide(lock.plan, configs)
-    report = {"verdict": verdict, "compare": {"complete": True}}
-    return verdict, next(c for c in verdict.checks if c.config == KEY), verdict_lines(report)
+    return verdict, next(c for c in verdict.checks if c.config == KEY), verdict_lines(verdict, True)
 
 
 def test_the_rule_judges_it_on_what_it_has_and_says_what_it_lacks(sweep):
     lock = read_lock(sweep)
-    wise = {c.key: c for c in analyze(sweep)["compare"]["configs"]}[KEY]
+    wise = {c.key: c for c in analyze(sweep).compare.configs}[KEY]
     # judged last, after the named configurations, on its own end metrics
     verdict, check, _ = _judged(sweep, lock, "first config such that drift_hi < -100%")
     assert [c.config for c in verdict.checks] == ["full-replay2", "full", KEY, KEY_QUARTER]
@@ -226,34 +225,34 @@ def test_it_is_paired_with_its_own_parent_too(sweep):
     (the ruler, sftHeld, every held-out set), each difference recomputed here from the re-scored
     checkpoint of the key the row names; Holm over the two alphas, per set, by hand."""
     data = analyze(sweep)
-    rows = data["compare"]["vs_parent"]
-    assert [(r["config"], r["parent"], r["alpha"]) for r in rows] == [(k, "full-replay2", alpha_of(k)) for k in ALPHAS]
-    held_out = [name for name in {c.key: c for c in data["compare"]["configs"]}[KEY].stats
+    rows = data.compare.vs_parent
+    assert [(r.config, r.parent, r.alpha) for r in rows] == [(k, "full-replay2", alpha_of(k)) for k in ALPHAS]
+    held_out = [name for name in {c.key: c for c in data.compare.configs}[KEY].stats
                 if name not in ("drift", "sftHeld")]
     env = {m.seed: m.env for m in read_lock(sweep).members_of("compare") if m.config_key == "full-replay2"}
     by_row = {}
     for row in rows:
-        assert list(row["paired"]) == ["drift", "sftHeld", *held_out]
-        for metric in row["paired"]:
+        assert list(row.paired) == ["drift", "sftHeld", *held_out]
+        for metric in row.paired:
             set_name = {"drift": "enRuler"}.get(metric, metric)
             diffs = []
             for s in (1, 2):
                 base = score_checkpoint(Path(env[s]["TATU_SEED_CKPT"]), env[s], sweep / "scores")[set_name]
-                child = score_checkpoint(sweep / "interpolated" / f"{row['config']}-s{s}", env[s], sweep / "scores")[set_name]
+                child = score_checkpoint(sweep / "interpolated" / f"{row.config}-s{s}", env[s], sweep / "scores")[set_name]
                 parent = score_checkpoint(sweep / "runs" / f"wise.full-replay2-s{s}" / "final", env[s], sweep / "scores")[set_name]
                 diffs.append(_log_ratio(base, child) - _log_ratio(base, parent))
-            paired = row["paired"][metric]
+            paired = row.paired[metric]
             diff = paired.change
-            assert paired.n_seeds == 2 and diff.value == pytest.approx(sum(diffs) / 2, abs=1e-12), (row["config"], metric)
+            assert paired.n_seeds == 2 and diff.value == pytest.approx(sum(diffs) / 2, abs=1e-12), (row.config, metric)
             assert diff.lo <= diff.value <= diff.hi
-            by_row[row["config"], metric] = diffs
-        assert by_row[row["config"], "drift"][0] != 0.0  # the walk back changed the scores, so the check compares something
+            by_row[row.config, metric] = diffs
+        assert by_row[row.config, "drift"][0] != 0.0  # the walk back changed the scores, so the check compares something
     assert by_row[KEY, "drift"] != by_row[KEY_QUARTER, "drift"]  # the two alphas differ, so the pairing is checked
-    for metric in rows[0]["paired"]:  # Holm over the alphas, per set
-        found = [row["paired"][metric] for row in rows]
+    for metric in rows[0].paired:  # Holm over the alphas, per set
+        found = [row.paired[metric] for row in rows]
         assert [p.p_holm for p in found] == pytest.approx(holm_by_hand([p.p_value for p in found]), abs=1e-15), metric
         assert [p.n_compared for p in found] == [2, 2]
-    assert any(row["paired"][m].p_holm != row["paired"][m].p_value for row in rows for m in row["paired"])  # Holm adjusted something
+    assert any(row.paired[m].p_holm != row.paired[m].p_value for row in rows for m in row.paired)  # Holm adjusted something
     text = closing_text(data)
     assert "interpolated vs its parent at the end, paired by seed and line" in text
     from tatu.sweep.report.write import write_report

@@ -280,7 +280,7 @@ def test_the_legend_shows_configurations_and_a_train_axis_but_leaves_other_table
             config_result("trainlora", {"TATU_TRAIN": "lora"}, (), None)]
     rows = configs_legend(None, axis)[2].splitlines()
     assert [r.split() for r in rows[1:]] == [["trainall", "-", *axis[0].trainable.split()], ["trainlora", "-", "n/a"]]
-    named = [["lora-r8", {"TATU_TRAIN": "lora", "TATU_LORA_RANK": "8"}], ["full", {}]]
+    named = {"lora-r8": {"TATU_TRAIN": "lora", "TATU_LORA_RANK": "8"}, "full": {}}
     configs = [config_result("lora-r8", {"config": "lora-r8"}, (), None, trainable="lora r=8 alpha=16 on 16 modules: 65.5k trainable"),
                config_result("full", {"config": "full"}, (), None, trainable="trainable 1.1M of 1.1M (100.0%): h.0-3")]
     rows = configs_legend(named, configs)[2].splitlines()

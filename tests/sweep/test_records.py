@@ -12,8 +12,8 @@ import pytest
 from run_records import config_result, member_result
 from tatu.records import FORMAT_KEY
 from tatu.sweep.judge.analysis import add_paired
-from tatu.sweep.judge.records import (REPORT_VERSION, ConfigResult, ConfigStat, EvalDrifts, MemberResult, PairedDiff,
-                                read_report_json, write_report_json)
+from tatu.sweep.judge.records import ConfigResult, ConfigStat, EvalDrifts, MemberResult, PairedDiff
+from tatu.sweep.judge.sweep_report import REPORT_VERSION, read_report_json, write_report_json
 from tatu.sweep.judge.sets import set_stats
 
 # report.json of `python -m tatu.ops.demo --scale tiny --foreground`, written by tatu before
@@ -94,7 +94,7 @@ def test_the_results_write_the_keys_a_report_held_and_read_back_equal_without_th
 
 def test_a_version_1_report_reads_and_writes_back_the_same_bytes_but_its_version(tmp_path):
     report = read_report_json(V1_REPORT)
-    configs = report["compare"]["configs"]
+    configs = report.compare.configs
     assert all(isinstance(c, ConfigResult) and all(isinstance(r, MemberResult) for r in c.results) for c in configs)
     assert all(isinstance(s, ConfigStat) for c in configs for s in c.stats.values() if s)
     assert any(isinstance(p, PairedDiff) for c in configs for p in (c.paired or {}).values())
