@@ -1,5 +1,6 @@
 """A sweep's numbers: per-member results, per-configuration statistics over seeds, paired
-comparisons with the baseline, the tune stage's choice and the locked rule's verdict.
+comparisons with the baseline, and the report (SweepReport) with the locked rule's verdict
+(decided in judge/verdict.py).
 
 Everything here is a pure function of the lock, the members' run dirs and checkpoints: the
 same files give the same numbers (fixed resampling seeds), however often and by whatever
@@ -12,33 +13,26 @@ judges the one it names.
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
 import itertools
-import math
 from pathlib import Path
 
-from tatu.evals.seeds import power as seeds_power
 from tatu.sweep.plan.interpolated import InterpolatedMember, interpolated_members
 from tatu.sweep.judge.interpolated import interpolated_result
 from tatu.sweep.judge.vs_parent import vs_parent
-from tatu.sweep.judge.outcome import TERMINAL, outcome, read_json
+from tatu.sweep.judge.outcome import outcome, read_json
 from tatu.sweep.plan.member import Member
-from tatu.sweep.plan.load import Plan
 from tatu.sweep.plan.lock import LockedPlan, read_lock
-from tatu.sweep.plan.rule import CONFIG, held_out_set, one_config_line
+from tatu.sweep.plan.rule import held_out_set
 from tatu.sweep.judge import common_step as common_step_
 from tatu.sweep.judge.scores import end_checkpoint, score_checkpoint
 from tatu.sweep.judge.power import seeds_for_effect, stated_effect
 from tatu.sweep.judge.sets import set_stats
-from tatu.sweep.judge.records import (ConfigResult, ConfigStat, EvalDrifts, FailedCondition, MemberResult, RuleCheck,
-                                SweepVerdict, holm_adjusted)
-from tatu.sweep.judge.check import check_looks, sequential_verdict
+from tatu.sweep.judge.records import ConfigResult, ConfigStat, EvalDrifts, MemberResult, holm_adjusted
+from tatu.sweep.judge.looks_check import check_looks
+from tatu.sweep.judge.verdict import verdict
 from tatu.sweep.judge.stats import paired_stats
 from tatu.sweep.judge.sweep_report import CompareStage, SweepReport, TuneStage
-
-COMMON_LINES = (common_step_.START, common_step_.AT_COMMON)  # the base/end keys of the common-step lines
-
 
 def member_result(member: Member, sweep_dir: Path, required: tuple[str, ...] = ()) -> MemberResult:
     """Status, verdict, per-line start/end scores (every set and category, sweep/judge/scores.py; the
@@ -94,106 +88,6 @@ def _metrics(stats: dict[str, ConfigStat | None] | None, results: tuple[MemberRe
     return out
 
 
-def _fmt_metric(name: str, value: float) -> str:
-    return f"{value:.0f}" if name == "aborted" else f"{value * 100:+.1f}%"
-
-
-def decide(plan: Plan, configs: list[ConfigResult]) -> SweepVerdict:
-    """The locked plan's rule over the comparison stage's configurations."""
-    rule = plan.rule
-    if rule.axis == CONFIG:  # `first config`: the plan's order of its configurations
-        order = list(plan.configs) + plan.interpolated_keys()  # interpolated ones after the named
-        ordered = sorted(configs, key=lambda c: order.index(c.values[CONFIG]))
-    else:
-        axis_values = plan.axes[rule.axis]
-        # an interpolated configuration has its parent's value: judged after the parent's own (a stable sort)
-        configs = sorted(configs, key=lambda c: c.key in plan.interpolated_keys())
-        ordered = sorted(configs, key=lambda c: float(c.values[rule.axis]) if _is_number(c.values[rule.axis])
-                         else axis_values.index(c.values[rule.axis]), reverse=rule.choose == "largest")
-    checks = []
-    # configurations crossed with axes share values of the rule's axis: a shared one is named with its key
-    shared = collections.Counter(config.values[rule.axis] for config in ordered)
-    for config in ordered:
-        failed, missing = [], []
-        for cond in rule.conditions:
-            value = ((config.metrics_common if rule.at == "common" else config.metrics) or {}).get(cond.metric)
-            if value is None:
-                missing.append(cond.metric)
-            elif not cond.holds(value, config.effective):
-                failed.append(FailedCondition(cond.text(), value, cond.threshold(config.effective),
-                                              _fmt_metric(cond.metric, value)))
-        value = config.values[rule.axis]
-        label = f"{value} ({config.key})" if shared[value] > 1 else value
-        checks.append(RuleCheck(config.key, value, label, tuple(failed), tuple(missing),
-                                any(r.interpolated for r in config.results)))
-    chosen = next((c for c in checks if c.passes), None)
-    if rule.axis == CONFIG and len(checks) == 1:  # one configuration (--env-file --seeds): nothing to choose among
-        line = one_config_line(rule, checks[0], sum(r.has("end") for r in ordered[0].results))
-    elif chosen:
-        line = f"{rule.axis}={chosen.label}: the {rule.choose} {rule.axis} such that {rule.text.split('such that', 1)[1].strip()}"
-    else:
-        line = f"no {rule.axis} satisfies the rule ({rule.text})"
-    return SweepVerdict(rule=rule.text, axis=rule.axis, at=rule.at,
-                        at_step=next((c.common_step for c in configs), None) if rule.at == "common" else None,
-                        chosen=chosen and chosen.value, line=line, checks=tuple(checks),
-                        would_change=tuple(_would_change(rule, ordered, checks, chosen)))
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-        return True
-    except ValueError:
-        return False
-
-
-def _would_change(rule, ordered: list[ConfigResult], checks: list[RuleCheck], chosen: RuleCheck | None) -> list[str]:
-    """What more seeds could settle: a condition failed by its CI bound while its point estimate
-    passes, and the paired difference between the chosen value and its neighbour before it."""
-    notes = []
-    by_key = {c.key: c for c in ordered}
-    for check in checks:
-        if chosen is not None and check is chosen:
-            break
-        config = by_key[check.config]
-        for fail in check.failed:
-            metric = fail.condition.split()[0]
-            base = metric.removesuffix("_hi").removesuffix("_lo")
-            key = "drift" if base.startswith("drift") and not base.startswith("every") else (held_out_set(base) or "sftHeld")
-            stats = (config.stats_at(rule.at == "common") or {}).get(key)
-            if not stats or metric == base or base.startswith("every") or base == "aborted":
-                continue
-            point, parts = stats.change.value, stats.parts
-            # On the log scale: the bound must move inside the threshold. The crossed CI's expected
-            # half-width at n seeds (power 0.5: the estimate and the spread holding) must fall
-            # under the margin; the shared lines' part of it does not shrink with the seeds.
-            margin = abs(math.log1p(fail.threshold) - stats.log_mean) if fail.threshold > -1 else 0.0
-            passes_point = (point < fail.threshold) if metric.endswith("_hi") else (point > fail.threshold)
-            if passes_point and margin > 0 and parts is not None:
-                need = seeds_power.seeds_needed(parts, margin, power=0.5)
-                more = (f"about {max(1, need - stats.n_seeds)} more seeds would narrow {metric} enough to pass" if need
-                        else f"no number of seeds would narrow {metric} enough to pass with these {parts.n_lines} lines "
-                             "(more lines would)")
-                notes.append(f"{rule.axis}={check.label}: its {base} point estimate {_fmt_metric(base, point)} passes; "
-                             f"{more} (if the estimate and the spread hold)")
-    if chosen is not None:
-        # The chosen value against the one just before it (the cheaper dose it beat): is the
-        # difference resolved across seeds, and if not, how many seeds would resolve it?
-        position = [c.config for c in checks].index(chosen.config)
-        if position > 0:
-            before, this = by_key[checks[position - 1].config], by_key[chosen.config]
-            lines = COMMON_LINES if rule.at == "common" else ("base", "end")
-            p = paired_stats(this.results, before.results, "enRuler", None, 99, *lines)
-            if p and p.p_value >= seeds_power.ALPHA:
-                # the seeds whose crossed CI resolves the difference measured, at 80% power
-                need = seeds_power.seeds_needed(p.parts, p.change.value)
-                more = (f"{max(1, need - p.n_seeds)} more seeds would resolve it" if need
-                        else f"no number of seeds would resolve it with these {p.parts.n_lines} lines (more lines would)")
-                notes.append(f"{rule.axis}={checks[position - 1].label} vs {chosen.label}: drift difference "
-                             f"not resolved (its 95% CI, seeds x lines, includes 0: p={p.p_value:.2f}); {more}")
-    return notes
-
-
 def stage_table(locked: LockedPlan, members: list[Member], sweep_dir: Path, stage: str) -> list[ConfigResult]:
     """One entry per configuration: its members' results and its statistics over seeds."""
     half_sft = "judge" if locked.plan.tune_var and stage == "compare" else ("dev" if stage == "tune" else None)
@@ -216,7 +110,7 @@ def stage_table(locked: LockedPlan, members: list[Member], sweep_dir: Path, stag
         results = tuple(with_common.get(r.member, r) for r in grouped_results[key])
         stats, categories = set_stats(results, half_sft, index)
         skip = why_not or isinstance(group[0], InterpolatedMember)
-        at_common, categories_common = (None, None) if skip else set_stats(results, half_sft, index, *COMMON_LINES)
+        at_common, categories_common = (None, None) if skip else set_stats(results, half_sft, index, *common_step_.COMMON_LINES)
         configs.append(ConfigResult(
             key=key, values=group[0].values, results=results, stats=stats, categories=categories,
             stats_common=at_common, categories_common=categories_common, common_step=common, common_missing=why_not,
@@ -235,7 +129,7 @@ def add_paired(baseline: dict[str, str], configs: list[ConfigResult]) -> list[Co
     if baseline is None:
         return configs
     others = [c for c in configs if c is not baseline]
-    variants = [("paired", ("base", "end"))] + ([("paired_common", COMMON_LINES)] if baseline.stats_common else [])
+    variants = [("paired", ("base", "end"))] + ([("paired_common", common_step_.COMMON_LINES)] if baseline.stats_common else [])
     found: dict[str, dict[str, dict]] = {c.key: {} for c in others}  # config -> where -> metric -> PairedDiff
     for (where, lines), (metric, set_name) in itertools.product(variants, (("drift", "enRuler"), ("sftHeld", "sftHeld"))):
         compared = []
@@ -261,7 +155,7 @@ def analyze(sweep_dir: Path) -> SweepReport:
     sweep_dir = Path(sweep_dir)
     locked = read_lock(sweep_dir)
     plan = locked.plan
-    tune = compare = verdict = seeds_for = None
+    tune = compare = decided = seeds_for = None
     if plan.tune_var:
         configs = stage_table(locked, locked.members_of("tune"), sweep_dir, "tune")
         tune = TuneStage(plan.tune_var, tuple(c.without_lines() for c in configs))
@@ -272,13 +166,10 @@ def analyze(sweep_dir: Path) -> SweepReport:
             check_looks(locked, sweep_dir, configs)
         configs = add_paired(plan.baseline, configs)
         parents = vs_parent(plan.interpolate, configs)
-        verdict = dataclasses.replace(decide(plan, configs),
-                                      complete=all(r.state in TERMINAL for c in configs for r in c.results))
-        if plan.design:  # the looks' verdict, complete when they decided it
-            verdict = sequential_verdict(locked, sweep_dir, configs, verdict)
-        compare = CompareStage(tuple(c.without_lines() for c in configs), verdict.complete, parents)
+        decided = verdict(locked, configs, sweep_dir)
+        compare = CompareStage(tuple(c.without_lines() for c in configs), decided.complete, parents)
         seeds_for = seeds_for_effect(plan.rule, configs, stated_effect(plan.mde))
     # a lock written before the portable hash existed shows its own
     return SweepReport(plan.name, plan.question, plan.rule.text, locked.plan_hash,
                        locked.plan_portable_hash or locked.plan_hash, plan.seeds, plan.configs or None, tune,
-                       locked.tuned, compare, verdict, seeds_for)
+                       locked.tuned, compare, decided, seeds_for)

@@ -19,6 +19,7 @@ from tatu.sweep.judge.records import EvalDrifts, MemberResult
 from tatu.sweep.judge.scores import category_entries
 
 START, AT_COMMON = "start@0", "end@common"  # the keys of a member result that hold these lines
+COMMON_LINES = (START, AT_COMMON)  # the base/end keys of the common-step lines, as (base, end)
 
 
 def lines_at(run_dir: Path, step: int) -> dict | None:

@@ -1,7 +1,7 @@
 """A sequential schedule's looks in words: one line per look (its seeds, the crossed CI at the level
 its boundary spends, the threshold, the decision) under a line per configuration (its decision and
 the seeds it ran). The same lines in the coordinator's log, `tatu sweep status` and the report's
-verdict (tatu.sweep.judge.check)."""
+verdict (tatu.sweep.judge.verdict)."""
 from __future__ import annotations
 
 import math

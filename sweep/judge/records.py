@@ -339,7 +339,7 @@ class SweepVerdict:
     checks: tuple[RuleCheck, ...]
     would_change: tuple[str, ...]
     complete: bool = False
-    looks: tuple[str, ...] = ()  # a sequential design's looks, a line each (sweep/judge/check.py)
+    looks: tuple[str, ...] = ()  # a sequential design's looks, a line each (sweep/judge/verdict.py)
 
     def to_json(self) -> dict:
         out = {"rule": self.rule, "axis": self.axis, "at": self.at, "at_step": self.at_step, "chosen": self.chosen,

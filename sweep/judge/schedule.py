@@ -1,6 +1,6 @@
 """What a sequential sweep runs next, from the lock, the members' states and the looks log: the one
 function every backend's coordinator calls (sweep/run/coordinator.py: foreground, systemd and Ray run
-the same loop), and whose looks `tatu sweep report` recomputes (sweep/judge/check.py).
+the same loop), and whose looks `tatu sweep report` recomputes (sweep/judge/looks_check.py).
 
 Per configuration, its seeds run in the plan's seed order: the first min_seeds together, then one
 at a time, each only after the look at the seeds before it said "continue". A configuration's
@@ -135,7 +135,7 @@ def config_looks_all(design: Design, config: str, criteria: tuple[Condition, ...
                      results: list[MemberResult], half: str | None,
                      pool_of: PoolSource | None = None) -> tuple[list[LoggedLook], str]:
     """Every look the files allow for one configuration, cut at its decision: the same for the
-    scheduler and for the report's recomputation (sweep/judge/check.py)."""
+    scheduler and for the report's recomputation (sweep/judge/looks_check.py)."""
     looks = [entry for c in criteria for entry in config_looks(design, config, c, effective, results, half, pool_of)]
     return cut_at_decision(criteria, looks)
 

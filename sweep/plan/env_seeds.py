@@ -15,7 +15,7 @@ What the generated plan holds, and why:
   and sftHeld_change_hi < -TATU_VERDICT_MIN_GAIN`: the daemon's own verdict criteria (its
   judge.verdict: holds when sftHeld's CI upper bound is below -TATU_VERDICT_MIN_GAIN and drift stays
   under MIX_FORGET_LIMIT at every eval), with CIs over seeds x lines. The same rule language as
-  every plan; with one configuration the verdict reads `run5 holds across 3 seeds` (analysis.decide).
+  every plan; with one configuration the verdict reads `run5 holds across 3 seeds` (tatu.sweep.judge.verdict.one_config_line).
 - the sweep's name: `<TATU_RUN>-seeds` (derived the same way when that is not a plain name), or --name.
 
 The question names neither N nor the env file's path, so a larger N adds seeds to the same

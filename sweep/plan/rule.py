@@ -99,17 +99,3 @@ def parse_rule(text: str, axes: dict, path: Path, configs=(), where: str = "[dec
             raise plan_error(path, where, f"{value} is neither a number nor a run variable")
         conditions.append(Condition(metric, op, value))
     return Rule(text.strip(), choose, axis, tuple(conditions), "common" if at and at.startswith("common") else "end")
-
-
-def one_config_line(rule: Rule, check, seeds: int) -> str:
-    """The verdict of a rule over one configuration (nothing to choose among): `run5 holds across 3
-    seeds: CONDITIONS`; `forgets` when a drift condition failed (the daemon's word for it), `does not
-    hold` when only another one did, `is not judged` when a metric is missing. `check`: analysis.decide's
-    (sweep/judge/records.py RuleCheck)."""
-    conditions = rule.text.split("such that", 1)[1].strip()
-    if check.passes:
-        return f"{check.label} holds across {seeds} seeds: {conditions}"
-    if check.failed:
-        drift = any(f.condition.split()[0].startswith(("drift", "every_eval_drift")) for f in check.failed)
-        return f"{check.label} {'forgets' if drift else 'does not hold'} across {seeds} seeds (the rule: {conditions})"
-    return f"{check.label} is not judged across {seeds} seeds: no value for {', '.join(check.missing)} ({conditions})"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tatu.evals.seeds.sequential import Design
 from tatu.sweep.judge import looks_log
-from tatu.sweep.judge.check import runs_line, verdict_sentence
+from tatu.sweep.judge.verdict import runs_line, verdict_sentence
 from tatu.sweep.judge.looks_text import configurations, looks_lines
 from tatu.sweep.judge.schedule import Schedule, schedule
 from tatu.sweep.plan.lock import LockedPlan

@@ -161,7 +161,7 @@ def verdict_lines(verdict: SweepVerdict, complete: bool) -> list[str]:
             why = " (interpolated: no daemon run, so no evals during training)" if check.interpolated else ""
             lines.append(f"  {verdict.axis}={check.label} is not judged: no value for {', '.join(check.missing)}{why}")
     return lines + [f"  what would change it: {note}" for note in verdict.would_change] + [
-        f"  {line}" for line in verdict.looks]  # a sequential design's looks (sweep/judge/check.py)
+        f"  {line}" for line in verdict.looks]  # a sequential design's looks (sweep/judge/verdict.py)
 
 
 TUNE_PENDING = "(the tune stage has not finished: the comparison stage has not started)"

@@ -226,7 +226,7 @@ class Coordinator:
             signal.signal(signal.SIGTERM, old)
 
     def say_verdict(self, statuses: list[MemberStatus]) -> None:
-        from tatu.sweep.judge.check import runs_line, verdict_sentence
+        from tatu.sweep.judge.verdict import runs_line, verdict_sentence
 
         rule = read_lock(self.sweep_dir).plan.rule
         states = {s.member.run: s.state for s in statuses}

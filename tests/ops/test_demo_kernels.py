@@ -17,7 +17,7 @@ from run_records import rejudged as other_rule
 
 from tatu.daemon.logs import read_events
 from tatu.ops.demo import SWEEP
-from tatu.sweep.judge.analysis import decide
+from tatu.sweep.judge.verdict import decide
 from tatu.sweep.plan.lock import read_lock
 from tatu.sweep.report.conclusions import conclusions, disagreements
 from tatu.sweep.judge.sweep_report import read_report_json

@@ -14,7 +14,7 @@ from run_records import config_result, member_result, rule_plan
 
 from tatu.exitcodes import BAD_CONFIG, USAGE
 from tatu.ops.cli import main as tatu
-from tatu.sweep.judge.analysis import decide
+from tatu.sweep.judge.verdict import decide
 from tatu.sweep.plan.env_seeds import derived_name, seeds_plan, write
 from tatu.sweep.errors import SweepError
 from tatu.sweep.plan.lock import reconcile

@@ -22,7 +22,8 @@ from tiny_world import EN_WORDS, PT_WORDS, sentences
 
 from tatu.data.tags import tagger_problem
 from tatu.ops import cli
-from tatu.sweep.judge.analysis import analyze, decide
+from tatu.sweep.judge.analysis import analyze
+from tatu.sweep.judge.verdict import decide
 from tatu.sweep.plan.lock import read_lock
 from tatu.sweep.judge.scores import score_checkpoint
 

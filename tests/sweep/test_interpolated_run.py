@@ -23,7 +23,8 @@ from run_records import rejudged
 from sweep_world import plan_world, run_through
 
 from tatu.exitcodes import BAD_DATA
-from tatu.sweep.judge.analysis import analyze, decide
+from tatu.sweep.judge.analysis import analyze
+from tatu.sweep.judge.verdict import decide
 from tatu.sweep.errors import SweepError
 from tatu.sweep.plan.interpolated import interpolated_members
 from tatu.sweep.judge.interpolated import interpolated_result

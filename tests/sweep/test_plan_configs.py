@@ -16,7 +16,7 @@ from sweep_world import plan_text
 from tatu.exitcodes import BAD_CONFIG
 from tatu.records import RelativeChange
 from tatu.ops.cli import main as tatu
-from tatu.sweep.judge.analysis import decide
+from tatu.sweep.judge.verdict import decide
 from tatu.sweep.errors import SweepError
 from tatu.sweep.judge.records import ConfigResult
 from tatu.sweep.plan.lock import read_lock, reconcile

@@ -114,7 +114,7 @@ def _config(key: str, values: dict, drift_hi: float) -> ConfigResult:
 
 
 def test_the_rule_orders_interpolated_configurations_after_their_parents(tmp_path):
-    from tatu.sweep.judge.analysis import decide
+    from tatu.sweep.judge.verdict import decide
 
     axis = rule_plan("smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT", {"REPLAY_N": ["0", "2"]},
                      tmp_path / "p.toml", interpolate=InterpolateSpec("replay-n0", (0.5,)))

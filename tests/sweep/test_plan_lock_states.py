@@ -16,7 +16,7 @@ from sweep_world import plan_text
 from tatu.evals.seeds.power import CrossedParts
 from tatu.exitcodes import BAD_CONFIG
 from tatu.ops.cli import main as tatu
-from tatu.sweep.judge.analysis import decide
+from tatu.sweep.judge.verdict import decide
 from tatu.sweep.run.backends import UnitState
 from tatu.sweep.errors import SweepError
 from tatu.sweep.run.members import member_status, summary

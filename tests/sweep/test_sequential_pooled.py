@@ -20,7 +20,7 @@ from tatu.sweep.judge import analysis
 from tatu.sweep.errors import SweepError
 from tatu.sweep.plan.lock import read_lock
 from tatu.sweep.judge import looks_log
-from tatu.sweep.judge.check import check_looks
+from tatu.sweep.judge.looks_check import check_looks
 from tatu.sweep.judge.looks_log import PooledGroup
 from tatu.sweep.report.status import plan_line
 

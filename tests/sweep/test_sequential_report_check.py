@@ -1,5 +1,5 @@
 """`tatu sweep report` on a sequential sweep recomputes every look from the run dirs and compares
-them with the looks log (sweep/judge/check.py): a corrupted decision, a look logged twice, a
+them with the looks log (sweep/judge/looks_check.py): a corrupted decision, a look logged twice, a
 look the files do not allow, or one never logged refuses the report with 65 and one line naming
 the file and the look. Members are tests/sequential_world.py's (simulated per-line scores); the
 report runs `tatu sweep report` in-process with sweep/analysis.member_result answering from them."""
@@ -19,7 +19,7 @@ from tatu.sweep.judge import analysis
 from tatu.sweep.errors import SweepError
 from tatu.sweep.plan.lock import read_lock
 from tatu.sweep.judge import looks_log
-from tatu.sweep.judge.check import check_looks
+from tatu.sweep.judge.looks_check import check_looks
 
 RULE = "first config such that drift_hi < 5%"
 CONFIGS = "d = { REPLAY_N = 1 }\na = { REPLAY_N = 0 }\nb = { REPLAY_N = 2 }\nc = { REPLAY_N = 4 }\n"
