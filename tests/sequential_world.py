@@ -58,7 +58,7 @@ def drift_of(member: Member) -> float:
 
 
 def simulated_result(member: Member) -> MemberResult:
-    """The member's result (what sweep/analysis.member_result gives once it has an end), seeded by its
+    """The member's result (what sweep/judge/analysis.member_result gives once it has an end), seeded by its
     configuration and seed: the same member gives the same scores in every process."""
     rng = np.random.default_rng([member.seed, sum(map(ord, member.config_key))])
     line = np.random.default_rng(7).normal(0, 0.002, N_LINES)  # shared lines: the same for every member
@@ -71,7 +71,7 @@ def simulated_result(member: Member) -> MemberResult:
 
 
 def scored(member: Member, *_) -> MemberResult:
-    """sweep/analysis.member_result for these members: their simulated result once they ran, pending before."""
+    """sweep/judge/analysis.member_result for these members: their simulated result once they ran, pending before."""
     if (member.run_dir / "verdict.json").exists():
         return simulated_result(member)
     return dataclasses.replace(simulated_result(member), state="pending", steps=None, lines={})

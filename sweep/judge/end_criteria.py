@@ -5,7 +5,7 @@ fails is a fail: `first config` goes on to the next, a fixed sequence stops ther
 
 They are read from the members' run dirs (their eval events and verdicts: no scoring), so the
 coordinator, `tatu sweep status` and the report all judge them from the same files at no cost,
-as sweep/analysis.member_result reads them. Any other criterion a look does not decide (a point
+as sweep/judge/analysis.member_result reads them. Any other criterion a look does not decide (a point
 estimate, a CI's lower bound) has no sequential meaning here: the plan is refused (design.py)."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A configuration's looks from its members' per-line scores: the same function for the scheduler
 (which logs each look before acting on it) and for `tatu sweep report` (which recomputes them all
-and checks the log: sweep/sequential/log.check_agrees).
+and checks the log: sweep/judge/looks_log.check_agrees).
 
 The look at n seeds uses the configuration's first n members in the plan's seed order (all finished:
 a later seed that finished first waits for its turn), their crossed CI (evals/seeds/stats.crossed_ci,
@@ -39,7 +39,7 @@ def _resampling_seed(config: str, set_name: str, n_seeds: int) -> list[int]:
 def config_looks(design: Design, config: str, condition: Condition, effective: dict, results: list[MemberResult],
                  half: str | None = None, pool_of: PoolSource | None = None) -> list[LoggedLook]:
     """Every look the files allow, up to the first decision. `results`: the configuration's member
-    results in seed order (sweep/analysis.member_result: per-line "base"/"end" scores once finished).
+    results in seed order (sweep/judge/analysis.member_result: per-line "base"/"end" scores once finished).
     `pool_of`: what a pooling design pools beside them (None: nothing else); unused otherwise."""
     set_name = criterion_set(condition)
     if set_name is None:

@@ -24,7 +24,7 @@ def _named(entry: LoggedLook) -> str:
 
 
 def recompute(locked: LockedPlan, configs: list[ConfigResult], logged: list[LoggedLook] | None = None) -> list[LoggedLook]:
-    """Every look the files allow. `configs`: sweep/analysis.stage_table's comparison stage (its
+    """Every look the files allow. `configs`: sweep/judge/analysis.stage_table's comparison stage (its
     members' results with their per-line scores); `logged`: the looks log, whose pooled members a
     pooling design's looks are recomputed on (a look it lacks pools every other configuration's
     finished members)."""

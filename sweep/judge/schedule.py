@@ -4,7 +4,7 @@ the same loop), and whose looks `tatu sweep report` recomputes (sweep/judge/look
 
 Per configuration, its seeds run in the plan's seed order: the first min_seeds together, then one
 at a time, each only after the look at the seeds before it said "continue". A configuration's
-looks are every criterion's looks (sweep/sequential/looks.config_looks) up to its decision: a
+looks are every criterion's looks (sweep/judge/looks.config_looks) up to its decision: a
 criterion that fails (or is futile) decides it, so do all criteria passed; looks past that seed
 count are not the configuration's (the report recomputes the same cut, so the log and the files
 agree). Once its looks pass, the rule's criteria a look does not decide are judged over the members
@@ -185,7 +185,7 @@ def schedule(locked: LockedPlan, states: dict[str, str], logged: list[LoggedLook
              results_of: Callable[[Member], MemberResult] | None, log_path: Path | None = None,
              facts_of: Callable[[Member], EndFacts] | None = None) -> Schedule:
     """`states`: member run -> its state (sweep/run/members.py); `logged`: the looks log; `results_of`:
-    a member's result with its per-line scores (sweep/analysis.member_result), asked only for the
+    a member's result with its per-line scores (sweep/judge/analysis.member_result), asked only for the
     members of a configuration with a seed not looked at yet (None: the log alone, as `tatu sweep
     status` reads it, computing nothing). A logged look the files recompute
     otherwise is 65 (check_logged, naming `log_path`'s line): a decision nobody can reproduce is not

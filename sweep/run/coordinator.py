@@ -52,10 +52,10 @@ class Coordinator:
         self.stopping = False
         self.notifier = _notifier()
         self.tensorboard_missing: str | None = None  # why no HParams session can be written ("" : they can)
-        # a sequential design's looks read members' per-line scores (sweep/analysis.member_result);
+        # a sequential design's looks read members' per-line scores (sweep/judge/analysis.member_result);
         # a finished member's never change, so each is read once per coordinator
         self.results_of = results_of
-        self.results: dict = {}  # member run -> its sweep/records.MemberResult
+        self.results: dict = {}  # member run -> its sweep/judge/records.MemberResult
         self.schedule = None  # the last pass's sequential schedule (None: a fixed design)
 
     def say(self, text: str) -> None:

@@ -1,4 +1,4 @@
-"""sweep/sequential/looks.config_looks on member results with simulated per-line scores: each look
+"""sweep/judge/looks.config_looks on member results with simulated per-line scores: each look
 is the crossed CI of the first n members, looks stop at the first decision, a member not yet
 finished holds back the later ones, and the same files give the same looks (what the report's
 recomputation relies on)."""

@@ -2,7 +2,7 @@
 them with the looks log (sweep/judge/looks_check.py): a corrupted decision, a look logged twice, a
 look the files do not allow, or one never logged refuses the report with 65 and one line naming
 the file and the look. Members are tests/sequential_world.py's (simulated per-line scores); the
-report runs `tatu sweep report` in-process with sweep/analysis.member_result answering from them."""
+report runs `tatu sweep report` in-process with sweep/judge/analysis.member_result answering from them."""
 from __future__ import annotations
 
 import io
