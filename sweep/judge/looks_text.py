@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from tatu.evals.seeds.sequential import Look
+from tatu.formats import fmt_ci
 from tatu.sweep.judge.looks_log import LoggedLook
 from tatu.sweep.judge.schedule import Schedule
 
@@ -34,14 +35,16 @@ def upper_bound(look: Look) -> float:
 
 
 def look_line(entry: LoggedLook) -> str:
-    """`look d drift_hi < 5% at 4 seeds: continue (CI at the spent level [+0.1%, +7.2%] vs +5.0%; mean
-    +3.6%, t 1.72, boundary 4.34)`: the crossed CI whose level the boundary spends, its threshold."""
+    """`look d drift_hi < 5% at 4 seeds: continue (CI at the spent level +3.6% [+0.1%,+7.2%] vs +5.0%;
+    t 1.72, boundary 4.34)`: the mean and the crossed CI whose level the boundary spends, as every CI
+    is written (tatu.formats.fmt_ci: n/a ends while nothing is spent), and its threshold."""
     look = entry.look
     bound = look.t_bound
     lo, hi = ((look.mean - bound * look.se, look.mean + bound * look.se) if math.isfinite(bound)
-              else (-math.inf, math.inf))
+              else (math.nan, math.nan))
+    ci = fmt_ci(math.expm1(look.mean), math.expm1(lo), math.expm1(hi))
     return (f"look {entry.config} {entry.criterion} at {look.n_seeds} seeds: {look.decision} (CI at the spent level "
-            f"[{pct(lo)}, {pct(hi)}] vs {pct(look.threshold)}; mean {pct(look.mean)}, t {look.statistic:.2f}, "
+            f"{ci} vs {pct(look.threshold)}; t {look.statistic:.2f}, "
             f"boundary {bound:.2f}{pooled_clause(entry)}{', final look' if look.final else ''})")
 
 

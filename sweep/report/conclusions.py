@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tatu.formats import fmt_ci
 from tatu.sweep.judge.sweep_report import SweepReport
 
 JUDGED = ("drift", "sftHeld")
@@ -89,5 +90,5 @@ def disagreements(a: Conclusions, b: Conclusions) -> list[str]:
         if x is None or y is None:
             out.append(f"{name}: judged in one sweep only")
         elif (x.sign and x.sign * y.value <= 0) or (y.sign and y.sign * x.value <= 0):
-            out.append(f"{name}: {x.value:+.4f} [{x.lo:+.4f},{x.hi:+.4f}] vs {y.value:+.4f} [{y.lo:+.4f},{y.hi:+.4f}]")
+            out.append(f"{name}: {fmt_ci(x.value, x.lo, x.hi)} vs {fmt_ci(y.value, y.lo, y.hi)}")
     return out

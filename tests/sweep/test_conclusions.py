@@ -37,7 +37,7 @@ def test_a_sign_that_a_ci_concluded_must_not_turn():
     found = disagreements(conclusions(a), conclusions(b))
     assert len(found) == 1 and found[0].startswith("replay-n0 drift:")
     assert disagreements(conclusions(b), conclusions(a)) == [found[0].replace(  # symmetric, in its own order
-        "+0.0500 [+0.0100,+0.0900] vs -0.0100 [-0.0600,+0.0400]", "-0.0100 [-0.0600,+0.0400] vs +0.0500 [+0.0100,+0.0900]")]
+        "+5.0% [+1.0%,+9.0%] vs -1.0% [-6.0%,+4.0%]", "-1.0% [-6.0%,+4.0%] vs +5.0% [+1.0%,+9.0%]")]
 
 
 def test_another_verdict_or_passing_set_is_a_disagreement():

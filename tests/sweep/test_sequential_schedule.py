@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 from dataclasses import replace
 
@@ -108,7 +109,9 @@ def test_status_shows_the_looks_the_runs_spent_and_the_verdict(runtime, capsys):
     assert lines[0].startswith("sweep st (foreground, K=3): 11/11 done")  # c's members were never needed
     assert not any(line.strip().startswith("c-s") for line in lines)
     at = lines.index("  d: fail, 5 of 5 seeds run")
-    assert lines[at + 1].startswith("    look d drift_hi < 5% at 3 seeds: continue (CI at the spent level [")
+    # the look's mean and CI as every CI is written (tatu.formats.fmt_ci: "+3.2% [-7.6%,+15.3%]")
+    assert re.match(r"    look d drift_hi < 5% at 3 seeds: continue \(CI at the spent level [-+][0-9.]+% "
+                    r"\[[-+][0-9.]+%,[-+][0-9.]+%\] vs \+5\.0%; t ", lines[at + 1]), lines[at + 1]
     assert lines[at + 3].endswith(", final look)") and " at 5 seeds: fail " in lines[at + 3]
     assert "  c: not run, 0 of 5 seeds run" in lines
     assert "runs: 11 of the fixed design's 20 (5 seeds x 4 configurations, 55%)" in lines
