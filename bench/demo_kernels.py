@@ -2,7 +2,7 @@
 
 Runs the demo again with ATEN_CPU_CAPABILITY=default (no vector kernels) and MKL_CBWR=COMPATIBLE
 (MKL's most portable code path): another sum order everywhere, trunk included. Then compares its
-sweep with the reference demo's (tatu.sweep.conclusions): the verdict, the configurations that
+sweep with the reference demo's (tatu.sweep.report.conclusions): the verdict, the configurations that
 passed, and the sign of every judged change whose CI excludes zero; and says how far the numbers
 moved. tests/ops/test_demo_kernels.py is the same check at the tiny scale, in every `make test`.
 
@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 from tatu.ops.demo import SWEEP
-from tatu.sweep.conclusions import conclusions, disagreements
-from tatu.sweep.records import REPORT_FILE, read_report_json
+from tatu.sweep.report.conclusions import conclusions, disagreements
+from tatu.sweep.judge.sweep_report import REPORT_FILE, read_report_json
 
 OTHER_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
 

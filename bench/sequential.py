@@ -9,7 +9,11 @@ seed SD on the passing side (nan where the scenario has none); runs_vs_fixed: se
 fixed design's max_seeds x configurations. The fixed design (max_seeds, the 95% CI) and the naive
 rule (a look per seed on the 95% CI, no spending) are printed beside them for comparison.
 
-    nice -n 10 .venv/bin/python bench/sequential.py --reps 20000
+    nice -n 10 .venv/bin/python bench/sequential.py --reps 20000 [--record]
+
+--record writes the at_threshold lines of the sequential designs it ran into
+sweep/judge/measured_false_pass.txt (each in place of the line of the same design), where the
+sequential verdict reads the false pass it quotes beside the design's own (sweep/judge/verdict.py).
 
 With --min-seeds 2 the design pools the seed variance across the scenario's six configurations
 (evals/seeds/simulate.py), labelled "pooled"; beside it the same design's looks on each
@@ -19,9 +23,12 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 
 from tatu.evals.seeds.sequential import Design
 from tatu.evals.seeds.simulate import SCENARIOS, run_scenario
+
+MEASURED = Path(__file__).resolve().parents[1] / "sweep" / "judge" / "measured_false_pass.txt"
 
 
 def line(label: str, scenario: str, summary) -> str:
@@ -30,24 +37,40 @@ def line(label: str, scenario: str, summary) -> str:
             f"(mc_se {summary.false_pass_se:.4f}) pass_at_minus1sd={minus1} runs_vs_fixed={summary.runs_vs_fixed:.2f}")
 
 
+def record(lines: list[str], path: Path = MEASURED) -> None:
+    """Each line in place of the file's line of the same design (its label, before " scenario="); a
+    design the file lacks is appended. Comments and other designs' lines stay as they are."""
+    new = {line.split(" scenario=")[0]: line for line in lines}
+    kept = path.read_text(encoding="utf-8").splitlines()
+    out = [new.pop(old.split(" scenario=")[0], old) if not old.startswith("#") else old for old in kept]
+    path.write_text("\n".join(out + list(new.values())) + "\n", encoding="utf-8")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=2000)
     parser.add_argument("--min-seeds", type=int, default=3)
     parser.add_argument("--max-seeds", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--record", action="store_true", help=f"write the designs' at_threshold lines into {MEASURED}")
     args = parser.parse_args(argv)
+    measured = []
     pooled = Design("obf", args.min_seeds, args.max_seeds).pools_seed_variance
     tag = " pooled" if pooled else ""
     for scenario in SCENARIOS.values():
         for shape in ("obf", "pocock"):
             design = Design(shape, args.min_seeds, args.max_seeds)
-            print(line(f"sequential {shape}{tag}", scenario.name, run_scenario(design, scenario, args.reps, args.seed)),
-                  flush=True)
+            shown = line(f"sequential {shape}{tag}", scenario.name, run_scenario(design, scenario, args.reps, args.seed))
+            print(shown, flush=True)
+            if scenario.name == "at_threshold":
+                measured.append(shown)
         design = Design("obf", args.min_seeds, args.max_seeds)
         for rule in ("unpooled", "fixed", "naive") if pooled else ("fixed", "naive"):
             label = "sequential obf unpooled" if rule == "unpooled" else f"{rule}{tag if rule == 'naive' else ''}"
             print(line(label, scenario.name, run_scenario(design, scenario, args.reps, args.seed, rule)), flush=True)
+    if args.record:
+        record(measured)
+        print(f"recorded in {MEASURED}: {len(measured)} lines", flush=True)
 
 
 if __name__ == "__main__":

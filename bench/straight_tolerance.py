@@ -56,7 +56,7 @@ def main() -> None:
     wa, wb = t.final_weights(a), t.final_weights(b)
     for name in wa:
         print(f"{name}: weights max |diff| {t.weights_apart(wa[name], wb[name])[0]:.3g} (bits {'equal' if wa[name] == wb[name] else 'differ'})")
-    for what, x, y in (("tuned", t.read_lock(a)["tuned"], t.read_lock(b)["tuned"]),
+    for what, x, y in (("tuned", t.read_lock(a).tuned.to_json(), t.read_lock(b).tuned.to_json()),
                        ("losses", t.step_losses(a), t.step_losses(b)),
                        ("report", json.loads(t.report_numbers(a)), json.loads(t.report_numbers(b)))):
         gaps: list = []

@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
     "units": ("tatu.ops.units", "add_units_args", "units_main", "install the systemd user units (tatu units install --run NAME)"),
     "report": ("tatu.ops.report.page", "add_args", "main", f"plots and an HTML page from runs' {EVENTS}"),
     "export": ("tatu.ops.export", "add_args", "main", "a checkpoint as a transformers GPT-2 directory (--format hf)"),
-    "sweep": ("tatu.sweep.cli", "add_args", "main", "pre-registered sweeps over seeds and knobs (plan, start, status, stop, report)"),
+    "sweep": ("tatu.sweep.run.cli", "add_args", "main", "pre-registered sweeps over seeds and knobs (plan, start, status, stop, report)"),
     "tensorboard": ("tatu.ops.tensorboard_cli", "add_args", "main", f"TensorBoard event files from runs' {EVENTS} and sweeps' members"),
 }
 

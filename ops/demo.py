@@ -25,6 +25,7 @@ from tatu.daemon.run.paths import EVENTS, FINAL, RUN_LOG, STATE, TB, VERDICT, Ru
 from tatu.data.demo.sources import CHAT_PRETRAIN_FILE, HELD_OUT_FILE
 from tatu.formats import fmt_pct
 from tatu.ops.cli import main as tatu
+from tatu.sweep.judge.sweep_report import SweepReport
 from tatu.systemctl import SystemctlError, systemctl_user
 
 
@@ -155,7 +156,7 @@ ESTIMATE_EVERY_S = 60.0
 def trunk_progress(scale: Scale, env: dict[str, str], run_dir: Path):
     """The trunk's measured step and eval times so far (ops/demo_time.py TrunkProgress)."""
     from tatu.ops.demo_time import TrunkProgress
-    from tatu.sweep.cost import cores
+    from tatu.sweep.run.cost import cores
 
     files = RunDir(run_dir)
     steps = [e for e in files.events("step") if e.get("seconds")]
@@ -282,41 +283,41 @@ def _compare_over_seeds(scale: Scale, common: dict[str, str], out: Path, use_sys
     return sweeps / SWEEP
 
 
-def closing_table(data: dict) -> str:
+def closing_table(data: SweepReport) -> str:
     """The sweep's answer: per configuration over seeds, the paired difference, the locked rule's
     verdict (the sweep report holds the rest: held-out sets, word categories, the common step)."""
-    from tatu.sweep import tables
+    from tatu.sweep.report import tables
 
-    configs = data["compare"]["configs"]
+    configs = list(data.compare.configs)
     return "\n".join([
-        f"{data['question']}",
+        f"{data.question}",
         "per configuration over seeds (* = baseline):",
         tables.text_table(tables.CONFIG_HEADER, tables.config_rows(configs)),
         f"\npaired by seed and line vs the baseline ({tables.PAIRED_P})",
         tables.text_table(tables.PAIRED_HEADER, tables.paired_rows(configs)),
         f"\n{tables.HELD_OUT_NOTE}",
         tables.text_table(tables.HELD_OUT_HEADER, tables.held_out_rows(configs)),
-        "", *tables.power_lines(data), "", *tables.verdict_lines(data)])
+        "", *tables.power_lines(data.seeds_for), "", *tables.verdict_lines(data.verdict, data.compare.complete)])
 
 
-# The heading of the paragraph written from the sweep's report (sweep/prose.py): the README quotes
+# The heading of the paragraph written from the sweep's report (sweep/report/prose.py): the README quotes
 # what follows it, so a hand-written sentence never states a number or a sign the demo did not print.
 WHAT_IT_SAYS = "what it says (one sentence per conclusion, written from the report's numbers; every number is this machine's):"
 
 
-def what_it_says(report: dict) -> str:
-    """The conclusions in sentences, each with its CI (sweep/prose.py), wrapped for a terminal."""
+def what_it_says(report: SweepReport) -> str:
+    """The conclusions in sentences, each with its CI (sweep/report/prose.py), wrapped for a terminal."""
     import textwrap
 
-    from tatu.sweep.prose import what_it_says as sentences
+    from tatu.sweep.report.prose import what_it_says as sentences
 
     return "\n".join(textwrap.fill(s.text, 100, break_on_hyphens=False) for s in sentences(report))
 
 
-def member_table(data: dict) -> str:
+def member_table(data: SweepReport) -> str:
     """Each seed's own run: what the daemon judged on its own (one run's CI: the ruler's lines only)."""
     rows = [f"{'member':<22} {'seed':>4} {'step':>4}  {'its own verdict':<16} {'its last drift [95% CI over lines]':>30}"]
-    for config in data["compare"]["configs"]:
+    for config in data.compare.configs:
         for result in config.results:
             last = result.evals.eval_drifts if result.evals else ()
             drift = f"{fmt_pct(last[-1][1])} (hi {fmt_pct(last[-1][2])})" if last else "n/a"
@@ -344,7 +345,7 @@ Next:
 def main(argv: list[str] | None = None) -> int:
     from tatu.model.cpu_sums import machine_line
     from tatu.ops.packages import ensure_tagger_packages
-    from tatu.sweep.report import write_report
+    from tatu.sweep.report.write import write_report
 
     parser = argparse.ArgumentParser(prog="python -m tatu.ops.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="demo")

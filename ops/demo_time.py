@@ -4,10 +4,10 @@ trunk has steps), while the trunk trains, and after it.
 
     trunk    the steps left at the median measured step time, and the evals left at the median
              measured eval time (none measured yet: the step-0 eval's own time, else 0)
-    sweep    sweep/cost.py's model: each member's token slots at the trunk's rate moved to the
+    sweep    sweep/run/cost.py's model: each member's token slots at the trunk's rate moved to the
              member's threads (Amdahl, PARALLEL_FRACTION), its evals, scheduled onto K slots
     reports  the sweep report re-scores the seed checkpoint and every member's end (one eval of
-             the sets each: sweep/scores.py), then the run report (RUN_REPORT_SECONDS)
+             the sets each: sweep/judge/scores.py), then the run report (RUN_REPORT_SECONDS)
 """
 from __future__ import annotations
 
@@ -47,12 +47,12 @@ class JobEstimate:
     def line(self) -> str:
         return (f"time left: ~{fmt_duration(self.total_s)} (trunk {fmt_duration(self.trunk_s)}, sweep "
                 f"{fmt_duration(self.sweep_s)}, reports {fmt_duration(self.reports_s)}; from the trunk's measured "
-                "step and eval times, sweep/cost.py's model)")
+                "step and eval times, sweep/run/cost.py's model)")
 
 
 def job_estimate(progress: TrunkProgress, members: list, k: int) -> JobEstimate | None:
     """The time left, or None before the trunk has logged a step. members: the sweep's Members."""
-    from tatu.sweep.cost import StepCost, member_seconds, schedule_seconds
+    from tatu.sweep.run.cost import StepCost, member_seconds, schedule_seconds
 
     if not progress.step_seconds:
         return None

@@ -6,7 +6,7 @@ sweeps already hold, for runs made before TensorBoard was on (or with TATU_TENSO
 The same writer as the daemon's (tatu.tensorboard): a run's event records go to RUN_DIR/tb,
 each (tag, step) once, so running it again, or on a run the daemon already wrote, adds only what
 is missing. A sweep (its plan.lock.json) gets every member's curves (the member's RUN_DIR/tb) and
-every finished member's HParams session (SWEEP_DIR/tb/<member>, sweep/hparams.py). With
+every finished member's HParams session (SWEEP_DIR/tb/<member>, sweep/run/hparams.py). With
 --out DIR: a run's curves go to DIR/<run>, a sweep's to DIR/<sweep>/runs/<member run> and its
 sessions to DIR/<sweep>/tb/<member>.
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tatu.daemon.run.paths import EVENTS, RunDir
 from tatu.exitcodes import BAD_CONFIG, BAD_DATA, IO_ERROR, TatuExit
-from tatu.sweep.lock import LOCK_NAME
+from tatu.sweep.plan.lock import LOCK_NAME
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
@@ -55,19 +55,19 @@ def _write_curves(curves: Curves, warn) -> str:
 
 
 def _sweep(path: Path, out: Path | None, warn) -> list[str]:
-    from tatu.sweep.hparams import SESSIONS, write_sessions
-    from tatu.sweep.lock import members, read_lock
+    from tatu.sweep.run.hparams import SESSIONS, write_sessions
+    from tatu.sweep.plan.lock import read_lock
 
-    lock = read_lock(path)
+    locked = read_lock(path)
     base = out / path.absolute().name if out else None
     lines = []
-    for member in members(lock):
+    for member in locked.members_of():
         run = RunDir(member.run_dir)
         if run.events_file.is_file():
             log_dir = base / "runs" / member.run if base else run.tb
             lines.append(_write_curves(Curves(run, log_dir), warn))
     root = base / SESSIONS if base else path / SESSIONS
-    written = write_sessions(path, lock, warn, root)
+    written = write_sessions(path, locked, warn, root)
     lines.append(f"{root}: {written} HParams session(s) written (a member's session is written once, when it has a result)")
     return lines
 

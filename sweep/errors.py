@@ -3,7 +3,7 @@
 TatuExit (tatu/exitcodes.py) belongs to the command line; a library layer never raises it. The
 sweep has more than one code to give (78 a plan or lock, 2 usage, 1 a manager or cluster that
 cannot be reached), so its error carries the code; ops/cli.py and the coordinator's own entry
-point (sweep/coordinator.py:main) turn it into the line and the exit code."""
+point (sweep/run/coordinator.py:main) turn it into the line and the exit code."""
 from __future__ import annotations
 
 

@@ -1,6 +1,6 @@
 """The changes with a CI that tatu's records carry, with their scale in their type.
 
-The convention for every record (daemon/records.py, sweep/records.py): a frozen dataclass; JSON
+The convention for every record (daemon/records.py, sweep/judge/records.py): a frozen dataclass; JSON
 only at a file boundary, through the record's `to_json` and `from_json`, and a file format's
 version in the file (`FORMAT_KEY`). A reader takes every version tatu ever wrote; a file without
 the key is version 1, what tatu wrote before files had versions.

@@ -62,7 +62,7 @@ def ray_cluster():
 
     ray = ray_or_skip()
     # Started as from a script's background job (`ray start ... &` without job control), whose
-    # processes all inherit SIGINT ignored: a sweep's stop must reach its tasks even so (sweep/ray.py).
+    # processes all inherit SIGINT ignored: a sweep's stop must reach its tasks even so (sweep/run/ray.py).
     handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20, logging_level="WARNING",

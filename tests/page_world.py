@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
+
+from run_records import rule_plan, sweep_report
 
 from tatu.ops.report.page import build_report
 from tatu.records import RelativeChange
-from tatu.sweep.records import ConfigResult, ConfigStat, FailedCondition, MemberResult, RuleCheck, SweepVerdict
+from tatu.sweep.judge.records import ConfigResult, ConfigStat, FailedCondition, MemberResult, RuleCheck, SweepVerdict
+from tatu.sweep.judge.sweep_report import SweepReport
+from tatu.sweep.plan.lock import LockedMember, LockedPlan
+from tatu.sweep.plan.member import Member
 
 
 def change_point(value, p=0.04):
@@ -111,13 +117,12 @@ def sweep_config(key: str, replay: str) -> ConfigResult:
                         effective={"MIX_FORGET_LIMIT": 0.1}, half=None, is_baseline=key == "replay-n0")
 
 
-def sweep_data() -> dict:
+def sweep_data() -> SweepReport:
     verdict_line = f"REPLAY_N=6: the {LONG_RULE.split(' such that')[0]} such that {LONG_RULE.split('such that ')[1]}"
-    return {"name": "dose", "question": "Does replay hold the ruler?", "rule": LONG_RULE, "plan_hash": "a" * 16,
-            "plan_portable_hash": "b" * 16, "tune": None,
-            "compare": {"configs": [sweep_config("replay-n0", "0"), sweep_config("replay-n6", "6")], "complete": True},
-            "verdict": SweepVerdict(LONG_RULE, "REPLAY_N", "end", None, "6", verdict_line, (RuleCheck(
-                "replay-n0", "0", "0", (FailedCondition("drift_hi < MIX_FORGET_LIMIT", 0.177, 0.1, "+17.7%"),), (), False),), ())}
+    verdict = SweepVerdict(LONG_RULE, "REPLAY_N", "end", None, "6", verdict_line, (RuleCheck(
+        "replay-n0", "0", "0", (FailedCondition("drift_hi < MIX_FORGET_LIMIT", 0.177, 0.1, "+17.7%"),), (), False),), ())
+    return sweep_report(verdict, [sweep_config("replay-n0", "0"), sweep_config("replay-n6", "6")],
+                        question="Does replay hold the ruler?")
 
 
 # --- a sweep's six member runs (2 configurations x 3 seeds), as `make demo` hands them to `tatu report`
@@ -151,8 +156,8 @@ def seed_member_runs(root: Path) -> list[Path]:
     for key, per_seed in SEED_DRIFT.items():
         for seed, drift in per_seed.items():
             run = f"{SWEEP_NAME}.{key}-s{seed}"
-            members.append({"name": f"{key}-s{seed}", "run": run, "stage": "compare", "config_key": key,
-                            "values": {"REPLAY_N": key.removeprefix("replay-n")}, "seed": seed, "env": {}})
+            members.append(LockedMember(Member(f"{key}-s{seed}", run, "compare", key,
+                                               {"REPLAY_N": key.removeprefix("replay-n")}, seed, {}), {}, ""))
             rng = np.random.default_rng(seed * 10 + len(key))
             last = 4 if (key == "replay-n0" and seed != 3) else 8
             events = [eval_event(step, 9.0 - 0.1 * step, 31.0, 52.0 * (1 + drift * step / 8), drift * step / 8, True)
@@ -174,5 +179,10 @@ def seed_member_runs(root: Path) -> list[Path]:
                     sets = {name: {"lines": _line_scores(rng, name, step, seed, drift)} for name in ("sftHeld", "ptVal", "enRuler")}
                     (run_dir / "evals" / f"step-{step:06d}.json").write_text(json.dumps({"step": step, "sets": sets}))
             runs.append(run_dir)
-    (sweep_dir / "plan.lock.json").write_text(json.dumps({"version": 1, "name": SWEEP_NAME, "members": members}))
+    # the lock as tatu writes it (its own writer), of a plan holding what the run report reads: the members
+    plan = rule_plan("smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT",
+                     {"REPLAY_N": [key.removeprefix("replay-n") for key in SEED_DRIFT]}, sweep_dir / "plan.toml")
+    locked = LockedPlan(replace(plan, name=SWEEP_NAME, seeds=[1, 2, 3]), "0" * 16, None, "2024-01-01T00:00:00Z",
+                        tuple(members))
+    (sweep_dir / "plan.lock.json").write_text(json.dumps(locked.to_json()))
     return runs

@@ -1,11 +1,16 @@
 """Small typed records for tests that need one without running an eval (daemon/run/records.py) or a
-sweep member (sweep/records.py)."""
+sweep member (sweep/judge/records.py)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from tatu.daemon.run.records import Change, Criteria, EvalRecord, SetSummary, Verdict, VerdictNumbers
-from tatu.sweep.records import ConfigResult, MemberResult
+from tatu.sweep.judge.records import ConfigResult, MemberResult, SweepVerdict
+from tatu.sweep.judge.sweep_report import CompareStage, SweepReport
+from tatu.sweep.plan.interpolate import InterpolateSpec
+from tatu.sweep.plan.load import Plan
+from tatu.sweep.plan.rule import parse_rule
 
 
 def set_summary(ppl: float = 10.0, n_lines: int = 100, n_lines_total: int | None = None) -> SetSummary:
@@ -45,3 +50,23 @@ def config_result(key: str, values: dict, results, stats: dict | None, **fields)
                           common_missing="no per-line scores kept", end_steps=(8,), trainable=None,
                           effective={"MIX_FORGET_LIMIT": 0.1}, half=None)
     return replace(config, **fields)
+
+
+def rule_plan(rule: str, axes: dict[str, list[str]], path: Path | str = "plan.toml", configs: tuple[str, ...] = (),
+              interpolate: InterpolateSpec | None = None) -> Plan:
+    """A plan holding what a verdict reads of it: its rule (parsed as a lock's is), its axes, its
+    configurations in order (each setting nothing) and its [interpolate]."""
+    return Plan(Path(path), "plan", "", [1], {}, axes, {}, parse_rule(rule, axes, Path(path), list(configs)),
+                configs={name: {} for name in configs}, interpolate=interpolate)
+
+
+def rejudged(plan: Plan, rule: str) -> Plan:
+    """The same plan under another rule: what its verdict would have been."""
+    return replace(plan, rule=parse_rule(rule, plan.axes, plan.path, list(plan.configs)))
+
+
+def sweep_report(verdict: SweepVerdict | None, configs: list[ConfigResult], complete: bool = True, **fields) -> SweepReport:
+    """A judged sweep's report around these configurations and verdict (the other fields made up unless given)."""
+    words = {"name": "dose", "question": "", "rule": verdict.rule if verdict else "", "plan_hash": "a" * 16,
+             "plan_portable_hash": "b" * 16, "seeds": [1, 2, 3]}
+    return SweepReport(**{**words, "compare": CompareStage(tuple(configs), complete), "verdict": verdict, **fields})

@@ -23,10 +23,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from run_records import eval_record, member_result, verdict  # noqa: E402
 from sweep_world import plan_text  # noqa: E402
 
-from tatu.sweep.backends import UnitState  # noqa: E402
-from tatu.sweep.lock import reconcile  # noqa: E402
-from tatu.sweep.plan.load import Member, load_plan  # noqa: E402
-from tatu.sweep.records import MemberResult  # noqa: E402
+from tatu.sweep.run.backends import UnitState  # noqa: E402
+from tatu.sweep.plan.lock import reconcile  # noqa: E402
+from tatu.sweep.plan.load import load_plan  # noqa: E402
+from tatu.sweep.plan.member import Member  # noqa: E402
+from tatu.sweep.judge.records import MemberResult  # noqa: E402
 
 N_LINES = 40
 STARTED = "started"  # a file in the member's run dir: the backend started it (what a test waits on)
@@ -57,7 +58,7 @@ def drift_of(member: Member) -> float:
 
 
 def simulated_result(member: Member) -> MemberResult:
-    """The member's result (what sweep/analysis.member_result gives once it has an end), seeded by its
+    """The member's result (what sweep/judge/analysis.member_result gives once it has an end), seeded by its
     configuration and seed: the same member gives the same scores in every process."""
     rng = np.random.default_rng([member.seed, sum(map(ord, member.config_key))])
     line = np.random.default_rng(7).normal(0, 0.002, N_LINES)  # shared lines: the same for every member
@@ -70,7 +71,7 @@ def simulated_result(member: Member) -> MemberResult:
 
 
 def scored(member: Member, *_) -> MemberResult:
-    """sweep/analysis.member_result for these members: their simulated result once they ran, pending before."""
+    """sweep/judge/analysis.member_result for these members: their simulated result once they ran, pending before."""
     if (member.run_dir / "verdict.json").exists():
         return simulated_result(member)
     return dataclasses.replace(simulated_result(member), state="pending", steps=None, lines={})
@@ -119,7 +120,7 @@ class InstantBackend:
 
 
 def coordinator(sweep_dir: Path, k: int = 3, out=None):
-    from tatu.sweep.coordinator import Coordinator
+    from tatu.sweep.run.coordinator import Coordinator
 
     return Coordinator(sweep_dir, InstantBackend(sweep_dir), k, out=out, poll_seconds=0.02,
                        results_of=simulated_result)

@@ -106,7 +106,7 @@ def assert_every_p_agrees_with_its_ci(report) -> int:
 
 
 def assert_paired_p_agrees_with_ci(paired, diffs: list[float]) -> None:
-    """The paired difference (a sweep/records.py PairedDiff) is the mean of the per-seed
+    """The paired difference (a sweep/judge/records.py PairedDiff) is the mean of the per-seed
     differences; its p is the two-sided t at the CI's own SE (its half-width over t_.975 at its df:
     scipy here) and df, so p < 0.05 exactly when the CI excludes 0."""
     from scipy import stats as sp
@@ -122,10 +122,8 @@ def assert_paired_p_agrees_with_ci(paired, diffs: list[float]) -> None:
 def report_numbers(sweep_dir: Path) -> str:
     """A sweep's report as report.json writes it, less each configuration's effective config (which
     holds the sweep's own paths: TATU_OUT, TATU_RUN dirs): two sweeps of one plan compare by it."""
-    from tatu.sweep.analysis import analyze
-    from tatu.sweep.records import report_json
-
-    data = report_json(analyze(sweep_dir))
+    from tatu.sweep.judge.analysis import analyze
+    data = analyze(sweep_dir).to_json()
     for stage in (data["tune"], data["compare"]):
         for config in (stage or {}).get("configs", []):  # a plan without [tune] has no tune stage
             config.pop("effective")

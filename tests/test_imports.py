@@ -4,7 +4,9 @@ Every `import` counts, at module level and inside functions alike: a lazy import
 breaks a cycle is still a cycle. The layers (docs/architecture.md, "Dependencies"):
 sweep -> daemon, evals (and model, data, tatu core), never ops; ops -> sweep, daemon; nothing
 imports daemon except sweep and ops; model/ and evals/ never import torch.distributed, systemd
-or socket code."""
+or socket code. Inside sweep/, its four packages point one way too: plan <- judge <- report, and
+run uses plan and judge (only its command line presents a report); the coordinator asks the judge,
+never a report module."""
 import ast
 import subprocess
 import sys
@@ -134,6 +136,65 @@ def test_libraries_import_no_process_or_service_code(package):
     assert not bad, "\n".join(bad)
 
 
+# tatu.sweep's four packages (docs/architecture.md, "sweep/"): what each may import besides itself
+# (and SWEEP_SHARED, the layer's own error and its package). `tatu sweep report` is a command of
+# the command line, so run.cli alone may import report; everything the coordinator imports may not.
+SWEEP_ALLOWED = {"plan": set(), "judge": {"plan"}, "report": {"plan", "judge"}, "run": {"plan", "judge"}}
+SWEEP_SHARED = ("tatu.sweep", "tatu.sweep.errors")
+SWEEP_EXCEPTIONS = {"tatu.sweep.run.cli": {"report"}}
+
+
+def sweep_package(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[:2] == ["tatu", "sweep"] and parts[2] in SWEEP_ALLOWED else None
+
+
+def sweep_violations(edges: dict[str, set[str]]) -> list[str]:
+    """Each import between two of sweep's packages that SWEEP_ALLOWED does not allow."""
+    bad = []
+    for src, dsts in sorted(edges.items()):
+        here = sweep_package(src)
+        for dst in sorted(dsts):
+            there = sweep_package(dst)
+            if here and there and there != here and there not in SWEEP_ALLOWED[here] | SWEEP_EXCEPTIONS.get(src, set()):
+                bad.append(f"{src} imports {dst}")
+    return bad
+
+
+def test_sweep_packages_point_one_way():
+    bad = sweep_violations(graph())
+    assert not bad, "\n".join(bad)
+
+
+def test_the_sweep_rule_finds_a_judge_importing_a_report():
+    """The checker itself: a judging module reaching for a presenting one is caught, a report reading
+    the judge is not, and the command line's exception is its own."""
+    edges = {"tatu.sweep.judge.verdict": {"tatu.sweep.report.tables", "tatu.sweep.plan.rule"},
+             "tatu.sweep.report.tables": {"tatu.sweep.judge.records"},
+             "tatu.sweep.run.coordinator": {"tatu.sweep.report.status"},
+             "tatu.sweep.run.cli": {"tatu.sweep.report.write"}}
+    assert sweep_violations(edges) == ["tatu.sweep.judge.verdict imports tatu.sweep.report.tables",
+                                       "tatu.sweep.run.coordinator imports tatu.sweep.report.status"]
+
+
+def test_every_sweep_module_lies_in_one_of_its_packages():
+    packages = {f"tatu.sweep.{p}" for p in SWEEP_ALLOWED}
+    loose = [name for name in modules() if name.startswith("tatu.sweep.") and name not in SWEEP_SHARED
+             and name not in packages and sweep_package(name) is None]
+    assert not loose, f"outside plan/ run/ judge/ report/: {loose}"
+
+
+def test_the_coordinator_never_reaches_a_report_module():
+    """Everything the coordinator imports, however indirectly, is plan, judge or run: it asks the judge."""
+    edges, seen, todo = graph(), set(), ["tatu.sweep.run.coordinator"]
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += sorted(edges.get(module, ()))
+    assert not [m for m in seen if sweep_package(m) == "report"], sorted(m for m in seen if sweep_package(m) == "report")
+
+
 def test_every_layer_has_its_rule():
     """A package pyproject gains is a layer: it needs its row in ALLOWED before anything imports it."""
     assert {layer(name) for name in PACKAGES} == set(ALLOWED)
@@ -142,7 +203,7 @@ def test_every_layer_has_its_rule():
 # What reads run dirs without training: the sweep's coordinator (a service of its own that only
 # starts members and reads their files) and the common step's reader never load torch, so a
 # sweep command is not seconds of torch start-up per call (they once did, for a path helper).
-TORCH_FREE = ("tatu.sweep.common_step", "tatu.sweep.coordinator", "tatu.daemon.run.paths")
+TORCH_FREE = ("tatu.sweep.judge.common_step", "tatu.sweep.run.coordinator", "tatu.daemon.run.paths")
 
 
 @pytest.mark.parametrize("module", TORCH_FREE)

@@ -1,6 +1,6 @@
 """What `tatu interpolate` is asked before it scores anything: the alphas (`--alphas 0:1:0.1` or
 `0,0.5,1`) and the pick rule (`--pick "largest alpha such that drift_hi < 0.08"`, parsed by the
-sweeps' own rule grammar, tatu.sweep.rule), and the pick itself over the measured path."""
+sweeps' own rule grammar, tatu.sweep.plan.rule), and the pick itself over the measured path."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,7 +8,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from tatu.exitcodes import BAD_CONFIG, TatuExit
-from tatu.sweep.rule import ALPHA, RULE, Rule, held_out_set, parse_rule
+from tatu.sweep.plan.rule import ALPHA, RULE, Rule, held_out_set, parse_rule
 
 MAX_ALPHAS = 1001  # a typo such as 0:1:0.0001 would score 10,001 models
 # the sweep's metrics an interpolation has no value for: it trains nothing, so nothing aborts or has evals over time

@@ -53,18 +53,18 @@ class Membership:
 def sweep_membership(run_dir: Path) -> Membership | None:
     """The sweep configuration and seed of a member run dir, from its sweep's lock; None otherwise."""
     from tatu.sweep.errors import SweepError
-    from tatu.sweep.lock import members, read_lock
+    from tatu.sweep.plan.lock import read_lock
 
     run_dir = Path(run_dir).resolve()
     runs = run_dir.parent
     if runs.name != "runs" or not (runs.parent / "plan.lock.json").is_file():
         return None
     try:
-        lock = read_lock(runs.parent)
+        locked = read_lock(runs.parent)
     except SweepError:
         return None
-    found = next((m for m in members(lock) if m.run == run_dir.name), None)
-    return Membership(str(lock.get("name")), found.config_key, found.seed) if found else None
+    found = next((m for m in locked.members_of() if m.run == run_dir.name), None)
+    return Membership(locked.plan.name, found.config_key, found.seed) if found else None
 
 
 def group_runs(runs: list[RunRecord]) -> list[RunGroup]:
@@ -99,7 +99,7 @@ class Band:
 
 def _lines(run: RunRecord, step: int, set_name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(nll sums, token counts, line indices) the daemon kept for `set_name` at `step`; None if not kept."""
-    from tatu.sweep.common_step import lines_at
+    from tatu.sweep.judge.common_step import lines_at
 
     kept = lines_at(run.run_dir, step)
     scores = (kept or {}).get(set_name)

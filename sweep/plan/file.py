@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from tatu.exitcodes import BAD_CONFIG
 from tatu.sweep.errors import SweepError
-from tatu.sweep.rule import plan_error
+from tatu.sweep.plan.rule import plan_error
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,23}$")
 
@@ -39,11 +39,11 @@ class PlanFile(_Section):
     seeds: list[int]
     base: _Base = _Base()
     axes: dict[str, list[Any]] = {}
-    configs: dict[str, dict[str, Any]] | None = None  # name -> { VAR = value, ... } (tatu.sweep.configs)
+    configs: dict[str, dict[str, Any]] | None = None  # name -> { VAR = value, ... } (tatu.sweep.plan.configs)
     decision: _Decision = _Decision()
     tune: dict[str, Any] | None = None
-    interpolate: dict[str, Any] | None = None  # config, alphas (tatu.sweep.interpolated.members)
-    design: dict[str, Any] | None = None  # sequential, min_seeds, max_seeds (tatu.sweep.sequential.design)
+    interpolate: dict[str, Any] | None = None  # config, alphas (tatu.sweep.plan.interpolated)
+    design: dict[str, Any] | None = None  # sequential, min_seeds, max_seeds (tatu.sweep.plan.design)
 
     @field_validator("name")
     @classmethod

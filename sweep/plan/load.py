@@ -9,7 +9,7 @@
     [axes]
     REPLAY_N = [0, 2, 6]                    # any run variable; several axes -> their product
     [configs]                               # optional: named configurations, each setting several
-    lora-r8 = { TATU_TRAIN = "lora", TATU_LORA_RANK = 8 }   # variables (tatu.sweep.configs); with
+    lora-r8 = { TATU_TRAIN = "lora", TATU_LORA_RANK = 8 }   # variables (tatu.sweep.plan.configs); with
     full = {}                               # axes too, each runs at every combination of them
     [decision]
     baseline = { REPLAY_N = 0 }             # compared with (default: each axis's first value;
@@ -35,47 +35,23 @@ import itertools
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tatu.evals.seeds.sequential import Design
-from tatu.sweep.configs import check_distinct, config_variables, read_configs
-from tatu.sweep.interpolated.spec import InterpolateSpec, read_interpolate
+from tatu.sweep.plan.configs import check_distinct, config_variables, read_configs
+from tatu.sweep.plan.interpolate import InterpolateSpec, read_interpolate
 from tatu.sweep.plan.file import PlanFile, read_plan_file, seed_list
-from tatu.sweep.rule import CONFIG, Rule, parse_rule, plan_error
-from tatu.sweep.sequential.design import read_design
-from tatu.sweep.values import PATH_VARIABLES, SWEEP_OWNED, config_label, env_value as _env_value, resolve_paths as _resolve_paths
+from tatu.sweep.plan.member import Member
+from tatu.sweep.plan.rule import CONFIG, Rule, parse_rule, plan_error
+from tatu.sweep.plan.design import read_design
+from tatu.sweep.plan.values import PATH_VARIABLES, SWEEP_OWNED, config_label, env_value as _env_value, resolve_paths as _resolve_paths
 
 
 @dataclass(frozen=True)
-class Member:
-    """One run of the sweep: a configuration at one seed."""
-
-    name: str         # replay-n6-s3
-    run: str          # <sweep>.<name>: TATU_RUN, the unit instance, the run dir
-    stage: str        # "tune" or "compare"
-    config_key: str   # replay-n6: the configuration without its seed
-    values: dict      # axis variable -> value (strings, as the environment holds them); CONFIG -> its name
-    seed: int
-    env: dict         # every variable the member's env file holds
-
-    @property
-    def run_dir(self) -> Path:
-        """Where its daemon writes (TATU_OUT/TATU_RUN): what the member achieved is read from here."""
-        return Path(self.env["TATU_OUT"]) / self.run
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "run": self.run, "stage": self.stage, "config_key": self.config_key,
-                "values": self.values, "seed": self.seed, "env": self.env}
-
-    @classmethod
-    def from_json(cls, doc: dict) -> "Member":
-        return cls(doc["name"], doc["run"], doc["stage"], doc["config_key"], dict(doc["values"]), int(doc["seed"]),
-                   dict(doc["env"]))
-
-
-@dataclass
 class Plan:
+    """A plan as pre-registered: read from its file (load_plan) or from its lock (tatu.sweep.plan.lock)."""
+
     path: Path
     name: str
     question: str
@@ -88,9 +64,9 @@ class Plan:
     tune_values: list[str] = field(default_factory=list)
     tune_seeds: list[int] = field(default_factory=list)
     configs: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> the variables it sets, in order
-    mde: float | None = None  # [decision] mde, a relative change; None: the report's default (sweep/power.py)
-    interpolate: InterpolateSpec | None = None  # [interpolate]: interpolated members (tatu.sweep.interpolated.members)
-    design: Design | None = None  # [design]: a group-sequential design over seeds (tatu.sweep.sequential.design)
+    mde: float | None = None  # [decision] mde, a relative change; None: the report's default (sweep/judge/power.py)
+    interpolate: InterpolateSpec | None = None  # [interpolate]: interpolated members (tatu.sweep.plan.interpolated)
+    design: Design | None = None  # [design]: a group-sequential design over seeds (tatu.sweep.plan.design)
 
     def core(self) -> dict:
         """Everything pre-registered except the comparison seeds (which may only grow)."""
@@ -142,6 +118,10 @@ class Plan:
                 key = "-".join(part for part in (config, config_label(values)) if part)
                 out.append((key, {CONFIG: config, **values} if config else values))
         return out
+
+    def interpolated_keys(self) -> list[str]:
+        """The interpolated configurations' keys, in the plan's alpha order (judged after the named ones)."""
+        return self.interpolate.keys() if self.interpolate else []
 
     def tune_members(self, sweep_out: Path) -> list[Member]:
         if not self.tune_var:
@@ -236,7 +216,7 @@ def _baseline(doc: PlanFile, path: Path, axes: dict[str, list[str]], configs: di
     return baseline
 
 
-def _add_tune(plan: Plan, tune: dict, path: Path, known: set[str]) -> None:
+def _tune(plan: Plan, tune: dict, path: Path, known: set[str]) -> Plan:
     """The [tune] stage: one variable, tuned at the baseline, that no axis or configuration sets."""
     tune = dict(tune)
     try:
@@ -253,7 +233,7 @@ def _add_tune(plan: Plan, tune: dict, path: Path, known: set[str]) -> None:
         raise plan_error(path, f"[tune] {var}", f"is set by the configuration {setting[0]}: the tuned value would not reach it")
     if not isinstance(values, list) or len(values) < 2:
         raise plan_error(path, f"[tune] {var}", "expected at least two values to choose from")
-    plan.tune_var, plan.tune_values, plan.tune_seeds = var, [_env_value(v, path, f"[tune] {var}") for v in values], tune_seeds
+    return replace(plan, tune_var=var, tune_values=[_env_value(v, path, f"[tune] {var}") for v in values], tune_seeds=tune_seeds)
 
 
 def _mde(value, path: Path) -> float:
@@ -286,9 +266,9 @@ def load_plan(path: str | Path, text: str | None = None) -> Plan:
     plan = Plan(path, doc.name, doc.question, doc.seeds, env, axes, baseline, rule, configs=configs,
                 mde=None if doc.decision.mde is None else _mde(doc.decision.mde, path))
     if doc.tune is not None:
-        _add_tune(plan, doc.tune, path, known)
-    plan.design = read_design(doc.design, path, plan.seeds, rule)
-    plan.interpolate = read_interpolate(doc.interpolate, path, [key for key, _ in plan.configurations()])
+        plan = _tune(plan, doc.tune, path, known)
+    plan = replace(plan, design=read_design(doc.design, path, plan.seeds, rule))
+    plan = replace(plan, interpolate=read_interpolate(doc.interpolate, path, [key for key, _ in plan.configurations()]))
     if plan.design and plan.interpolate:  # its configurations follow their parent's seeds: nothing of theirs to look at
         raise plan_error(path, "[design] sequential", "not with [interpolate] (an interpolated configuration has no "
                                                       "seeds of its own to look at): use a fixed design")

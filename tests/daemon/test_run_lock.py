@@ -16,8 +16,8 @@ from tiny_world import daemon, sft_env
 
 from tatu import exitcodes
 from tatu.daemon.run.lock import RunDirBusy, RunDirLock, holder_pid
-from tatu.sweep.backends import ForegroundBackend
-from tatu.sweep.plan.load import Member
+from tatu.sweep.run.backends import ForegroundBackend
+from tatu.sweep.plan.member import Member
 
 HOLD = """
 import sys, time

@@ -4,21 +4,23 @@ Another CPU sums in another order (its vector width, MKL's code path). ATen's
 ATEN_CPU_CAPABILITY=default (no vector kernels) and MKL_CBWR=COMPATIBLE (MKL's most portable
 branch) reproduce that on this machine. The tiny demo's seed comparison under both must reach the
 same verdict and the same sign for every judged change whose CI excludes zero
-(tatu.sweep.conclusions), while its numbers differ in their last bits (else the kernels did not change).
+(tatu.sweep.report.conclusions), while its numbers differ in their last bits (else the kernels did not change).
 """
 from __future__ import annotations
 
-import json
+import dataclasses
 
 import pytest
 
 from demo_world import run_tiny_demo
+from run_records import rejudged as other_rule
 
 from tatu.daemon.logs import read_events
 from tatu.ops.demo import SWEEP
-from tatu.sweep.analysis import decide
-from tatu.sweep.conclusions import conclusions, disagreements
-from tatu.sweep.records import read_report_json
+from tatu.sweep.judge.verdict import decide
+from tatu.sweep.plan.lock import read_lock
+from tatu.sweep.report.conclusions import conclusions, disagreements
+from tatu.sweep.judge.sweep_report import read_report_json
 
 OTHER_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
 
@@ -44,13 +46,13 @@ def test_demo_conclusions_hold_under_another_cpus_kernels(tiny_demo, tmp_path):
     ours, theirs = _losses(tiny_demo), _losses(other)
     assert len(ours) == len(theirs) and ours != theirs
     here, there = _report(tiny_demo), _report(other)
-    assert here["plan_portable_hash"] == there["plan_portable_hash"]
+    assert here.plan_portable_hash == there.plan_portable_hash
     assert disagreements(conclusions(here), conclusions(there)) == []
 
     # The check can fail: the other run's numbers, judged by a rule whose threshold sits inside a
     # CI, pass another set of configurations than this run's rule did.
-    lock = json.loads((other.out / "sweeps" / SWEEP / "plan.lock.json").read_text())
-    configs = there["compare"]["configs"]
+    plan = read_lock(other.out / "sweeps" / SWEEP).plan
+    configs = there.compare.configs
     passed = conclusions(here).passed
     if passed:  # the first passing configuration's drift CI straddles the new threshold: it fails
         drift = next(c for c in configs if c.key == passed[0]).stats["drift"]
@@ -59,5 +61,5 @@ def test_demo_conclusions_hold_under_another_cpus_kernels(tiny_demo, tmp_path):
         drift = max((c.stats["drift"] for c in configs), key=lambda d: d.change.lo)
         rule = f"smallest REPLAY_N such that drift_lo < {drift.change.value:.6f}"
     assert drift.change.lo < drift.change.value < drift.change.hi
-    rejudged = {**there, "verdict": decide({**lock, "rule": rule}, configs)}
+    rejudged = dataclasses.replace(there, verdict=decide(other_rule(plan, rule), list(configs)))
     assert disagreements(conclusions(here), conclusions(rejudged))

@@ -99,11 +99,11 @@ def test_tiny_demo_end_to_end(tiny_demo):
         assert f"{SWEEP}.{name}" in page
     assert re.findall(r'<p class="verdict-sentence" data-config="([^"]+)"', page) == list(CONFIGS)
 
-    # what it says: written from report.json (sweep/prose.py), printed under its heading and on the sweep page
+    # what it says: written from report.json (sweep/report/prose.py), printed under its heading and on the sweep page
     from tatu.ops.demo import WHAT_IT_SAYS, what_it_says
-    from tatu.sweep.prose import what_it_says as sentences
+    from tatu.sweep.report.prose import what_it_says as sentences
 
-    from tatu.sweep.records import read_report_json
+    from tatu.sweep.judge.sweep_report import read_report_json
 
     read = read_report_json(sweep_dir / "report" / "report.json")  # the statistics as records, as prose reads them
     said = stdout.split(WHAT_IT_SAYS + "\n", 1)[1]

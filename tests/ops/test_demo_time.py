@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from tatu.ops.demo_time import RUN_REPORT_SECONDS, JobEstimate, TrunkProgress, job_estimate
-from tatu.sweep import cost
-from tatu.sweep.plan.load import Member
+from tatu.sweep.run import cost
+from tatu.sweep.plan.member import Member
 
 REQUIRED = {"TATU_DATA": "/nowhere/data", "TATU_SEED_CKPT": "/nowhere/seed"}  # only parsed
 

@@ -124,7 +124,7 @@ def test_no_alpha_satisfying_the_rule_says_so_and_writes_nothing(interp_world, t
 def test_a_sweep_plan_cannot_choose_alpha():
     """The rule grammar reads `alpha` for `tatu interpolate --pick` only: a plan has no such axis."""
     from tatu.sweep.errors import SweepError
-    from tatu.sweep.rule import parse_rule
+    from tatu.sweep.plan.rule import parse_rule
 
     with pytest.raises(SweepError, match=r"plan.toml: \[decision\] rule: alpha is not an axis of the plan \(axes: REPLAY_N\)"):
         parse_rule("largest alpha such that drift_hi < 0.1", {"REPLAY_N": [0, 2]}, Path("plan.toml"))

@@ -21,7 +21,7 @@ from tatu.daemon.judge import RULER, best_set
 from tatu.envfile import parse_env_file_lines
 from tatu.ops.cli import main as tatu
 from tatu.ops.demo import SCALES, SWEEP, sweep_plan, trunk_env, where_things_are, write_run_env
-from tatu.sweep.backends import ForegroundBackend, member_env, write_private
+from tatu.sweep.run.backends import ForegroundBackend, member_env, write_private
 from tatu.envfile import env_file_text
 from tatu.sweep.plan.load import load_plan
 

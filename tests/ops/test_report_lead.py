@@ -14,7 +14,7 @@ from page_world import BASE_CONFIG, CRITERIA, change_point, eval_event, report_r
 from tatu.ops.report.lead import sentence_html
 from tatu.ops.report.page import build_report, load_run, render_plots
 from tatu.ops.report.picture import picture_axes, render_picture
-from tatu.sweep.plots import render_plots as sweep_plots
+from tatu.sweep.report.plots import render_plots as sweep_plots
 
 LIMIT = "MIX_FORGET_LIMIT +10.0%"
 

@@ -38,7 +38,7 @@ def test_install_renders_every_unit_and_copies_the_env_file(installed):
         assert "@TATU_" not in text
         service = parse_unit(text)["Service"]
         if unit.name.startswith("tatu-sweep@"):
-            assert service["ExecStart"] == [f"{sys.executable} -m tatu.sweep.coordinator"]
+            assert service["ExecStart"] == [f"{sys.executable} -m tatu.sweep.run.coordinator"]
         else:  # the DDP unit: torchrun through tatu's launcher
             module = "tatu.daemon.launch" if unit.name == "tatu-sft-ddp@.service" else "tatu.daemon"
             assert service["ExecStart"][0].startswith(f"{sys.executable} -m {module} --instance ")

@@ -16,9 +16,9 @@ import browser
 from page_world import report_runs, seed_member_runs, sweep_data
 from strict import cannot_run
 from tatu.ops import packages
-from tatu.sweep.page import write_page
-from tatu.sweep.plots import render_plots
-from tatu.sweep.tables import closing_text
+from tatu.sweep.report.page import write_page
+from tatu.sweep.report.plots import render_plots
+from tatu.sweep.report.tables import closing_text
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 
 from sweep_world import assert_paired_p_agrees_with_ci, plan_world, run_through, steps_plan_text
 
-from tatu.sweep.lock import members, read_lock
+from tatu.sweep.plan.lock import read_lock
 
 pytestmark = pytest.mark.slow
 
@@ -47,16 +47,16 @@ def _daemon_lines(run: Path, step: int) -> dict:
 
 
 def test_every_comparison_is_also_made_at_the_common_step_and_the_rule_judges_there(sweep):
-    from tatu.sweep.analysis import analyze
-    from tatu.sweep.tables import closing_text
+    from tatu.sweep.judge.analysis import analyze
+    from tatu.sweep.report.tables import closing_text
 
     data = analyze(sweep)
-    configs = {c.key: c for c in data["compare"]["configs"]}
+    configs = {c.key: c for c in data.compare.configs}
     assert configs["mix-steps-limit4"].end_steps == (4,) and configs["mix-steps-limit6"].end_steps == (6,)
     assert {c.common_step for c in configs.values()} == {4}
     lock = read_lock(sweep)
     naive = {}
-    for m in members(lock, "compare"):
+    for m in lock.members_of("compare"):
         run = Path(m.env["TATU_OUT"]) / m.run
         start, at_4 = _daemon_lines(run, 0), _daemon_lines(run, 4)
         naive[m.config_key, m.seed] = _log_ratio(start["enRuler"], at_4["enRuler"])
@@ -71,8 +71,8 @@ def test_every_comparison_is_also_made_at_the_common_step_and_the_rule_judges_th
     paired = configs["mix-steps-limit6"].paired_common["drift"]
     diffs = [naive["mix-steps-limit6", s] - naive["mix-steps-limit4", s] for s in (1, 2)]
     assert_paired_p_agrees_with_ci(paired, diffs)
-    assert data["verdict"].at == "common" and data["verdict"].at_step == 4
-    assert data["verdict"].chosen == "4"
+    assert data.verdict.at == "common" and data.verdict.at_step == 4
+    assert data.verdict.chosen == "4"
     text = closing_text(data)
     assert "at step 4, the last eval step every member reached" in text
     assert "(judged at step 4, the common step)" in text
@@ -81,24 +81,24 @@ def test_every_comparison_is_also_made_at_the_common_step_and_the_rule_judges_th
     # The seeds for the default MDE, where the rule judges (the common step), from its parts there.
     from tatu.evals.seeds import power as seeds_power
 
-    seeds_for = data["seeds_for"]
-    assert (seeds_for["at"], seeds_for["effect"]) == ("common", 0.02)
-    row = next(r for r in seeds_for["rows"] if (r["config"], r["vs"], r["metric"]) == ("mix-steps-limit4", None, "drift"))
+    seeds_for = data.seeds_for
+    assert (seeds_for.at, seeds_for.effect) == ("common", 0.02)
+    row = next(r for r in seeds_for.rows if (r.config, r.vs, r.metric) == ("mix-steps-limit4", None, "drift"))
     parts = configs["mix-steps-limit4"].stats_common["drift"].parts
-    assert row["seeds"] == seeds_power.seeds_needed(parts, math.log1p(0.02)) and row["n_seeds"] == 2
+    assert row.seeds == seeds_power.seeds_needed(parts, math.log1p(0.02)) and row.n_seeds == 2
     assert "seeds for MDE 2% (80% power: the 95% CI, seeds x lines" in text and "at the common step, where the rule judges" in text
     assert "  mix-steps-limit6 vs mix-steps-limit4 drift diff: MDE " in text
 
 
 def test_the_end_means_and_paired_differences_recompute_from_the_rescored_lines(sweep):
-    from tatu.sweep.analysis import analyze
-    from tatu.sweep.scores import score_checkpoint
+    from tatu.sweep.judge.analysis import analyze
+    from tatu.sweep.judge.scores import score_checkpoint
 
     data = analyze(sweep)
-    configs = {c.key: c for c in data["compare"]["configs"]}
+    configs = {c.key: c for c in data.compare.configs}
     lock = read_lock(sweep)
     per_seed = {}
-    for m in members(lock, "compare"):
+    for m in lock.members_of("compare"):
         run = Path(m.env["TATU_OUT"]) / m.run
         base = score_checkpoint(Path(m.env["TATU_SEED_CKPT"]), m.env, sweep / "scores")  # cache hits: what the report used
         end = score_checkpoint(run / "final", m.env, sweep / "scores")

@@ -1,17 +1,17 @@
-"""tatu.sweep.conclusions against hand-built reports: what counts as a contradiction and what not."""
+"""tatu.sweep.report.conclusions against hand-built reports: what counts as a contradiction and what not."""
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from run_records import config_result
+from run_records import config_result, sweep_report
 
 from tatu.records import LogRatio, RelativeChange
-from tatu.sweep.conclusions import conclusions, disagreements
-from tatu.sweep.records import FailedCondition, RuleCheck, SweepVerdict
+from tatu.sweep.report.conclusions import conclusions, disagreements
+from tatu.sweep.judge.records import FailedCondition, RuleCheck, SweepVerdict
 
 
 def _report(chosen, n0_drift, n2_drift, paired=(-0.09, -0.10, -0.08), failed_n0=False):
-    def stats(v):  # conclusions reads a record's change only (sweep/records.py ConfigStat, PairedDiff)
+    def stats(v):  # conclusions reads a record's change only (sweep/judge/records.py ConfigStat, PairedDiff)
         return SimpleNamespace(change=RelativeChange(*v))
 
     configs = [config_result("replay-n0", {}, (), {"drift": stats(n0_drift), "sftHeld": stats((-0.1, -0.12, -0.08))}),
@@ -19,8 +19,7 @@ def _report(chosen, n0_drift, n2_drift, paired=(-0.09, -0.10, -0.08), failed_n0=
                              paired={"drift": SimpleNamespace(change=LogRatio(*paired))})]
     failed = (FailedCondition("drift_hi < 10%", 0.2, 0.1, "+20.0%"),) if failed_n0 else ()
     checks = (RuleCheck("replay-n0", "0", "0", failed, (), False), RuleCheck("replay-n2", "2", "2", (), (), False))
-    return {"verdict": SweepVerdict("rule", "REPLAY_N", "end", None, chosen, "line", checks, ()),
-            "compare": {"configs": configs}}
+    return sweep_report(SweepVerdict("rule", "REPLAY_N", "end", None, chosen, "line", checks, ()), configs)
 
 
 def test_the_same_conclusions_from_other_numbers_agree():
@@ -38,7 +37,7 @@ def test_a_sign_that_a_ci_concluded_must_not_turn():
     found = disagreements(conclusions(a), conclusions(b))
     assert len(found) == 1 and found[0].startswith("replay-n0 drift:")
     assert disagreements(conclusions(b), conclusions(a)) == [found[0].replace(  # symmetric, in its own order
-        "+0.0500 [+0.0100,+0.0900] vs -0.0100 [-0.0600,+0.0400]", "-0.0100 [-0.0600,+0.0400] vs +0.0500 [+0.0100,+0.0900]")]
+        "+5.0% [+1.0%,+9.0%] vs -1.0% [-6.0%,+4.0%]", "-1.0% [-6.0%,+4.0%] vs +5.0% [+1.0%,+9.0%]")]
 
 
 def test_another_verdict_or_passing_set_is_a_disagreement():

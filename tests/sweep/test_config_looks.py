@@ -1,4 +1,4 @@
-"""sweep/sequential/looks.config_looks on member results with simulated per-line scores: each look
+"""sweep/judge/looks.config_looks on member results with simulated per-line scores: each look
 is the crossed CI of the first n members, looks stop at the first decision, a member not yet
 finished holds back the later ones, and the same files give the same looks (what the report's
 recomputation relies on)."""
@@ -13,9 +13,9 @@ import pytest
 from run_records import member_result
 from tatu.evals.seeds import stats as st
 from tatu.evals.seeds.sequential import Design
-from tatu.sweep.records import MemberResult
-from tatu.sweep.rule import Condition
-from tatu.sweep.sequential.looks import config_looks
+from tatu.sweep.judge.records import MemberResult
+from tatu.sweep.plan.rule import Condition
+from tatu.sweep.judge.looks import config_looks
 
 DESIGN = Design("obf", 3, 6)
 LIMIT = Condition("drift_hi", "<", "5%")

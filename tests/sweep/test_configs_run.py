@@ -15,7 +15,7 @@ from sweep_world import assert_paired_p_agrees_with_ci, plan_world, run_through
 from tb_reader import assert_curves_equal_events, expected_points, hparams_view, read_back, require_tensorboard
 
 from tatu.daemon.logs import read_events
-from tatu.sweep.lock import members, read_lock
+from tatu.sweep.plan.lock import read_lock
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,7 @@ def _log_ratio(start: dict, end: dict) -> float:
 
 
 def test_each_member_ran_its_configurations_variables(sweep):
-    for m in members(read_lock(sweep), "compare"):
+    for m in read_lock(sweep).members_of("compare"):
         meta = json.loads((Path(m.env["TATU_OUT"]) / m.run / "final" / "meta.json").read_text())
         config, trained = meta["config"], meta["trainable"]["line"]
         if m.config_key == "lora-r2":
@@ -53,18 +53,18 @@ def test_each_member_ran_its_configurations_variables(sweep):
 
 
 def test_the_report_compares_the_configurations_against_the_baseline(sweep, tmp_path):
-    from tatu.sweep.analysis import analyze
+    from tatu.sweep.judge.analysis import analyze
     from tatu.pages.markup import esc
-    from tatu.sweep.page import write_page
-    from tatu.sweep.tables import closing_text
-    from tatu.sweep.scores import score_checkpoint
+    from tatu.sweep.report.page import write_page
+    from tatu.sweep.report.tables import closing_text
+    from tatu.sweep.judge.scores import score_checkpoint
 
     data = analyze(sweep)
-    configs = {c.key: c for c in data["compare"]["configs"]}
+    configs = {c.key: c for c in data.compare.configs}
     assert list(configs) == ["lora-r2", "full-replay2"]
     assert configs["full-replay2"].is_baseline and not configs["lora-r2"].is_baseline
     per_seed = {}
-    for m in members(read_lock(sweep), "compare"):
+    for m in read_lock(sweep).members_of("compare"):
         base = score_checkpoint(Path(m.env["TATU_SEED_CKPT"]), m.env, sweep / "scores")  # cache hits: what the report used
         end = score_checkpoint(Path(m.env["TATU_OUT"]) / m.run / "final", m.env, sweep / "scores")
         for set_name in ("enRuler", "sftHeld"):
@@ -84,22 +84,22 @@ def test_the_report_compares_the_configurations_against_the_baseline(sweep, tmp_
     assert paired_rows[2].startswith("lora-r2 ") and len(paired_rows) == 3
     assert any(line.startswith("full-replay2 *") for line in text.splitlines())
     # the locked rule judged the configurations in the plan's order
-    assert [c.config for c in data["verdict"].checks] == ["lora-r2", "full-replay2"]
+    assert [c.config for c in data.verdict.checks] == ["lora-r2", "full-replay2"]
     # the verdict is the first configuration, in the plan's order, that failed no condition
-    passing = [c.config for c in data["verdict"].checks if not c.failed and not c.missing]
+    passing = [c.config for c in data.verdict.checks if not c.failed and not c.missing]
     expected = f"config={passing[0]}: the first config" if passing else "no config satisfies"
-    assert data["verdict"].line.startswith(expected) and data["verdict"].chosen == (passing[0] if passing else None)
-    for check in data["verdict"].checks:  # each failed condition is one its configuration's measured value breaks
+    assert data.verdict.line.startswith(expected) and data.verdict.chosen == (passing[0] if passing else None)
+    for check in data.verdict.checks:  # each failed condition is one its configuration's measured value breaks
         for fail in check.failed:
             measured = configs[check.config].metrics[fail.condition.split()[0]]
             assert fail.measured == measured and not measured < fail.threshold
     # the HTML page has the same configurations table and verdict as the text
     page = write_page(data, text, [], tmp_path).read_text()
-    assert "TATU_LORA_RANK=2" in page and "lora r=2 alpha=4" in page and esc(data["verdict"].line) in page
+    assert "TATU_LORA_RANK=2" in page and "lora r=2 alpha=4" in page and esc(data.verdict.line) in page
 
 
 # What TensorBoard's HParams view must show of each configuration (the lock's effective values,
-# typed as sweep/hparams.py promises: numbers where every member's value is one, else strings).
+# typed as sweep/run/hparams.py promises: numbers where every member's value is one, else strings).
 HPARAMS = {"lora-r2": {"config": "lora-r2", "TATU_TRAIN": "lora", "TATU_LORA_RANK": "2", "REPLAY_N": 0.0, "TATU_LR": 0.003},
            "full-replay2": {"config": "full-replay2", "TATU_TRAIN": "all", "TATU_LORA_RANK": "unset", "REPLAY_N": 2.0,
                             "TATU_LR": 0.001}}
@@ -109,8 +109,8 @@ def test_each_member_has_one_hparams_session_with_its_configuration_and_its_last
     """Written by the coordinator as each member finished (TATU_TENSORBOARD is auto in the plan)."""
     require_tensorboard()
     lock = read_lock(sweep)
-    assert sorted(p.name for p in (sweep / "tb").iterdir()) == sorted(m.name for m in members(lock))
-    for m in members(lock):
+    assert sorted(p.name for p in (sweep / "tb").iterdir()) == sorted(m.name for m in lock.members_of())
+    for m in lock.members_of():
         back = read_back(sweep / "tb" / m.name)
         verdict = json.loads((m.run_dir / "verdict.json").read_text())["verdict"]
         assert back.hparams == {**HPARAMS[m.config_key], "seed": float(m.seed), "stage": "compare", "verdict": verdict}
@@ -130,7 +130,7 @@ def test_tatu_tensorboard_writes_the_same_sessions_and_curves_again_from_the_fil
 
     assert cli.main(["tensorboard", str(sweep), "--out", str(tmp_path)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"tensorboard --logdir {tmp_path}"
-    for m in members(read_lock(sweep)):
+    for m in read_lock(sweep).members_of():
         assert read_back(tmp_path / sweep.name / "tb" / m.name) == read_back(sweep / "tb" / m.name)
         assert read_back(tmp_path / sweep.name / "runs" / m.run) == read_back(m.run_dir / "tb")
     before = sorted(p for p in sweep.rglob("*") if p.is_file())
@@ -144,8 +144,8 @@ def test_tensorboards_own_hparams_view_lists_every_member_with_its_configuration
     """`tensorboard --logdir SWEEP_DIR`'s HParams dashboard, from TensorBoard's own backend (no server)."""
     groups = hparams_view(sweep)
     lock = read_lock(sweep)
-    assert sorted(groups) == sorted(f"tb/{m.name}" for m in members(lock))  # the curves' runs are no sessions
-    for m in members(lock):
+    assert sorted(groups) == sorted(f"tb/{m.name}" for m in lock.members_of())  # the curves' runs are no sessions
+    for m in lock.members_of():
         session = read_back(sweep / "tb" / m.name)
         assert groups[f"tb/{m.name}"].hparams == session.hparams
         assert groups[f"tb/{m.name}"].metrics == {tag: points[-1][1] for tag, points in session.scalars.items()}

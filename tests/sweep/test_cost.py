@@ -1,4 +1,4 @@
-"""sweep/cost.py counts a step's micro-batches as the run does: RunConfig's own parsing and defaults
+"""sweep/run/cost.py counts a step's micro-batches as the run does: RunConfig's own parsing and defaults
 (daemon/config.py), for a member's env and for the config an earlier run saved, whether the
 variables are set or left to their defaults."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import pytest
 
 from tatu.daemon.config import RunConfig, load_config
-from tatu.sweep.cost import StepCost, measured_cost, member_seconds
-from tatu.sweep.plan.load import Member
+from tatu.sweep.run.cost import StepCost, measured_cost, member_seconds
+from tatu.sweep.plan.member import Member
 
 REQUIRED = {"TATU_DATA": "/nowhere/data", "TATU_SEED_CKPT": "/nowhere/seed"}  # never opened: only parsed
 SET = {"SFT_GE": "3", "REPLAY_N": "2", "TATU_MICRO_BATCH": "4", "TATU_SEQ_LEN": "64", "MIX_STEPS_LIMIT": "10",
@@ -58,7 +58,7 @@ def test_the_measured_seconds_per_slot_divide_by_the_runs_own_micro_batches(tmp_
 # --- the estimate's model (issue 36: 1.7x short): threads, K at once, scheduling ----------------
 
 def test_thread_factor_is_amdahls_law_and_matches_the_demos_measured_speedup():
-    from tatu.sweep.cost import PARALLEL_FRACTION, thread_factor
+    from tatu.sweep.run.cost import PARALLEL_FRACTION, thread_factor
 
     # by hand: p = 0.57, 1 thread (1 - p + p) = 1, 2 threads (1 - p + p / 2) = 0.715
     assert thread_factor(2, 1) == pytest.approx(1.0 / (1 - PARALLEL_FRACTION + PARALLEL_FRACTION / 2))
@@ -67,7 +67,7 @@ def test_thread_factor_is_amdahls_law_and_matches_the_demos_measured_speedup():
 
 
 def test_schedule_seconds_puts_each_member_on_the_first_free_slot():
-    from tatu.sweep.cost import schedule_seconds
+    from tatu.sweep.run.cost import schedule_seconds
 
     # the demo's shape: 3 short (aborting) and 3 long members, in plan order, K=2, by hand:
     # A=10 B=10; 3rd -> A=20; 4th -> B=10+30=40; 5th -> A=20+30=50; 6th -> B=40+30=70
@@ -81,7 +81,7 @@ def test_schedule_seconds_puts_each_member_on_the_first_free_slot():
 def test_members_at_one_thread_two_at_once_cost_more_than_the_trunks_rate(tmp_path, monkeypatch):
     """The issue's case: the rate measured by a trunk at 2 threads, members at TATU_THREADS=1 two at
     once on 2 cores: each member's seconds are the trunk-rate seconds times thread_factor(2, 1)."""
-    from tatu.sweep import cost as cost_module
+    from tatu.sweep.run import cost as cost_module
 
     monkeypatch.setattr(cost_module, "cores", lambda: 2)
     config = load_config({**REQUIRED, **SET})[0]

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from run_records import config_result, member_result
+from run_records import config_result, member_result, rule_plan
 
 from tatu.exitcodes import BAD_CONFIG, USAGE
 from tatu.ops.cli import main as tatu
-from tatu.sweep.analysis import decide
-from tatu.sweep.env_seeds import derived_name, seeds_plan, write
+from tatu.sweep.judge.verdict import decide
+from tatu.sweep.plan.env_seeds import derived_name, seeds_plan, write
 from tatu.sweep.errors import SweepError
-from tatu.sweep.lock import reconcile
-from tatu.sweep.plan.load import load_plan
-from tatu.sweep.records import ConfigResult
+from tatu.sweep.plan.lock import reconcile
+from tatu.sweep.plan.load import Plan, load_plan
+from tatu.sweep.judge.records import ConfigResult
 
 RULE = ("first config such that drift_hi < MIX_FORGET_LIMIT and every_eval_drift_hi < MIX_FORGET_LIMIT "
         "and sftHeld_change_hi < 0")
@@ -97,7 +97,7 @@ def test_the_written_file_is_an_ordinary_plan_with_the_same_hash(world, capsys):
 def test_a_locked_sweep_continues_grows_and_refuses_another_env_file(world, capsys):
     sweep_dir = world / "sweeps" / "r5-seeds"
     lock, what = reconcile(seeds_plan(Path("r5.env"), 3, Path("sweeps")).plan, sweep_dir)
-    assert what == "locked" and lock["seeds"] == [7, 8, 9]
+    assert what == "locked" and lock.plan.seeds == [7, 8, 9]
     # the same file from elsewhere (an absolute path) is the same plan
     assert reconcile(seeds_plan(world / "r5.env", 3, Path("sweeps")).plan, sweep_dir)[1] == "unchanged"
     assert reconcile(seeds_plan(Path("r5.env"), 4, Path("sweeps")).plan, sweep_dir)[1] == "added seeds [10]"
@@ -193,8 +193,8 @@ def test_a_plan_file_and_an_env_file_are_one_or_the_other(world, capsys, action)
     assert not (world / "sweeps").exists()
 
 
-def _one_config(metrics: dict, seeds: int = 3) -> tuple[dict, list[ConfigResult]]:
-    lock = {"rule": RULE, "axes": {}, "plan_file": "/p.toml", "configs": [["r5", {}]]}
+def _one_config(metrics: dict, seeds: int = 3) -> tuple[Plan, list[ConfigResult]]:
+    lock = rule_plan(RULE, {}, "/p.toml", ("r5",))
     results = [member_result("r5", s, {}, {}) for s in range(1, seeds + 1)]
     results.append(member_result("r5", seeds + 1, state="failed"))  # one member without results
     return lock, [config_result("r5", {"config": "r5"}, results, None, metrics=metrics)]

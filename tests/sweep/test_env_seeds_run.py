@@ -17,8 +17,8 @@ from tiny_world import clean_environ
 
 from tatu.daemon.config import load_config
 from tatu.envfile import parse_env_file
-from tatu.sweep.analysis import analyze
-from tatu.sweep.lock import members, read_lock
+from tatu.sweep.judge.analysis import analyze
+from tatu.sweep.plan.lock import read_lock
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +64,7 @@ def test_the_members_ran_the_env_files_configuration_at_its_seed_and_the_next(sw
     _, resolved, generated, _ = sweeps
     expected = load_config(resolved)[0].to_json()  # what the run itself would run, by the daemon's own reading
     seeds = []
-    for m in members(read_lock(generated), "compare"):
+    for m in read_lock(generated).members_of("compare"):
         ran = json.loads((m.run_dir / "final" / "meta.json").read_text())["config"]
         assert {k: v for k, v in ran.items() if k not in SWEEP_SET} == {k: v for k, v in expected.items() if k not in SWEEP_SET}
         assert (ran["TATU_RUN"], ran["TATU_EVAL_LINES"]) == (f"r5-seeds.r5-s{ran['TATU_SEED']}", True)
@@ -75,11 +75,11 @@ def test_the_members_ran_the_env_files_configuration_at_its_seed_and_the_next(sw
 def test_the_rule_is_the_runs_criteria_and_the_verdict_is_the_hand_written_plans(sweeps):
     root, _, generated, hand = sweeps
     lock = read_lock(generated)
-    assert lock["rule"] == read_lock(hand)["rule"] == RULE
+    assert lock.plan.rule.text == read_lock(hand).plan.rule.text == RULE
     ours, theirs = analyze(generated), analyze(hand)
-    config = ours["compare"]["configs"][0]
+    config = ours.compare.configs[0]
     assert config.effective["MIX_FORGET_LIMIT"] == 0.3
-    verdict, expected = ours["verdict"], theirs["verdict"]
+    verdict, expected = ours.verdict, theirs.verdict
     assert verdict.complete and verdict.line == expected.line and verdict.chosen == expected.chosen
     assert verdict.checks == expected.checks and verdict.would_change == expected.would_change
     # the line says what the one configuration did across its seeds, by the rule's conditions
@@ -89,7 +89,7 @@ def test_the_rule_is_the_runs_criteria_and_the_verdict_is_the_hand_written_plans
     assert verdict.line.startswith(f"r5 {outcome} across 2 seeds")
     # the generated plan is an ordinary plan file: its hash, and the report, as for any other
     shown = _tatu(root, "plan", str(generated / "plan.toml"))
-    assert f"plan hash {lock['plan_portable_hash']}" in shown.stdout, shown.stdout + shown.stderr
+    assert f"plan hash {lock.plan_portable_hash}" in shown.stdout, shown.stdout + shown.stderr
     report = _tatu(root, "report", "r5-seeds")
     assert report.returncode == 0 and f"VERDICT (locked rule): {verdict.line}" in report.stdout, report.stdout + report.stderr
 

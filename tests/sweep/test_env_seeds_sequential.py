@@ -13,10 +13,10 @@ from test_env_seeds_plan import world  # noqa: F401 (the fixture: r5.env and its
 from tatu.evals.seeds.sequential import Design
 from tatu.exitcodes import USAGE
 from tatu.ops.cli import main as tatu
-from tatu.sweep.env_seeds import seeds_plan
+from tatu.sweep.plan.env_seeds import seeds_plan
 from tatu.sweep.errors import SweepError
-from tatu.sweep.lock import reconcile
-from tatu.sweep.sequential.schedule import sequential_criteria
+from tatu.sweep.plan.lock import reconcile
+from tatu.sweep.judge.schedule import sequential_criteria
 
 
 def test_sequential_is_the_seeds_plan_with_a_design(world, capsys):  # noqa: F811
@@ -31,7 +31,7 @@ def test_sequential_is_the_seeds_plan_with_a_design(world, capsys):  # noqa: F81
     assert plan.rule == fixed.plan.rule and plan.configs == fixed.plan.configs and fixed.plan.design is None
     assert [c.text() for c in sequential_criteria(plan.rule)] == ["drift_hi < MIX_FORGET_LIMIT", "sftHeld_change_hi < 0"]
     lock, _ = reconcile(plan, world / "sweeps" / "r5-seq")
-    assert lock["design"] == {"sequential": "obf", "min_seeds": 3, "max_seeds": 6, "alpha": 0.05}
+    assert lock.plan.design.to_json() == {"sequential": "obf", "min_seeds": 3, "max_seeds": 6, "alpha": 0.05}
     assert tatu(["sweep", "plan", "--env-file", "r5.env", "--seeds", "6", "--sequential"]) == 0
     out = capsys.readouterr().out
     assert "sweep r5-seq " in out

@@ -1,10 +1,10 @@
-"""sweep/sequential/order.py: fixed-sequence testing of an ordered axis, on hand-made decisions,
+"""sweep/judge/order.py: fixed-sequence testing of an ordered axis, on hand-made decisions,
 and its family-wise error by simulation (each dose's test at full alpha; doses past a failure never run)."""
 from __future__ import annotations
 
 import numpy as np
 
-from tatu.sweep.sequential.order import fixed_sequence, testing_order as order_of
+from tatu.sweep.judge.order import fixed_sequence, testing_order as order_of
 
 
 def test_smallest_is_tested_from_the_largest_down():

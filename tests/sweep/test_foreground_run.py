@@ -27,7 +27,7 @@ from sweep_world import (assert_every_p_agrees_with_its_ci, plan_text, plan_worl
 from tiny_world import clean_environ
 
 from tatu.envfile import parse_env_file
-from tatu.sweep.lock import members, read_lock
+from tatu.sweep.plan.lock import read_lock
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +79,7 @@ def _saved_mid_run(sweep_dir: Path, stage: str | None = None) -> bool:
     lock_file = sweep_dir / "plan.lock.json"
     if not lock_file.exists():
         return False
-    for m in members(read_lock(sweep_dir), stage):
+    for m in read_lock(sweep_dir).members_of(stage):
         run = Path(m.env["TATU_OUT"]) / m.run
         events = run / "events.jsonl"
         if events.exists() and not (run / "verdict.json").exists() and '"reason": "scheduled"' in events.read_text():
@@ -122,13 +122,13 @@ def killed(world):
 
 def final_weights(sweep_dir: Path) -> dict[str, bytes]:
     lock = read_lock(sweep_dir)
-    return {m.name: (Path(m.env["TATU_OUT"]) / m.run / "final" / "model.safetensors").read_bytes() for m in members(lock)}
+    return {m.name: (Path(m.env["TATU_OUT"]) / m.run / "final" / "model.safetensors").read_bytes() for m in lock.members_of()}
 
 
 def step_losses(sweep_dir: Path) -> dict[str, list]:
     """Each member's (step, loss) of every step event: a resumed member logs a step it redid again."""
     out = {}
-    for m in members(read_lock(sweep_dir)):
+    for m in read_lock(sweep_dir).members_of():
         events = (Path(m.env["TATU_OUT"]) / m.run / "events.jsonl").read_text().splitlines()
         steps = {}
         for e in (json.loads(line) for line in events if line.strip()):
@@ -197,7 +197,7 @@ def assert_close_run(ref: Path, got: Path) -> list[str]:
         assert not problems and biggest <= WEIGHT_RTOL, (name, biggest, problems)
     losses = numbers_apart(step_losses(ref), step_losses(got), "losses", rtol=LOSS_RTOL, atol=0.0)
     assert not losses, losses[:10]
-    for what, a, b in (("tuned", read_lock(ref)["tuned"], read_lock(got)["tuned"]),
+    for what, a, b in (("tuned", read_lock(ref).tuned.to_json(), read_lock(got).tuned.to_json()),
                        ("report", json.loads(report_numbers(ref)), json.loads(report_numbers(got)))):
         differences = numbers_apart(a, b, what)
         assert not differences, differences[:10]
@@ -208,7 +208,7 @@ def test_killed_and_restarted_sweep_equals_the_run_through(reference, killed):
     killed_dir, kills = killed
     assert kills >= 2
     resumed = []
-    for m in members(read_lock(killed_dir)):
+    for m in read_lock(killed_dir).members_of():
         events = [json.loads(line) for line in (Path(m.env["TATU_OUT"]) / m.run / "events.jsonl").read_text().splitlines() if line.strip()]
         resumed += [m.name for e in events if e["event"] == "resumed"]
     assert resumed, "no member was interrupted mid-run: the kills proved nothing"
@@ -225,11 +225,11 @@ def test_the_tolerances_tell_another_run_from_a_few_ulps(reference):
     from safetensors.torch import load, save
 
     lock = read_lock(reference)
-    by_name = {m.name: m for m in members(lock)}
+    by_name = {m.name: m for m in lock.members_of()}
     weights = {n: (Path(m.env["TATU_OUT"]) / m.run / "final" / "model.safetensors").read_bytes() for n, m in by_name.items()}
     losses = step_losses(reference)
-    tune = sorted(m.name for m in members(lock, "tune"))
-    compare = sorted(m.name for m in members(lock, "compare"))
+    tune = sorted(m.name for m in lock.members_of("tune"))
+    compare = sorted(m.name for m in lock.members_of("compare"))
     seeds = [n for n in compare if n != compare[0] and by_name[n].values.get("REPLAY_N") == by_name[compare[0]].values.get("REPLAY_N")]
     assert len(tune) == 2 and seeds, (tune, compare)
     for a, b in ((tune[0], tune[1]), (compare[0], seeds[0])):
@@ -283,20 +283,20 @@ def _naive_dev_ppl(ckpt: Path, held: Path) -> float:
 
 def test_the_tune_stage_chooses_on_the_dev_half_and_locks_the_value(world, reference):
     lock = read_lock(reference)
-    tuned = lock["tuned"]
-    assert tuned["var"] == "TATU_LR" and tuned["selected_on"].startswith("sftHeld dev half")
+    tuned = lock.tuned
+    assert tuned.var == "TATU_LR" and tuned.selected_on.startswith("sftHeld dev half")
     manifest = json.loads((world["data"] / "manifest.json").read_text())
     held = world["data"] / manifest["evals"]["sftHeld"]["file"]
     dev = {m.values["TATU_LR"]: _naive_dev_ppl(Path(m.env["TATU_OUT"]) / m.run / "final", held)
-           for m in members(lock, "tune")}
-    assert tuned["value"] == min(dev, key=dev.get), (dev, tuned)
+           for m in lock.members_of("tune")}
+    assert tuned.value == min(dev, key=dev.get), (dev, tuned)
     # The comparison members run with the chosen value; the report shows both stages.
-    assert all(m.env["TATU_LR"] == tuned["value"] for m in members(lock, "compare"))
+    assert all(m.env["TATU_LR"] == tuned.value for m in lock.members_of("compare"))
     proc = subprocess.run([sys.executable, "-m", "tatu.ops.cli", "sweep", "report", "tuned", "--sweeps", str(reference.parent)],
                           env=clean_environ(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "tune stage: TATU_LR" in out and f"TATU_LR={tuned['value']} <- chosen" in out
+    assert "tune stage: TATU_LR" in out and f"TATU_LR={tuned.value} <- chosen" in out
     assert "comparison stage (sftHeld: judge half)" in out and "Holm over 1 comparisons" in out
     assert "VERDICT (locked rule): " in out
     for name in ("index.html", "report.json", "drift_vs_axis.png", "tradeoff.png"):
@@ -306,10 +306,10 @@ def test_the_tune_stage_chooses_on_the_dev_half_and_locks_the_value(world, refer
 
 def test_report_drift_is_the_daemons_drift(reference):
     """The re-scored start/end per-line sums give back the drift the daemon logged at its last eval."""
-    from tatu.sweep.analysis import member_result
-    from tatu.sweep.stats import run_lines
+    from tatu.sweep.judge.analysis import member_result
+    from tatu.sweep.judge.stats import run_lines
 
-    for m in members(read_lock(reference), "compare"):
+    for m in read_lock(reference).members_of("compare"):
         result = member_result(m, reference)
         assert math.expm1(run_lines(result, "enRuler").log_ratio()) == pytest.approx(result.evals.daemon_drift, abs=1e-9)
 
@@ -317,7 +317,7 @@ def test_report_drift_is_the_daemons_drift(reference):
 def test_each_member_names_its_own_env_file_where_it_says_what_its_cis_cover(reference):
     """The foreground backend writes each member's variables to env/<run>.env and hands the daemon
     that path: the covers wording names a file that exists and holds the member's configuration."""
-    for m in members(read_lock(reference), "compare"):
+    for m in read_lock(reference).members_of("compare"):
         covers = json.loads((Path(m.env["TATU_OUT"]) / m.run / "verdict.json").read_text())["ci_covers"]
         env_file = reference / "env" / f"{m.run}.env"
         assert covers["env_file"] == str(env_file), covers
@@ -355,7 +355,7 @@ def test_stop_saves_the_members_and_start_continues(world):
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and coordinator.poll() is None:
         if (sweep_dir / "plan.lock.json").exists():
-            member = members(read_lock(sweep_dir))[0]
+            member = read_lock(sweep_dir).members_of()[0]
             events = Path(member.env["TATU_OUT"]) / member.run / "events.jsonl"
             if events.exists() and '"event": "ready"' in events.read_text():
                 break

@@ -8,16 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from run_records import config_result, member_result
+from run_records import config_result, member_result, rule_plan
 from tiny_world import PT_WORDS, sentences
 
 from tatu.ops import cli
-from tatu.sweep import analysis
+from tatu.sweep.judge import analysis
+from tatu.sweep.judge.verdict import decide
 from tatu.sweep.errors import SweepError
-from tatu.sweep.records import EvalDrifts
-from tatu.sweep.rule import held_out_set, parse_rule
-from tatu.sweep.scores import score_checkpoint
-from tatu.sweep.stats import config_stats
+from tatu.sweep.judge.records import EvalDrifts
+from tatu.sweep.plan.rule import held_out_set, parse_rule
+from tatu.sweep.judge.scores import score_checkpoint
+from tatu.sweep.judge.stats import config_stats
 
 AXES = {"REPLAY_N": ["0", "2"]}
 RULE = "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT and ptNews_change_hi < 0.05"
@@ -67,6 +68,6 @@ def test_member_scores_statistics_and_the_verdict_follow_the_named_set(tiny_trun
     flat = {**metrics, "ptNews_change": 0.0, "ptNews_change_lo": -0.01, "ptNews_change_hi": 0.01}
     configs = [config_result("REPLAY_N=0", {"REPLAY_N": "0"}, results, stats, metrics=metrics),
                config_result("REPLAY_N=2", {"REPLAY_N": "2"}, results, stats, metrics=flat)]
-    verdict = analysis.decide({"rule": RULE, "axes": AXES, "plan_file": "plan.toml"}, configs)
+    verdict = decide(rule_plan(RULE, AXES), configs)
     assert verdict.chosen == "2"
     assert verdict.checks[0].failed[0].condition.startswith("ptNews_change_hi")

@@ -15,15 +15,17 @@ from pathlib import Path
 
 import pytest
 
+from run_records import rule_plan
 from strict import cannot_run
 from sweep_world import run_through, steps_plan_text
 from tiny_world import EN_WORDS, PT_WORDS, sentences
 
 from tatu.data.tags import tagger_problem
 from tatu.ops import cli
-from tatu.sweep.analysis import analyze, decide
-from tatu.sweep.lock import members, read_lock
-from tatu.sweep.scores import score_checkpoint
+from tatu.sweep.judge.analysis import analyze
+from tatu.sweep.judge.verdict import decide
+from tatu.sweep.plan.lock import read_lock
+from tatu.sweep.judge.scores import score_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -88,7 +90,7 @@ def report(sweep):
     data = analyze(sweep)
     lock = read_lock(sweep)
     naive, few = {"end": {}, "common": {}}, set()
-    for m in members(lock, "compare"):
+    for m in lock.members_of("compare"):
         run = Path(m.env["TATU_OUT"]) / m.run
         base = score_checkpoint(Path(m.env["TATU_SEED_CKPT"]), m.env, sweep / "scores")  # cache hits: what the report used
         end = score_checkpoint(run / "final", m.env, sweep / "scores")
@@ -112,7 +114,7 @@ def report(sweep):
 
 def test_every_held_out_set_and_category_matches_the_naive_means_at_the_end_and_the_common_step(report):
     data, naive, few = report
-    configs = {c.key: c for c in data["compare"]["configs"]}
+    configs = {c.key: c for c in data.compare.configs}
     assert set(configs) == {"mix-steps-limit4", "mix-steps-limit6"} and {c.common_step for c in configs.values()} == {4}
     n_categories = 0
     for where in ("end", "common"):
@@ -140,11 +142,10 @@ def test_every_held_out_set_and_category_matches_the_naive_means_at_the_end_and_
 
 def test_a_rule_naming_a_held_out_set_judges_it_at_the_common_step_and_at_the_end(report):
     data, naive, _ = report
-    verdict = data["verdict"]
+    verdict = data.verdict
     assert verdict.at == "common" and verdict.at_step == 4 and str(verdict.chosen) == "4"
     assert all(not c.missing for c in verdict.checks)
-    configs = data["compare"]["configs"]
-    lock = {"axes": AXES, "plan_file": "plan.toml"}
+    configs = data.compare.configs
     for where, suffix in (("common", " at the common step"), ("end", "")):
         value = {c.key: math.expm1((naive[where][c.key, "ptNews", 1] + naive[where][c.key, "ptNews", 2]) / 2)
                  for c in configs}
@@ -156,14 +157,14 @@ def test_a_rule_naming_a_held_out_set_judges_it_at_the_common_step_and_at_the_en
         assert low < high, "the two configurations must differ on ptNews for the rule to choose"
         between = (low + high) / 2
         best = min(value, key=value.get)  # the one configuration under the midpoint
-        chosen = decide({**lock, "rule": f"smallest MIX_STEPS_LIMIT such that ptNews_change < {between!r}{suffix}"}, configs)
+        chosen = decide(rule_plan(f"smallest MIX_STEPS_LIMIT such that ptNews_change < {between!r}{suffix}", AXES), configs)
         assert str(chosen.chosen) == best.removeprefix("mix-steps-limit") and chosen.at == where
         failed = [c for c in chosen.checks if c.failed]
         assert failed and failed[0].failed[0].measured == pytest.approx(high, abs=1e-9)
 
 
 def test_the_report_shows_the_held_out_sets_and_categories_in_text_and_page(sweep, tmp_path):
-    from tatu.sweep.report import write_report
+    from tatu.sweep.report.write import write_report
 
     _, text, index = write_report(sweep, tmp_path)
     assert "held-out sets (every eval set beyond the three roles)" in text and "word categories (Apertium" in text

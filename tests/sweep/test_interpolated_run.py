@@ -19,16 +19,18 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
+from run_records import rejudged
 from sweep_world import plan_world, run_through
 
 from tatu.exitcodes import BAD_DATA
-from tatu.sweep.analysis import analyze, decide
+from tatu.sweep.judge.analysis import analyze
+from tatu.sweep.judge.verdict import decide
 from tatu.sweep.errors import SweepError
-from tatu.sweep.interpolated.members import interpolated_members
-from tatu.sweep.interpolated.results import interpolated_result
-from tatu.sweep.lock import members, read_lock
-from tatu.sweep.scores import score_checkpoint
-from tatu.sweep.tables import closing_text, verdict_lines
+from tatu.sweep.plan.interpolated import interpolated_members
+from tatu.sweep.judge.interpolated import interpolated_result
+from tatu.sweep.plan.lock import LockedPlan, read_lock
+from tatu.sweep.judge.scores import score_checkpoint
+from tatu.sweep.report.tables import closing_text, verdict_lines
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +72,7 @@ def test_the_checkpoint_is_a_naive_float64_interpolation_of_the_two_parents(swee
     from tatu.model.hf import load_checkpoint_or_gpt2
 
     lock = read_lock(sweep)
-    found = interpolated_members(lock, members(lock, "compare"))
+    found = interpolated_members(lock.plan.interpolate, lock.members_of("compare"))
     assert [m.name for m in found] == [f"{k}-s{s}" for k in ALPHAS for s in (1, 2)]
     for m in found:
         alpha = alpha_of(m.config_key)  # the label's, not the member's own alpha field
@@ -103,7 +105,7 @@ def _log_ratio(start: dict, end: dict) -> float:
 
 def test_the_report_compares_it_like_every_configuration(sweep):
     data = analyze(sweep)
-    configs = {c.key: c for c in data["compare"]["configs"]}
+    configs = {c.key: c for c in data.compare.configs}
     assert list(configs) == ["full-replay2", "full", KEY, KEY_QUARTER]
     for key in ALPHAS:
         wise = configs[key]
@@ -111,7 +113,7 @@ def test_the_report_compares_it_like_every_configuration(sweep):
         assert wise.end_steps == configs["full-replay2"].end_steps  # its parent's end step
         assert wise.stats_common is None and "every_eval_drift" not in wise.metrics
     per_seed = {}
-    env = {(m.config_key, m.seed): m.env for m in members(read_lock(sweep), "compare")}
+    env = {(m.config_key, m.seed): m.env for m in read_lock(sweep).members_of("compare")}
     folders = [(key, "full-replay2", lambda s, key=key: sweep / "interpolated" / f"{key}-s{s}") for key in ALPHAS]
     for key, parent, folder in (*folders, ("full", "full", lambda s: sweep / "runs" / f"wise.full-s{s}" / "final")):
         for s in (1, 2):  # scored on its parent's lines (cache hits: what the report used)
@@ -134,7 +136,7 @@ def test_the_report_compares_it_like_every_configuration(sweep):
         assert len(rows) >= 3  # the configurations legend, the comparison table, the paired table
         a = alpha_of(key)
         assert any(f"none: interpolated, (1-{a:g}) seed + {a:g} full-replay2's end" in line for line in rows), key
-    from tatu.sweep.plots import drift_axes, tradeoff_axes
+    from tatu.sweep.report.plots import drift_axes, tradeoff_axes
 
     _, ax = tradeoff_axes(data)  # one point per member, its own among them
     assert set(ALPHAS) <= set(ax.get_legend_handles_labels()[1])
@@ -142,20 +144,19 @@ def test_the_report_compares_it_like_every_configuration(sweep):
     assert [t.get_text() for t in ax.get_xticklabels()] == ["full-replay2", "full", KEY, KEY_QUARTER]
 
 
-def _judged(sweep_dir: Path, lock: dict, rule: str) -> tuple[dict, dict, list[str]]:
+def _judged(sweep_dir: Path, lock: LockedPlan, rule: str) -> tuple[dict, dict, list[str]]:
     """(the verdict, the interpolated configuration's check, the verdict's lines) under another rule."""
-    from tatu.sweep.analysis import add_paired, stage_table
+    from tatu.sweep.judge.analysis import add_paired, stage_table
 
-    lock = {**lock, "rule": rule}
-    configs = add_paired(lock, stage_table(lock, members(lock, "compare"), sweep_dir, "compare"))
-    verdict = decide(lock, configs)
-    report = {"verdict": verdict, "compare": {"complete": True}}
-    return verdict, next(c for c in verdict.checks if c.config == KEY), verdict_lines(report)
+    lock = dataclasses.replace(lock, plan=rejudged(lock.plan, rule))
+    configs = add_paired(lock.plan.baseline, stage_table(lock, lock.members_of("compare"), sweep_dir, "compare"))
+    verdict = decide(lock.plan, configs)
+    return verdict, next(c for c in verdict.checks if c.config == KEY), verdict_lines(verdict, True)
 
 
 def test_the_rule_judges_it_on_what_it_has_and_says_what_it_lacks(sweep):
     lock = read_lock(sweep)
-    wise = {c.key: c for c in analyze(sweep)["compare"]["configs"]}[KEY]
+    wise = {c.key: c for c in analyze(sweep).compare.configs}[KEY]
     # judged last, after the named configurations, on its own end metrics
     verdict, check, _ = _judged(sweep, lock, "first config such that drift_hi < -100%")
     assert [c.config for c in verdict.checks] == ["full-replay2", "full", KEY, KEY_QUARTER]
@@ -178,7 +179,7 @@ def test_an_aborted_parent_is_interpolated_from_its_state(sweep, tmp_path):
     """The member as an abort leaves it (no final/, state/ at the abort's eval, verdict.json saying
     aborted), made from a finished one's files: its end is state/, and the interpolated member is aborted too."""
     lock = read_lock(sweep)
-    member = next(m for m in interpolated_members(lock, members(lock, "compare")) if m.name == f"{KEY_QUARTER}-s1")
+    member = next(m for m in interpolated_members(lock.plan.interpolate, lock.members_of("compare")) if m.name == f"{KEY_QUARTER}-s1")
     runs = tmp_path / "runs"
     shutil.copytree(member.parent.run_dir, runs / member.parent.run)
     shutil.rmtree(runs / member.parent.run / "final")
@@ -202,7 +203,7 @@ def test_an_aborted_parent_is_interpolated_from_its_state(sweep, tmp_path):
     before = (ckpt / "manifest.json").read_bytes()
     assert interpolated_result(aborted, tmp_path / "sweep").lines["end"] == result.lines["end"]
     assert (ckpt / "manifest.json").read_bytes() == before
-    other = next(m for m in members(lock, "compare") if m.name == "full-replay2-s2").run_dir / "final"
+    other = next(m for m in lock.members_of("compare") if m.name == "full-replay2-s2").run_dir / "final"
     shutil.rmtree(state)
     shutil.copytree(other, state)  # another end under the parent's name: not the one interpolated
     with pytest.raises(SweepError) as err:
@@ -225,37 +226,37 @@ def test_it_is_paired_with_its_own_parent_too(sweep):
     (the ruler, sftHeld, every held-out set), each difference recomputed here from the re-scored
     checkpoint of the key the row names; Holm over the two alphas, per set, by hand."""
     data = analyze(sweep)
-    rows = data["compare"]["vs_parent"]
-    assert [(r["config"], r["parent"], r["alpha"]) for r in rows] == [(k, "full-replay2", alpha_of(k)) for k in ALPHAS]
-    held_out = [name for name in {c.key: c for c in data["compare"]["configs"]}[KEY].stats
+    rows = data.compare.vs_parent
+    assert [(r.config, r.parent, r.alpha) for r in rows] == [(k, "full-replay2", alpha_of(k)) for k in ALPHAS]
+    held_out = [name for name in {c.key: c for c in data.compare.configs}[KEY].stats
                 if name not in ("drift", "sftHeld")]
-    env = {m.seed: m.env for m in members(read_lock(sweep), "compare") if m.config_key == "full-replay2"}
+    env = {m.seed: m.env for m in read_lock(sweep).members_of("compare") if m.config_key == "full-replay2"}
     by_row = {}
     for row in rows:
-        assert list(row["paired"]) == ["drift", "sftHeld", *held_out]
-        for metric in row["paired"]:
+        assert list(row.paired) == ["drift", "sftHeld", *held_out]
+        for metric in row.paired:
             set_name = {"drift": "enRuler"}.get(metric, metric)
             diffs = []
             for s in (1, 2):
                 base = score_checkpoint(Path(env[s]["TATU_SEED_CKPT"]), env[s], sweep / "scores")[set_name]
-                child = score_checkpoint(sweep / "interpolated" / f"{row['config']}-s{s}", env[s], sweep / "scores")[set_name]
+                child = score_checkpoint(sweep / "interpolated" / f"{row.config}-s{s}", env[s], sweep / "scores")[set_name]
                 parent = score_checkpoint(sweep / "runs" / f"wise.full-replay2-s{s}" / "final", env[s], sweep / "scores")[set_name]
                 diffs.append(_log_ratio(base, child) - _log_ratio(base, parent))
-            paired = row["paired"][metric]
+            paired = row.paired[metric]
             diff = paired.change
-            assert paired.n_seeds == 2 and diff.value == pytest.approx(sum(diffs) / 2, abs=1e-12), (row["config"], metric)
+            assert paired.n_seeds == 2 and diff.value == pytest.approx(sum(diffs) / 2, abs=1e-12), (row.config, metric)
             assert diff.lo <= diff.value <= diff.hi
-            by_row[row["config"], metric] = diffs
-        assert by_row[row["config"], "drift"][0] != 0.0  # the walk back changed the scores, so the check compares something
+            by_row[row.config, metric] = diffs
+        assert by_row[row.config, "drift"][0] != 0.0  # the walk back changed the scores, so the check compares something
     assert by_row[KEY, "drift"] != by_row[KEY_QUARTER, "drift"]  # the two alphas differ, so the pairing is checked
-    for metric in rows[0]["paired"]:  # Holm over the alphas, per set
-        found = [row["paired"][metric] for row in rows]
+    for metric in rows[0].paired:  # Holm over the alphas, per set
+        found = [row.paired[metric] for row in rows]
         assert [p.p_holm for p in found] == pytest.approx(holm_by_hand([p.p_value for p in found]), abs=1e-15), metric
         assert [p.n_compared for p in found] == [2, 2]
-    assert any(row["paired"][m].p_holm != row["paired"][m].p_value for row in rows for m in row["paired"])  # Holm adjusted something
+    assert any(row.paired[m].p_holm != row.paired[m].p_value for row in rows for m in row.paired)  # Holm adjusted something
     text = closing_text(data)
     assert "interpolated vs its parent at the end, paired by seed and line" in text
-    from tatu.sweep.report import write_report
+    from tatu.sweep.report.write import write_report
 
     _, _, page = write_report(sweep, sweep / "report-vs-parent")
     for key in ALPHAS:

@@ -1,4 +1,4 @@
-"""The looks log (sweep/sequential/log.py): appended lines read back as logged, a torn last line
+"""The looks log (sweep/judge/looks_log.py): appended lines read back as logged, a torn last line
 dropped, and a corrupted decision refused against the recomputation (65, naming the line)."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from tatu.evals.seeds.power import CrossedParts
 from tatu.evals.seeds.sequential import Design, Estimate, look
 from tatu.exitcodes import BAD_DATA
 from tatu.sweep.errors import SweepError
-from tatu.sweep.sequential import log
+from tatu.sweep.judge import looks_log as log
 
 DESIGN = Design("obf", 3, 6)
 PARTS = CrossedParts(seed=0.7, interaction=0.3, lines=0.01, n_lines=100)

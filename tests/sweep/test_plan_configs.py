@@ -10,18 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from run_records import config_result
+from run_records import config_result, rule_plan
 from sweep_world import plan_text
 
 from tatu.exitcodes import BAD_CONFIG
 from tatu.records import RelativeChange
 from tatu.ops.cli import main as tatu
-from tatu.sweep.analysis import decide
+from tatu.sweep.judge.verdict import decide
 from tatu.sweep.errors import SweepError
-from tatu.sweep.records import ConfigResult
-from tatu.sweep.lock import members, plan_from_lock, read_lock, reconcile
+from tatu.sweep.judge.records import ConfigResult
+from tatu.sweep.plan.lock import read_lock, reconcile
 from tatu.sweep.plan.load import load_plan
-from tatu.sweep.records import ConfigStat
+from tatu.sweep.judge.records import ConfigStat
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CONFIGS = ('lora-r4 = { TATU_TRAIN = "lora", TATU_LORA_RANK = 4 }\n'
@@ -112,10 +112,10 @@ def test_the_lock_keeps_the_configurations_in_order_and_a_restart_rebuilds_the_p
     plan = load_plan(write_plan(tmp_path))
     sweep_dir = tmp_path / "sweeps" / "methods"
     lock, what = reconcile(plan, sweep_dir)
-    assert what == "locked" and [name for name, _ in read_lock(sweep_dir)["configs"]] == list(plan.configs)
-    again = plan_from_lock(read_lock(sweep_dir))
+    assert what == "locked" and list(read_lock(sweep_dir).plan.configs) == list(plan.configs)
+    again = read_lock(sweep_dir).plan
     assert again.hash == plan.hash and again.configs == plan.configs
-    assert [m.env for m in members(lock, "compare")] == [m.env for m in again.compare_members(sweep_dir / "runs", None)]
+    assert [m.env for m in lock.members_of("compare")] == [m.env for m in again.compare_members(sweep_dir / "runs", None)]
     assert reconcile(plan, sweep_dir)[1] == "unchanged"
     changed = edited(tmp_path, lambda t: t.replace("TATU_LORA_RANK = 4", "TATU_LORA_RANK = 8"))
     with pytest.raises(SweepError, match=r"changed: configs\)"):
@@ -180,35 +180,33 @@ def _config(name: str, drift_hi: float, change_hi: float) -> ConfigResult:
 
 
 def test_first_config_judges_in_the_plans_order(tmp_path):
-    lock = {"rule": RULE, "axes": {}, "plan_file": str(tmp_path / "p.toml"),
-            "configs": [["lora-r4", {}], ["top1", {}], ["full-replay2", {}], ["full", {}]]}
+    plan = rule_plan(RULE, {}, tmp_path / "p.toml", ("lora-r4", "top1", "full-replay2", "full"))
     # given in another order, judged in the plan's: lora-r4 forgets, top1 learns nothing, full-replay2 passes
     configs = [_config("full", 0.30, -0.5), _config("full-replay2", 0.05, -0.4), _config("top1", 0.02, 0.01),
                _config("lora-r4", 0.15, -0.3)]
-    verdict = decide(lock, configs)
+    verdict = decide(plan, configs)
     assert [c.config for c in verdict.checks] == ["lora-r4", "top1", "full-replay2", "full"]
     assert verdict.chosen == "full-replay2"
     assert verdict.line.startswith("config=full-replay2: the first config such that drift_hi < MIX_FORGET_LIMIT")
     assert [f.condition for f in verdict.checks[1].failed] == ["sftHeld_change_hi < 0"]
     configs[3] = _config("lora-r4", 0.08, -0.3)
-    assert decide(lock, configs).chosen == "lora-r4"
+    assert decide(plan, configs).chosen == "lora-r4"
 
 
 def test_a_verdict_over_configurations_crossed_with_an_axis_names_the_member_key(tmp_path):
     # lora at SFT_GE=2 and at SFT_GE=4 share the value "lora" of the rule's axis: the key says which passed
-    lock = {"rule": RULE, "axes": {"SFT_GE": ["2", "4"]}, "plan_file": str(tmp_path / "p.toml"),
-            "configs": [["lora", {}], ["full", {}]]}
+    plan = rule_plan(RULE, {"SFT_GE": ["2", "4"]}, tmp_path / "p.toml", ("lora", "full"))
     configs = []
     for key, drift_hi, change_hi in (("full-sft-ge2", 0.30, -0.5), ("lora-sft-ge2", 0.15, -0.3),
                                      ("lora-sft-ge4", 0.05, -0.3), ("full-sft-ge4", 0.30, -0.5)):
         config = _config(key, drift_hi, change_hi)
         configs.append(dataclasses.replace(config, values={"config": key.split("-")[0], "SFT_GE": key[-1]}))
-    verdict = decide(lock, configs)
+    verdict = decide(plan, configs)
     assert verdict.line.startswith("config=lora (lora-sft-ge4): the first config such that")
     assert [c.label for c in verdict.checks] == ["lora (lora-sft-ge2)", "lora (lora-sft-ge4)",
                                                      "full (full-sft-ge2)", "full (full-sft-ge4)"]
     # unshared values keep the plain value, as every shipped plan's verdict shows
-    assert decide({**lock, "axes": {}}, configs[1:2] + configs[0:1]).checks[0].label == "lora"
+    assert decide(rule_plan(RULE, {}, tmp_path / "p.toml", ("lora", "full")), configs[1:2] + configs[0:1]).checks[0].label == "lora"
 
 
 FORGETTING_4 = {"lora-r8": {"TATU_TRAIN": "lora", "TATU_LORA_RANK": "8"}, "top1": {"TATU_TRAIN": "top:1"},
@@ -238,7 +236,7 @@ def test_every_backend_hands_a_member_its_configurations_variables(tmp_path):
     foreground backend from the same dict: what they get parses back to the member's own config."""
     from tatu.daemon.config import load_config
     from tatu.envfile import env_file_text, parse_env_file
-    from tatu.sweep.backends import member_env
+    from tatu.sweep.run.backends import member_env
 
     for m in load_plan(write_plan(tmp_path)).compare_members(tmp_path / "out", None):
         env_file = tmp_path / f"{m.run}.env"
@@ -250,7 +248,7 @@ def test_every_backend_hands_a_member_its_configurations_variables(tmp_path):
 
 
 def test_the_cost_estimate_counts_each_configurations_micro_batches(tmp_path):
-    from tatu.sweep.cost import StepCost, member_seconds
+    from tatu.sweep.run.cost import StepCost, member_seconds
 
     cost = StepCost(seconds_per_slot=1e-6, eval_seconds=0.5, source="test")
     by_config = {m.config_key: member_seconds(m, cost) for m in load_plan(write_plan(tmp_path)).compare_members(tmp_path, None)}
@@ -273,7 +271,7 @@ def test_a_tune_stage_tunes_the_baseline_configuration_and_every_configuration_r
 
 
 def test_the_legend_shows_configurations_and_a_train_axis_but_leaves_other_tables_as_they_were():
-    from tatu.sweep.tables import configs_legend
+    from tatu.sweep.report.tables import configs_legend
 
     replay = [config_result(f"replay-n{n}", {"REPLAY_N": str(n)}, (), None,
                             trainable="trainable 1.1M of 1.1M (100.0%): h.0-3") for n in (0, 2)]
@@ -282,7 +280,7 @@ def test_the_legend_shows_configurations_and_a_train_axis_but_leaves_other_table
             config_result("trainlora", {"TATU_TRAIN": "lora"}, (), None)]
     rows = configs_legend(None, axis)[2].splitlines()
     assert [r.split() for r in rows[1:]] == [["trainall", "-", *axis[0].trainable.split()], ["trainlora", "-", "n/a"]]
-    named = [["lora-r8", {"TATU_TRAIN": "lora", "TATU_LORA_RANK": "8"}], ["full", {}]]
+    named = {"lora-r8": {"TATU_TRAIN": "lora", "TATU_LORA_RANK": "8"}, "full": {}}
     configs = [config_result("lora-r8", {"config": "lora-r8"}, (), None, trainable="lora r=8 alpha=16 on 16 modules: 65.5k trainable"),
                config_result("full", {"config": "full"}, (), None, trainable="trainable 1.1M of 1.1M (100.0%): h.0-3")]
     rows = configs_legend(named, configs)[2].splitlines()

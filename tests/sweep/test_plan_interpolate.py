@@ -7,15 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from run_records import config_result
+from run_records import config_result, rule_plan
 from sweep_world import plan_text
 
 from tatu.exitcodes import BAD_CONFIG
 from tatu.sweep.errors import SweepError
-from tatu.sweep.interpolated.members import interpolated_members
-from tatu.sweep.lock import members, plan_from_lock, reconcile
+from tatu.sweep.plan.interpolate import InterpolateSpec
+from tatu.sweep.plan.interpolated import interpolated_members
+from tatu.sweep.plan.lock import reconcile
 from tatu.sweep.plan.load import load_plan
-from tatu.sweep.records import ConfigResult
+from tatu.sweep.judge.records import ConfigResult
 
 CONFIGS = "full-replay2 = { REPLAY_N = 2 }\nfull = {}\n"
 RULE = "first config such that drift_hi < MIX_FORGET_LIMIT and sftHeld_change_hi < 0"
@@ -36,15 +37,15 @@ def test_each_alpha_is_a_configuration_of_the_parents_members(tmp_path):
     assert (plan.interpolate.config, plan.interpolate.alphas) == ("full-replay2", (0.5, 0.25))
     assert plan.interpolate.keys() == ["full-replay2-a0.5", "full-replay2-a0.25"]
     lock, _ = reconcile(plan, tmp_path / "sweeps" / "wise")
-    compare = members(lock, "compare")
+    compare = lock.members_of("compare")
     assert len(compare) == 6  # no daemon member for an interpolated configuration
-    found = interpolated_members(lock, compare)
+    found = interpolated_members(lock.plan.interpolate, compare)
     assert [m.name for m in found] == [f"full-replay2-a{a}-s{s}" for a in ("0.5", "0.25") for s in (1, 2, 3)]
     for m in found:
         assert m.parent.config_key == "full-replay2" and m.parent.seed == m.seed and m.env == m.parent.env
         assert m.values == {"config": m.config_key}
         assert m.directory(tmp_path / "sweeps" / "wise") == tmp_path / "sweeps" / "wise" / "interpolated" / m.name
-    again = plan_from_lock(lock)
+    again = lock.plan
     assert again.interpolate == plan.interpolate and again.hash == plan.hash
 
 
@@ -52,7 +53,7 @@ def test_axis_plans_name_the_configuration_by_its_key(tmp_path):
     plan = load_plan(write_plan(tmp_path, configs="", rule="smallest REPLAY_N such that drift_hi < 0.5",
                                 interpolate='[interpolate]\nconfig = "replay-n2"\nalphas = [0, 1]\n'))
     lock, _ = reconcile(plan, tmp_path / "sweeps" / "wise")
-    found = interpolated_members(lock, members(lock, "compare"))
+    found = interpolated_members(lock.plan.interpolate, lock.members_of("compare"))
     assert sorted({m.config_key for m in found}) == ["replay-n2-a0", "replay-n2-a1"]
     assert all(m.values == {"REPLAY_N": "2", "config": m.config_key} for m in found)
 
@@ -61,7 +62,7 @@ def test_a_plan_without_it_hashes_as_before_and_with_it_differently(tmp_path):
     without = load_plan(write_plan(tmp_path / "a", interpolate=""))
     assert without.interpolate is None and "interpolate" not in without.core()
     lock, _ = reconcile(without, tmp_path / "sweeps" / "a")
-    assert "interpolate" not in lock and interpolated_members(lock, members(lock, "compare")) == []
+    assert lock.plan.interpolate is None and interpolated_members(lock.plan.interpolate, lock.members_of("compare")) == []
     with_it = load_plan(write_plan(tmp_path / "a", interpolate=INTERPOLATE))
     other_alpha = load_plan(write_plan(tmp_path / "a", interpolate=INTERPOLATE.replace("0.25", "0.75")))
     assert len({without.hash, with_it.hash, other_alpha.hash}) == 3
@@ -113,10 +114,10 @@ def _config(key: str, values: dict, drift_hi: float) -> ConfigResult:
 
 
 def test_the_rule_orders_interpolated_configurations_after_their_parents(tmp_path):
-    from tatu.sweep.analysis import decide
+    from tatu.sweep.judge.verdict import decide
 
-    axis = {"rule": "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT", "axes": {"REPLAY_N": ["0", "2"]},
-            "plan_file": str(tmp_path / "p.toml"), "interpolate": {"config": "replay-n0", "alphas": [0.5]}}
+    axis = rule_plan("smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT", {"REPLAY_N": ["0", "2"]},
+                     tmp_path / "p.toml", interpolate=InterpolateSpec("replay-n0", (0.5,)))
     configs = [_config("replay-n2", {"REPLAY_N": "2"}, 0.05),
                _config("replay-n0-a0.5", {"REPLAY_N": "0", "config": "replay-n0-a0.5"}, 0.05),
                _config("replay-n0", {"REPLAY_N": "0"}, 0.30)]
@@ -124,8 +125,8 @@ def test_the_rule_orders_interpolated_configurations_after_their_parents(tmp_pat
     # an axis rule: its parent's value, judged right after the parent's own configuration
     assert [c.config for c in verdict.checks] == ["replay-n0", "replay-n0-a0.5", "replay-n2"]
     assert verdict.line.startswith("REPLAY_N=0 (replay-n0-a0.5): the smallest REPLAY_N such that")
-    named = {"rule": "first config such that drift_hi < MIX_FORGET_LIMIT", "axes": {}, "plan_file": str(tmp_path / "p.toml"),
-             "configs": [["lora", {}], ["full", {}]], "interpolate": {"config": "full", "alphas": [0.5, 0.25]}}
+    named = rule_plan("first config such that drift_hi < MIX_FORGET_LIMIT", {}, tmp_path / "p.toml", ("lora", "full"),
+                      InterpolateSpec("full", (0.5, 0.25)))
     configs = [_config(k, {"config": k}, d) for k, d in (("full-a0.25", 0.01), ("full-a0.5", 0.01), ("full", 0.05), ("lora", 0.3))]
     verdict = decide(named, configs)
     # `first config`: every named configuration first, then the interpolated ones in the order of alphas

@@ -9,21 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from run_records import config_result, member_result
+from run_records import config_result, member_result, rejudged, rule_plan
 from run_records import verdict as finished_verdict
 from sweep_world import plan_text
 
 from tatu.evals.seeds.power import CrossedParts
 from tatu.exitcodes import BAD_CONFIG
 from tatu.ops.cli import main as tatu
-from tatu.sweep.analysis import decide
-from tatu.sweep.backends import UnitState
+from tatu.sweep.judge.verdict import decide
+from tatu.sweep.run.backends import UnitState
 from tatu.sweep.errors import SweepError
-from tatu.sweep.members import member_status, summary
-from tatu.sweep.lock import lock_path, members, read_lock, reconcile
+from tatu.sweep.run.members import member_status, summary
+from tatu.sweep.plan.lock import lock_path, read_lock, reconcile
 from tatu.sweep.plan.load import config_label, load_plan
 from tatu.records import RelativeChange
-from tatu.sweep.records import ConfigStat
+from tatu.sweep.judge.records import ConfigStat
 
 TUNE = '[tune]\nTATU_LR = [1e-3, 3e-3]\nseeds = [1]\n'
 
@@ -75,7 +75,7 @@ def test_the_portable_hash_is_the_same_on_every_checkout_the_lock_hash_is_not(tm
     assert load_plan(moved).portable_hash != a.portable_hash
     # The lock keeps both; the report's header names the portable one.
     lock, _ = reconcile(a, tmp_path / "sweeps" / "dose")
-    assert (lock["plan_hash"], lock["plan_portable_hash"]) == (a.hash, a.portable_hash)
+    assert (lock.plan_hash, lock.plan_portable_hash) == (a.hash, a.portable_hash)
 
 
 @pytest.mark.parametrize("doc, sweep, plan", [
@@ -132,8 +132,8 @@ def test_lock_is_written_once_and_a_changed_plan_is_refused(tmp_path):
     lock, what = reconcile(load_plan(write_plan(tmp_path)), sweep_dir)
     assert what == "locked" and lock_path(sweep_dir).is_file()
     assert read_lock(sweep_dir) == lock
-    assert [m.name for m in members(lock)] == ["replay-n0-s1", "replay-n0-s2", "replay-n2-s1", "replay-n2-s2"]
-    assert lock["rule"].startswith("smallest REPLAY_N") and lock["baseline"] == {"REPLAY_N": "0"}
+    assert [m.name for m in lock.members_of()] == ["replay-n0-s1", "replay-n0-s2", "replay-n2-s1", "replay-n2-s2"]
+    assert lock.plan.rule.text.startswith("smallest REPLAY_N") and lock.plan.baseline == {"REPLAY_N": "0"}
     before = lock_path(sweep_dir).read_bytes()
     assert reconcile(load_plan(write_plan(tmp_path)), sweep_dir)[1] == "unchanged"
     assert lock_path(sweep_dir).read_bytes() == before
@@ -153,24 +153,24 @@ def test_adding_seeds_only_adds_members(tmp_path):
     lock, _ = reconcile(load_plan(write_plan(tmp_path)), sweep_dir)
     grown, what = reconcile(load_plan(write_plan(tmp_path, seeds=(1, 2, 3))), sweep_dir)
     assert what == "added seeds [3]"
-    assert grown["members"][:4] == lock["members"]  # the locked members are untouched
-    assert [m.name for m in members(grown)][4:] == ["replay-n0-s3", "replay-n2-s3"]
-    assert grown["seeds"] == [1, 2, 3] and grown["history"][0]["added_seeds"] == [3]
+    assert grown.members[:4] == lock.members  # the locked members are untouched
+    assert [m.name for m in grown.members_of()][4:] == ["replay-n0-s3", "replay-n2-s3"]
+    assert grown.plan.seeds == [1, 2, 3] and grown.history[0].seeds == (3,)
 
 
 def test_a_tune_stage_locks_the_tune_members_first(tmp_path):
     sweep_dir = tmp_path / "sweeps" / "dose"
     lock, _ = reconcile(load_plan(write_plan(tmp_path, tune=TUNE)), sweep_dir)
-    assert [m.name for m in members(lock)] == ["tune-lr0.001-s1", "tune-lr0.003-s1"]
-    assert members(lock, "compare") == [] and lock["tuned"] is None
-    assert lock["tune"]["split"]["dev"].startswith("even") and lock["tune"]["split"]["judge"].startswith("odd")
-    tune_member = members(lock)[0]
+    assert [m.name for m in lock.members_of()] == ["tune-lr0.001-s1", "tune-lr0.003-s1"]
+    assert lock.members_of("compare") == [] and lock.tuned is None
+    assert lock.tune_split["dev"].startswith("even") and lock.tune_split["judge"].startswith("odd")
+    tune_member = lock.members_of()[0]
     assert tune_member.env["REPLAY_N"] == "0" and tune_member.env["TATU_LR"] == "0.001"  # the baseline config
 
 
 def _member(tmp_path):
     lock, _ = reconcile(load_plan(write_plan(tmp_path)), tmp_path / "sweeps" / "dose")
-    member = members(lock)[0]
+    member = lock.members_of()[0]
     run_dir = Path(member.env["TATU_OUT"]) / member.run
     run_dir.mkdir(parents=True)
     return member, run_dir
@@ -222,11 +222,11 @@ def _config(key, value, drift, drift_hi, change_hi, limit=0.10):
 
 
 def test_the_locked_rule_picks_the_smallest_passing_value(tmp_path):
-    lock = {"rule": "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT and sftHeld_change_hi < 0",
-            "axes": {"REPLAY_N": ["0", "2", "6"]}, "plan_file": str(tmp_path / "p.toml")}
+    plan = rule_plan("smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT and sftHeld_change_hi < 0",
+                     {"REPLAY_N": ["0", "2", "6"]}, tmp_path / "p.toml")
     configs = [_config("replay-n6", "6", 0.01, 0.03, -0.5), _config("replay-n0", "0", 0.40, 0.45, -0.6),
                _config("replay-n2", "2", 0.07, 0.12, -0.55)]
-    verdict = decide(lock, configs)
+    verdict = decide(plan, configs)
     assert verdict.chosen == "6" and verdict.line.startswith("REPLAY_N=6: the smallest REPLAY_N such that")
     assert [c.value for c in verdict.checks] == ["0", "2", "6"]  # numeric order, not the given one
     assert verdict.checks[1].failed[0].condition == "drift_hi < MIX_FORGET_LIMIT"
@@ -239,12 +239,11 @@ def test_the_locked_rule_picks_the_smallest_passing_value(tmp_path):
         configs[2].stats["drift"], parts=CrossedParts(seed=0.02 ** 2, interaction=0.0, lines=0.015 ** 2, n_lines=166))
     assert any(note.startswith("REPLAY_N=2: its drift point estimate +7.0% passes; no number of seeds would narrow "
                                "drift_hi enough to pass with these 166 lines (more lines would)")
-               for note in decide(lock, configs).would_change)
+               for note in decide(plan, configs).would_change)
     # A tighter CI on 2 flips the verdict to 2; nothing passing -> said plainly.
     configs[2] = _config("replay-n2", "2", 0.07, 0.09, -0.55)
-    assert decide(lock, configs).chosen == "2"
-    lock["rule"] = "smallest REPLAY_N such that drift_hi < 1%"
-    verdict = decide(lock, configs)
+    assert decide(plan, configs).chosen == "2"
+    verdict = decide(rejudged(plan, "smallest REPLAY_N such that drift_hi < 1%"), configs)
     assert verdict.chosen is None and verdict.line.startswith("no REPLAY_N satisfies")
 
 
@@ -272,7 +271,7 @@ def test_the_coordinator_unit_passes_systemd_analyze_verify(tmp_path):
     assert service["Type"] == ["notify"] and service["Restart"] == ["on-failure"]
     assert service["RestartPreventExitStatus"] == ["65 78"]
     assert service["EnvironmentFile"] == ["%E/tatu/sweeps/%i.env"]
-    assert service["ExecStart"] == ["@TATU_PYTHON@ -m tatu.sweep.coordinator"]
+    assert service["ExecStart"] == ["@TATU_PYTHON@ -m tatu.sweep.run.coordinator"]
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
         from strict import cannot_run
@@ -292,8 +291,8 @@ def test_a_second_coordinator_of_the_same_sweep_exits_at_once(tmp_path):
     import fcntl
     import io
 
-    from tatu.sweep.backends import ForegroundBackend
-    from tatu.sweep.coordinator import Coordinator
+    from tatu.sweep.run.backends import ForegroundBackend
+    from tatu.sweep.run.coordinator import Coordinator
 
     sweep_dir = tmp_path / "sweeps" / "dose"
     reconcile(load_plan(write_plan(tmp_path)), sweep_dir)
@@ -302,7 +301,7 @@ def test_a_second_coordinator_of_the_same_sweep_exits_at_once(tmp_path):
         out = io.StringIO()
         assert Coordinator(sweep_dir, ForegroundBackend(sweep_dir), 1, out=out).run() == 1
     assert "another coordinator is running this sweep" in out.getvalue()
-    assert not (Path(members(read_lock(sweep_dir))[0].env["TATU_OUT"])).exists()  # it started nothing
+    assert not (Path(read_lock(sweep_dir).members_of()[0].env["TATU_OUT"])).exists()  # it started nothing
 
 
 class RecordingBackend:
@@ -337,7 +336,7 @@ class RecordingBackend:
 def test_the_coordinator_keeps_k_members_on_k_devices(tmp_path):
     import io
 
-    from tatu.sweep.coordinator import Coordinator
+    from tatu.sweep.run.coordinator import Coordinator
 
     sweep_dir = tmp_path / "sweeps" / "dose"
     lock, _ = reconcile(load_plan(write_plan(tmp_path, seeds=(1, 2, 3))), sweep_dir)
@@ -348,7 +347,7 @@ def test_the_coordinator_keeps_k_members_on_k_devices(tmp_path):
     assert coordinator.pass_once()[0] == "running" and len(backend.started) == 2  # both slots busy
     # The member on cuda:1 finishes; its slot (that device) goes to the next member. A new
     # coordinator (a restart) knows the busy device from the running member's env file.
-    first, second = members(lock)[:2]
+    first, second = lock.members_of()[:2]
     run_dir = Path(second.env["TATU_OUT"]) / second.run
     run_dir.mkdir(parents=True)
     (run_dir / "verdict.json").write_text(json.dumps(finished_verdict("holds").to_json()))
@@ -372,7 +371,7 @@ def test_tatu_sweep_plan_prints_members_configs_hash_and_cost(tmp_path, capsys):
     assert tatu(["sweep", "plan", str(path), "--full"]) == 0
     assert "TATU_WEIGHT_DECAY      = 0.1" in capsys.readouterr().out
     lock, _ = reconcile(plan, tmp_path / "sweeps" / "dose")
-    assert lock["members"][0]["config"]["TATU_WEIGHT_DECAY"] == 0.1 and len(lock["members"][0]["config_hash"]) == 12
+    assert lock.members[0].config["TATU_WEIGHT_DECAY"] == 0.1 and len(lock.members[0].config_hash) == 12
 
 
 def test_an_unresolved_neighbour_says_how_many_seeds_would_resolve_it(tmp_path):
@@ -389,11 +388,11 @@ def test_an_unresolved_neighbour_says_how_many_seeds_would_resolve_it(tmp_path):
             out.append(member_result("replay", seed, scores(base_lines), scores(end)))
         return out
 
-    lock = {"rule": "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT", "axes": {"REPLAY_N": ["2", "4"]},
-            "plan_file": str(tmp_path / "p.toml")}
+    plan = rule_plan("smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT", {"REPLAY_N": ["2", "4"]},
+                     tmp_path / "p.toml")
     two, four = _config("replay-n2", "2", 0.12, 0.15, -0.5), _config("replay-n4", "4", 0.05, 0.08, -0.5)
     two, four = dataclasses.replace(two, results=results(0.012)), dataclasses.replace(four, results=results(0.010))
-    verdict = decide(lock, [two, four])
+    verdict = decide(plan, [two, four])
     assert verdict.chosen == "4"
     note = next(n for n in verdict.would_change if n.startswith("REPLAY_N=2 vs 4: drift difference not resolved"))
     # Per seed: log ppl_end(4) - log ppl_end(2) (same baseline, one token a line: means of NLL).
@@ -401,7 +400,7 @@ def test_an_unresolved_neighbour_says_how_many_seeds_would_resolve_it(tmp_path):
              for r2, r4 in zip(two.results, four.results)]
     # The seeds whose crossed CI resolves that difference at 80% power, by a loop over n with
     # scipy's t, from the paired comparison's measured variance parts.
-    from tatu.sweep.stats import paired_stats
+    from tatu.sweep.judge.stats import paired_stats
 
     parts = dataclasses.asdict(paired_stats(four.results, two.results, "enRuler", None, 99).parts)
     needed = _naive_seeds_needed(parts, float(np.mean(diffs)))
@@ -426,7 +425,7 @@ def _naive_seeds_needed(parts: dict, effect: float, power: float = 0.8) -> int |
 
 
 def test_a_rule_names_the_comparison_it_judges_end_by_default(tmp_path):
-    from tatu.sweep.rule import parse_rule
+    from tatu.sweep.plan.rule import parse_rule
 
     axes = {"REPLAY_N": ["0", "2"]}
     path = tmp_path / "p.toml"
@@ -438,11 +437,11 @@ def test_a_rule_names_the_comparison_it_judges_end_by_default(tmp_path):
     with pytest.raises(SweepError, match="at the common step"):
         parse_rule("smallest REPLAY_N such that at the common step", axes, path)
     # The common step is judged on metrics_common, n/a when members kept no per-line scores.
-    lock = {"rule": "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT at the common step",
-            "axes": {"REPLAY_N": ["0", "2"]}, "plan_file": str(path)}
+    plan = rule_plan("smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT at the common step",
+                     {"REPLAY_N": ["0", "2"]}, path)
     far, near = _config("replay-n0", "0", 0.40, 0.45, -0.6), _config("replay-n2", "2", 0.30, 0.35, -0.6)
     far, near = dataclasses.replace(far, metrics_common={"drift_hi": 0.05}), dataclasses.replace(near, metrics_common=None)
-    verdict = decide(lock, [near, far])
+    verdict = decide(plan, [near, far])
     assert verdict.chosen == "0" and verdict.at == "common"
     assert verdict.checks[1].missing == ("drift_hi",)
 
@@ -450,7 +449,7 @@ def test_a_rule_names_the_comparison_it_judges_end_by_default(tmp_path):
 def test_two_sets_whose_names_have_the_same_length_get_their_own_resampling(tmp_path):
     import numpy as np
 
-    from tatu.sweep.stats import config_stats
+    from tatu.sweep.judge.stats import config_stats
 
     rng = np.random.default_rng(9)
     base = rng.gamma(3.0, 1.0, 50)

@@ -12,7 +12,7 @@ from sweep_world import plan_text
 from tatu.evals.seeds.sequential import Design
 from tatu.exitcodes import BAD_CONFIG
 from tatu.sweep.errors import SweepError
-from tatu.sweep.lock import plan_from_lock, reconcile
+from tatu.sweep.plan.lock import reconcile
 from tatu.sweep.plan.load import load_plan
 
 CONFIGS = "full-replay2 = { REPLAY_N = 2 }\nfull = {}\n"
@@ -35,8 +35,8 @@ def test_the_design_is_locked_with_the_plan(tmp_path):
     assert without.design is None and "design" not in without.core()
     assert without.portable_hash != plan.portable_hash  # the same plan file beside the same inputs, but for [design]
     lock, _ = reconcile(plan, tmp_path / "sweeps" / "seq")
-    assert lock["design"] == {"sequential": "obf", "min_seeds": 3, "max_seeds": 4, "alpha": 0.05}
-    again = plan_from_lock(lock)
+    assert lock.plan.design.to_json() == {"sequential": "obf", "min_seeds": 3, "max_seeds": 4, "alpha": 0.05}
+    again = lock.plan
     assert again.design == plan.design and again.hash == plan.hash
 
 

@@ -1,40 +1,46 @@
-"""The "what it says" paragraph (sweep/prose.py) against the report data it is written from: one
+"""The "what it says" paragraph (sweep/report/prose.py) against the report data it is written from: one
 sentence per conclusion of the conclusion set, each with its CI as fmt_ci writes it; a number
 changed in the report changes its sentence; a CI across zero yields no claim of direction."""
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import replace
 
 from page_world import sweep_data
 from tatu.formats import fmt_ci
 from tatu.records import LogRatio, RelativeChange
-from tatu.sweep.conclusions import conclusions
-from tatu.sweep.prose import paragraph, what_it_says
-from tatu.sweep.records import PairedDiff, RuleCheck
+from tatu.sweep.report.conclusions import conclusions
+from tatu.sweep.report.prose import paragraph, what_it_says
+from tatu.sweep.judge.power import SeedsFor, SeedsForEffect
+from tatu.sweep.judge.records import ConfigResult, PairedDiff, RuleCheck
+from tatu.sweep.judge.sweep_report import SweepReport
 
 DIRECTION_WORDS = ("rose", "fell", "lower", "higher", "learned", "forgot", "worse", "better")
 
 
-def report() -> dict:
-    """sweep_data with a paired comparison (log-ratio differences, as sweep/analysis.py writes them)."""
-    data = copy.deepcopy(sweep_data())
-    verdict = data["verdict"]
-    data["verdict"] = replace(verdict, chosen="6", checks=verdict.checks + (RuleCheck("replay-n6", "6", "6", (), (), False),))
-    data["compare"]["configs"][1] = replace(data["compare"]["configs"][1], paired={
-        "drift": paired(0.85, 0.82, 0.88, 0.001), "sftHeld": paired(0.9, 0.75, 1.05, 0.2)})
-    return data
+def with_config(data: SweepReport, index: int, config: ConfigResult) -> SweepReport:
+    configs = tuple(config if i == index else c for i, c in enumerate(data.compare.configs))
+    return replace(data, compare=replace(data.compare, configs=configs))
+
+
+def report() -> SweepReport:
+    """sweep_data with a paired comparison (log-ratio differences, as sweep/judge/analysis.py writes them)."""
+    data = sweep_data()
+    verdict = data.verdict
+    data = replace(data, verdict=replace(verdict, chosen="6", checks=verdict.checks + (RuleCheck("replay-n6", "6", "6", (), (), False),)))
+    return with_config(data, 1, replace(data.compare.configs[1], paired={
+        "drift": paired(0.85, 0.82, 0.88, 0.001), "sftHeld": paired(0.9, 0.75, 1.05, 0.2)}))
 
 
 def paired(ratio: float, lo: float, hi: float, p_value: float) -> PairedDiff:
-    """A paired difference as sweep/stats.py makes it: log ratios (the rest is not read by the prose)."""
+    """A paired difference as sweep/judge/stats.py makes it: log ratios (the rest is not read by the prose)."""
     return PairedDiff(LogRatio(math.log(ratio), math.log(lo), math.log(hi)), p_value, None, None, 3, 0.01, 0.02, None)
 
 
-def set_change(data: dict, config: int, metric: str, value: float, lo: float, hi: float) -> None:
-    stats = data["compare"]["configs"][config].stats
+def set_change(data: SweepReport, config: int, metric: str, value: float, lo: float, hi: float) -> SweepReport:
+    stats = dict(data.compare.configs[config].stats)
     stats[metric] = replace(stats[metric], change=RelativeChange(value, lo, hi))
+    return with_config(data, config, replace(data.compare.configs[config], stats=stats))
 
 
 def _by_state(data) -> dict[str, str]:
@@ -53,7 +59,7 @@ def test_one_sentence_per_conclusion_each_with_its_ci():
     for name in resolved:
         i = found.changes[name]
         assert fmt_ci(i.value, i.lo, i.hi) in said[name], (name, said[name])
-    drift = data["compare"]["configs"][0].stats["drift"]
+    drift = data.compare.configs[0].stats["drift"]
     assert said["replay-n0 drift"] == (f"replay-n0: enRuler drift rose (the ruler's English got worse), "
                                        f"{drift.change.text()} over seeds x lines vs step 0.")
     assert said["replay-n6 - baseline drift"] == ("replay-n6 vs replay-n0, paired by seed and line: enRuler drift lower, "
@@ -64,17 +70,17 @@ def test_one_sentence_per_conclusion_each_with_its_ci():
 def test_a_number_changed_in_the_report_changes_its_sentence():
     data = report()
     before = _by_state(data)["replay-n6 drift"]
-    set_change(data, 1, "drift", 0.052, 0.031, 0.073)
+    data = set_change(data, 1, "drift", 0.052, 0.031, 0.073)
     after = _by_state(data)["replay-n6 drift"]
     assert after != before
     assert after == "replay-n6: enRuler drift rose (the ruler's English got worse), +5.2% [+3.1%,+7.3%] over seeds x lines vs step 0."
-    data["verdict"] = replace(data["verdict"], chosen=None)
+    data = replace(data, verdict=replace(data.verdict, chosen=None))
     assert _by_state(data)["verdict"] == "No value satisfies the locked rule."
 
 
 def test_a_ci_across_zero_claims_no_direction():
     data = report()
-    set_change(data, 1, "drift", -0.004, -0.02, 0.012)
+    data = set_change(data, 1, "drift", -0.004, -0.02, 0.012)
     said = _by_state(data)
     assert "replay-n6 drift" not in said and "replay-n6 - baseline sftHeld" not in said
     unresolved = said["not resolved"]
@@ -84,19 +90,23 @@ def test_a_ci_across_zero_claims_no_direction():
     assert not any(word in claims for word in DIRECTION_WORDS), claims
 
 
-def _seeds_for_row(config: str, vs: str | None, metric: str, seeds: int | None, n_seeds: int = 3, **fields) -> dict:
-    """A seeds-for row as sweep/power.py writes it into the report (dataclasses.asdict of SeedsFor)."""
+def _seeds_for_row(config: str, vs: str | None, metric: str, seeds: int | None, n_seeds: int = 3, **fields) -> SeedsFor:
+    """A seeds-for row as sweep/judge/power.py makes it."""
     row = {"config": config, "vs": vs, "metric": metric, "n_seeds": n_seeds, "n_lines": 100, "mde_now": 0.209,
            "seeds": seeds, "line_floor": 0.061, "known": True}
-    return {**row, **fields}
+    return SeedsFor(**{**row, **fields})
+
+
+def _with_rows(data: SweepReport, *rows: SeedsFor) -> SweepReport:
+    return replace(data, seeds_for=SeedsForEffect(0.02, 0.8, "end", rows))
 
 
 def test_learning_the_seeds_run_cannot_resolve_is_said_with_why_and_resolved_learning_is_not():
     data = report()
-    data["seeds_for"] = {"effect": 0.02, "power": 0.8, "at": "end", "rows": [
+    data = _with_rows(data,
         _seeds_for_row("replay-n6", None, "drift", 2),  # drift rows never enter the learning sentence
         _seeds_for_row("replay-n0", None, "sftHeld", 231, mde_now=0.224, line_floor=0.0152),
-        _seeds_for_row("replay-n6", "replay-n0", "sftHeld", None)]}
+        _seeds_for_row("replay-n6", "replay-n0", "sftHeld", None))
     said = _by_state(data)["learning not resolved"]
     assert said == ("Learning (sftHeld) is not resolved at the plan's effect of 2% (80% power, seeds x lines): "
                     "replay-n0 change: at 3 seeds it resolves 22.4%: the spread from seed to seed needs 231 seeds; "
@@ -105,13 +115,13 @@ def test_learning_the_seeds_run_cannot_resolve_is_said_with_why_and_resolved_lea
                     "would). A learning claim here rests only on a CI that excludes zero, above.")
     assert "replay-n6 change" not in said and "drift" not in said
     # a row whose needed seeds were run is resolved: once every sftHeld row is, no such sentence
-    data["seeds_for"]["rows"] = [_seeds_for_row("replay-n0", None, "sftHeld", 3),
-                                 _seeds_for_row("replay-n6", "replay-n0", "sftHeld", 2)]
+    data = _with_rows(data, _seeds_for_row("replay-n0", None, "sftHeld", 3),
+                      _seeds_for_row("replay-n6", "replay-n0", "sftHeld", 2))
     assert "learning not resolved" not in _by_state(data)
-    data["seeds_for"]["rows"].append(_seeds_for_row("replay-n6", None, "sftHeld", 4))
+    data = _with_rows(data, *data.seeds_for.rows, _seeds_for_row("replay-n6", None, "sftHeld", 4))
     assert _by_state(data)["learning not resolved"].split(": ", 1)[1].startswith(
         "replay-n6 change: at 3 seeds it resolves 20.9%: the spread from seed to seed needs 4 seeds.")
     # one seed: its seed-to-seed spread is not measured, and the sentence says that rather than a count
-    data["seeds_for"]["rows"] = [_seeds_for_row("replay-n6", None, "sftHeld", None, n_seeds=1, known=False,
-                                                mde_now=None, line_floor=None, n_lines=None)]
+    data = _with_rows(data, _seeds_for_row("replay-n6", None, "sftHeld", None, n_seeds=1, known=False,
+                                           mde_now=None, line_floor=None, n_lines=None))
     assert "replay-n6 change: its seed-to-seed spread is not measured at 1 seed." in _by_state(data)["learning not resolved"]

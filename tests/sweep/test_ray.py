@@ -27,7 +27,7 @@ from ray_world import ray_or_skip
 from sweep_world import plan_text, plan_world, report_numbers, run_through
 from tiny_world import clean_environ
 
-from tatu.sweep.lock import members, read_lock
+from tatu.sweep.plan.lock import read_lock
 
 # A one-node test cluster on the loopback address: Ray binds to a reachable interface address
 # unless told that this is not a cluster; set before ray is imported, inherited by its processes.
@@ -71,7 +71,7 @@ def _status(sweeps: Path) -> str:
 
 def _mid_run(sweep_dir: Path, member, reason: str = "scheduled") -> dict | None:
     """The holder of the member's lock once its daemon has saved a state (`reason`), before its verdict."""
-    from tatu.sweep.ray import lock_holder
+    from tatu.sweep.run.ray import lock_holder
 
     run = Path(member.env["TATU_OUT"]) / member.run
     events = run / "events.jsonl"
@@ -95,7 +95,7 @@ def rayed(world, ray_cluster, reference):
     deadline = time.monotonic() + 600
     while len(killed) < 2 and coordinator.poll() is None and time.monotonic() < deadline:
         if (sweep_dir / "plan.lock.json").exists():
-            for member in members(read_lock(sweep_dir)):
+            for member in read_lock(sweep_dir).members_of():
                 holder = _mid_run(sweep_dir, member) if member.name not in killed else None
                 if holder is None or len(killed) == 2:
                     continue
@@ -116,7 +116,7 @@ def rayed(world, ray_cluster, reference):
 
 def final_weights(sweep_dir: Path) -> dict[str, bytes]:
     return {m.name: (Path(m.env["TATU_OUT"]) / m.run / "final" / "model.safetensors").read_bytes()
-            for m in members(read_lock(sweep_dir))}
+            for m in read_lock(sweep_dir).members_of()}
 
 
 def threads_used(sweep_dir: Path) -> dict[str, int]:
@@ -124,12 +124,12 @@ def threads_used(sweep_dir: Path) -> dict[str, int]:
     from tatu.model.checkpoint import load_checkpoint
 
     return {m.name: load_checkpoint(Path(m.env["TATU_OUT"]) / m.run / "final").meta["threads"]
-            for m in members(read_lock(sweep_dir))}
+            for m in read_lock(sweep_dir).members_of()}
 
 
 def verdicts(sweep_dir: Path) -> dict[str, str]:
     return {m.name: json.loads((Path(m.env["TATU_OUT"]) / m.run / "verdict.json").read_text())["verdict"]
-            for m in members(read_lock(sweep_dir))}
+            for m in read_lock(sweep_dir).members_of()}
 
 
 @pytest.mark.slow
@@ -138,7 +138,7 @@ def test_a_ray_sweep_with_killed_workers_equals_the_foreground_sweep(rayed, refe
     assert "sweep finished: 4/4 done" in rayed["out"], rayed["out"]
     assert sorted(rayed["killed"].values()) == ["daemon", "worker"], (rayed["killed"], rayed["out"])
     sweep_dir = rayed["sweep_dir"]
-    by_name = {m.name: m for m in members(read_lock(sweep_dir))}
+    by_name = {m.name: m for m in read_lock(sweep_dir).members_of()}
     for name in rayed["killed"]:
         # Each killed member ran twice (two attempts in its log) and its second daemon resumed.
         log = (sweep_dir / "logs" / f"{name}.out").read_text()
@@ -204,7 +204,7 @@ def test_sweep_stop_cancels_ray_tasks_whose_daemons_save_and_start_continues(wor
     deadline = time.monotonic() + 300
     while held is None and coordinator.poll() is None and time.monotonic() < deadline:
         if (sweep_dir / "plan.lock.json").exists():
-            held = _mid_run(sweep_dir, members(read_lock(sweep_dir))[0], reason="baseline")
+            held = _mid_run(sweep_dir, read_lock(sweep_dir).members_of()[0], reason="baseline")
         time.sleep(0.02)
     assert held is not None, "the member never reached its baseline state"
     os.kill(held["daemon_pid"], signal.SIGSTOP)
@@ -220,7 +220,7 @@ def test_sweep_stop_cancels_ray_tasks_whose_daemons_save_and_start_continues(wor
         os.kill(held["daemon_pid"], signal.SIGCONT)
     out, _ = coordinator.communicate(timeout=300)
     assert coordinator.returncode == 0, out
-    (member,) = members(read_lock(sweep_dir))
+    (member,) = read_lock(sweep_dir).members_of()
     run = Path(member.env["TATU_OUT"]) / member.run
     assert not (run / "verdict.json").exists(), out  # stopped before the end, not finished
     assert '"reason": "stop"' in (run / "events.jsonl").read_text()
@@ -262,8 +262,8 @@ def test_a_wrong_address_is_one_line_and_78_at_once(world, tmp_path):
 ])
 def test_member_resources_follow_the_cluster(monkeypatch, resources, device, options, given, k):
     # A GPU cluster cannot exist on this machine: only Ray's resource table is stood in for.
-    from tatu.sweep import ray as sweep_ray
-    from tatu.sweep.plan.load import Member
+    from tatu.sweep.run import ray as sweep_ray
+    from tatu.sweep.plan.member import Member
 
     monkeypatch.setattr(sweep_ray, "cluster_resources", lambda: resources)
     member = Member("replay-n0-s1", "x.replay-n0-s1", "compare", "replay-n0", {}, 1, {"TATU_DEVICE": device})
@@ -273,9 +273,9 @@ def test_member_resources_follow_the_cluster(monkeypatch, resources, device, opt
 
 def test_a_cuda_member_on_a_cluster_without_gpus_is_a_config_error(monkeypatch):
     from tatu.exitcodes import BAD_CONFIG
-    from tatu.sweep import ray as sweep_ray
+    from tatu.sweep.run import ray as sweep_ray
     from tatu.sweep.errors import SweepError
-    from tatu.sweep.plan.load import Member
+    from tatu.sweep.plan.member import Member
 
     monkeypatch.setattr(sweep_ray, "cluster_resources", lambda: {"CPU": 8})
     member = Member("replay-n0-s1", "x.replay-n0-s1", "compare", "replay-n0", {}, 1, {"TATU_DEVICE": "cuda:1"})

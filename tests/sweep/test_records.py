@@ -1,4 +1,4 @@
-"""sweep/records.py: the statistics' records write today's JSON keys in today's order, read back
+"""sweep/judge/records.py: the statistics' records write today's JSON keys in today's order, read back
 equal, and report.json's reader takes a report written before it had a format_version."""
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ import pytest
 
 from run_records import config_result, member_result
 from tatu.records import FORMAT_KEY
-from tatu.sweep.analysis import add_paired
-from tatu.sweep.records import (REPORT_VERSION, ConfigResult, ConfigStat, EvalDrifts, MemberResult, PairedDiff,
-                                read_report_json, write_report_json)
-from tatu.sweep.sets import set_stats
+from tatu.sweep.judge.analysis import add_paired
+from tatu.sweep.judge.records import ConfigResult, ConfigStat, EvalDrifts, MemberResult, PairedDiff
+from tatu.sweep.judge.sweep_report import REPORT_VERSION, read_report_json, write_report_json
+from tatu.sweep.judge.sets import set_stats
 
 # report.json of `python -m tatu.ops.demo --scale tiny --foreground`, written by tatu before
-# sweep/records.py existed (no format_version): version 1
+# sweep/judge/records.py existed (no format_version): version 1
 V1_REPORT = Path(__file__).resolve().parents[1] / "fixtures" / "sweep" / "report-v1.json"
-# the keys, in their order, of the dicts sweep/stats.py built before the records
+# the keys, in their order, of the dicts sweep/judge/stats.py built before the records
 CONFIG_STAT_KEYS = ["value", "lo", "hi", "log_mean", "se", "seed_sd", "seed_effect_sd", "within_se", "shared_line_se",
                     "interaction_se", "df", "n_seeds", "mde", "parts", "per_seed", "outliers"]
 PAIRED_KEYS = ["diff", "lo", "hi", "p_value", "t", "df", "n_seeds", "seed_sd", "mde", "parts", "p_holm", "n_compared"]
@@ -47,7 +47,7 @@ def _configs() -> list[ConfigResult]:
         stats, _ = set_stats(results, None, len(configs))
         configs.append(config_result(f"replay-n{replay}", {"REPLAY_N": replay}, results, stats, categories={},
                                      trainable="all"))
-    return add_paired({"baseline": {"REPLAY_N": "0"}}, configs)
+    return add_paired({"REPLAY_N": "0"}, configs)
 
 
 def test_the_records_round_trip_with_todays_keys_in_todays_order():
@@ -94,7 +94,7 @@ def test_the_results_write_the_keys_a_report_held_and_read_back_equal_without_th
 
 def test_a_version_1_report_reads_and_writes_back_the_same_bytes_but_its_version(tmp_path):
     report = read_report_json(V1_REPORT)
-    configs = report["compare"]["configs"]
+    configs = report.compare.configs
     assert all(isinstance(c, ConfigResult) and all(isinstance(r, MemberResult) for r in c.results) for c in configs)
     assert all(isinstance(s, ConfigStat) for c in configs for s in c.stats.values() if s)
     assert any(isinstance(p, PairedDiff) for c in configs for p in (c.paired or {}).values())

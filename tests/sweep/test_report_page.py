@@ -11,9 +11,9 @@ from html.parser import HTMLParser
 
 from page_world import ABORTED, CHANGE, DRIFT, sweep_data
 from tatu.pages.markup import STYLE
-from tatu.sweep.page import write_page
-from tatu.sweep.plots import drift_axes, render_plots, tradeoff_axes
-from tatu.sweep.tables import closing_text
+from tatu.sweep.report.page import write_page
+from tatu.sweep.report.plots import drift_axes, render_plots, tradeoff_axes
+from tatu.sweep.report.tables import closing_text
 
 class _Page(HTMLParser):
     def __init__(self):
@@ -53,7 +53,7 @@ def test_the_page_has_the_shared_look_every_table_and_a_verdict_that_wraps(tmp_p
     # the answer first, as in the run report: the verdict, then the plots, then the tables
     assert html_text.index('id="verdict"') < html_text.index("<img") < html_text.index("<table")
     # the verdict block of the closing text, whole, in an element that wraps within the page's width
-    assert parsed.verdict == text.split("\n\n")[-1] and data["verdict"].line in parsed.verdict
+    assert parsed.verdict == text.split("\n\n")[-1] and data.verdict.line in parsed.verdict
     rules = _rules(STYLE)
     assert "white-space:pre-wrap" in rules[".verdict"] and "overflow-wrap:anywhere" in rules[".verdict"]
     assert "max-width:1200px" in rules["body"] and "overflow-x:auto" in rules[".scroll"]
@@ -76,7 +76,7 @@ def test_aborted_members_and_only_they_are_marked_on_both_plots():
     assert ax.get_legend_handles_labels()[1].count("aborted member (its abort's eval)") == 1
     _, ax = drift_axes(data)
     assert _marked(ax) == {(0.0, round(DRIFT[k][s] * 100, 6)) for k, s in ABORTED}
-    first = data["compare"]["configs"][0]
-    data["compare"]["configs"][0] = dataclasses.replace(
-        first, results=tuple(dataclasses.replace(r, state="done") for r in first.results))
+    first, *rest = data.compare.configs
+    done = dataclasses.replace(first, results=tuple(dataclasses.replace(r, state="done") for r in first.results))
+    data = dataclasses.replace(data, compare=dataclasses.replace(data.compare, configs=(done, *rest)))
     assert _marked(tradeoff_axes(data)[1]) == set() and _marked(drift_axes(data)[1]) == set()

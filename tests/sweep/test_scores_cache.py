@@ -1,4 +1,4 @@
-"""sweep/scores.py's cache: keyed by everything that decides the lines, checked on every read.
+"""sweep/judge/scores.py's cache: keyed by everything that decides the lines, checked on every read.
 
 With EVAL_EN_ALL=0 the ruler is a subsample drawn by TATU_SEED, so the same trunk checkpoint
 is scored on other lines for each member: a cache keyed by the checkpoint alone handed seed 2
@@ -35,7 +35,7 @@ def _env(trunk, seed: int, **extra) -> dict:
 
 
 def test_each_seed_gets_the_trunk_scored_on_its_own_ruler_subsample(trunk, tmp_path):
-    from tatu.sweep.scores import score_checkpoint
+    from tatu.sweep.judge.scores import score_checkpoint
 
     cache = tmp_path / "scores"
     first = score_checkpoint(trunk["ckpt"], _env(trunk, 1), cache)
@@ -52,7 +52,7 @@ def test_each_seed_gets_the_trunk_scored_on_its_own_ruler_subsample(trunk, tmp_p
 
 
 def test_a_cached_file_whose_lines_do_not_match_is_never_returned(trunk, tmp_path):
-    from tatu.sweep.scores import score_checkpoint
+    from tatu.sweep.judge.scores import score_checkpoint
 
     cache = tmp_path / "scores"
     right = score_checkpoint(trunk["ckpt"], _env(trunk, 3), cache)

@@ -1,10 +1,11 @@
-"""The report's "seeds for MDE" lines (sweep/power.py): per judged metric of each configuration and
+"""The report's "seeds for MDE" lines (sweep/judge/power.py): per judged metric of each configuration and
 per paired comparison with the baseline, from synthetic members' per-line scores (fast: no run),
 checked against a plain loop over the seed count with scipy's t; the plan's `[decision] mde`
 through the plan, its hash and the lock; the closing text and the page."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -12,14 +13,14 @@ import numpy as np
 import pytest
 from scipy import stats as sp
 
-from run_records import config_result, member_result
-from tatu.sweep.analysis import add_paired
-from tatu.sweep.page import write_page
-from tatu.sweep.power import DEFAULT_MDE, seeds_for_effect
-from tatu.sweep.records import ConfigResult, SweepVerdict
-from tatu.sweep.rule import parse_rule
-from tatu.sweep.sets import set_stats
-from tatu.sweep.tables import closing_text, power_lines
+from run_records import config_result, member_result, sweep_report
+from tatu.sweep.judge.analysis import add_paired
+from tatu.sweep.report.page import write_page
+from tatu.sweep.judge.power import DEFAULT_MDE, seeds_for_effect
+from tatu.sweep.judge.records import ConfigResult, SweepVerdict
+from tatu.sweep.plan.rule import parse_rule
+from tatu.sweep.judge.sets import set_stats
+from tatu.sweep.report.tables import closing_text, power_lines
 
 N_LINES = 80
 RULE = "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT and ptFaq_change_hi < 0.2"
@@ -47,7 +48,7 @@ def _configs(shared_line_sd: float = 0.01) -> list[ConfigResult]:
         stats, _ = set_stats(results, None, len(configs))
         configs.append(config_result(f"replay-n{replay}", {"REPLAY_N": replay}, results, stats,
                                      common_missing="none kept"))
-    return add_paired({"baseline": {"REPLAY_N": "0"}}, configs)
+    return add_paired({"REPLAY_N": "0"}, configs)
 
 
 def _naive_seeds(parts: dict, effect: float) -> int | None:
@@ -74,7 +75,7 @@ def _rule(tmp_path: Path):
 def test_every_judged_metric_and_comparison_gets_its_seed_count(tmp_path):
     configs = _configs()
     seeds_for = seeds_for_effect(_rule(tmp_path), configs, DEFAULT_MDE)
-    rows = {(r["config"], r["vs"], r["metric"]): r for r in seeds_for["rows"]}
+    rows = {(r.config, r.vs, r.metric): r for r in seeds_for.rows}
     # drift, sftHeld and the held-out set the rule names, per configuration; drift and sftHeld per comparison
     assert list(rows) == [("replay-n0", None, "drift"), ("replay-n0", None, "sftHeld"), ("replay-n0", None, "ptFaq"),
                           ("replay-n2", None, "drift"), ("replay-n2", None, "sftHeld"), ("replay-n2", None, "ptFaq"),
@@ -82,25 +83,25 @@ def test_every_judged_metric_and_comparison_gets_its_seed_count(tmp_path):
     by_key = {c.key: c for c in configs}
     for (config, vs, metric), row in rows.items():
         stats = (by_key[config].paired if vs else by_key[config].stats)[metric]
-        assert row["seeds"] == _naive_seeds(dataclasses.asdict(stats.parts), DEFAULT_MDE), row
-        assert row["n_seeds"] == 3 and row["n_lines"] == N_LINES and row["known"]
-    assert all(r["seeds"] is not None for r in rows.values()) and max(r["seeds"] for r in rows.values()) > 3
+        assert row.seeds == _naive_seeds(dataclasses.asdict(stats.parts), DEFAULT_MDE), row
+        assert row.n_seeds == 3 and row.n_lines == N_LINES and row.known
+    assert all(r.seeds is not None for r in rows.values()) and max(r.seeds for r in rows.values()) > 3
     # a larger stated effect needs fewer seeds
     wider = seeds_for_effect(_rule(tmp_path), configs, 0.05)
-    assert all(w["seeds"] <= r["seeds"] for w, r in zip(wider["rows"], seeds_for["rows"]))
-    assert any(w["seeds"] < r["seeds"] for w, r in zip(wider["rows"], seeds_for["rows"]))
+    assert all(w.seeds <= r.seeds for w, r in zip(wider.rows, seeds_for.rows))
+    assert any(w.seeds < r.seeds for w, r in zip(wider.rows, seeds_for.rows))
 
 
 def test_shared_lines_that_alone_exceed_the_effect_say_no_seed_count_resolves_it(tmp_path):
     configs = _configs(shared_line_sd=0.15)
     seeds_for = seeds_for_effect(_rule(tmp_path), configs, DEFAULT_MDE)
-    own = [r for r in seeds_for["rows"] if r["vs"] is None]
-    assert all(r["seeds"] is None and r["line_floor"] > DEFAULT_MDE for r in own), own
+    own = [r for r in seeds_for.rows if r.vs is None]
+    assert all(r.seeds is None and r.line_floor > DEFAULT_MDE for r in own), own
     assert all(_naive_seeds(dataclasses.asdict(c.stats[m].parts), DEFAULT_MDE) is None for c in configs for m in ("drift", "sftHeld", "ptFaq"))
-    text = "\n".join(power_lines({"seeds_for": seeds_for}))
+    text = "\n".join(power_lines(seeds_for))
     print(text)  # docs/sweeps.md shows a line of it (pytest -s)
-    floor = own[0]["line_floor"] * 100
-    assert (f"replay-n0 drift: MDE {own[0]['mde_now'] * 100:.1f}% at 3 seeds; seeds for MDE 2%: none with these 80 lines "
+    floor = own[0].line_floor * 100
+    assert (f"replay-n0 drift: MDE {own[0].mde_now * 100:.1f}% at 3 seeds; seeds for MDE 2%: none with these 80 lines "
             f"(the shared lines alone allow {floor:.1f}%; more lines would)") in text, text
 
 
@@ -108,31 +109,30 @@ def test_the_closing_text_and_the_page_print_the_power_lines(tmp_path):
     configs = _configs()
     assert [c.is_baseline for c in configs] == [True, False]
     seeds_for = seeds_for_effect(_rule(tmp_path), configs, 0.025)
-    data = {"name": "dose", "question": "q", "rule": RULE, "plan_hash": "a" * 16, "plan_portable_hash": "b" * 16,
-            "tune": None, "seeds_for": seeds_for, "compare": {"configs": configs, "complete": True},
-            "verdict": SweepVerdict(RULE, "REPLAY_N", "end", None, "2", "REPLAY_N=2: ...", (), ())}
+    data = sweep_report(SweepVerdict(RULE, "REPLAY_N", "end", None, "2", "REPLAY_N=2: ...", (), ()), configs,
+                        question="q", seeds_for=seeds_for)
     text = closing_text(data)
-    print("\n".join(power_lines(data)))  # docs/sweeps.md shows it (pytest -s)
+    print("\n".join(power_lines(data.seeds_for)))  # docs/sweeps.md shows it (pytest -s)
     block = text.split("seeds for MDE 2.5% (80% power: the 95% CI, seeds x lines", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
-    drift = seeds_for["rows"][0]
-    assert block[0] == (f"  replay-n0 drift: MDE {drift['mde_now'] * 100:.1f}% at 3 seeds; "
-                        f"seeds for MDE 2.5%: {drift['seeds']}")
-    paired = seeds_for["rows"][-2]
-    assert block[-2] == (f"  replay-n2 vs replay-n0 drift diff: MDE {paired['mde_now'] * 100:.1f}% at 3 seeds; "
-                         f"seeds for MDE 2.5%: {paired['seeds']}")
-    assert len(block) == len(seeds_for["rows"])
+    drift = seeds_for.rows[0]
+    assert block[0] == (f"  replay-n0 drift: MDE {drift.mde_now * 100:.1f}% at 3 seeds; "
+                        f"seeds for MDE 2.5%: {drift.seeds}")
+    paired = seeds_for.rows[-2]
+    assert block[-2] == (f"  replay-n2 vs replay-n0 drift diff: MDE {paired.mde_now * 100:.1f}% at 3 seeds; "
+                         f"seeds for MDE 2.5%: {paired.seeds}")
+    assert len(block) == len(seeds_for.rows)
     # every CI header says what it covers
     assert "drift [95% CI, seeds x lines]" in text and "drift diff [95% CI, seeds x lines]" in text
     assert "change [95% CI, seeds x lines]" in text  # the held-out sets' table
     page = write_page(data, text, [], tmp_path).read_text()
-    assert '<ul id="seeds-for">' in page and f"seeds for MDE 2.5%: {drift['seeds']}</li>" in page
+    assert '<ul id="seeds-for">' in page and f"seeds for MDE 2.5%: {drift.seeds}</li>" in page
     assert "sftHeld change [95% CI, seeds x lines]" in page
 
 
 def test_a_plan_states_its_effect_and_a_plan_without_it_hashes_as_before(tmp_path):
     from sweep_world import plan_text
 
-    from tatu.sweep.lock import plan_from_lock, reconcile
+    from tatu.sweep.plan.lock import reconcile
     from tatu.sweep.plan.load import load_plan
 
     text = plan_text("dose", Path("data"), Path("runs/trunk/final"))
@@ -144,5 +144,6 @@ def test_a_plan_states_its_effect_and_a_plan_without_it_hashes_as_before(tmp_pat
     assert "mde" not in a.core() and a.mde is None  # absent: the hash every earlier plan had
     assert b.mde == pytest.approx(0.05) and b.hash != a.hash and b.hash == c.hash
     lock, _ = reconcile(b, tmp_path / "sweeps" / "dose")
-    assert lock["mde"] == pytest.approx(0.05) and plan_from_lock(lock).hash == b.hash
-    assert "mde" not in reconcile(a, tmp_path / "sweeps" / "plain")[0]
+    assert lock.plan.mde == pytest.approx(0.05) and lock.plan.hash == b.hash
+    assert reconcile(a, tmp_path / "sweeps" / "plain")[0].plan.mde is None
+    assert "mde" not in json.loads((tmp_path / "sweeps" / "plain" / "plan.lock.json").read_text())  # as before mde

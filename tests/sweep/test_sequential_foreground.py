@@ -16,7 +16,7 @@ import pytest
 from sweep_world import sequential_plan_world, start_foreground
 from tiny_world import clean_environ
 
-from tatu.sweep.sequential import log as looks_log
+from tatu.sweep.judge import looks_log
 
 pytestmark = pytest.mark.slow
 

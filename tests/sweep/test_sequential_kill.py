@@ -15,7 +15,7 @@ import pytest
 
 from sequential_world import HELD, HOLD, ran, write_sweep
 
-from tatu.sweep.sequential import log as looks_log
+from tatu.sweep.judge import looks_log
 
 WORLD = Path(__file__).resolve().parent.parent / "sequential_world.py"
 RULE = "first config such that drift_hi < 5%"

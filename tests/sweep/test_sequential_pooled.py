@@ -16,13 +16,13 @@ from sequential_world import coordinator, ran, scored, write_sweep
 from tatu.evals.seeds.sequential import Design
 from tatu.exitcodes import BAD_DATA
 from tatu.ops.cli import main as tatu_main
-from tatu.sweep import analysis
+from tatu.sweep.judge import analysis
 from tatu.sweep.errors import SweepError
-from tatu.sweep.lock import members, read_lock
-from tatu.sweep.sequential import log as looks_log
-from tatu.sweep.sequential.check import check_looks
-from tatu.sweep.sequential.log import PooledGroup
-from tatu.sweep.sequential.status import plan_line
+from tatu.sweep.plan.lock import read_lock
+from tatu.sweep.judge import looks_log
+from tatu.sweep.judge.looks_check import check_looks
+from tatu.sweep.judge.looks_log import PooledGroup
+from tatu.sweep.report.status import plan_line
 
 RULE = "first config such that drift_hi < 5%"
 # d near the 5% limit (its looks continue), a far over it, b and c far under it
@@ -39,8 +39,8 @@ def finished(tmp_path, monkeypatch):
     assert coordinator(sweep_dir, out=out).run() == 0, out.getvalue()
     monkeypatch.setattr(analysis, "member_result", scored)
     lock = read_lock(sweep_dir)
-    table = [config_result(key, {"config": key}, [scored(m) for m in members(lock, "compare") if m.config_key == key],
-                           None, effective=next(e["config"] for e in lock["members"] if e["config_key"] == key))
+    table = [config_result(key, {"config": key}, [scored(m) for m in lock.members_of("compare") if m.config_key == key],
+                           None, effective=next(e.config for e in lock.members if e.member.config_key == key))
              for key in ("d", "a", "b", "c")]
     return sweep_dir, lock, table, out.getvalue()
 
@@ -51,7 +51,7 @@ def pooled_members(entry) -> dict[str, tuple[str, ...]]:
 
 def test_each_look_logs_the_members_it_pooled(finished):
     sweep_dir, lock, _, said = finished
-    assert lock["design"] == Design("obf", 2, 5).to_json()
+    assert lock.plan.design == Design("obf", 2, 5)
     looks = looks_log.read(sweep_dir)
     decided = [(l.config, l.look.n_seeds, l.look.decision) for l in looks]
     assert decided == [("d", 2, "continue"), ("d", 3, "continue"), ("d", 4, "continue"), ("d", 5, "fail"),

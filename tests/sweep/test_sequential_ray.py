@@ -15,7 +15,7 @@ import pytest
 from sweep_world import sequential_plan_world
 from tiny_world import clean_environ
 
-from tatu.sweep.sequential import log as looks_log
+from tatu.sweep.judge import looks_log
 
 pytestmark = pytest.mark.slow
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # a one-node cluster on loopback (as test_ray.py)

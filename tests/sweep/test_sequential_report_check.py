@@ -1,8 +1,8 @@
 """`tatu sweep report` on a sequential sweep recomputes every look from the run dirs and compares
-them with the looks log (sweep/sequential/check.py): a corrupted decision, a look logged twice, a
+them with the looks log (sweep/judge/looks_check.py): a corrupted decision, a look logged twice, a
 look the files do not allow, or one never logged refuses the report with 65 and one line naming
 the file and the look. Members are tests/sequential_world.py's (simulated per-line scores); the
-report runs `tatu sweep report` in-process with sweep/analysis.member_result answering from them."""
+report runs `tatu sweep report` in-process with sweep/judge/analysis.member_result answering from them."""
 from __future__ import annotations
 
 import io
@@ -15,11 +15,11 @@ from sequential_world import coordinator, scored, write_sweep
 
 from tatu.exitcodes import BAD_DATA
 from tatu.ops.cli import main as tatu_main
-from tatu.sweep import analysis
+from tatu.sweep.judge import analysis
 from tatu.sweep.errors import SweepError
-from tatu.sweep.lock import members, read_lock
-from tatu.sweep.sequential import log as looks_log
-from tatu.sweep.sequential.check import check_looks
+from tatu.sweep.plan.lock import read_lock
+from tatu.sweep.judge import looks_log
+from tatu.sweep.judge.looks_check import check_looks
 
 RULE = "first config such that drift_hi < 5%"
 CONFIGS = "d = { REPLAY_N = 1 }\na = { REPLAY_N = 0 }\nb = { REPLAY_N = 2 }\nc = { REPLAY_N = 4 }\n"
@@ -33,8 +33,8 @@ def finished(tmp_path, monkeypatch):
     assert coordinator(sweep_dir, out=io.StringIO()).run() == 0
     monkeypatch.setattr(analysis, "member_result", scored)
     lock = read_lock(sweep_dir)
-    table = [config_result(key, {"config": key}, [scored(m) for m in members(lock, "compare") if m.config_key == key],
-                           None, effective=next(e["config"] for e in lock["members"] if e["config_key"] == key))
+    table = [config_result(key, {"config": key}, [scored(m) for m in lock.members_of("compare") if m.config_key == key],
+                           None, effective=next(e.config for e in lock.members if e.member.config_key == key))
              for key in ("d", "a", "b", "c")]
     return sweep_dir, lock, table
 

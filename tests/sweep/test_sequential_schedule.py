@@ -1,11 +1,12 @@
-"""A sequential sweep scheduled from its looks (sweep/sequential/schedule.py) through the coordinator
-every backend runs (sweep/coordinator.py), on tests/sequential_world.py's instant members with
+"""A sequential sweep scheduled from its looks (sweep/judge/schedule.py) through the coordinator
+every backend runs (sweep/run/coordinator.py), on tests/sequential_world.py's instant members with
 simulated per-line scores: which members run, in which order, and that each look is in the looks
 log before anything is started from it."""
 from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 from dataclasses import replace
 
@@ -16,9 +17,9 @@ from sequential_world import coordinator, ran, simulated_result, write_sweep
 from tatu.exitcodes import BAD_DATA
 from tatu.ops.cli import main as tatu_main
 from tatu.sweep.errors import SweepError
-from tatu.sweep.lock import read_lock
-from tatu.sweep.sequential import log as looks_log
-from tatu.sweep.sequential.schedule import schedule
+from tatu.sweep.plan.lock import read_lock
+from tatu.sweep.judge import looks_log
+from tatu.sweep.judge.schedule import schedule
 
 # d sits near the 5% limit (its looks continue), a is far over it, b and c far under it
 FIRST_CONFIG = ("first config such that drift_hi < 5%",
@@ -108,7 +109,9 @@ def test_status_shows_the_looks_the_runs_spent_and_the_verdict(runtime, capsys):
     assert lines[0].startswith("sweep st (foreground, K=3): 11/11 done")  # c's members were never needed
     assert not any(line.strip().startswith("c-s") for line in lines)
     at = lines.index("  d: fail, 5 of 5 seeds run")
-    assert lines[at + 1].startswith("    look d drift_hi < 5% at 3 seeds: continue (CI at the spent level [")
+    # the look's mean and CI as every CI is written (tatu.formats.fmt_ci: "+3.2% [-7.6%,+15.3%]")
+    assert re.match(r"    look d drift_hi < 5% at 3 seeds: continue \(CI at the spent level [-+][0-9.]+% "
+                    r"\[[-+][0-9.]+%,[-+][0-9.]+%\] vs \+5\.0%; t ", lines[at + 1]), lines[at + 1]
     assert lines[at + 3].endswith(", final look)") and " at 5 seeds: fail " in lines[at + 3]
     assert "  c: not run, 0 of 5 seeds run" in lines
     assert "runs: 11 of the fixed design's 20 (5 seeds x 4 configurations, 55%)" in lines

@@ -20,7 +20,7 @@ from systemd_harness import sweep_units_session
 
 from tatu.daemon.logs import read_events
 from tatu.ops.cli import main as tatu
-from tatu.sweep.lock import members, read_lock
+from tatu.sweep.plan.lock import read_lock
 
 pytestmark = [pytest.mark.systemd, pytest.mark.slow]
 
@@ -52,7 +52,7 @@ def _member_units(um) -> dict[str, str]:
 def _done(setup) -> set[str]:
     """Members whose run has ended: verdict.json is written, and then the verdict event."""
     done = set()
-    for m in members(read_lock(_sweep_dir(setup))):
+    for m in read_lock(_sweep_dir(setup)).members_of():
         run = Path(m.env["TATU_OUT"]) / m.run
         last = read_events(run / "events.jsonl")[-1:] if (run / "verdict.json").exists() else []
         if last and last[0]["event"] == "verdict":
@@ -82,7 +82,7 @@ def test_sweep_runs_through_units_survives_a_coordinator_kill_and_finishes(setup
     done_before = um.wait_for(midway, timeout=600, interval=0.5, what="one member finished, others not")
     assert most_active <= 2
     lock = read_lock(_sweep_dir(setup))
-    by_name = {m.name: m for m in members(lock)}
+    by_name = {m.name: m for m in lock.members_of()}
     env_file = um.config_home / "tatu" / f"sd.{sorted(done_before)[0]}.env"
     assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
     assert f"TATU_RUN=sd.{sorted(done_before)[0]}" in env_file.read_text()

@@ -15,7 +15,7 @@ from sweep_world import sequential_plan_world
 from systemd_harness import sweep_units_session
 
 from tatu.ops.cli import main as tatu
-from tatu.sweep.sequential import log as looks_log
+from tatu.sweep.judge import looks_log
 
 pytestmark = [pytest.mark.systemd, pytest.mark.slow]
 

@@ -1,1 +1,0 @@
-"""Interpolated members of a sweep (see docs/architecture.md)."""

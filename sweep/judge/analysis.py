@@ -1,0 +1,175 @@
+"""A sweep's numbers: per-member results, per-configuration statistics over seeds, paired
+comparisons with the baseline, and the report (SweepReport) with the locked rule's verdict
+(decided in judge/verdict.py).
+
+Everything here is a pure function of the lock, the members' run dirs and checkpoints: the
+same files give the same numbers (fixed resampling seeds), however often and by whatever
+coordinator the sweep was run. Statistics (tatu.evals.seeds.stats) are on the log scale of the
+paired perplexity ratio end/start and shown as relative changes: drift (enRuler), the
+sftHeld change, every held-out set's change and each word category's (sweep/judge/sets.py). With a tune stage, sftHeld is judged on its judge half only (odd line
+indices); the tune stage chose on the dev half (even ones); the ruler never chooses. Every
+comparison is made at the members' ends and at the common step (sweep/judge/common_step.py); the rule
+judges the one it names.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from pathlib import Path
+
+from tatu.sweep.plan.interpolated import InterpolatedMember, interpolated_members
+from tatu.sweep.judge.interpolated import interpolated_result
+from tatu.sweep.judge.vs_parent import vs_parent
+from tatu.sweep.judge.outcome import outcome, read_json
+from tatu.sweep.plan.member import Member
+from tatu.sweep.plan.lock import LockedPlan, read_lock
+from tatu.sweep.plan.rule import held_out_set
+from tatu.sweep.judge import common_step as common_step_
+from tatu.sweep.judge.scores import end_checkpoint, score_checkpoint
+from tatu.sweep.judge.power import seeds_for_effect, stated_effect
+from tatu.sweep.judge.sets import set_stats
+from tatu.sweep.judge.records import ConfigResult, ConfigStat, EvalDrifts, MemberResult, holm_adjusted
+from tatu.sweep.judge.looks_check import check_looks
+from tatu.sweep.judge.verdict import verdict
+from tatu.sweep.judge.stats import paired_stats
+from tatu.sweep.judge.sweep_report import CompareStage, SweepReport, TuneStage
+
+def member_result(member: Member, sweep_dir: Path, required: tuple[str, ...] = ()) -> MemberResult:
+    """Status, verdict, per-line start/end scores (every set and category, sweep/judge/scores.py; the
+    held-out sets a rule names `required`), the worst drift over its evals."""
+    from tatu.daemon.run.paths import RunDir
+
+    status = outcome(member.run_dir)
+    directory = member.run_dir
+    result = MemberResult(member=member.name, config=member.config_key, seed=member.seed, values=member.values,
+                          state=status.state, verdict=status.verdict)
+    if status.state not in ("done", "aborted"):
+        return result
+    cache = Path(sweep_dir) / "scores"
+    end = end_checkpoint(directory)
+    lines = {"base": score_checkpoint(Path(member.env["TATU_SEED_CKPT"]), member.env, cache, required),
+             "end": score_checkpoint(end, member.env, cache, required)}
+    # what trained, as the daemon said it ("trainable 1.3M of 27.1M (4.8%): h.6-7, ln_f"); None for older runs
+    trainable = ((read_json(end / "meta.json") or {}).get("trainable") or {}).get("line") if end else None
+    evals = {}
+    for record in RunDir(directory).eval_records():
+        if record.step > 0:
+            evals[record.step] = record  # a re-run eval after a kill repeats the same numbers: last wins
+    drifts = EvalDrifts(every_eval_drift=max((e.drift.value for e in evals.values()), default=0.0),
+                        every_eval_drift_hi=max((e.drift.hi for e in evals.values()), default=0.0),
+                        daemon_drift=evals[max(evals)].drift.value if evals else None,
+                        eval_drifts=tuple((step, e.drift.value, e.drift.hi) for step, e in sorted(evals.items())))
+    return dataclasses.replace(result, steps=max(evals) if evals else 0, trainable=trainable, evals=drifts, lines=lines)
+
+
+def _metrics(stats: dict[str, ConfigStat | None] | None, results: tuple[MemberResult, ...],
+             common: int | None = None) -> dict | None:
+    """The values a rule's conditions name, for one configuration (at the common step: its stats there)."""
+    if stats is None:
+        return None
+    drift, change = stats.get("drift"), stats.get("sftHeld")
+    usable = [r.evals for r in results if r.evals is not None]  # an interpolated member has no evals during training
+    out = {"aborted": float(sum(r.state == "aborted" for r in results))}
+    if drift:
+        out.update(drift=drift.change.value, drift_lo=drift.change.lo, drift_hi=drift.change.hi)
+    if change:
+        out.update(sftHeld_change=change.change.value, sftHeld_change_lo=change.change.lo,
+                   sftHeld_change_hi=change.change.hi)
+    for name, held in stats.items():  # a held-out set a rule names: SET_change[_lo|_hi]
+        if name not in ("drift", "sftHeld") and held:
+            out.update({f"{name}_change": held.change.value, f"{name}_change_lo": held.change.lo,
+                        f"{name}_change_hi": held.change.hi})
+    if usable and common is None:
+        out["every_eval_drift"] = max(e.every_eval_drift for e in usable)
+        out["every_eval_drift_hi"] = max(e.every_eval_drift_hi for e in usable)
+    elif usable:
+        worst = [common_step_.worst_drift_until(e, common) for e in usable]
+        out["every_eval_drift"], out["every_eval_drift_hi"] = max(v for v, _ in worst), max(hi for _, hi in worst)
+    return out
+
+
+def stage_table(locked: LockedPlan, members: list[Member], sweep_dir: Path, stage: str) -> list[ConfigResult]:
+    """One entry per configuration: its members' results and its statistics over seeds."""
+    half_sft = "judge" if locked.plan.tune_var and stage == "compare" else ("dev" if stage == "tune" else None)
+    grouped: dict[str, list] = {}
+    for m in members + (interpolated_members(locked.plan.interpolate, members) if stage == "compare" else []):
+        grouped.setdefault(m.config_key, []).append(m)
+    from tatu.daemon.config import load_config
+
+    # every held-out set of the members' data is scored; the ones the rule names must be there
+    rule = locked.plan.rule
+    named = tuple(dict.fromkeys(n for n in (held_out_set(c.metric) for c in rule.conditions) if n))
+    grouped_results = {key: [interpolated_result(m, sweep_dir, named) if isinstance(m, InterpolatedMember)
+                             else member_result(m, sweep_dir, named) for m in group] for key, group in grouped.items()}
+    # the common step is the daemon runs' (an interpolated member has no lines but its end's)
+    ran = [r for rs in grouped_results.values() for r in rs if not r.interpolated]
+    common = common_step_.common_step(ran)
+    with_common, why_not = common_step_.attach(ran, {m.name: m.run_dir for m in members}, common)
+    configs = []
+    for index, (key, group) in enumerate(grouped.items()):
+        results = tuple(with_common.get(r.member, r) for r in grouped_results[key])
+        stats, categories = set_stats(results, half_sft, index)
+        skip = why_not or isinstance(group[0], InterpolatedMember)
+        at_common, categories_common = (None, None) if skip else set_stats(results, half_sft, index, *common_step_.COMMON_LINES)
+        configs.append(ConfigResult(
+            key=key, values=group[0].values, results=results, stats=stats, categories=categories,
+            stats_common=at_common, categories_common=categories_common, common_step=common, common_missing=why_not,
+            end_steps=tuple(sorted({r.steps for r in results if r.has("end")})),
+            trainable=next((r.trainable for r in results if r.trainable), None),
+            effective=load_config(group[0].env)[0].to_json(), half=half_sft,
+            metrics=_metrics(stats, results), metrics_common=_metrics(at_common, results, common)))
+    return configs
+
+
+def add_paired(baseline: dict[str, str], configs: list[ConfigResult]) -> list[ConfigResult]:
+    """Each configuration vs the baseline (the plan's: variable -> value), paired by seed; Holm over
+    the comparisons, per metric."""
+    base_key = _baseline_key(baseline, configs)
+    baseline = next((c for c in configs if c.key == base_key), None)
+    if baseline is None:
+        return configs
+    others = [c for c in configs if c is not baseline]
+    variants = [("paired", ("base", "end"))] + ([("paired_common", common_step_.COMMON_LINES)] if baseline.stats_common else [])
+    found: dict[str, dict[str, dict]] = {c.key: {} for c in others}  # config -> where -> metric -> PairedDiff
+    for (where, lines), (metric, set_name) in itertools.product(variants, (("drift", "enRuler"), ("sftHeld", "sftHeld"))):
+        compared = []
+        for index, config in enumerate(others):
+            paired = paired_stats(config.results, baseline.results, set_name, config.half, index, *lines)
+            found[config.key].setdefault(where, {})[metric] = paired
+            if paired:
+                compared.append(config.key)
+        for key, adjusted in zip(compared, holm_adjusted([found[k][where][metric] for k in compared])):
+            found[key][where][metric] = adjusted
+    return [dataclasses.replace(c, **found.get(c.key, {}), is_baseline=c is baseline) for c in configs]
+
+
+def _baseline_key(baseline: dict[str, str], configs: list[ConfigResult]) -> str | None:
+    for config in configs:
+        if all(config.values.get(k) == v for k, v in baseline.items()):
+            return config.key
+    return None
+
+
+def analyze(sweep_dir: Path) -> SweepReport:
+    """Every number of the report, from the lock and the members' files (report.json: its to_json)."""
+    sweep_dir = Path(sweep_dir)
+    locked = read_lock(sweep_dir)
+    plan = locked.plan
+    tune = compare = decided = seeds_for = None
+    if plan.tune_var:
+        configs = stage_table(locked, locked.members_of("tune"), sweep_dir, "tune")
+        tune = TuneStage(plan.tune_var, tuple(c.without_lines() for c in configs))
+    members = locked.members_of("compare")
+    if members:
+        configs = stage_table(locked, members, sweep_dir, "compare")
+        if plan.design:  # sequential: the looks log must agree with the run dirs (65 if not)
+            check_looks(locked, sweep_dir, configs)
+        configs = add_paired(plan.baseline, configs)
+        parents = vs_parent(plan.interpolate, configs)
+        decided = verdict(locked, configs, sweep_dir)
+        compare = CompareStage(tuple(c.without_lines() for c in configs), decided.complete, parents)
+        seeds_for = seeds_for_effect(plan.rule, configs, stated_effect(plan.mde))
+    # a lock written before the portable hash existed shows its own
+    return SweepReport(plan.name, plan.question, plan.rule.text, locked.plan_hash,
+                       locked.plan_portable_hash or locked.plan_hash, plan.seeds, plan.configs or None, tune,
+                       locked.tuned, compare, decided, seeds_for)

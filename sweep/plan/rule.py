@@ -1,0 +1,101 @@
+"""A sweep's decision rule, written before the results: `smallest|largest AXIS such that
+METRIC < VALUE and ...` (or `first config such that ...`: the named configurations in the plan's
+order), parsed once, judged by the analysis on every configuration."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from tatu.exitcodes import BAD_CONFIG
+from tatu.formats import SET_NAMES, eval_name_problem
+from tatu.sweep.errors import SweepError
+
+METRICS = ("drift", "drift_lo", "drift_hi", "sftHeld_change", "sftHeld_change_lo", "sftHeld_change_hi",
+           "every_eval_drift", "every_eval_drift_hi", "aborted")
+# A held-out eval set's change, named by its set: `ptNews_change_hi < 0.05` (tatu.formats' set names)
+HELD_OUT_METRIC = re.compile(r"^([A-Za-z][A-Za-z0-9]*)_change(_lo|_hi)?$")
+# "... such that CONDITIONS [at the end | at the common step]": which comparison the rule judges
+# (default the end; the common step is the last eval step every member reached).
+RULE = re.compile(r"^\s*(smallest|largest|first)\s+([A-Z][A-Z0-9_]*|config|alpha)\s+such\s+that\s+(.+?)"
+                  r"(?:\s+at\s+the\s+(end|common\s+step))?\s*$")
+# The key naming a member's configuration (`[configs]`) in its values, the baseline and the rule:
+# lowercase, so it can never be a run variable.
+CONFIG = "config"
+# `tatu interpolate --pick`'s axis: the interpolation's alphas (lowercase too: never a run variable)
+ALPHA = "alpha"
+CONDITION = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(<=|<)\s*([A-Z][A-Z0-9_]*|[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?%?)\s*$")
+
+
+def plan_error(path: Path, where: str, message: str) -> SweepError:
+    """Every problem with a plan: exit 78, naming the file and the key."""
+    return SweepError(BAD_CONFIG, f"{path}: {where}: {message}")
+
+
+@dataclass(frozen=True)
+class Condition:
+    metric: str
+    op: str
+    value: str  # a number ("0", "5%") or a run variable (MIX_FORGET_LIMIT), resolved per configuration
+
+    def threshold(self, config: dict) -> float:
+        if self.value[0].isalpha():
+            return float(config[self.value])
+        return float(self.value[:-1]) / 100 if self.value.endswith("%") else float(self.value)
+
+    def holds(self, measured: float, config: dict) -> bool:
+        limit = self.threshold(config)
+        return measured < limit if self.op == "<" else measured <= limit
+
+    def text(self) -> str:
+        return f"{self.metric} {self.op} {self.value}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    text: str
+    choose: str  # smallest | largest (an axis's values) | first (the configurations in the plan's order)
+    axis: str    # an axis, or CONFIG
+    conditions: tuple[Condition, ...]
+    at: str = "end"  # "end" (each member's last step) | "common" (the last eval step every member reached)
+
+
+def held_out_set(metric: str) -> str | None:
+    """The held-out set a `<SET>_change[_lo|_hi]` metric names (None if none): not one of the three
+    roles, whose judged metrics are sftHeld_change and drift (ptVal is shown, not judged)."""
+    match = HELD_OUT_METRIC.match(metric)
+    if match is None or match.group(1) in (*SET_NAMES, "drift") or eval_name_problem(match.group(1)):
+        return None
+    return match.group(1)
+
+
+def parse_rule(text: str, axes: dict, path: Path, configs=(), where: str = "[decision] rule") -> Rule:
+    """`configs`: the names of the plan's configurations (what `first config` chooses among);
+    `where`: what the errors name after the path (a plan's key, or `tatu interpolate --pick`'s flag)."""
+    from tatu.daemon.config import known_variables
+
+    match = RULE.match(text)
+    if not match:
+        raise plan_error(path, where, f"{text!r} is not 'smallest|largest AXIS such that METRIC < VALUE and ... "
+                                      f"[at the end | at the common step]' (or 'first config such that ...')")
+    choose, axis, rest, at = match.groups()
+    if (choose == "first") != (axis == CONFIG):
+        raise plan_error(path, where, f"'{choose} {axis}': write 'smallest|largest AXIS' or 'first config'")
+    if axis == CONFIG and not configs:
+        raise plan_error(path, where, "'first config' chooses among [configs], and the plan has none")
+    if axis != CONFIG and axis not in axes:
+        also = " or 'first config'" if configs else ""
+        raise plan_error(path, where, f"{axis} is not an axis of the plan (axes: {', '.join(axes) or 'none'}){also}")
+    conditions = []
+    for part in re.split(r"\s+and\s+", rest):
+        cond = CONDITION.match(part)
+        if not cond:
+            raise plan_error(path, where, f"condition {part.strip()!r} is not 'METRIC < VALUE'")
+        metric, op, value = cond.groups()
+        if metric not in METRICS and held_out_set(metric) is None:
+            raise plan_error(path, where, f"unknown metric {metric!r} (known: {', '.join(METRICS)}, "
+                                          "or SET_change[_lo|_hi] of a held-out set of the data dir: not ptVal, shown and not judged; enRuler is drift)")
+        if value[0].isalpha() and value not in known_variables():
+            raise plan_error(path, where, f"{value} is neither a number nor a run variable")
+        conditions.append(Condition(metric, op, value))
+    return Rule(text.strip(), choose, axis, tuple(conditions), "common" if at and at.startswith("common") else "end")

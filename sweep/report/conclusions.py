@@ -1,0 +1,94 @@
+"""What a sweep concluded, in a form two sweeps of one plan can be compared by: the same plan run
+on another CPU (another sum order) must reach the same conclusions even where its numbers differ.
+
+A conclusion is the locked rule's verdict (which value it chose, and which configurations passed
+it), and the direction of every judged change whose CI excludes zero: each configuration's drift
+and sftHeld change over seeds, and each paired difference against the baseline. A change whose CI
+spans zero concludes nothing about its sign, so only the other sweep's CI excluding zero the other
+way would contradict it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tatu.formats import fmt_ci
+from tatu.sweep.judge.sweep_report import SweepReport
+
+JUDGED = ("drift", "sftHeld")
+
+
+@dataclass(frozen=True)
+class Interval:
+    value: float
+    lo: float
+    hi: float
+
+    @property
+    def sign(self) -> int:
+        """+1 or -1 where the CI excludes zero, else 0 (no direction concluded)."""
+        return 1 if self.lo > 0 else -1 if self.hi < 0 else 0
+
+
+@dataclass(frozen=True)
+class Conclusions:
+    chosen: str | None              # the value the locked rule chose (None: no value satisfies it)
+    passed: tuple[str, ...]         # the configurations that passed every condition of the rule
+    changes: dict[str, Interval]    # "replay-n6 drift", "replay-n6 - baseline sftHeld": judged changes
+
+
+@dataclass(frozen=True)
+class JudgedChange:
+    """One judged change of a sweep report: a configuration's metric over seeds, or (paired) its
+    difference from the baseline, paired by seed and line, as a relative change."""
+
+    config: str
+    metric: str  # one of JUDGED
+    paired: bool  # the difference from the baseline (else the configuration's own change vs step 0)
+    interval: Interval
+
+    @property
+    def name(self) -> str:
+        """The key Conclusions.changes holds it under: "replay-n6 drift", "replay-n6 - baseline sftHeld"."""
+        return f"{self.config} - baseline {self.metric}" if self.paired else f"{self.config} {self.metric}"
+
+
+def judged_changes(report: SweepReport) -> list[JudgedChange]:
+    """Every judged change of a sweep report's data, in the report's configuration order."""
+    changes = []
+    for config in report.compare.configs:
+        for metric in JUDGED:
+            stats = (config.stats or {}).get(metric)
+            if stats:
+                changes.append(JudgedChange(config.key, metric, False,
+                                            Interval(stats.change.value, stats.change.lo, stats.change.hi)))
+            paired = (config.paired or {}).get(metric)
+            if paired:  # log-ratio differences, shown as relative changes (the sign is the same)
+                shown = paired.change.relative()
+                changes.append(JudgedChange(config.key, metric, True, Interval(shown.value, shown.lo, shown.hi)))
+    return changes
+
+
+def conclusions(report: SweepReport) -> Conclusions:
+    """From a sweep report (sweep/judge/analysis.py analyze, or report.json through sweep/judge/sweep_report.py
+    read_report_json)."""
+    verdict = report.verdict
+    changes = {change.name: change.interval for change in judged_changes(report)}
+    passed = tuple(c.config for c in verdict.checks if c.passes)
+    return Conclusions(verdict.chosen, passed, changes)
+
+
+def disagreements(a: Conclusions, b: Conclusions) -> list[str]:
+    """Where b contradicts a (and a, b): another verdict, another set of passing configurations, or
+    a judged change whose CI excludes zero in one and lies on the other side of zero in the other."""
+    out = []
+    if a.chosen != b.chosen:
+        out.append(f"the rule chose {a.chosen} in one and {b.chosen} in the other")
+    if a.passed != b.passed:
+        out.append(f"configurations passing the rule: {list(a.passed)} vs {list(b.passed)}")
+    for name in sorted(set(a.changes) | set(b.changes)):
+        x, y = a.changes.get(name), b.changes.get(name)
+        if x is None or y is None:
+            out.append(f"{name}: judged in one sweep only")
+        elif (x.sign and x.sign * y.value <= 0) or (y.sign and y.sign * x.value <= 0):
+            out.append(f"{name}: {fmt_ci(x.value, x.lo, x.hi)} vs {fmt_ci(y.value, y.lo, y.hi)}")
+    return out

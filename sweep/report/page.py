@@ -1,0 +1,88 @@
+"""The sweep report's HTML page, in the run report's look (tatu.pages) and order: the verdict
+(wrapped to the page) and the plots first, then the same tables as the closing text (sweep/report/tables.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tatu.pages.figures import PlotFile
+from tatu.pages.markup import esc, figures, page, plain_table
+from tatu.sweep.report import tables
+from tatu.sweep.judge.records import ConfigResult
+from tatu.sweep.judge.sweep_report import SweepReport
+
+
+def _comparison(configs: list[ConfigResult]) -> list[str]:
+    parts = ["<h2>Comparison stage</h2><p>* = baseline; CIs carry seed and line variance (crossed: seeds x shared "
+             f"lines, not one run's CI over its lines). {esc(tables.OUTLIER_NOTE)}.</p>",
+             plain_table(tables.CONFIG_HEADER, tables.config_rows(configs), "configs")]
+    parts += _sets(configs, common=False)
+    paired = tables.paired_rows(configs)
+    if paired:
+        parts += ["<h2>Paired by seed and line vs the baseline (Holm)</h2>",
+                  plain_table(tables.PAIRED_HEADER, paired, "paired")]
+    step, missing = (configs[0].common_step, configs[0].common_missing) if configs else (None, None)
+    if missing:
+        parts.append(f"<h2>At the common step</h2><p>n/a ({esc(missing)})</p>")
+    elif configs:
+        parts += [f"<h2>At step {esc(step)}, the last eval step every member reached</h2>",
+                  plain_table(tables.CONFIG_HEADER, tables.config_rows(configs, common=True), "configs-common")]
+        parts += _sets(configs, common=True)
+        common_paired = tables.paired_rows(configs, common=True)
+        if common_paired:
+            parts.append(plain_table(tables.PAIRED_HEADER, common_paired, "paired-common"))
+    return parts
+
+
+def _sets(configs: list[ConfigResult], common: bool) -> list[str]:
+    """The held-out sets' and the word categories' changes vs step 0 (at the end, or the common step)."""
+    parts, where = [], "-common" if common else ""
+    held, categories = tables.held_out_rows(configs, common), tables.category_rows(configs, common)
+    if held:
+        parts += [f"<h3>Held-out sets</h3><p>{esc(tables.HELD_OUT_NOTE)}.</p>",
+                  plain_table(tables.HELD_OUT_HEADER, held, f"held-out{where}")]
+    if categories:
+        parts += [f"<h3>Word categories</h3><p>{esc(tables.CATEGORY_NOTE)}.</p>",
+                  plain_table(tables.CATEGORY_HEADER, categories, f"categories{where}")]
+    elif common and tables.categories_missing(configs):
+        parts.append("<p>Word categories at this step: n/a (the members' per-line eval files hold none: written "
+                     "before the daemon kept them).</p>")
+    return parts
+
+
+def write_page(data: SweepReport, closing: str, plots: list[PlotFile], out_dir: Path) -> Path:
+    """index.html in out_dir: the verdict and the plots first (the run report's order), then every
+    table of the closing text."""
+    verdict = "\n".join(tables.verdict_lines(data.verdict, data.compare.complete)) if data.compare else None
+    lead = ([f'<pre class="verdict" id="verdict">{esc(verdict)}</pre>'] if verdict is not None else []) + (
+        [figures(plots, out_dir)] if plots else [])
+    if data.compare and data.verdict:
+        from tatu.sweep.report.prose import what_it_says  # one sentence per conclusion, from these numbers
+
+        lead.insert(1, '<div id="what-it-says"><h2>What it says</h2>'
+                    + "".join(f'<p data-states="{esc(s.states)}">{esc(s.text)}</p>' for s in what_it_says(data)) + "</div>")
+    sections = ['<section id="lead">\n' + "\n".join(lead) + "\n</section>"] if lead else []
+    sections += [f"<p>{esc(data.question)}</p>",
+                 f"<p>Locked rule: <code>{esc(data.rule)}</code> (plan {esc(data.plan_portable_hash)}; "
+                 f"with this checkout's absolute paths {esc(data.plan_hash)})</p>"]
+    if data.tune:
+        sections += ["<h2>Tune stage</h2>", plain_table(tables.TUNE_HEADER, tables.tune_rows(data.tune, data.tuned), "tune")]
+        if not data.tuned:
+            sections.append(f"<p>{esc(tables.TUNE_PENDING)}</p>")
+    if data.compare:
+        configs = list(data.compare.configs)
+        legend = tables.configs_rows(data.configs, configs)
+        if legend:
+            sections += [f"<h2>Configurations</h2><p>{esc(tables.CONFIGS_TITLE)}.</p>",
+                         plain_table(tables.CONFIGS_HEADER, legend, "configurations")]
+        sections += _comparison(configs)
+        header, vs_parent = tables.vs_parent_table(data.compare.vs_parent)
+        if vs_parent:
+            sections += [f"<h2>Interpolated vs its parent</h2><p>{esc(tables.VS_PARENT_TITLE)}.</p>",
+                         plain_table(header, vs_parent, "vs-parent")]
+        power = tables.power_lines(data.seeds_for)
+        if power:
+            sections += [f"<h2>How many seeds are enough</h2><p>{esc(power[0])}.</p>",
+                         '<ul id="seeds-for">' + "".join(f"<li>{esc(line.strip())}</li>" for line in power[1:]) + "</ul>"]
+    index = Path(out_dir) / "index.html"
+    index.write_text(page(f"sweep {data.name}", sections), encoding="utf-8")
+    return index
