@@ -31,11 +31,14 @@ demo: $(STAMP)
 	$(PY) -m tatu.ops.demo
 
 # Apertium's taggers (category metrics) and Chromium (the page tests' browser): installed with
-# apt-get when root, else the command is printed
+# apt-get when root, else the command is printed. The tests run on TEST_WORKERS pytest-xdist
+# workers (tests/conftest.py keeps apart the ones that cannot share the machine); the suite waits
+# on its subprocesses a good part of the time, so more workers than the 2 cores it is sized for.
+TEST_WORKERS ?= 3
 test: $(STAMP)
 	$(PY) -m tatu.ops.packages tagger
 	$(PY) -m tatu.ops.packages browser
-	$(VENV)/bin/pytest -q --durations=15
+	$(VENV)/bin/pytest -q --durations=15 -n $(TEST_WORKERS)
 
 # The quick ratio benchmarks that need nothing but a checkout; the others need data, taggers, hours
 # or older commits and are run by hand (docs/benchmarks.md says which and why).
