@@ -261,10 +261,11 @@ def _check_count(function: str, n: object) -> None:
 
 
 def generate_pairs(n: int, seed: int) -> list[dict]:
-    """n distinct instruction pairs `{"prompt", "response", "task"}` in the SFT phrasings,
-    deterministic for seed."""
+    """n distinct instruction pairs `{"prompt", "response", "task", "answer"}` in the SFT phrasings,
+    deterministic for seed. The response is the computed answer, so each pair carries it as its
+    checkable `answer` too (data/answers.py): held out, it is scored by exact match."""
     _check_count("generate_pairs", n)
-    return _draw(random.Random(seed), n, "sft", set())
+    return [pair | {"answer": pair["response"]} for pair in _draw(random.Random(seed), n, "sft", set())]
 
 
 def generate_pretraining_pairs(n: int, seed: int, after: int) -> list[dict]:
