@@ -20,13 +20,18 @@ ALPHABET = "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ.?"
 
 def lively(tok, seed: int, block_size: int = 96) -> GPT:
     """A random tiny model whose greedy output varies (weights scaled up), its output head untied
-    (so end_at can make EOS fire without changing any input embedding)."""
+    (so end_at can make EOS fire without changing any input embedding) and kept to ALPHABET's
+    characters and EOS (so a response's text encodes back to its own tokens)."""
     torch.manual_seed(seed)
     model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=block_size, n_layer=2, n_head=2, n_embd=32)).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(6)
-        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+        head = torch.nn.Linear(32, tok.vocab_size)
+        head.weight.copy_(model.lm_head.weight)
+        allowed = {tok.eos_id, *(t for c in ALPHABET for t in tok.encode(c))}
+        head.bias.copy_(torch.tensor([0.0 if t in allowed else -1e4 for t in range(tok.vocab_size)]))
+        model.lm_head = head
     return model
 
 
@@ -106,3 +111,25 @@ def test_a_prompt_that_fills_the_context_gets_no_response_and_is_wrong():
     assert result.outputs[1] == naive_answer(model, tok, "ab", answer_budget(tok, items))[0]
     with pytest.raises(ValueError, match="no items"):
         score_answers(model, [], tok)
+
+
+def test_a_response_still_going_at_its_budget_is_wrong_even_when_it_spells_the_answer(monkeypatch):
+    """With no slack, a response cut at the budget can equal an answer as long as the budget: it had
+    not stopped (the model would have gone on), so it is wrong; a text that ended is right."""
+    monkeypatch.setattr(answers_module, "SLACK_TOKENS", 0)
+    tok = CharTokenizer.train([ALPHABET])
+    budget = 16
+    model = lively(tok, 1)
+    rng = random.Random(1)
+    prompts = ["".join(rng.choice(ALPHABET[:27]) for _ in range(rng.randint(1, 30))) for _ in range(17)]
+    end_at(model, tok, prompts, budget)
+    naive = [naive_answer(model, tok, p, budget) for p in prompts]
+    fits = [normalize_answer(text) and len(tok.encode(text)) <= budget for text, _ in naive]
+    going = next(i for i, (_, ended) in enumerate(naive) if not ended and fits[i])
+    ended = next(i for i, (_, ended) in enumerate(naive) if ended and fits[i])
+    items = [AnswerItem(1, "x", "x" * budget),  # fixes the budget
+             AnswerItem(2, prompts[going], naive[going][0]), AnswerItem(3, prompts[ended], naive[ended][0])]
+    assert answer_budget(tok, items) == budget
+    result = score_answers(model, items, tok)
+    assert result.outputs[1:] == [naive[going][0], naive[ended][0]]
+    assert result.finished.tolist()[1:] == [False, True] and result.correct.tolist()[1:] == [False, True]
