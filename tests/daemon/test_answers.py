@@ -148,3 +148,11 @@ def evals_record():
 
 def test_an_older_record_without_answers_reads_as_none():
     assert EvalRecord.from_json(evals_record()).answers == {}
+
+
+@pytest.mark.parametrize("name", ["exact", "Answers"])
+def test_the_answer_metrics_words_cannot_name_an_eval_set(name):
+    from tatu.formats import eval_name_problem
+
+    assert "collides with a metric name" in eval_name_problem(name)
+    assert eval_name_problem("sftHeld") is None
