@@ -14,7 +14,8 @@ from tatu.daemon import distributed, judge, ranks
 from tatu.daemon.resume import save_resume
 from tatu.daemon.run.paths import RunDir
 from tatu.daemon.run.state import RunState, results_to_json
-from tatu.daemon.suite import best_set, generate_samples, score_categories, score_suite, score_tasks
+from tatu.daemon.suite import (best_set, generate_samples, score_answer_sets, score_categories, score_suite,
+                               score_tasks)
 from tatu.model.checkpoint import NonFiniteTensorError, save_checkpoint
 from tatu.storage import StorageError, is_storage_error, storage_error, tree_bytes
 
@@ -70,6 +71,8 @@ class RunActions:
                 self.non_finite_eval(broken)
             samples = (generate_samples(model, self.suite, self.tokenizer, self.trainer.device, config)
                        if self.world.is_main else None)
+            # rank 0 alone, like the generations: greedy answers need no sharing, and only rank 0 writes
+            answers = score_answer_sets(model, self.suite, self.tokenizer) if self.world.is_main else {}
             model.train()
             self.latest_results = results
             categories = score_categories(self.suite, results, config)
@@ -77,8 +80,9 @@ class RunActions:
             if state.baseline is None:
                 state.baseline, state.category_baseline = results, categories
                 state.task_baseline = {name: judge.task_items(r) for name, r in tasks.items()}
+                state.answer_baseline = {name: judge.answer_bits(r) for name, r in answers.items()}
             decision = judge.decide(state.step, results, state, self.suite, config, time.perf_counter() - started, samples,
-                                    categories, tasks, env_file=self.env_file)
+                                    categories, tasks, env_file=self.env_file, answers=answers)
         where = non_finite_paths(decision.record.to_json())
         if where:  # a statistic of the eval overflowed: the record could not be saved, nor trusted
             self.non_finite_eval({name: r.ppl for name, r in results.items()}, where)

@@ -14,21 +14,24 @@ written before the result):
   flat         both the sftHeld change and the final drift are within resolution (CIs include 0)
   inconclusive anything else (e.g. sftHeld improved but not beyond its CI while drift moved)
 A trunk (TATU_MODE=pretrain) is judged on ptVal the same way; it cannot "forget".
+Answers right (sets whose pairs carry answers) are measured and reported beside, never judged here.
 Every CI here is over lines only: the eval record and the verdict say so (ci_covers.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from tatu.daemon.ci_covers import ci_covers
 from tatu.daemon.config import RunConfig
-from tatu.daemon.run.records import (Best, CategorySummary, Change, Criteria, EvalRecord, SetSummary, Verdict,
-                                     VerdictNumbers)
+from tatu.daemon.run.records import (AnswerChange, AnswerSummary, Best, CategorySummary, Change, Criteria, EvalRecord,
+                                     SetSummary, Verdict, VerdictNumbers)
 from tatu.daemon.run.state import RunState
 from tatu.daemon.suite import REFERENCE_SETS, RULER, Suite, best_set
 from tatu.evals.choice import mcnemar_exact
 from tatu.evals.scoring import SetResult, compare_results
-from tatu.formats import SET_NAMES, fmt_ci, fmt_interval, fmt_pct, fmt_ppl
+from tatu.formats import SET_NAMES, fmt_ci, fmt_interval, fmt_pct, fmt_ppl, fmt_share
 
 
 def change(reference: SetResult, current: SetResult, config: RunConfig) -> Change:
@@ -60,9 +63,10 @@ def reference_for_lines(reference: SetResult | None, current: SetResult, config:
 
 
 def eval_line(step: int, results: dict, drift: Change, drift_tronco: Change | None, trunk_ok, best: bool, seconds: float,
-              notes: dict, changes: dict[str, Change] | None = None) -> str:
+              notes: dict, changes: dict[str, Change] | None = None, answers: dict[str, AnswerSummary] | None = None) -> str:
     """The contract line: `EVAL 8: sftHeld 9.0702 ptVal 31.20 enRuler 52.10 drift +0.0% drift_tronco +14.7% trunk_ok=True best=True (71.2s)`;
-    then the extras, and last every other eval set as `ptFaq 40.12 ptFaq_change=+1.3%`."""
+    then the extras, every other eval set as `ptFaq 40.12 ptFaq_change=+1.3%`, and last the answers
+    right of each set with answers as `sftHeld_exact=4.7% sftHeld_exact_ci=[1.6%,12.9%]`."""
     def ppl(name):
         return fmt_ppl(results[name].ppl, name) if name in results else "n/a"
 
@@ -80,6 +84,8 @@ def eval_line(step: int, results: dict, drift: Change, drift_tronco: Change | No
     for name in results:
         if name not in SET_NAMES:
             extras += f" {name} {ppl(name)} {name}_change={fmt_pct(_value((changes or {}).get(name)))}"
+    for name, answer in (answers or {}).items():
+        extras += f" {name}_exact={fmt_share(answer.rate)} {name}_exact_ci={fmt_interval(answer.lo, answer.hi, fmt_share)}"
     return line + extras
 
 
@@ -125,9 +131,30 @@ def task_record(baseline: dict | None, tasks: dict) -> dict:
     return out
 
 
+def answer_bits(result) -> str:
+    """A set's answers as its record and its step-0 baseline keep them: "1" right, "0" wrong, in file order."""
+    return "".join("1" if right else "0" for right in result.correct.tolist())
+
+
+def answer_record(baseline: dict[str, str] | None, answers: dict) -> dict[str, AnswerSummary]:
+    """{set: its answers right (Wilson 95% over its items) and the change vs step 0 (exact McNemar
+    over the same items; None without a step-0 baseline of the same items)}."""
+    out = {}
+    for name, result in answers.items():
+        rate, bits = result.rate(), answer_bits(result)
+        then = (baseline or {}).get(name)
+        change_ = None
+        if then is not None and len(then) == len(bits):
+            test = mcnemar_exact(np.array([c == "1" for c in then]), result.correct)
+            change_ = AnswerChange(test["diff"], test["only_a"], test["only_b"], test["p_value"])
+        out[name] = AnswerSummary(rate.value, rate.lo, rate.hi, rate.n, rate.n_correct, result.n_unfinished, bits,
+                                  list(result.outputs), change_)
+    return out
+
+
 def decide(step: int, results: dict[str, SetResult], state: RunState, suite: Suite, config: RunConfig,
            seconds: float, samples, categories: dict[str, dict[str, SetResult]] | None = None,
-           tasks: dict | None = None, env_file: str | None = None) -> Decision:
+           tasks: dict | None = None, env_file: str | None = None, answers: dict | None = None) -> Decision:
     """Compare with the run's baseline and the trunk; pick best; decide abort (not warn)."""
     baseline = state.baseline
     changes = {name: change(baseline[name], results[name], config) for name in results if name in baseline}
@@ -146,7 +173,8 @@ def decide(step: int, results: dict[str, SetResult], state: RunState, suite: Sui
         if measured > config.mix_forget_limit:
             which = "drift CI lower bound" if config.mix_forget_ci else "drift"
             abort_reason = f"{which} {fmt_pct(measured)} > MIX_FORGET_LIMIT {config.mix_forget_limit * 100:.1f}%"
-    line = eval_line(step, results, drift, drift_tronco, trunk_ok, best, seconds, suite.notes, changes)
+    answered = answer_record(state.answer_baseline, answers or {})
+    line = eval_line(step, results, drift, drift_tronco, trunk_ok, best, seconds, suite.notes, changes, answered)
     sets = {name: summary(result) for name, result in results.items()}
     record = EvalRecord(
         step=step,
@@ -167,6 +195,7 @@ def decide(step: int, results: dict[str, SetResult], state: RunState, suite: Sui
         tasks=task_record(state.task_baseline, tasks or {}),
         ci_covers=ci_covers(sets, list(sets), config, env_file).to_json(),
         line=line,
+        answers=answered,
     )
     return Decision(record, line, best, abort_reason)
 

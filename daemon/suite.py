@@ -5,6 +5,11 @@
     enRuler  English text, the ruler drift is measured with (EVAL_EN_ALL=0: a fixed subsample)
     others   any other set of the manifest (a held-out domain, `tatu data build --eval ptFaq=FILE`):
              scored whole at every eval and compared with step 0 like the three, never judged
+
+A set whose pairs carry a checkable answer (docs/data.md) is also asked every pair at every eval:
+its answers right, by exact match (tatu.evals.answers), beside its perplexity. The fixed
+generations (TATU_GEN_PROMPTS) stay beside them for what they show that answers do not: free text
+to TATU_GEN_TOKENS tokens and its invented words, on sets without answers too.
 """
 from __future__ import annotations
 
@@ -12,9 +17,11 @@ import hashlib
 from dataclasses import dataclass, field
 
 from tatu.daemon.config import RunConfig
+from tatu.data.answers import AnswerItem, answer_items
 from tatu.data.manifest import DataError
 from tatu.data.sft import SFTExample, read_sft_file
 from tatu.data.tags import read_tags, untagged_line
+from tatu.evals.answers import AnswerResult, score_answers
 from tatu.evals.choice import TaskResult, read_task, score_task
 from tatu.evals.categories import category_results, token_categories, word_chars
 from tatu.evals.downstream import exact_match, wilson_interval
@@ -45,11 +52,29 @@ class Suite:
     category_chars: dict[str, dict] = field(default_factory=dict)
     category_note: str | None = None  # why there are no category metrics (one line), None when there are
     tasks: dict[str, list] = field(default_factory=dict)  # multiple-choice task -> its items (tatu.evals.choice)
+    answers: dict[str, list[AnswerItem]] = field(default_factory=dict)  # set -> its pairs' answers (sets with them only)
 
 
 def _load_tasks(suite: Suite, manifest: dict, data_dir) -> None:
     for name, entry in manifest.get("tasks", {}).items():
         suite.tasks[name] = read_task(data_dir / entry["file"], entry["sha256"])
+
+
+def load_answers(sets: dict[str, EvalSet]) -> dict[str, list[AnswerItem]]:
+    """{set: its pairs' answers} for every pairs set that carries them (the others are absent): the
+    file `tatu data build` copied, read by the one pair parser. Marked on some pairs only: exit 65."""
+    out = {}
+    for name, eval_set in sets.items():
+        if eval_set.kind != "pairs":
+            continue
+        examples = [e for e in read_sft_file(eval_set.path) if isinstance(e, SFTExample)]
+        try:
+            items = answer_items(examples, eval_set.path)
+        except ValueError as exc:
+            raise DataError(str(exc)) from None
+        if items:
+            out[name] = items
+    return out
 
 
 def set_categories(sets: dict[str, EvalSet], manifest: dict, data_dir, tokenizer) -> tuple[dict, dict, str | None]:
@@ -117,6 +142,7 @@ def load_suite(config: RunConfig, manifest: dict, tokenizer) -> Suite:
     suite = Suite(sets, notes, hashes, gen_pairs, dictionary)
     suite.categories, suite.category_chars, suite.category_note = set_categories(sets, manifest, data_dir, tokenizer)
     _load_tasks(suite, manifest, data_dir)
+    suite.answers = load_answers(sets)
     return suite
 
 
@@ -149,6 +175,11 @@ def score_categories(suite: Suite, results: dict[str, SetResult], config: RunCon
 def score_tasks(model, suite: Suite, tokenizer, device, map_batches=None) -> dict[str, TaskResult]:
     """Every multiple-choice task: acc and acc_norm per item (the choices of all items batched)."""
     return {name: score_task(model, items, tokenizer, name, device, map_batches) for name, items in suite.tasks.items()}
+
+
+def score_answer_sets(model, suite: Suite, tokenizer) -> dict[str, AnswerResult]:
+    """Every set with answers: each pair's greedy response, right or wrong (the model in eval mode)."""
+    return {name: score_answers(model, items, tokenizer, name) for name, items in suite.answers.items()}
 
 
 def generate_samples(model, suite: Suite, tokenizer, device, config: RunConfig) -> dict | None:

@@ -254,7 +254,8 @@ class Supervisor:
                        "drift": record.drift.value, "drift_lo": record.drift.lo, "drift_hi": record.drift.hi,
                        "drift_p": record.drift.p_value, "drift_tronco": drift_tronco, "trunk_ok": record.trunk_ok,
                        "best": record.best, "changes": {name: c.to_json() for name, c in record.changes.items()},
-                       "ci_covers": record.ci_covers},
+                       "ci_covers": record.ci_covers,
+                       "answers": {name: a.headline() for name, a in record.answers.items()}},
             best={"step": best.step, best.set_name: best.ppl})
         self._publish()
 

@@ -3,6 +3,8 @@
 Two forms per line:
     {"prompt": "...", "response": "..."}
     {"messages": [{"role": "user"|"system"|"assistant", "content": "..."}, ...]}
+A prompt/response line may carry a checkable answer, `"answer": "..."` (data/answers.py): what the
+greedy response must equal, once normalised, for the pair to count as answered right.
 
 Every problem is reported as `FILE:LINE: reason` (BadLine), so an operator can open the file
 at the line. Nothing here decides whether a bad line stops the build or is skipped: the
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from tatu.data.answers import ANSWER_FIELD, answer_problem
 from tatu.model.chat import ROLES, encode_messages, encode_pair
 from tatu.model.tokenizer import Tokenizer
 
@@ -36,6 +39,7 @@ class SFTExample:
     prompt: str | None = None
     response: str | None = None
     messages: tuple[dict, ...] | None = None
+    answer: str | None = None  # the checkable answer of a prompt/response pair (None: not marked)
 
     def encode(self, tok: Tokenizer) -> tuple[list[int], list[bool]]:
         """(ids, is_target) in the one layout shared with training, scoring and generation."""
@@ -89,6 +93,15 @@ def _nonempty_string(payload: dict, field: str, where: str = "") -> str:
     return value
 
 
+def _answer(payload: dict) -> str | None:
+    if ANSWER_FIELD not in payload:
+        return None
+    problem = answer_problem(payload[ANSWER_FIELD])
+    if problem:
+        raise _Invalid(problem)
+    return payload[ANSWER_FIELD]
+
+
 def _validate_messages(messages) -> tuple[dict, ...]:
     if not isinstance(messages, list) or not messages:
         raise _Invalid("'messages' must be a non-empty list")
@@ -126,9 +139,12 @@ def parse_sft_line(raw: bytes, path: str, line: int) -> SFTExample | BadLine:
         return BadLine(path, line, f"expected a JSON object, got {type(payload).__name__}")
     try:
         if "messages" in payload:
+            if ANSWER_FIELD in payload:
+                raise _Invalid(f"field {ANSWER_FIELD!r} needs a prompt/response pair: a 'messages' line has no one "
+                               f"prompt to generate the answer from")
             return SFTExample(path, line, messages=_validate_messages(payload["messages"]))
         return SFTExample(path, line, prompt=_nonempty_string(payload, "prompt"),
-                          response=_nonempty_string(payload, "response"))
+                          response=_nonempty_string(payload, "response"), answer=_answer(payload))
     except _Invalid as exc:
         return BadLine(path, line, str(exc))
 

@@ -129,7 +129,17 @@ TEMPLATES: dict[str, dict[str, list[str]]] = {
     "compare": {"sft": ["Qual é {w}, {a} ou {b}?", "Entre {a} e {b}, qual número é {w}?",
                         "Qual desses números é {w}: {a} ou {b}?"],
                 "pretrain": ["Diga qual é {w}: {a} ou {b}.", "Dos números {a} e {b}, qual é o {w}?"]},
+    "date_words": {"sft": ["Escreva a data {n} por extenso.", "Como se escreve a data {n} com o nome do mês?",
+                           "Escreva {n} com o mês por extenso."],
+                   "pretrain": ["Passe a data {n} para o formato por extenso.", "Qual é a data {n} com o mês escrito?"]},
+    "copy": {"sft": ["Repita: {w}", "Repita exatamente: {w}", "Copie o texto: {w}"],
+             "pretrain": ["Diga de novo: {w}", "Escreva outra vez: {w}"]},
 }
+
+# Words the copy task repeats: common, short, each one or two tokens of the demo's tokenizer.
+COPY_WORDS = ("casa água sol lua mar rio dia noite tempo vida mundo terra gente livro escola amigo pão café "
+              "porta janela rua cidade campo flor árvore pedra fogo vento chuva neve céu azul verde branco "
+              "preto grande pequeno novo velho bom alto baixo longe perto hoje ontem sempre nunca muito pouco").split()
 
 
 def _arithmetic(rng: random.Random, style: str) -> Pair:
@@ -216,6 +226,26 @@ def _compare(rng: random.Random, style: str) -> Pair:
     return ("compare", word, a, b), prompt, str(max(a, b) if larger else min(a, b))
 
 
+def _small_number_words(rng: random.Random, style: str) -> Pair:
+    # numbers_words' questions (the same key: never asked twice across the two) below one hundred:
+    # one rule, "tens e units", over 100 questions
+    n = rng.randint(0, 99)
+    return ("number_words", n), rng.choice(TEMPLATES["number_words"][style]).format(n=n), number_to_words(n)
+
+
+def _date_words(rng: random.Random, style: str) -> Pair:
+    # the date in digits (d/m/yyyy, no leading zeros) written with its month's name: one 12-way
+    # lookup and two copies
+    day = _random_date(rng)
+    digits = f"{day.day}/{day.month}/{day.year}"
+    return ("date_words", day), rng.choice(TEMPLATES["date_words"][style]).format(n=digits), format_date(day)
+
+
+def _copy(rng: random.Random, style: str) -> Pair:
+    words = " ".join(rng.choice(COPY_WORDS) for _ in range(rng.randint(2, 4)))
+    return ("copy", words), rng.choice(TEMPLATES["copy"][style]).format(w=words), words
+
+
 def _capitalize(text: str) -> str:
     return text[:1].upper() + text[1:]
 
@@ -233,11 +263,22 @@ TASKS: dict[str, tuple[Callable[[random.Random, str], Pair], int]] = {
     "compare": (_compare, 2),
 }
 
+# The task mixes a caller may ask for: "demo" (TASKS, what `make demo` generates) and "rules",
+# tasks whose answer follows from the prompt by one rule a small model can pick up (copy it, write a
+# small number or a date's month in words), measured in docs/answers.md.
+MIXES: dict[str, dict[str, tuple[Callable[[random.Random, str], Pair], int]]] = {
+    "demo": TASKS,
+    "rules": {"copy": (_copy, 3), "date_words": (_date_words, 3), "small_number_words": (_small_number_words, 2)},
+}
 
-def _draw(rng: random.Random, n: int, style: str, seen: set[tuple]) -> list[dict]:
+
+def _draw(rng: random.Random, n: int, style: str, seen: set[tuple], mix: str = "demo") -> list[dict]:
     """n pairs phrased in `style` whose questions are not in `seen` (which they are added to)."""
-    names = list(TASKS)
-    weights = [TASKS[name][1] for name in names]
+    if mix not in MIXES:
+        raise ValueError(f"task mix {mix!r}: expected one of {', '.join(MIXES)}")
+    tasks = MIXES[mix]
+    names = list(tasks)
+    weights = [tasks[name][1] for name in names]
     pairs: list[dict] = []
     # the small tasks (months: 36 questions) run out first; repeats are redrawn, so the
     # limit below only trips if n exceeds the whole question space
@@ -247,7 +288,7 @@ def _draw(rng: random.Random, n: int, style: str, seen: set[tuple]) -> list[dict
             raise ValueError(f"{style} pairs: could not find n={n} distinct questions")
         attempts_left -= 1
         name = rng.choices(names, weights)[0]
-        key, prompt, response = TASKS[name][0](rng, style)
+        key, prompt, response = tasks[name][0](rng, style)
         if key in seen:
             continue
         seen.add(key)
@@ -260,18 +301,19 @@ def _check_count(function: str, n: object) -> None:
         raise ValueError(f"{function}: n must be a non-negative int, got {n!r}")
 
 
-def generate_pairs(n: int, seed: int) -> list[dict]:
-    """n distinct instruction pairs `{"prompt", "response", "task"}` in the SFT phrasings,
-    deterministic for seed."""
+def generate_pairs(n: int, seed: int, mix: str = "demo") -> list[dict]:
+    """n distinct instruction pairs `{"prompt", "response", "task", "answer"}` in the SFT phrasings,
+    deterministic for (seed, mix). The response is the computed answer, so each pair carries it as
+    its checkable `answer` too (data/answers.py): held out, it is scored by exact match."""
     _check_count("generate_pairs", n)
-    return _draw(random.Random(seed), n, "sft", set())
+    return [pair | {"answer": pair["response"]} for pair in _draw(random.Random(seed), n, "sft", set(), mix)]
 
 
-def generate_pretraining_pairs(n: int, seed: int, after: int) -> list[dict]:
+def generate_pretraining_pairs(n: int, seed: int, after: int, mix: str = "demo") -> list[dict]:
     """n pairs in the pretraining phrasings, none asking a question of `generate_pairs(after,
-    seed)` (the same random stream continued past those), deterministic for (n, seed, after)."""
+    seed, mix)` (the same random stream continued past those), deterministic for (n, seed, after, mix)."""
     _check_count("generate_pretraining_pairs", n)
     _check_count("generate_pretraining_pairs", after)
     rng, seen = random.Random(seed), set()
-    _draw(rng, after, "sft", seen)
-    return [pair | {"task": f"pretrain_{pair['task']}"} for pair in _draw(rng, n, "pretrain", seen)]
+    _draw(rng, after, "sft", seen, mix)
+    return [pair | {"task": f"pretrain_{pair['task']}"} for pair in _draw(rng, n, "pretrain", seen, mix)]

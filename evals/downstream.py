@@ -1,4 +1,5 @@
-"""Downstream accuracy: exact match after normalisation, with a Wilson confidence interval.
+"""Downstream accuracy: exact match after normalisation (tatu.data.answers' one rule), with a
+Wilson confidence interval.
 
 The Wilson score interval (without continuity correction) stays inside [0, 1] and is
 informative at 0/n and n/n, where the normal-approximation interval collapses to a point.
@@ -7,31 +8,11 @@ informative at 0/n and n/n, where the normal-approximation interval collapses to
 from __future__ import annotations
 
 import math
-import re
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
-_WHITESPACE = re.compile(r"\s+")
-_QUOTES = "\"'`“”‘’«»„‚‹›"
-_TRAILING_PUNCTUATION = ".,;:!?…"
-
-
-def normalize_answer(answer: str) -> str:
-    """NFC, case-folded, whitespace collapsed, without surrounding quotes or final punctuation.
-
-    '  "Quarenta e DOIS." ' -> 'quarenta e dois'. Quotes and final punctuation are peeled
-    repeatedly, so '"42."' and '42".' both give '42'.
-    """
-    if not isinstance(answer, str):
-        raise TypeError(f"answer must be a str, got {type(answer).__name__}")
-    text = _WHITESPACE.sub(" ", unicodedata.normalize("NFC", answer).casefold()).strip()
-    while True:
-        peeled = text.rstrip(_TRAILING_PUNCTUATION + _QUOTES).lstrip(_QUOTES).strip()
-        if peeled == text:
-            return text
-        text = peeled
+from tatu.data.answers import normalize_answer
 
 
 @dataclass(frozen=True)

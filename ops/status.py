@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tatu import exitcodes
 from tatu.daemon.control.client import ControlError, request, resolve_socket
-from tatu.formats import fmt_duration, fmt_interval, fmt_pct
+from tatu.formats import fmt_duration, fmt_interval, fmt_pct, fmt_share
 
 # -- formatting ---------------------------------------------------------------------
 
@@ -33,6 +33,21 @@ def _interval(lo, hi, fmt) -> str:
     return ""
 
 
+def _answers_line(name: str, answer) -> str:
+    """`answers sftHeld 3/64 right 4.7% [1.6%,12.9%]  vs step 0 +3.1% (2 gained, 0 lost, p 0.500)`."""
+    if not isinstance(answer, dict):
+        return f"answers {name} n/a"
+    text = (f"answers {name} {answer.get('n_correct', '?')}/{answer.get('n', '?')} right {fmt_share(answer.get('rate'))}"
+            f"{_interval(answer.get('lo'), answer.get('hi'), fmt_share)}")
+    if answer.get("n_unfinished"):
+        text += f"  {answer['n_unfinished']} unfinished"
+    change = answer.get("change")
+    if isinstance(change, dict):
+        text += (f"  vs step 0 {fmt_pct(change.get('diff'))} ({change.get('only_now', '?')} gained, "
+                 f"{change.get('only_then', '?')} lost, p {_num(change.get('p_value'), 3)})")
+    return text
+
+
 def format_status(status: dict) -> str:
     """A few readable lines from a status reply; missing fields show as n/a or are left out."""
     lines = []
@@ -54,6 +69,8 @@ def format_status(status: dict) -> str:
         drift_line = f"        drift {_pct(last.get('drift'))}{_interval(last.get('drift_lo'), last.get('drift_hi'), _pct)}"
         drift_line += f"  drift_tronco {_pct(last.get('drift_tronco'))}"
         lines.append(drift_line)
+        for name, answer in (last.get("answers") or {}).items():
+            lines.append(_answers_line(name, answer))
         covers = last.get("ci_covers")
         if isinstance(covers, dict) and covers.get("text"):  # the daemon's wording (tatu.daemon.ci_covers)
             lines.append(f"covers  {covers['text']}")

@@ -36,12 +36,13 @@ def fmt_share(fraction) -> str:
 SET_NAMES = ("sftHeld", "ptVal", "enRuler")
 PPL_DIGITS = {"sftHeld": 4, "ptVal": 2, "enRuler": 2}  # as in the EVAL contract line
 # An eval set's name becomes part of metric names (`ptFaq_change_hi` in a sweep rule,
-# `ptFaq_change=` on the EVAL line), so it is a letter then letters or digits (no "_", which
-# separates the metric's parts), and never a name those metrics already use.
+# `ptFaq_change=` on the EVAL line, `sftHeld_exact` for its answers right), so it is a letter then
+# letters or digits (no "_", which separates the metric's parts), and never a name those metrics
+# already use.
 EVAL_NAME_RULE = "a letter, then letters or digits"
 RESERVED_NAMES = frozenset({"drift", "best", "step", "mde", "aborted", "abort", "verdict", "evals", "sets",
                             "changes", "notes", "line", "lines", "seconds", "warnings", "generations", "categories",
-                            "tasks", "every", "change", "worst", "trunk", "p"})
+                            "tasks", "every", "change", "worst", "trunk", "p", "exact", "answers"})
 
 
 def eval_name_problem(name: str) -> str | None:

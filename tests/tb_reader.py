@@ -92,6 +92,10 @@ def expected_points(events: list[dict]) -> dict[tuple[str, int], float]:
             for name, task in e["tasks"].items():
                 put(f"task/{name}/acc", step, task["acc"]["value"])
                 put(f"task/{name}/acc_norm", step, task["acc_norm"]["value"])
+            for name, answer in (e.get("answers") or {}).items():  # answers right: the rate and its band
+                put(f"exact/{name}/value", step, answer["rate"])
+                put(f"exact/{name}/lo", step, answer["lo"])
+                put(f"exact/{name}/hi", step, answer["hi"])
     return out
 
 

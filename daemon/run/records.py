@@ -1,5 +1,5 @@
 """What a run measures and decides, as typed records: an eval (`EvalRecord`) with its changes
-(`Change`), the best checkpoint (`Best`), an abort (`Abort`) and the verdict (`Verdict`).
+(`Change`) and its answers right (`AnswerSummary`), the best checkpoint (`Best`), an abort (`Abort`) and the verdict (`Verdict`).
 
 The judge builds them (daemon/judge.py); the run's files hold their JSON: an eval in the events file
 and in the resume state's history, the verdict in the verdict file and its event. Each record's
@@ -10,12 +10,12 @@ Torch-free, like daemon/run/paths.py: the sweep and the report read these withou
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tatu.records import FORMAT_KEY, RelativeChange, format_version
 
-EVAL_FORMAT = 2  # 1: written before records had versions (same keys)
+EVAL_FORMAT = 2  # 1: written before records had versions (same keys); `answers` was added to 2 (optional: {} when absent)
 VERDICT_FORMAT = 2
 
 Json = dict[str, Any]
@@ -79,6 +79,60 @@ class CategorySummary:
 
 
 @dataclass(frozen=True)
+class AnswerChange:
+    """Answers right now against step 0, over the same items: the rate's difference, the items right
+    only then and only now, and the exact McNemar p of those (tatu.evals.choice.mcnemar_exact)."""
+
+    diff: float
+    only_then: int
+    only_now: int
+    p_value: float
+
+    def to_json(self) -> Json:
+        return {"diff": self.diff, "only_then": self.only_then, "only_now": self.only_now, "p_value": self.p_value}
+
+    @classmethod
+    def from_json(cls, payload: Json | None) -> "AnswerChange | None":
+        if payload is None:
+            return None
+        return cls(payload["diff"], payload["only_then"], payload["only_now"], payload["p_value"])
+
+
+@dataclass(frozen=True)
+class AnswerSummary:
+    """One eval set's answers right at one eval (tatu.evals.answers: greedy, exact match once
+    normalised): the rate with its Wilson 95% interval over the n items, the responses that had not
+    ended within their budget (scored wrong), each item's verdict ("1" right, "0" wrong, in the
+    file's order: what a sweep crosses over seeds x items), each response, and the change vs step 0
+    (None without a step-0 baseline over the same items)."""
+
+    rate: float
+    lo: float
+    hi: float
+    n: int
+    n_correct: int
+    n_unfinished: int
+    correct: str
+    outputs: list[str]
+    change: AnswerChange | None
+
+    def to_json(self) -> Json:
+        return {"rate": self.rate, "lo": self.lo, "hi": self.hi, "n": self.n, "n_correct": self.n_correct,
+                "n_unfinished": self.n_unfinished, "change": None if self.change is None else self.change.to_json(),
+                "correct": self.correct, "outputs": list(self.outputs)}
+
+    def headline(self) -> Json:
+        """What `tatu status` shows: everything but the per-item verdicts and the responses."""
+        return {key: value for key, value in self.to_json().items() if key not in ("correct", "outputs")}
+
+    @classmethod
+    def from_json(cls, payload: Json) -> "AnswerSummary":
+        return cls(payload["rate"], payload["lo"], payload["hi"], payload["n"], payload["n_correct"],
+                   payload["n_unfinished"], payload["correct"], list(payload["outputs"]),
+                   AnswerChange.from_json(payload.get("change")))
+
+
+@dataclass(frozen=True)
 class EvalRecord:
     """One eval: every number of the eval event, in its order."""
 
@@ -100,6 +154,8 @@ class EvalRecord:
     tasks: dict[str, Json]  # {task: TaskResult.summary() with each accuracy's McNemar change} (evals/choice.py)
     ci_covers: Json  # CiCovers.to_json() (daemon/ci_covers.py): what this eval's CIs cover
     line: str  # the EVAL contract line
+    # per eval set whose pairs carry answers (none: {}, never a 0); computed on rank 0 alone, like generations
+    answers: dict[str, AnswerSummary] = field(default_factory=dict)
 
     def to_json(self) -> Json:
         return {
@@ -122,6 +178,7 @@ class EvalRecord:
             "tasks": self.tasks,
             "ci_covers": self.ci_covers,
             "line": self.line,
+            "answers": {name: a.to_json() for name, a in self.answers.items()},
             FORMAT_KEY: EVAL_FORMAT,
         }
 
@@ -148,6 +205,7 @@ class EvalRecord:
             tasks=payload.get("tasks") or {},
             ci_covers=payload.get("ci_covers") or {},
             line=payload.get("line", ""),
+            answers={name: AnswerSummary.from_json(a) for name, a in (payload.get("answers") or {}).items()},
         )
 
 

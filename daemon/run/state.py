@@ -1,5 +1,5 @@
 """RunState: what a run has measured and decided (step, baseline, best, history, trunk reference,
-abort, eval files, the per-category and per-task baselines, where the LR schedule ends), with its
+abort, eval files, the per-category, per-task and per-answer baselines, where the LR schedule ends), with its
 JSON round trip. The resume state around it: daemon/resume.py."""
 from __future__ import annotations
 
@@ -36,6 +36,8 @@ class RunState:
     eval_files: dict[str, str] | None = None  # sha256 of each eval file the baseline was measured on
     category_baseline: dict[str, dict[str, SetResult]] | None = None  # the step-0 per-category results
     task_baseline: dict[str, dict] | None = None  # the step-0 per-item correctness of each task
+    # the step-0 answers of each set with answers: its AnswerSummary.correct ("0110...", file order)
+    answer_baseline: dict[str, str] | None = None
     # The step the LR schedule ends at (a cosine reaches TATU_MIN_LR there): the run's first
     # MIX_STEPS_LIMIT, kept by every restart. None: a state saved before it was stored (start.py).
     lr_schedule_end: int | None = None
@@ -49,7 +51,8 @@ class RunState:
                 "aborted": None if self.aborted is None else self.aborted.to_json(), "eval_files": self.eval_files,
                 "category_baseline": None if self.category_baseline is None else
                 {name: results_to_json(per) for name, per in self.category_baseline.items()},
-                "task_baseline": self.task_baseline, "lr_schedule_end": self.lr_schedule_end,
+                "task_baseline": self.task_baseline, "answer_baseline": self.answer_baseline,
+                "lr_schedule_end": self.lr_schedule_end,
                 **({"seed_terms": self.retention} if self.retention is not None else {})}
 
     @classmethod
@@ -66,5 +69,6 @@ class RunState:
                    aborted=Abort.from_json(payload["aborted"]), eval_files=payload["eval_files"],
                    category_baseline=None if payload.get("category_baseline") is None else
                    {name: results_from_json(per, n_resamples, seed) for name, per in payload["category_baseline"].items()},
-                   task_baseline=payload.get("task_baseline"), lr_schedule_end=payload.get("lr_schedule_end"),
+                   task_baseline=payload.get("task_baseline"), answer_baseline=payload.get("answer_baseline"),
+                   lr_schedule_end=payload.get("lr_schedule_end"),
                    retention=payload.get("seed_terms"))

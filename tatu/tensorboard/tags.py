@@ -67,6 +67,10 @@ def eval_scalars(record: dict) -> list[Scalar]:
         pairs += _with_bounds(f"change/{name}", change)
     for name, task in (record.get("tasks") or {}).items():
         pairs += [(f"task/{name}/{key}", (task.get(key) or {}).get("value")) for key in ("acc", "acc_norm")]
+    for name, answer in (record.get("answers") or {}).items():  # answers right: the rate and its Wilson band
+        if isinstance(answer, dict):
+            pairs += [(f"exact/{name}/value", answer.get("rate")), (f"exact/{name}/lo", answer.get("lo")),
+                      (f"exact/{name}/hi", answer.get("hi"))]
     return _points(record["step"], pairs)
 
 

@@ -452,3 +452,28 @@ def test_pair_of_exactly_one_row_is_accepted_and_one_more_is_refused(sources, tm
     pairs.write_text(json.dumps({"prompt": "Diga", "response": "olá"}, ensure_ascii=False) + "\n", encoding="utf-8")
     assert _build(sources, tmp_path / "fits", "--sft", f"sft={pairs}", "--seq-len", str(n_ids - 1)) == 0
     assert _build(sources, tmp_path / "over", "--sft", f"sft={pairs}", "--seq-len", str(n_ids - 2)) == 65
+
+
+def test_eval_answers_are_counted_in_the_manifest_and_a_partial_marking_is_refused(sources, tmp_path, capsys):
+    held = sources / "held_answers.jsonl"
+    marked = [dict(p, answer=p["response"]) for p in PAIRS]
+    held.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in marked), encoding="utf-8")
+    out = tmp_path / "data"
+    assert _build(sources, out, "--eval", f"sftHeld={held}", "--eval", f"ptVal={sources / 'val.txt'}",
+                  "--seq-len", "64") == 0
+    evals = json.loads((out / "manifest.json").read_text())["evals"]
+    assert evals["sftHeld"]["answers"] == 3
+    assert "answers" not in evals["ptVal"]  # a set without answers has no count at all, never 0
+
+    plain = tmp_path / "plain"
+    assert _build(sources, plain, "--eval", f"sftHeld={sources / 'held.jsonl'}", "--seq-len", "64") == 0
+    assert "answers" not in json.loads((plain / "manifest.json").read_text())["evals"]["sftHeld"]
+
+    capsys.readouterr()
+    partial = sources / "held_partial.jsonl"
+    partial.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in [marked[0], PAIRS[1], marked[2]]),
+                       encoding="utf-8")
+    refused = tmp_path / "refused"
+    assert _build(sources, refused, "--eval", f"sftHeld={partial}", "--seq-len", "64") == 65
+    assert f"{partial}:2: no 'answer' field, while line 1 has one" in capsys.readouterr().err
+    assert not refused.exists()

@@ -91,6 +91,15 @@ def expected_response(pair: dict) -> str:
         (name,) = [m for m in MONTHS if re.search(rf"\b{m}\b", prompt)]
         step = 1 if "depois" in prompt else -1
         return MONTH_NAMES[(MONTHS[name] - 1 + step) % 12 + 1]
+    if task == "small_number_words":
+        (n,) = numbers
+        assert n < 100
+        return pair["response"] if words_to_number(pair["response"]) == n else f"not {n}"
+    if task == "copy":
+        return prompt.split(": ", 1)[1]
+    if task == "date_words":
+        day, month, year = map(int, re.search(r"(\d+)/(\d+)/(\d+)", prompt).groups())
+        return f"{day} de {MONTH_NAMES[month]} de {year}"
     day = parse_date(re.search(DATE, prompt).group(0))
     if task == "weekday":
         return WEEKDAY_BY_ISO[day.isoweekday()]
@@ -135,6 +144,22 @@ def test_every_generated_answer_is_right_by_independent_computation():
     for pair in pairs:
         assert pair["response"] == expected_response(pair), pair
         assert 0 < len(pair["response"]) <= 200
+
+
+def test_the_rules_mix_answers_are_right_by_independent_computation_and_carry_their_answer():
+    pairs = generate_pairs(3000, seed=7, mix="rules")
+    assert {pair["task"] for pair in pairs} == {"copy", "date_words", "small_number_words"}
+    assert sum(p["task"] == "small_number_words" for p in pairs) == 100  # its whole question space, once each
+    for pair in pairs:
+        assert pair["response"] == pair["answer"] == expected_response(pair), pair
+        wrong = " e um" if pair["task"] == "small_number_words" else " x"  # one more: the check can fail
+        corrupted = dict(pair, response=pair["response"] + wrong)
+        assert corrupted["response"] != expected_response(corrupted)
+    # the default mix is the demo's, unchanged but for the answer each pair now carries
+    assert generate_pairs(300, seed=7) == generate_pairs(300, seed=7, mix="demo")
+    assert all(p["answer"] == p["response"] for p in generate_pairs(300, seed=7))
+    with pytest.raises(ValueError, match="task mix 'nope'"):
+        generate_pairs(3, seed=0, mix="nope")
 
 
 def test_the_checker_rejects_wrong_answers():

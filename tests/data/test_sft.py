@@ -90,3 +90,50 @@ def test_loss_mask_of_messages_covers_every_assistant_turn_only():
     assert [tok.decode(r[:-1]) for r in runs] == ["Tudo ótimo.\nE você?", "Que bom!"]
     assert all(r[-1] == tok.eos_id for r in runs)
     assert sum(is_target) == len("Tudo ótimo.\nE você?") + len("Que bom!") + 2
+
+
+# --- the checkable answer (data/answers.py) ---------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "raw, reason_part",
+    [
+        (b'{"prompt": "oi", "response": "ol\\u00e1", "answer": 42}', "field 'answer' is int, expected a string"),
+        (b'{"prompt": "oi", "response": "ol\\u00e1", "answer": null}', "field 'answer' is NoneType"),
+        (b'{"prompt": "oi", "response": "ol\\u00e1", "answer": "  "}', "empty once normalised"),
+        (b'{"prompt": "oi", "response": "ol\\u00e1", "answer": "\\"...\\""}', "empty once normalised"),
+        (b'{"messages": [{"role": "user", "content": "oi"}, {"role": "assistant", "content": "a"}], "answer": "a"}',
+         "needs a prompt/response pair"),
+    ],
+)
+def test_a_bad_answer_names_its_line_and_reason(raw, reason_part):
+    parsed = parse_sft_line(raw, "held.jsonl", 4)
+    assert isinstance(parsed, BadLine), parsed
+    assert str(parsed).startswith("held.jsonl:4: ") and reason_part in parsed.reason
+
+
+def test_an_answer_is_kept_and_a_pair_without_one_has_none():
+    marked = parse_sft_line('{"prompt": "2+2?", "response": "quatro", "answer": "Quatro."}'.encode(), "f", 1)
+    plain = parse_sft_line('{"prompt": "2+2?", "response": "quatro"}'.encode(), "f", 2)
+    assert marked.answer == "Quatro." and plain.answer is None
+    # the answer changes nothing of what is trained or scored
+    tok = _tok(["2+2?quatroQ."])
+    assert marked.encode(tok) == plain.encode(tok) and marked.scored_text == plain.scored_text
+
+
+def test_answer_items_every_line_or_none(tmp_path):
+    from tatu.data.answers import AnswerItem, answer_items
+
+    def items(*answers):
+        path = tmp_path / "held.jsonl"
+        path.write_text("".join(json.dumps({"prompt": f"p{i}", "response": "r",
+                                            **({} if a is None else {"answer": a})}) + "\n"
+                                for i, a in enumerate(answers)), encoding="utf-8")
+        return answer_items(read_sft_file(path), path), path
+
+    assert items(None, None)[0] == []
+    got, _ = items("a", "b")
+    assert got == [AnswerItem(1, "p0", "a"), AnswerItem(2, "p1", "b")]
+    with pytest.raises(ValueError, match=r"held.jsonl:3: no 'answer' field, while line 1 has one"):
+        items("a", "b", None)
+    with pytest.raises(ValueError, match=r"held.jsonl:2: an 'answer' field, while line 1 has none"):
+        items(None, "b", "c")
