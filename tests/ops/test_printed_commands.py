@@ -131,3 +131,22 @@ def test_the_demos_smoke_line_runs_on_its_trunk_env_file(tiny_trunk, tmp_path, m
     assert smoke[:2] == ["tatu", "smoke"]
     monkeypatch.chdir(tmp_path)
     assert tatu(smoke[1:]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("scale_name", sorted(SCALES))
+def test_the_demos_env_file_writes_numbers_as_a_person_would_and_says_what_ran(tmp_path, scale_name):
+    """demo/runs/trunk.env once said TATU_MIN_LR=0.00030000000000000003 (3e-3 / 10 as a float's 17
+    digits): the file now holds 0.0003, and the run gets the same string (trunk_env's values)."""
+    scale = SCALES[scale_name]
+    env = trunk_env(scale, {"TATU_DATA": "data", "TATU_OUT": str(tmp_path / "runs")})
+    path = write_run_env(env)
+    written = {key: value for key, (value, _) in parse_env_file_lines(path).items()}
+    assert written == env  # what ran is what the file says
+    assert written["TATU_MIN_LR"] == "0.0003" and written["TATU_LR"] == "0.003"
+    for key, value in written.items():
+        try:
+            float(value)
+        except ValueError:
+            continue
+        mantissa = value.lower().split("e")[0].lstrip("-").replace(".", "").strip("0")
+        assert len(mantissa) <= 6, f"{key}={value}"  # the demo's numbers are short ones
