@@ -150,3 +150,19 @@ def test_the_demos_env_file_writes_numbers_as_a_person_would_and_says_what_ran(t
             continue
         mantissa = value.lower().split("e")[0].lstrip("-").replace(".", "").strip("0")
         assert len(mantissa) <= 6, f"{key}={value}"  # the demo's numbers are short ones
+
+
+def test_generate_on_a_run_dir_names_its_checkpoints_and_the_named_one_generates(tiny_trunk, monkeypatch, capsys):
+    """`tatu generate runs/trunk` (a run's directory) and `tatu generate tokenizer.json`: one line each,
+    exit 65 (bad data), no traceback; the checkpoint the first names generates when pasted."""
+    monkeypatch.chdir(tiny_trunk["root"])
+    assert tatu(["generate", "runs/trunk", "--prompt", "o"]) == 65
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("tatu generate: runs/trunk: not a checkpoint"), err
+    named = err[0].split(": ")[-1].split(", ")
+    assert "runs/trunk/final" in named and "runs/trunk/best" in named
+    assert tatu(["generate", "runs/trunk/final", "--prompt", "o", "--max-new-tokens", "2"]) == 0
+    capsys.readouterr()
+    assert tatu(["generate", "tokenizer.json", "--prompt", "o"]) == 65
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("tatu generate: tokenizer.json: not a checkpoint (a JSON file); "), err
