@@ -75,13 +75,33 @@ def test_the_demo_members_run_names_are_not_configuration_names(demo):
     assert "demo-replay.replay-n2-s1" in demo["members"] and len(demo["members"]) == 6
 
 
+def _lone_copy(member_env: Path, runs: Path) -> Path:
+    """A member's configuration, its name included, as a run of its own (`tatu run --env-file` outside
+    any sweep: its TATU_OUT is not the sweep's runs/)."""
+    env = {key: value for key, (value, _) in parse_env_file_lines(member_env).items()}
+    env.update(TATU_OUT=str(runs))
+    path = runs / f"{env['TATU_RUN']}.env"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(env_file_text(env))
+    return path
+
+
 def test_every_runs_run_to_run_advice_runs_as_printed(demo, capsys):
-    sweeps = []
-    for env_path in [demo["trunk"], *demo["members"].values()]:
+    """The demo's trunk prints no command; each member, already one seed of the demo's sweep, names that
+    sweep's report (its members' folders are SWEEPS/NAME/runs/NAME.MEMBER: the layout the daemon reads
+    membership from); the same configuration run alone names the seeds sweep that measures it, and
+    `tatu sweep plan` accepts that command's arguments."""
+    sweeps, lone = [], [_lone_copy(path, demo["out"] / "runs") for path in demo["members"].values()]
+    for env_path in [demo["trunk"], *demo["members"].values(), *lone]:
         run, text = _advice(env_path)
         commands = _printed(text)
         if run == "trunk":  # a pretrain run: a seeds sweep judges an SFT run's criteria, so none is printed
             assert commands == [] and "run-to-run variation not included" in text
+            continue
+        if env_path in demo["members"].values():  # one seed of the demo's sweep: its report, not a new seeds sweep
+            assert commands == [f"tatu sweep report {SWEEP} --sweeps {demo['out'] / 'sweeps'}"], text
+            assert demo["out"] / "sweeps" / SWEEP == demo["sweep_dir"] == (demo["sweep_dir"] / "runs" / run).parent.parent
+            assert load_plan(demo["out"] / "demo-plan.toml").name == SWEEP
             continue
         assert commands == [f"tatu sweep start --env-file {env_path} --seeds 3"], text
         argv = shlex.split(commands[0])[1:]
@@ -95,7 +115,7 @@ def test_every_runs_run_to_run_advice_runs_as_printed(demo, capsys):
         # what it says next: "generated from FILE: `tatu sweep start` writes it to PATH" (the same arguments)
         generated = [line for line in out.splitlines() if line.startswith("generated from ")]
         assert len(generated) == 1 and _printed(generated[0]) == ["tatu sweep start"], out
-    assert len(set(sweeps)) == len(demo["members"])  # one sweep per run
+    assert len(set(sweeps)) == len(lone) == len(demo["members"])  # one sweep per run
 
 
 def test_the_demos_next_lines_name_what_the_demo_made(demo, capsys):
