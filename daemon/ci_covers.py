@@ -47,10 +47,11 @@ class SweepOf:
         return f"tatu sweep report {self.name} --sweeps {self.sweeps}"
 
 
-def sweep_of(config: RunConfig) -> SweepOf | None:
-    out = config.out.absolute()
+def sweep_of(run: str, out: Path) -> SweepOf | None:
+    """The sweep run `run` under TATU_OUT `out` is a member of; None for a run of its own."""
+    out = Path(out).absolute()
     name = out.parent.name
-    if out.name == "runs" and name and config.run.startswith(f"{name}."):
+    if out.name == "runs" and name and run.startswith(f"{name}."):
         return SweepOf(name, out.parent.parent)
     return None
 
@@ -114,7 +115,7 @@ def ci_covers(sets: Mapping[str, SetSummary], names, config: RunConfig, env_file
     """The record for the CIs of `names` (in that order), from an eval record's `sets` summaries."""
     lines = tuple(SetLines(name, int(sets[name].n_lines), int(sets[name].n_lines_total))
                   for name in names if name in sets)
-    return CiCovers(lines, run_to_run_sources(config), env_file, config.mode, sweep_of(config))
+    return CiCovers(lines, run_to_run_sources(config), env_file, config.mode, sweep_of(config.run, config.out))
 
 
 def run_env_file(instance: str | None, given: Path | None, environ: Mapping[str, str] | None = None) -> str | None:

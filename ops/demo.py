@@ -227,6 +227,7 @@ def trunk_checkpoint(run_dir: Path, steps_total: int) -> Path:
     return files.final
 
 
+DEMO_OUT = Path("demo")  # `make demo`'s directory, under the one it runs in (`tatu status` looks in its runs/)
 SWEEP = "demo-replay"
 # Each configuration at these TATU_SEEDs (stream order, dropout): a verdict that holds across them,
 # not one run's luck (docs/metrics.md, "Two sources of noise").
@@ -350,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m tatu.ops.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="demo")
-    parser.add_argument("--out", type=Path, default=Path("demo"))
+    parser.add_argument("--out", type=Path, default=DEMO_OUT)
     parser.add_argument("--seed", type=int, default=0, help="the sources' and the trunk's seed (the SFT seeds are the plan's)")
     parser.add_argument("--foreground", action="store_true", help="never use systemd --user")
     args = parser.parse_args(argv)

@@ -52,6 +52,18 @@ def default_unit_dest(environ=None) -> Path:
     return config_home(environ) / "systemd" / "user"
 
 
+def installed_workdir(dest: Path | None = None) -> Path | None:
+    """The WorkingDirectory the installed run unit was rendered with (where its runs' relative
+    TATU_OUT lives); None when no unit is installed."""
+    unit = (Path(dest) if dest else default_unit_dest()) / TEMPLATE
+    try:
+        lines = unit.read_text().splitlines()
+    except OSError:
+        return None
+    value = next((line.partition("=")[2].strip() for line in lines if line.startswith("WorkingDirectory=")), "")
+    return Path(value.lstrip("!-").replace("%%", "%")) if value else None
+
+
 def _unit_path_value(path: Path, what: str) -> str:
     text = str(path)
     if not path.is_absolute():
