@@ -134,7 +134,7 @@ def list_lines(outcomes: list[RunOutcome], dirs: list[RunsDir], live: list[str])
         said = outcome.verdict.outcome if outcome.verdict is not None else ""
         lines.append(f"{outcome.run:<24} {outcome.state:<11} {_progress(outcome):<14} {said:<12} {outcome.run_dir}")
     looked = ", ".join(f"{d.path} ({d.why})" for d in dirs) or "no runs directory"
-    return [*lines, f"(looked in {looked}; `tatu status RUN` says more of one)"]
+    return [*lines, f"(looked in {looked}; named, a run says more)"]
 
 
 def run_status(run: str, out_dir: Path | None, as_json: bool, out: TextIO, socket: Path | None = None) -> int:

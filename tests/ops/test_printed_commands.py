@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from run_records import set_summary
+from tiny_world import clean_environ, sft_env
 from tatu.daemon.ci_covers import ci_covers, run_env_file
 from tatu.daemon.config import load_config
 from tatu.daemon.judge import RULER, best_set
@@ -25,6 +28,7 @@ from tatu.sweep.backends import ForegroundBackend, member_env, write_private
 from tatu.envfile import env_file_text
 from tatu.sweep.plan.load import load_plan
 
+ROOT = Path(__file__).resolve().parents[2]  # the repository root, where a person pastes what tatu prints
 TICKED = re.compile(r"`(tatu [^`]+)`")
 MEASURES = re.compile(r"\((tatu [^()]+) measures it\)")
 
@@ -186,3 +190,45 @@ def test_generate_on_a_run_dir_names_its_checkpoints_and_the_named_one_generates
     assert tatu(["generate", "tokenizer.json", "--prompt", "o"]) == 65
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("tatu generate: tokenizer.json: not a checkpoint (a JSON file); "), err
+
+
+def _runs_as_printed(command: str, capsys) -> None:
+    """`command` run in-process in the current directory; a long `tatu sweep start` through `tatu sweep
+    plan` with the same arguments (it loads and checks the same plan without training)."""
+    argv = shlex.split(command)
+    assert argv[0] == "tatu", command
+    if argv[1:3] == ["sweep", "start"]:
+        argv = ["tatu", "sweep", "plan", *argv[3:]]
+    assert tatu(argv[1:]) == 0, (command, capsys.readouterr().err)
+    capsys.readouterr()
+
+
+def test_what_a_smoke_a_run_and_tatu_status_print_runs_as_printed_from_the_repository_root(
+        tiny_trunk, tmp_path, monkeypatch, capsys):
+    """`tatu smoke --env-file F` (a run, 2 steps) from the repository root: every command in what it
+    prints and in its run.log runs there as printed; then `tatu status` on it, by name and listing
+    every run. (A stopped run's resume command: tests/ops/test_status_after_run.py runs it from here.)"""
+    env_file = tmp_path / "pasted.env"
+    runs = tmp_path / "runs"
+    env = sft_env(tiny_trunk, runs)
+    del env["TATU_RUN"]  # the instance names it, as units/runs/example.env says
+    env_file.write_text(env_file_text(env))
+    config_home = {"XDG_CONFIG_HOME": str(tmp_path / "config")}
+    before = sorted(p.name for p in ROOT.iterdir())
+    proc = subprocess.run([sys.executable, "-m", "tatu.ops.cli", "smoke", "--env-file", str(env_file)], cwd=ROOT,
+                          env={**clean_environ(), **config_home}, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = runs / "pasted-smoke"
+    printed = {c for text in (proc.stdout, proc.stderr, (run_dir / "run.log").read_text()) for c in _printed(text)}
+    status = [subprocess.run([sys.executable, "-m", "tatu.ops.cli", "status", *argv], cwd=ROOT,
+                             env={**clean_environ(), **config_home}, capture_output=True, text=True, timeout=120)
+              for argv in (["pasted-smoke", "--out", str(runs)], [str(run_dir)], ["--out", str(runs)])]
+    assert [s.returncode for s in status] == [0, 0, 0], [s.stderr for s in status]
+    assert status[0].stdout.startswith("pasted-smoke  finished at step 2/2 (exit 0)")  # a smoke: 2 steps
+    assert status[2].stdout.split()[:3] == ["pasted-smoke", "finished", "step"]
+    said = {c for s in status for c in _printed(s.stdout)}
+    assert printed == said == {f"tatu sweep start --env-file {env_file} --seeds 3"}, (printed, said)
+    monkeypatch.chdir(ROOT)
+    for command in sorted(printed | said):
+        _runs_as_printed(command, capsys)
+    assert sorted(p.name for p in ROOT.iterdir()) == before  # nothing was written where they were pasted

@@ -159,7 +159,7 @@ def test_tatu_status_lists_the_runs_it_knows_and_their_states(runs):
         ["paused", "stopped", "step", f"{paused_step}/100000", str(runs["dirs"]["paused"])],
         ["done", "finished", "step", "3/3", verdict, str(runs["dirs"]["done"])]]  # runs/ first, then demo/runs/
     assert looked == (f"(looked in {runs['work'] / 'runs'} (TATU_OUT's default), {runs['work'] / 'demo' / 'runs'} "
-                      "(make demo's); `tatu status RUN` says more of one)")
+                      "(make demo's); named, a run says more)")
     listed = json.loads(_status(runs, "--json", cwd=runs["work"]).stdout)
     assert {r["run"]: r["state"] for r in listed["runs"]} == {"done": "finished", "forget": "aborted", "paused": "stopped"}
 
