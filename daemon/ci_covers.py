@@ -33,6 +33,9 @@ class SetLines:
         return f"{self.scored}{'' if self.scored == self.total else f' of {self.total}'} {self.name}"
 
 
+SWEEP_RUNS = "runs"  # a sweep's members' TATU_OUT, under its directory
+
+
 @dataclass(frozen=True)
 class SweepOf:
     """The sweep a run is a member of, as its sweep laid it out: TATU_OUT=SWEEPS/NAME/runs and
@@ -46,12 +49,17 @@ class SweepOf:
     def report_command(self) -> str:
         return f"tatu sweep report {self.name} --sweeps {self.sweeps}"
 
+    @staticmethod
+    def member_dir(sweeps: Path, run: str) -> Path:
+        """Where a member named `run` (NAME.MEMBER) of a sweep in `sweeps` has its run directory."""
+        return Path(sweeps) / run.split(".", 1)[0] / SWEEP_RUNS / run
+
 
 def sweep_of(run: str, out: Path) -> SweepOf | None:
     """The sweep run `run` under TATU_OUT `out` is a member of; None for a run of its own."""
     out = Path(out).absolute()
     name = out.parent.name
-    if out.name == "runs" and name and run.startswith(f"{name}."):
+    if out.name == SWEEP_RUNS and name and run.startswith(f"{name}."):
         return SweepOf(name, out.parent.parent)
     return None
 

@@ -7,7 +7,9 @@
   runs/            TATU_OUT's default, in the current directory
   demo/runs/       `make demo`'s, in the current directory
 
-A run is named by its directory's name (TATU_RUN), or given as the path of its directory.
+A run is named by its directory's name (TATU_RUN), or given as the path of its directory; a sweep's
+member (NAME.MEMBER, its folder's name) is found in sweeps/NAME/runs/ or demo/sweeps/NAME/runs/
+(`tatu sweep status` lists a sweep's members).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from tatu.daemon.ci_covers import SweepOf
 from tatu.daemon.config import RunConfig
 from tatu.daemon.run.outcome import is_run_dir
 from tatu.envfile import EnvFileError, parse_env_file
@@ -24,6 +27,8 @@ from tatu.ops.units import installed_workdir
 from tatu.systemctl import unit_env_dir
 
 DEFAULT_OUT = Path(RunConfig.model_fields["out"].default)
+# `tatu sweep`'s default --sweeps, here and under `make demo`'s directory
+SWEEPS_DIRS = (Path("sweeps"), DEMO_OUT / "sweeps")
 
 
 @dataclass(frozen=True)
@@ -79,4 +84,8 @@ def find_run(run: str, dirs: list[RunsDir]) -> Path | None:
         return given.absolute()
     if os.sep in run:
         return None
-    return next((d.path / run for d in dirs if is_run_dir(d.path / run)), None)
+    found = next((d.path / run for d in dirs if is_run_dir(d.path / run)), None)
+    if found is None and "." in run:
+        members = [SweepOf.member_dir(sweeps, run).absolute() for sweeps in SWEEPS_DIRS]
+        found = next((path for path in members if is_run_dir(path)), None)
+    return found

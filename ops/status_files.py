@@ -111,8 +111,9 @@ def describe(outcome: RunOutcome, cwd: Path) -> list[str]:
                      f"next    the last saved state (step {outcome.saved_step}) is intact; a restart meets the same "
                      "numbers: start a new TATU_RUN with another configuration")
     if command is not None:
-        what = "sweep  " if command.startswith("tatu sweep") else "again  " if " smoke " in f" {command} " else "resume "
-        lines.append(f"{what} {command}")
+        member = sweep_of(run, outcome.run_dir.parent) is not None
+        label = "sweep  " if member else "again  " if outcome.started.by == "smoke" else "resume "
+        lines.append(f"{label} {command}")
     elif outcome.state == STOPPED and outcome.started is not None and outcome.started.ranks > 1:
         lines.append(f"resume  as it was started, on {outcome.started.ranks} ranks (torchrun, WORLD_SIZE="
                      f"{outcome.started.ranks})")

@@ -203,3 +203,21 @@ def test_a_run_started_from_a_shells_variables_resumes_with_them_as_set_flags(tm
         (run_dir / "events.jsonl").write_text(json.dumps({"event": "config", "step": 0, "config": config,
                                                           "origins": {"TATU_RUN": by}, "ranks": ranks}) + "\n")
         assert next_command(read_outcome(run_dir), tmp_path) == said
+
+
+def test_a_sweep_member_is_found_by_its_folders_name_and_points_to_its_sweep(tmp_path, monkeypatch):
+    """`make demo`'s members live in demo/sweeps/NAME/runs/NAME.MEMBER: `tatu status NAME.MEMBER` finds
+    one there, and a stopped one is resumed by its sweep, not by a command of its own."""
+    sweeps = tmp_path / "demo" / "sweeps"
+    run_dir = sweeps / "demo-replay" / "runs" / "demo-replay.replay-n0-s1"
+    (run_dir / "state").mkdir(parents=True)
+    config = load_config(base_env(tmp_path / "data", run_dir.parent, TATU_RUN=run_dir.name, TATU_SEED_CKPT="s"))[0]
+    (run_dir / "events.jsonl").write_text(json.dumps({"event": "config", "step": 0, "config": config.to_json(),
+                                                      "origins": {"TATU_RUN": "env"}, "ranks": 1}) + "\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("TATU_OUT", raising=False)
+    proc = _run(["status", run_dir.name], {"XDG_CONFIG_HOME": str(tmp_path / "config")}, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[:2] == [f"{run_dir.name}  stopped at step 0/200: resumable",
+                                            f"sweep   tatu sweep status demo-replay --sweeps {sweeps}"]
