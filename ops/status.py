@@ -12,9 +12,8 @@ from pathlib import Path
 from tatu import exitcodes
 from tatu.daemon.control.access import socket_path
 from tatu.daemon.control.client import ControlError, answers, request, resolve_socket
-from tatu.exitcodes import TatuExit
-from tatu.ops.status_files import known_status, run_status
 from tatu.formats import fmt_duration, fmt_pct
+from tatu.ops.status_files import known_status, run_status
 
 # -- formatting ---------------------------------------------------------------------
 
@@ -116,7 +115,7 @@ def status_main(args: argparse.Namespace, out=None) -> int:
             # no daemon answers for it: what the run directory says (ops/status_files.py)
             live = _answering(run)
             if run is not None and not live:
-                return run_status(run, args.out, args.json, out, socket_path_of(run))
+                return run_status(run, args.out, args.json, out, _socket_path_of(run))
             if run is None and len(live) != 1:
                 return known_status(args.out, live, args.json, out)
             run = live[0]
@@ -124,7 +123,7 @@ def status_main(args: argparse.Namespace, out=None) -> int:
     except (ControlError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 1
-    except TatuExit as exc:
+    except exitcodes.TatuExit as exc:
         print(exc.message, file=sys.stderr)
         return exc.code
     try:
@@ -133,7 +132,7 @@ def status_main(args: argparse.Namespace, out=None) -> int:
         return 0 if args.watch is not None else exitcodes.INTERRUPTED
 
 
-def socket_path_of(run: str) -> Path | None:
+def _socket_path_of(run: str) -> Path | None:
     """The socket a daemon of `run` would listen at; None for a run given as a directory."""
     try:
         return socket_path(run)
@@ -144,7 +143,7 @@ def socket_path_of(run: str) -> Path | None:
 def _answering(run: str | None) -> list[str]:
     """The runs whose daemon accepts a connection: `run`'s alone when named, else every socket's."""
     if run is not None:
-        path = socket_path_of(run)
+        path = _socket_path_of(run)
         return [run] if path is not None and answers(path) else []
     directory = socket_path("any").parent
     return [p.stem for p in sorted(directory.glob("*.sock")) if answers(p)] if directory.is_dir() else []

@@ -18,8 +18,8 @@ from tatu.daemon.run.outcome import (ABORTED, FINISHED, NOT_STARTED, RUNNING, ST
                                      verdict_reason)
 from tatu.daemon.run.paths import RunDir
 from tatu.envfile import EnvFileError, env_value, parse_env_file
-from tatu.exitcodes import NO_ANSWER, TatuExit
-from tatu.ops.known_runs import RunsDir, find_run, run_dirs, runs_dirs
+from tatu.exitcodes import FORGET_ABORT, NO_ANSWER, TatuExit
+from tatu.ops.known_runs import DEFAULT_OUT, RunsDir, find_run, run_dirs, runs_dirs
 
 
 def _progress(outcome: RunOutcome) -> str:
@@ -55,7 +55,7 @@ def _set_flags(config: dict) -> str:
 
 def _from_where(outcome: RunOutcome, cwd: Path) -> str:
     """`cd DIR && ` when the run's TATU_OUT is relative to a directory other than `cwd`."""
-    out = Path(str(outcome.started.config.get("TATU_OUT") or "runs"))
+    out = Path(str(outcome.started.config.get("TATU_OUT") or DEFAULT_OUT))
     if out.is_absolute():
         return ""
     parent = outcome.run_dir.parent
@@ -107,7 +107,7 @@ def describe(outcome: RunOutcome, cwd: Path) -> list[str]:
             lines.append(f"covers  {covers}")
     if outcome.state == ABORTED:
         lines.append("next    an abort by MIX_FORGET_LIMIT is final (a restart exits 10 again): start a new TATU_RUN"
-                     if outcome.code == 10 else
+                     if outcome.code == FORGET_ABORT else
                      f"next    the last saved state (step {outcome.saved_step}) is intact; a restart meets the same "
                      "numbers: start a new TATU_RUN with another configuration")
     if command is not None:
@@ -138,6 +138,10 @@ def list_lines(outcomes: list[RunOutcome], dirs: list[RunsDir], live: list[str])
     return [*lines, f"(looked in {looked}; named, a run says more)"]
 
 
+def _looked(dirs: list[RunsDir]) -> str:
+    return ", ".join(str(d.path) for d in dirs) or f"no runs directory ({DEFAULT_OUT.absolute()} does not exist)"
+
+
 def run_status(run: str, out_dir: Path | None, as_json: bool, out: TextIO, socket: Path | None = None) -> int:
     """`tatu status RUN` with no daemon answering: the run's directory, exit 0; a run tatu cannot find
     anywhere it looks is TatuExit(NO_ANSWER) with its one line."""
@@ -145,13 +149,12 @@ def run_status(run: str, out_dir: Path | None, as_json: bool, out: TextIO, socke
     found = find_run(run, dirs)
     if found is None:
         where = f"no daemon answers at {socket}, and " if socket is not None else ""
-        looked = ", ".join(str(d.path) for d in dirs) or f"no runs directory ({Path('runs').absolute()} does not exist)"
-        raise TatuExit(NO_ANSWER, f"tatu: no run {run}: {where}no run directory {run} in {looked}; `tatu status` lists the "
-                          "runs it knows, `--out DIR` looks in DIR")
+        raise TatuExit(NO_ANSWER, f"tatu: no run {run}: {where}no run directory {run} in {_looked(dirs)}; "
+                                  "`tatu status` lists the runs it knows, `--out DIR` looks in DIR")
     outcome = read_outcome(found)
     cwd = Path.cwd()
-    print(json.dumps(outcome_json(outcome, cwd), indent=2, sort_keys=True) if as_json else "\n".join(describe(outcome, cwd)),
-          file=out)
+    text = json.dumps(outcome_json(outcome, cwd), indent=2, sort_keys=True) if as_json else "\n".join(describe(outcome, cwd))
+    print(text, file=out)
     return 0
 
 
@@ -161,8 +164,8 @@ def known_status(out_dir: Path | None, live: list[str], as_json: bool, out: Text
     dirs = runs_dirs(out_dir)
     outcomes = [read_outcome(path) for path in run_dirs(dirs)]
     if not outcomes and not live:
-        looked = ", ".join(str(d.path) for d in dirs) or f"no runs directory ({Path('runs').absolute()} does not exist)"
-        raise TatuExit(NO_ANSWER, f"tatu: no runs: no daemon answers and no run directory in {looked}; `--out DIR` looks in DIR")
+        raise TatuExit(NO_ANSWER, f"tatu: no runs: no daemon answers and no run directory in {_looked(dirs)}; "
+                                  "`--out DIR` looks in DIR")
     cwd = Path.cwd()
     if as_json:
         print(json.dumps({"running": live, "runs": [outcome_json(o, cwd) for o in outcomes if o.run not in live]},
