@@ -221,3 +221,13 @@ def test_a_sweep_member_is_found_by_its_folders_name_and_points_to_its_sweep(tmp
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[:2] == [f"{run_dir.name}  stopped at step 0/200: resumable",
                                             f"sweep   tatu sweep status demo-replay --sweeps {sweeps}"]
+
+
+def test_a_run_directory_of_the_first_format_reads_as_finished():
+    """tests/fixtures/run-v1, what tatu wrote before records had versions: `tatu status` reads it too."""
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "run-v1"
+    outcome = read_outcome(fixture)
+    saved = json.loads((fixture / "verdict.json").read_text())
+    assert (outcome.state, outcome.step, outcome.limit, outcome.code) == ("finished", 4, 4, 0)
+    assert outcome.verdict.outcome == saved["verdict"] == "holds" and outcome.started.ranks == 1
+    assert outcome.reason == saved["line"].removesuffix("; " + saved["ci_covers"]["text"])
