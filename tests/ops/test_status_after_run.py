@@ -5,6 +5,7 @@ existed is one line and exit 1 (README, exit codes: `tatu status`, no daemon ans
 named, every run tatu knows and its state. The live path is tests/daemon/test_control_socket.py's."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shlex
@@ -231,3 +232,37 @@ def test_a_run_directory_of_the_first_format_reads_as_finished():
     assert (outcome.state, outcome.step, outcome.limit, outcome.code) == ("finished", 4, 4, 0)
     assert outcome.verdict.outcome == saved["verdict"] == "holds" and outcome.started.ranks == 1
     assert outcome.reason == saved["line"].removesuffix("; " + saved["ci_covers"]["text"])
+
+
+def _events(run_dir: Path, *events: dict) -> None:
+    config = load_config({"TATU_DATA": "d", "TATU_SEED_CKPT": "s", "MIX_STEPS_LIMIT": "40"})[0].to_json()
+    records = [{"event": "config", "step": 0, "config": config, "origins": {"TATU_RUN": "env"}}, *events]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "events.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_the_states_a_run_directory_shows_without_a_verdict(tmp_path):
+    """A non-finite abort (exit 11) until the run starts again; a stop before the baseline; a daemon
+    that holds the directory (here this process's flock, as the daemon's run/lock.py takes it)."""
+    nan = tmp_path / "nan"
+    (nan / "state").mkdir(parents=True)
+    _events(nan, {"event": "ready", "step": 0}, {"event": "step", "step": 7}, {"event": "checkpoint", "step": 5},
+            {"event": "abort", "step": 8, "reason": "non-finite loss"})
+    outcome = read_outcome(nan)
+    assert (outcome.state, outcome.code, outcome.step, outcome.saved_step) == ("aborted", 11, 7, 5)
+    assert outcome.reason == "non-finite loss at step 8"
+    _events(nan, {"event": "abort", "step": 8, "reason": "non-finite loss"}, {"event": "resumed", "step": 5})
+    assert read_outcome(nan).state == "stopped"  # started again from its saved state: not an end
+    early = tmp_path / "early"
+    _events(early)
+    assert read_outcome(early).state == "not started"
+    held = tmp_path / "held"
+    _events(held, {"event": "ready", "step": 0})
+    fd = os.open(held, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        outcome = read_outcome(held)
+        assert (outcome.state, outcome.holder) == ("running", os.getpid())
+    finally:
+        os.close(fd)
+    assert read_outcome(held).state == "not started"
