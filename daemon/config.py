@@ -1,7 +1,10 @@
 """The run's configuration: environment variables (a unit's EnvironmentFile) -> RunConfig.
 
 Typo-proof: any variable under the project's prefixes that is not a known field is an error
-naming the closest known one (REPLAY_M -> "did you mean REPLAY_N?"). Every value is range
+naming the closest known one (REPLAY_M -> "did you mean REPLAY_N?"), and so is any other name one
+edit from a known one (SFTGE, sft_ge: tatu/names.py), while the environment's own variables (PATH,
+OMP_NUM_THREADS, ...) pass. An env file is stricter (check_env_file): every name in it is a known
+one, or the refusal names its file and line. Every value is range
 checked; a fraction above 1 is refused as a percent typed as a number. RunConfig is a plain
 pydantic model validated from the mapping `load_config` is given, layer by layer, and from
 nothing else: no settings source reads os.environ behind its back, so every printed source
@@ -10,7 +13,6 @@ config exits 78 in well under 2 s.
 """
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import os
@@ -20,9 +22,17 @@ from typing import Literal, Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tatu.daemon.retention.spec import RetentionConfig, RunFacts, check_retention
+from tatu.envfile import EnvFileError, parse_env_file_lines
+from tatu.names import nearest, one_edit_from
 from tatu.model.train_spec import LoraSpec, TrainSpec, TrainSpecError, check_layers, parse_targets, parse_train
 
 PREFIXES = ("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_")
+# Variables of tatu's that are not settings of the run: the process environment may hold them, an
+# env file may not. TATU_ENV_FILE is the env file a unit gave its variables from (Environment=
+# TATU_ENV_FILE=%E/tatu/%i.env: systemd expands %E, so the daemon checks the file systemd read).
+PROCESS_VARIABLES = ("TATU_ENV_FILE",)
+# Variables a person puts in an env file for the process that tatu sets its own way.
+_TATU_WAY = {"OMP_NUM_THREADS": "TATU_THREADS", "MKL_NUM_THREADS": "TATU_THREADS"}
 
 
 class ConfigError(ValueError):
@@ -210,12 +220,42 @@ def known_variables() -> list[str]:
 
 
 def check_unknown(environ: Mapping[str, str]) -> None:
-    known = set(known_variables())
+    """A process environment's names (systemd's, the shell's, torchrun's pass too): one under tatu's
+    prefixes that tatu does not know, or one an edit from a known name (SFTGE, sft_ge), is refused
+    naming the nearest known name; any other name is another program's and passes."""
+    known = known_variables()
+    allowed = {*known, *PROCESS_VARIABLES}
     for name in sorted(environ):
-        if name.startswith(PREFIXES) and name not in known:
-            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise ConfigError(f"unknown variable {name}{hint}")
+        if name in allowed:
+            continue
+        meant = one_edit_from(name, known)
+        if meant is None and name.startswith(PREFIXES):
+            meant = nearest(name, known)
+        elif meant is None:
+            continue
+        raise ConfigError(f"unknown variable {name}" + (f" (did you mean {meant}?)" if meant else ""))
+
+
+def check_env_file(path: Path) -> None:
+    """An env file holds tatu's variables only: a name that is not one is refused in one line
+    naming the file, the line and the nearest known name (SFTGE -> SFT_GE, TATU_LRR -> TATU_LR)."""
+    try:
+        numbered = parse_env_file_lines(path)
+    except EnvFileError as exc:
+        raise ConfigError(str(exc)) from None
+    known = known_variables()
+    for name, (_, line) in sorted(numbered.items(), key=lambda item: item[1][1]):
+        if name in known:
+            continue
+        if name in PROCESS_VARIABLES:
+            raise ConfigError(f"{path}:{line}: {name} is the unit's to set (the file it names is this one), not a run variable")
+        meant = nearest(name, known)
+        if meant is not None:
+            raise ConfigError(f"{path}:{line}: unknown variable {name} (did you mean {meant}?)")
+        tatu_way = f"; the thread count is {_TATU_WAY[name]}" if name in _TATU_WAY else ""
+        raise ConfigError(f"{path}:{line}: {name} is not a tatu variable: an env file holds tatu's variables only "
+                          f"(another program's go in the process's environment: the shell's, or the unit's "
+                          f"Environment=){tatu_way}")
 
 
 def load_config(environ: Mapping[str, str] | None = None, **overrides) -> tuple[RunConfig, dict[str, str]]:

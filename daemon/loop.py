@@ -111,7 +111,8 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
         log.attach(config.run_dir)
         if world.is_main:  # rank 0 alone writes the run's files
             attach_tensorboard(config, origins, log)
-        log.event("config", step=state.step, config=config.to_json(), origins=origins)
+        # origins and ranks say how the run was started: `tatu status` after the run names the command resuming it
+        log.event("config", step=state.step, config=config.to_json(), origins=origins, ranks=world.size)
         _retention_started(terms, config, world, state, log)
         if suite.category_note:
             log.info(suite.category_note)

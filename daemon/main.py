@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 from tatu import exitcodes
 from tatu.daemon import signals
 from tatu.daemon.ci_covers import run_env_file
-from tatu.daemon.config import ConfigError, RunConfig, describe, load_layers
+from tatu.daemon.config import ConfigError, RunConfig, check_env_file, describe, load_layers
 from tatu.daemon.run.paths import RunDir
 from tatu.data.manifest import DataConfigError, DataError
 from tatu.storage import StorageError
@@ -113,6 +113,10 @@ def _main(environ, overrides, smoke, layers, instance, env_file: str | None) -> 
     if layers is None:
         layers = [("env", os.environ if environ is None else environ), ("override", overrides or {})]
     try:
+        if env_file is not None and Path(env_file).is_file():
+            # Every name in it is tatu's (file and line named), before the layers it fed are read. A file
+            # not here (a Ray member's, written on another node) leaves the environment's own check.
+            check_env_file(Path(env_file))
         config, origins = configure(layers, instance, smoke)
     except ConfigError as exc:
         print(f"{priority_prefix('error', sys.stderr)}tatu: configuration error: {exc}", file=sys.stderr)
@@ -152,7 +156,8 @@ def cli(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tatu.daemon", description="the tatu training daemon")
     parser.add_argument("--instance", help="the unit instance (tatu-sft@NAME): names the run, wins over TATU_RUN")
     parser.add_argument("--env-file", type=Path, help="the file the run's variables were written to (a sweep's "
-                        "backends pass the member's): named where the run says what its CIs cover; not read")
+                        "backends pass the member's): its names are checked, and it is named where the run says "
+                        "what its CIs cover; the variables themselves come from the environment")
     args = parser.parse_args(argv)
     return main(instance=args.instance, env_file=args.env_file)
 

@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
     "generate": ("tatu.ops.generate", "add_args", "main", "continue prompts with a checkpoint (batched, KV cache)"),
     "run": ("tatu.ops.run_cli", "add_args", "main", "run the daemon in the foreground (config from the environment)"),
     "smoke": ("tatu.ops.run_cli", "add_smoke_args", "smoke_main", "the same config for 2 steps, eval every step, separate run dir"),
-    "status": ("tatu.ops.status", "add_status_args", "status_main", "ask a running daemon over its control socket"),
+    "status": ("tatu.ops.status", "add_status_args", "status_main", "a run's state: its daemon over the control socket, else its run directory; no run: every run tatu knows"),
     "doctor": ("tatu.ops.doctor.cli", "add_doctor_args", "doctor_main", "check the unit and the host against what kills runs"),
     "units": ("tatu.ops.units", "add_units_args", "units_main", "install the systemd user units (tatu units install --run NAME)"),
     "report": ("tatu.ops.report.page", "add_args", "main", f"plots and an HTML page from runs' {EVENTS}"),

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from tatu.daemon.run.paths import EVENTS, FINAL, RUN_LOG, STATE, TB, VERDICT, RunDir
 from tatu.data.demo.sources import CHAT_PRETRAIN_FILE, HELD_OUT_FILE
+from tatu.envfile import env_file_text, env_value
 from tatu.formats import fmt_pct
 from tatu.ops.cli import main as tatu
 from tatu.sweep.judge.sweep_report import SweepReport
@@ -122,7 +123,7 @@ def write_run_env(env: dict[str, str]) -> Path:
     takes it as it is)."""
     env_file = RunDir(Path(env["TATU_OUT"]) / env["TATU_RUN"]).env_file
     env_file.parent.mkdir(parents=True, exist_ok=True)
-    env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+    env_file.write_text(env_file_text(env))
     return env_file
 
 
@@ -143,9 +144,10 @@ def run_daemon(env: dict[str, str], use_systemd: bool) -> int:
 def trunk_env(scale: Scale, common: dict[str, str]) -> dict[str, str]:
     """The trunk's run variables: pretraining from scratch, the run `trunk`."""
     return {**common, "TATU_RUN": "trunk", "TATU_MODE": "pretrain", "SFT_GE": str(scale.pretrain_micro),
-            "MIX_STEPS_LIMIT": str(scale.pretrain_steps), "TATU_LR": str(scale.pretrain_lr),
+            "MIX_STEPS_LIMIT": str(scale.pretrain_steps), "TATU_LR": env_value(scale.pretrain_lr),
             "TATU_WARMUP_STEPS": str(max(1, scale.pretrain_steps // 20)), "TATU_SCHEDULE": "cosine",
-            "TATU_MIN_LR": str(scale.pretrain_lr / 10), "EVAL_EVERY": str(max(scale.eval_every, scale.pretrain_steps // 4)),
+            # the run gets the string its env file holds: the file says what ran
+            "TATU_MIN_LR": env_value(scale.pretrain_lr / 10), "EVAL_EVERY": str(max(scale.eval_every, scale.pretrain_steps // 4)),
             "TATU_GEN_PROMPTS": "0", **{k: str(v) for k, v in scale.model.items()}}
 
 
@@ -226,6 +228,7 @@ def trunk_checkpoint(run_dir: Path, steps_total: int) -> Path:
     return files.final
 
 
+DEMO_OUT = Path("demo")  # `make demo`'s directory, under the one it runs in (`tatu status` looks in its runs/)
 SWEEP = "demo-replay"
 # Each configuration at these TATU_SEEDs (stream order, dropout): a verdict that holds across them,
 # not one run's luck (docs/metrics.md, "Two sources of noise").
@@ -349,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m tatu.ops.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="demo")
-    parser.add_argument("--out", type=Path, default=Path("demo"))
+    parser.add_argument("--out", type=Path, default=DEMO_OUT)
     parser.add_argument("--seed", type=int, default=0, help="the sources' and the trunk's seed (the SFT seeds are the plan's)")
     parser.add_argument("--foreground", action="store_true", help="never use systemd --user")
     args = parser.parse_args(argv)

@@ -1,4 +1,6 @@
-"""`tatu status [RUN] [--json] [--watch [SECONDS]]`: a running daemon's state over its control socket."""
+"""`tatu status [RUN] [--json] [--watch [SECONDS]]`: a running daemon's state over its control socket;
+with no daemon answering, what the run's directory says happened (ops/status_files.py), and with
+no run named, every run tatu knows."""
 from __future__ import annotations
 
 import argparse
@@ -8,8 +10,10 @@ import time
 from pathlib import Path
 
 from tatu import exitcodes
-from tatu.daemon.control.client import ControlError, request, resolve_socket
+from tatu.daemon.control.access import socket_path
+from tatu.daemon.control.client import ControlError, answers, request, resolve_socket
 from tatu.formats import fmt_duration, fmt_interval, fmt_pct, fmt_share
+from tatu.ops.status_files import known_status, run_status
 
 # -- formatting ---------------------------------------------------------------------
 
@@ -105,12 +109,15 @@ def format_status(status: dict) -> str:
 # -- CLI ----------------------------------------------------------------------------
 
 def add_status_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("run", nargs="?", help="run name (default: the only running run)")
+    parser.add_argument("run", nargs="?", help="run name or run directory (default: the only running run, else "
+                        "every run tatu knows)")
     parser.add_argument("--json", action="store_true", help="print the raw status reply as JSON")
     parser.add_argument("--watch", nargs="?", type=float, const=2.0, default=None, metavar="SECONDS",
                         help="refresh every SECONDS (default 2) until Ctrl-C")
     parser.add_argument("--socket", help="control socket path (default: derived from RUN)")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for a reply")
+    parser.add_argument("--out", type=Path, help="with no daemon answering: the runs directory (TATU_OUT) to look in "
+                        "(default: $TATU_OUT, the units' runs, runs/, demo/runs/)")
     return parser
 
 
@@ -119,15 +126,44 @@ def status_main(args: argparse.Namespace, out=None) -> int:
     if args.watch is not None and not args.watch > 0:
         print(f"tatu: --watch interval must be > 0, got {args.watch}", file=sys.stderr)
         return 2
+    run = args.run
     try:
-        path = resolve_socket(args.run, args.socket)
+        if args.watch is None and args.socket is None:
+            # no daemon answers for it: what the run directory says (ops/status_files.py)
+            live = _answering(run)
+            if run is not None and not live:
+                return run_status(run, args.out, args.json, out, _socket_path_of(run))
+            if run is None and len(live) != 1:
+                return known_status(args.out, live, args.json, out)
+            run = live[0]
+        path = resolve_socket(run, args.socket)
     except (ControlError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 1
+    except exitcodes.TatuExit as exc:
+        print(exc.message, file=sys.stderr)
+        return exc.code
     try:
         return _status_loop(path, args, out)
     except KeyboardInterrupt:
         return 0 if args.watch is not None else exitcodes.INTERRUPTED
+
+
+def _socket_path_of(run: str) -> Path | None:
+    """The socket a daemon of `run` would listen at; None for a run given as a directory."""
+    try:
+        return socket_path(run)
+    except ValueError:
+        return None
+
+
+def _answering(run: str | None) -> list[str]:
+    """The runs whose daemon accepts a connection: `run`'s alone when named, else every socket's."""
+    if run is not None:
+        path = _socket_path_of(run)
+        return [run] if path is not None and answers(path) else []
+    directory = socket_path("any").parent
+    return [p.stem for p in sorted(directory.glob("*.sock")) if answers(p)] if directory.is_dir() else []
 
 
 def _status_loop(path: Path, args: argparse.Namespace, out) -> int:

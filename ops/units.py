@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tatu.atomic import write_atomic
+from tatu.daemon.config import check_env_file
 from tatu.systemctl import SystemctlError, config_home, systemctl_user, unit_env_dir
 
 PLACEHOLDERS = ("@TATU_PYTHON@", "@TATU_WORKDIR@")
@@ -49,6 +50,18 @@ def units_dir() -> Path:
 
 def default_unit_dest(environ=None) -> Path:
     return config_home(environ) / "systemd" / "user"
+
+
+def installed_workdir(dest: Path | None = None) -> Path | None:
+    """The WorkingDirectory the installed run unit was rendered with (where its runs' relative
+    TATU_OUT lives); None when no unit is installed."""
+    unit = (Path(dest) if dest else default_unit_dest()) / TEMPLATE
+    try:
+        lines = unit.read_text().splitlines()
+    except OSError:
+        return None
+    value = next((line.partition("=")[2].strip() for line in lines if line.startswith("WorkingDirectory=")), "")
+    return Path(value.lstrip("!-").replace("%%", "%")) if value else None
 
 
 def _unit_path_value(path: Path, what: str) -> str:
@@ -127,6 +140,7 @@ def install_units(run: str | None = None, dest: Path | None = None, env_dest: Pa
         if not env_source.is_file():
             raise UnitsError(f"tatu: no env file for run {run!r}: {env_source} does not exist "
                              f"(write one, or pass --env-file)")
+        check_env_file(env_source)  # tatu's variables only, before anything is installed (78 naming the line)
 
     units = {path.name: path.read_text() for path in sorted(source.glob("*.service"))}
     template = units[TEMPLATE]

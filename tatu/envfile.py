@@ -3,8 +3,16 @@ sweep plan's base env and the sweep's members share."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Mapping, Union
 
 from tatu.exitcodes import BAD_CONFIG
+
+# IEEE doubles hold 15 significant decimal digits exactly: a decimal of at most 15 digits survives
+# the trip to a float and back, so a value computed from written numbers (0.003 / 10) is written
+# as the number meant (0.0003) and not as its float's 17 digits (0.00030000000000000003).
+PERSON_DIGITS = 15
+
+EnvValue = Union[str, int, float, Path]
 
 
 class EnvFileError(ValueError):
@@ -41,6 +49,17 @@ def parse_env_file_lines(path: Path) -> dict[str, tuple[str, int]]:
     return values
 
 
-def env_file_text(env: dict[str, str]) -> str:
-    """The env file that parse_env_file reads back as `env` (values hold no newline)."""
-    return "".join(f"{key}={value}\n" for key, value in env.items())
+def env_value(value: EnvValue) -> str:
+    """A variable's value as a person writes it: a float to PERSON_DIGITS significant digits, in
+    Python's shortest form of that (0.003 / 10 -> "0.0003", 3e-5 -> "3e-05"); anything else as str.
+    The text may read back as a float an ulp or two from `value`: whoever writes a run's env file
+    runs the run with these same strings, so the file says exactly what ran."""
+    if isinstance(value, float):
+        return repr(float(f"{value:.{PERSON_DIGITS}g}"))
+    return str(value)
+
+
+def env_file_text(env: Mapping[str, EnvValue]) -> str:
+    """The env file that parse_env_file reads back as `env` (values hold no newline), each value
+    as env_value writes it."""
+    return "".join(f"{key}={env_value(value)}\n" for key, value in env.items())

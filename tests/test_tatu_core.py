@@ -3,13 +3,14 @@ the sweep's number formats, each against literals written from their documented 
 (tatu/formats.py's docstrings: 0.012 -> "+1.2%" / "1.2%", p three decimals and "<0.001" below,
 "n/a" when unknown) and the README's exit-code table (78: bad configuration)."""
 import json
+import math
 import os
 import stat
 
 import pytest
 
 from tatu.atomic import write_atomic, write_json_atomic
-from tatu.envfile import EnvFileError, env_file_text, parse_env_file
+from tatu.envfile import EnvFileError, env_file_text, env_value, parse_env_file
 from tatu.formats import fmt_ci, fmt_interval, fmt_p_formula, fmt_pct, fmt_share
 
 
@@ -45,6 +46,24 @@ def test_env_file_round_trip_and_a_bad_line_names_file_and_line(tmp_path):
         parse_env_file(path)
     assert info.value.code == 78  # EX_CONFIG: README.md#exit-codes, bad configuration
     assert str(info.value) == f"{path}:2: expected KEY=VALUE"
+
+
+@pytest.mark.parametrize("value, written", [
+    (0.003 / 10, "0.0003"), (0.1 + 0.2, "0.3"), (3e-5, "3e-05"), (1e-3, "0.001"), (2.0, "2.0"), (1 / 3, "0.333333333333333"),
+    (12345.678, "12345.678"), (-0.07 * 3, "-0.21"), (6, "6"), ("runs/x", "runs/x"),
+])
+def test_env_files_write_numbers_as_a_person_would(value, written):
+    assert env_value(value) == written
+    assert env_file_text({"TATU_MIN_LR": value}) == f"TATU_MIN_LR={written}\n"
+
+
+@pytest.mark.parametrize("value", [0.003 / 10, 1 / 3, 2 ** 0.5, 1e-300, 6.02214076e23, 0.1 + 0.2, 123456789.123456789])
+def test_a_written_float_is_within_its_15th_digit_of_the_value(value):
+    """Against a naive bound: 15 significant digits are within half a unit of the 15th digit."""
+    written = env_value(value)
+    digits = written.lower().split("e")[0].replace("-", "").replace(".", "").lstrip("0")
+    assert len(digits) <= 15
+    assert abs(float(written) - value) <= 0.5 * 10 ** (math.floor(math.log10(abs(value))) - 14)
 
 
 @pytest.mark.parametrize("x, pct, share, p, p_text", [

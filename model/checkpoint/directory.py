@@ -154,6 +154,12 @@ def resolve_checkpoint(path: str | Path) -> Path:
     raise CheckpointError(f"{path}: no such checkpoint")
 
 
+def checkpoints_in(path: Path) -> list[Path]:
+    """The checkpoint directories directly in `path` (a run's directory holds best/, final/ and its
+    resume state/), as paths that work from wherever `path` was given."""
+    return sorted(p for p in path.iterdir() if p.is_dir() and not p.name.endswith(".old") and (p / "manifest.json").is_file())
+
+
 def _read_verified(ckpt: Path, name: str, expected: dict[str, str]) -> bytes:
     file = ckpt / name
     if name not in expected:
@@ -170,6 +176,9 @@ def _read_verified(ckpt: Path, name: str, expected: dict[str, str]) -> bytes:
 def load_directory(path: str | Path, map_location: str = "cpu") -> Checkpoint:
     """Read and verify a tatu checkpoint directory (or its `.old` copy after a save died mid-swap)."""
     ckpt = resolve_checkpoint(path)
+    if ckpt.is_dir() and not (ckpt / "manifest.json").exists() and checkpoints_in(ckpt):
+        inside = ", ".join(map(str, checkpoints_in(ckpt)))
+        raise CheckpointError(f"{ckpt}: not a checkpoint (no manifest.json) but a directory of them: {inside}")
     try:
         manifest = json.loads((ckpt / "manifest.json").read_text())
         expected = manifest["files"]

@@ -30,6 +30,21 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu", formats: Sequen
 
 _LEGACY_STATE_KEYS = ("model", "model_state", "state_dict")
 _LEGACY_CONFIG_KEYS = ("config", "model_args", "model_config")
+# What torch.save writes first: a zip archive (torch >= 1.6) or a pickle (older torch).
+_TORCH_FILE_STARTS = (b"PK\x03\x04", b"\x80")
+# What a checkpoint is, said wherever a path is not one.
+CHECKPOINT_IS = "a checkpoint is a directory holding manifest.json (a run's final/ or best/) or a .pt file torch.save wrote"
+
+
+def _torch_reason(exc: Exception) -> str:
+    """torch.load's own reason in one line: its message without the paragraphs around it (one of
+    which advises weights_only=False, which would let the file run code)."""
+    boilerplate = ("Weights only load failed", "Please file an issue", "Check the documentation")
+    lines = [line.strip() for line in str(exc).splitlines()]
+    kept = [line.removeprefix("WeightsUnpickler error:").strip() for line in lines
+            if line and not line.startswith(boilerplate)]
+    kept = [line for line in kept if line]
+    return kept[0] if kept else type(exc).__name__
 
 
 def load_legacy_pt(path: Path) -> Checkpoint:
@@ -38,9 +53,17 @@ def load_legacy_pt(path: Path) -> Checkpoint:
     The tokenizer comes from the file itself (a "tokenizer" dict) or from tokenizer.json beside it.
     """
     try:
+        with open(path, "rb") as f:
+            start = f.read(4)
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read ({exc.strerror})") from exc
+    if not start.startswith(_TORCH_FILE_STARTS):  # tokenizer.json, a log: torch would say so in 7 lines
+        what = "an empty file" if not start else "a JSON file" if start.lstrip()[:1] in (b"{", b"[") else "not a torch file"
+        raise CheckpointError(f"{path}: not a checkpoint ({what}); {CHECKPOINT_IS}")
+    try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise CheckpointError(f"{path}: not a loadable weights-only torch checkpoint ({exc})") from exc
+        raise CheckpointError(f"{path}: not a loadable weights-only torch checkpoint ({_torch_reason(exc)})") from exc
     if not isinstance(payload, dict):
         raise CheckpointError(f"{path}: expected a dict, found {type(payload).__name__}")
     state = next((payload[k] for k in _LEGACY_STATE_KEYS if k in payload), None)

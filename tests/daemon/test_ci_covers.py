@@ -61,6 +61,22 @@ def test_what_is_not_included_follows_the_configuration():
     assert "weight init" in run_to_run_sources(fresh)
 
 
+def test_a_sweep_members_cis_point_to_its_sweeps_report_not_to_a_new_seeds_sweep(tmp_path):
+    """A member of a sweep (TATU_OUT=SWEEPS/NAME/runs, TATU_RUN=NAME.MEMBER, as the sweep starts it) is
+    already one seed of a measurement of run-to-run variation: its verdict names that sweep's report."""
+    sweeps = tmp_path / "demo" / "sweeps"
+    member = _config(TATU_OUT=str(sweeps / "demo-replay" / "runs"), TATU_RUN="demo-replay.replay-n0-s1")
+    covers = ci_covers(_sets(sftHeld=(20, 20), enRuler=(16, 16)), ("sftHeld", "enRuler"), member, "/x/member.env")
+    assert covers.text == ("CIs over the 20 sftHeld and 16 enRuler lines; run-to-run variation not included (this "
+                           f"run is one seed of the sweep demo-replay: `tatu sweep report demo-replay --sweeps {sweeps}` "
+                           "shows it)")
+    assert covers.to_json()["measured_by"] == f"tatu sweep report demo-replay --sweeps {sweeps}"
+    # not a member: a run named like one elsewhere, a run in a sweep-like folder with another name
+    for lone in (_config(TATU_OUT=str(tmp_path / "runs"), TATU_RUN="demo-replay.replay-n0-s1"),
+                 _config(TATU_OUT=str(sweeps / "demo-replay" / "runs"), TATU_RUN="run5")):
+        assert ci_covers(_sets(enRuler=(16, 16)), ("enRuler",), lone, None).command.startswith("tatu sweep start ")
+
+
 def test_the_env_file_is_the_one_given_else_the_units_own(tmp_path):
     environ = {"XDG_CONFIG_HOME": str(tmp_path / "config")}
     assert run_env_file(None, Path("rel.env"), environ) == str(Path("rel.env").absolute())
@@ -70,6 +86,10 @@ def test_the_env_file_is_the_one_given_else_the_units_own(tmp_path):
     unit_env.parent.mkdir(parents=True)
     unit_env.write_text("REPLAY_N=2\n")
     assert run_env_file("run5", None, environ) == str(unit_env)  # the unit's EnvironmentFile=%E/tatu/%i.env
+    # the units name it themselves, %E expanded by systemd: it wins over this process's XDG_CONFIG_HOME
+    named = {**environ, "TATU_ENV_FILE": "/srv/tatu/run5.env"}
+    assert run_env_file("run5", None, named) == "/srv/tatu/run5.env"
+    assert run_env_file("run5", Path("given.env"), named) == str(Path("given.env").absolute())
 
 
 # --- a real tiny run ---------------------------------------------------------------------------

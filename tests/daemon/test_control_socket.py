@@ -391,18 +391,21 @@ def test_status_main_json_and_text_against_a_live_server(server):
     assert "step 7/200" in out.getvalue()
 
 
-def test_status_main_finds_the_only_run_and_reports_a_missing_daemon(short_dir, monkeypatch, capsys):
+def test_status_main_finds_the_only_run_and_reports_a_missing_daemon(short_dir, monkeypatch, capsys, tmp_path):
     monkeypatch.delenv("RUNTIME_DIRECTORY", raising=False)
+    monkeypatch.delenv("TATU_OUT", raising=False)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(short_dir))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.chdir(tmp_path)  # no runs/ here: nothing to say from run directories either
     parser = add_status_args(argparse.ArgumentParser())
     assert status_main(parser.parse_args([])) == 1
-    assert "no run sockets" in capsys.readouterr().err
+    assert "no runs: no daemon answers" in capsys.readouterr().err
     with ControlServer(socket_path("solo"), {"status": lambda r: {"run": "solo", "step": 3}}):
         out = io.StringIO()
         assert status_main(parser.parse_args([]), out=out) == 0
         assert "solo" in out.getvalue() and "step 3/?" in out.getvalue()
     assert status_main(parser.parse_args(["solo"])) == 1
-    assert "no daemon listening" in capsys.readouterr().err
+    assert f"no run solo: no daemon answers at {socket_path('solo')}" in capsys.readouterr().err
 
 
 def test_status_watch_keeps_going_when_the_daemon_is_gone(short_dir, monkeypatch):

@@ -288,3 +288,41 @@ def test_tokenizer_and_model_of_different_vocab_sizes_are_refused(tmp_path, mode
     with pytest.raises(CheckpointError, match=rf"{other.vocab_size}.*{model.config.vocab_size}") as excinfo:
         load_checkpoint(pt)
     assert str(pt) in str(excinfo.value)
+
+
+def test_a_directory_of_checkpoints_names_them_in_one_line(tmp_path, model, tok, monkeypatch):
+    """`tatu generate demo/runs/trunk` once said "manifest.json: missing or invalid": a run's
+    directory is named with the checkpoints in it, as paths relative to where it was given."""
+    run = tmp_path / "runs" / "trunk"
+    for name in ("final", "best"):
+        save(run / name, model, tok)
+    (run / "events.jsonl").write_text("{}\n")
+    (run / "tb").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckpointError) as excinfo:
+        load_checkpoint("runs/trunk")
+    message = str(excinfo.value)
+    assert message == "runs/trunk: not a checkpoint (no manifest.json) but a directory of them: runs/trunk/best, runs/trunk/final"
+    assert load_checkpoint(message.rsplit(", ", 1)[1]).model_state.keys() == model.state_dict().keys() - {"lm_head.weight"}
+
+
+@pytest.mark.parametrize("name, text, what", [("tokenizer.json", '{"kind": "char"}', "a JSON file"),
+                                              ("run.log", "EVAL 0: sftHeld 9.1\n", "not a torch file"),
+                                              ("empty.pt", "", "an empty file")])
+def test_a_file_that_is_no_checkpoint_says_so_in_one_line(tmp_path, name, text, what):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(CheckpointError) as excinfo:
+        load_checkpoint(path)
+    message = str(excinfo.value)
+    assert message.startswith(f"{path}: not a checkpoint ({what}); a checkpoint is a directory holding manifest.json")
+    assert "\n" not in message and "weights_only" not in message
+
+
+def test_a_refused_pickle_says_why_in_one_line_without_advising_an_unsafe_load(tmp_path, model, tok):
+    pt = tmp_path / "evil.pt"
+    torch.save({**_legacy_payload(model), "extra": Payload()}, pt)
+    with pytest.raises(CheckpointError) as excinfo:
+        load_checkpoint(pt)
+    message = str(excinfo.value)
+    assert "\n" not in message and "getcwd" in message and "weights_only" not in message, message

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from run_records import set_summary
+from tiny_world import clean_environ, sft_env
 from tatu.daemon.ci_covers import ci_covers, run_env_file
 from tatu.daemon.config import load_config
 from tatu.daemon.judge import RULER, best_set
@@ -25,6 +28,7 @@ from tatu.sweep.run.backends import ForegroundBackend, member_env, write_private
 from tatu.envfile import env_file_text
 from tatu.sweep.plan.load import load_plan
 
+ROOT = Path(__file__).resolve().parents[2]  # the repository root, where a person pastes what tatu prints
 TICKED = re.compile(r"`(tatu [^`]+)`")
 MEASURES = re.compile(r"\((tatu [^()]+) measures it\)")
 
@@ -75,13 +79,33 @@ def test_the_demo_members_run_names_are_not_configuration_names(demo):
     assert "demo-replay.replay-n2-s1" in demo["members"] and len(demo["members"]) == 6
 
 
+def _lone_copy(member_env: Path, runs: Path) -> Path:
+    """A member's configuration, its name included, as a run of its own (`tatu run --env-file` outside
+    any sweep: its TATU_OUT is not the sweep's runs/)."""
+    env = {key: value for key, (value, _) in parse_env_file_lines(member_env).items()}
+    env.update(TATU_OUT=str(runs))
+    path = runs / f"{env['TATU_RUN']}.env"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(env_file_text(env))
+    return path
+
+
 def test_every_runs_run_to_run_advice_runs_as_printed(demo, capsys):
-    sweeps = []
-    for env_path in [demo["trunk"], *demo["members"].values()]:
+    """The demo's trunk prints no command; each member, already one seed of the demo's sweep, names that
+    sweep's report (its members' folders are SWEEPS/NAME/runs/NAME.MEMBER: the layout the daemon reads
+    membership from); the same configuration run alone names the seeds sweep that measures it, and
+    `tatu sweep plan` accepts that command's arguments."""
+    sweeps, lone = [], [_lone_copy(path, demo["out"] / "runs") for path in demo["members"].values()]
+    for env_path in [demo["trunk"], *demo["members"].values(), *lone]:
         run, text = _advice(env_path)
         commands = _printed(text)
         if run == "trunk":  # a pretrain run: a seeds sweep judges an SFT run's criteria, so none is printed
             assert commands == [] and "run-to-run variation not included" in text
+            continue
+        if env_path in demo["members"].values():  # one seed of the demo's sweep: its report, not a new seeds sweep
+            assert commands == [f"tatu sweep report {SWEEP} --sweeps {demo['out'] / 'sweeps'}"], text
+            assert demo["out"] / "sweeps" / SWEEP == demo["sweep_dir"] == (demo["sweep_dir"] / "runs" / run).parent.parent
+            assert load_plan(demo["out"] / "demo-plan.toml").name == SWEEP
             continue
         assert commands == [f"tatu sweep start --env-file {env_path} --seeds 3"], text
         argv = shlex.split(commands[0])[1:]
@@ -95,7 +119,7 @@ def test_every_runs_run_to_run_advice_runs_as_printed(demo, capsys):
         # what it says next: "generated from FILE: `tatu sweep start` writes it to PATH" (the same arguments)
         generated = [line for line in out.splitlines() if line.startswith("generated from ")]
         assert len(generated) == 1 and _printed(generated[0]) == ["tatu sweep start"], out
-    assert len(set(sweeps)) == len(demo["members"])  # one sweep per run
+    assert len(set(sweeps)) == len(lone) == len(demo["members"])  # one sweep per run
 
 
 def test_the_demos_next_lines_name_what_the_demo_made(demo, capsys):
@@ -131,3 +155,80 @@ def test_the_demos_smoke_line_runs_on_its_trunk_env_file(tiny_trunk, tmp_path, m
     assert smoke[:2] == ["tatu", "smoke"]
     monkeypatch.chdir(tmp_path)
     assert tatu(smoke[1:]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("scale_name", sorted(SCALES))
+def test_the_demos_env_file_writes_numbers_as_a_person_would_and_says_what_ran(tmp_path, scale_name):
+    """demo/runs/trunk.env once said TATU_MIN_LR=0.00030000000000000003 (3e-3 / 10 as a float's 17
+    digits): the file now holds 0.0003, and the run gets the same string (trunk_env's values)."""
+    scale = SCALES[scale_name]
+    env = trunk_env(scale, {"TATU_DATA": "data", "TATU_OUT": str(tmp_path / "runs")})
+    path = write_run_env(env)
+    written = {key: value for key, (value, _) in parse_env_file_lines(path).items()}
+    assert written == env  # what ran is what the file says
+    assert written["TATU_MIN_LR"] == "0.0003" and written["TATU_LR"] == "0.003"
+    for key, value in written.items():
+        try:
+            float(value)
+        except ValueError:
+            continue
+        mantissa = value.lower().split("e")[0].lstrip("-").replace(".", "").strip("0")
+        assert len(mantissa) <= 6, f"{key}={value}"  # the demo's numbers are short ones
+
+
+def test_generate_on_a_run_dir_names_its_checkpoints_and_the_named_one_generates(tiny_trunk, monkeypatch, capsys):
+    """`tatu generate runs/trunk` (a run's directory) and `tatu generate tokenizer.json`: one line each,
+    exit 65 (bad data), no traceback; the checkpoint the first names generates when pasted."""
+    monkeypatch.chdir(tiny_trunk["root"])
+    assert tatu(["generate", "runs/trunk", "--prompt", "o"]) == 65
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("tatu generate: runs/trunk: not a checkpoint"), err
+    named = err[0].split(": ")[-1].split(", ")
+    assert "runs/trunk/final" in named and "runs/trunk/best" in named
+    assert tatu(["generate", "runs/trunk/final", "--prompt", "o", "--max-new-tokens", "2"]) == 0
+    capsys.readouterr()
+    assert tatu(["generate", "tokenizer.json", "--prompt", "o"]) == 65
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("tatu generate: tokenizer.json: not a checkpoint (a JSON file); "), err
+
+
+def _runs_as_printed(command: str, capsys) -> None:
+    """`command` run in-process in the current directory; a long `tatu sweep start` through `tatu sweep
+    plan` with the same arguments (it loads and checks the same plan without training)."""
+    argv = shlex.split(command)
+    assert argv[0] == "tatu", command
+    if argv[1:3] == ["sweep", "start"]:
+        argv = ["tatu", "sweep", "plan", *argv[3:]]
+    assert tatu(argv[1:]) == 0, (command, capsys.readouterr().err)
+    capsys.readouterr()
+
+
+def test_what_a_smoke_a_run_and_tatu_status_print_runs_as_printed_from_the_repository_root(
+        tiny_trunk, tmp_path, monkeypatch, capsys):
+    """`tatu smoke --env-file F` (a run, 2 steps) from the repository root: every command in what it
+    prints and in its run.log runs there as printed; then `tatu status` on it, by name and listing
+    every run. (A stopped run's resume command: tests/ops/test_status_after_run.py runs it from here.)"""
+    env_file = tmp_path / "pasted.env"
+    runs = tmp_path / "runs"
+    env = sft_env(tiny_trunk, runs)
+    del env["TATU_RUN"]  # the instance names it, as units/runs/example.env says
+    env_file.write_text(env_file_text(env))
+    config_home = {"XDG_CONFIG_HOME": str(tmp_path / "config")}
+    before = sorted(p.name for p in ROOT.iterdir())
+    proc = subprocess.run([sys.executable, "-m", "tatu.ops.cli", "smoke", "--env-file", str(env_file)], cwd=ROOT,
+                          env={**clean_environ(), **config_home}, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = runs / "pasted-smoke"
+    printed = {c for text in (proc.stdout, proc.stderr, (run_dir / "run.log").read_text()) for c in _printed(text)}
+    status = [subprocess.run([sys.executable, "-m", "tatu.ops.cli", "status", *argv], cwd=ROOT,
+                             env={**clean_environ(), **config_home}, capture_output=True, text=True, timeout=120)
+              for argv in (["pasted-smoke", "--out", str(runs)], [str(run_dir)], ["--out", str(runs)])]
+    assert [s.returncode for s in status] == [0, 0, 0], [s.stderr for s in status]
+    assert status[0].stdout.startswith("pasted-smoke  finished at step 2/2 (exit 0)")  # a smoke: 2 steps
+    assert status[2].stdout.split()[:3] == ["pasted-smoke", "finished", "step"]
+    said = {c for s in status for c in _printed(s.stdout)}
+    assert printed == said == {f"tatu sweep start --env-file {env_file} --seeds 3"}, (printed, said)
+    monkeypatch.chdir(ROOT)
+    for command in sorted(printed | said):
+        _runs_as_printed(command, capsys)
+    assert sorted(p.name for p in ROOT.iterdir()) == before  # nothing was written where they were pasted

@@ -416,6 +416,28 @@ def test_the_instance_name_wins_over_an_env_file_tatu_run(setup, um):
     um.systemctl("reset-failed", unit, check=False)
 
 
+def test_a_typo_in_the_units_env_file_is_refused_naming_its_line(setup, um):
+    """SFTGE=4 (meant SFT_GE) in a unit's EnvironmentFile: systemd hands the daemon SFTGE among its own
+    variables, and the unit's TATU_ENV_FILE=%E/tatu/%i.env (expanded by systemd) lets the daemon name
+    the file and the line. Exit 78, failed, not restarted, the run dir never made."""
+    unit = "tatu-sft@typo.service"
+    text = "".join(line + "\n" for line in (um.config_home / "tatu" / "tiny.env").read_text().splitlines()
+                   if not line.startswith("TATU_RUN="))
+    env_file = um.config_home / "tatu" / "typo.env"
+    env_file.write_text(text + "# the seed run's mix\nSFTGE=4\n")
+    line = len(text.splitlines()) + 2
+    um.systemctl("start", unit, check=False)
+    shown = um.wait_for(lambda: (lambda sh: sh if sh["ActiveState"] in ("failed", "inactive") else None)(
+        um.show(unit, "ActiveState", "ExecMainStatus", "NRestarts")), timeout=60, interval=0.2, what=f"{unit} to end")
+    assert shown["ActiveState"] == "failed" and shown["ExecMainStatus"] == "78" and shown["NRestarts"] == "0", shown
+    said = f"{env_file}:{line}: unknown variable SFTGE (did you mean SFT_GE?)"
+    refused = um.wait_for(lambda: (lambda text: text if said in text else None)(
+        um.journalctl("-t", "tatu-sft-typo", "-p", "err", "-o", "cat")), timeout=30, what="the refusal in the journal")
+    assert said in refused
+    assert not (setup["runs"] / "typo").exists()
+    um.systemctl("reset-failed", unit, check=False)
+
+
 # --- forgetting: exit 10, failed, never restarted -----------------------------------------------
 
 def test_forget_abort_leaves_the_unit_failed_with_10_and_not_restarted(setup, um):
