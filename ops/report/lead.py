@@ -67,16 +67,20 @@ def deciding_number(run: RunRecord, verdict: Verdict, terse: bool = False) -> st
 
 
 def judged_once(runs: list[RunRecord]) -> str | None:
-    """The set every verdict of these runs judged, when there are two verdicts or more and they all
-    judged the same set (said once, above the sentences); None otherwise (each sentence says it)."""
-    judged = {judged_set(run.verdict) for run in runs if run.verdict}
-    verdicts = sum(1 for run in runs if run.verdict)
-    return next(iter(judged)) if verdicts >= 2 and len(judged) == 1 and None not in judged else None
+    """The set most verdicts of these runs judged, when two or more did (said once, above the
+    sentences; a run that judged another set, a trunk's ptVal, says its own); None otherwise (each
+    sentence says it)."""
+    judged = Counter(judged_set(run.verdict) for run in runs if run.verdict and judged_set(run.verdict))
+    common = judged.most_common(1)
+    return common[0][0] if common and common[0][1] >= 2 else None
 
 
-def judged_once_html(judged: str) -> str:
+def judged_once_html(judged: str, runs: list[RunRecord]) -> str:
+    other = [run.name for run in runs if run.verdict and judged_set(run.verdict) not in (judged, None)]
     return (f'<p id="judged-on">Every verdict below is judged on the {esc(judged)} change vs step 0 and the English '
-            "ruler's drift, by the criteria its run's config fixed before it ran (under Verdicts).</p>")
+            "ruler's drift, by the criteria its run's config fixed before it ran (under Verdicts)"
+            + (f"; {esc(', '.join(other))}: as {'its' if len(other) == 1 else 'their'} sentence says" if other else "")
+            + ".</p>")
 
 
 def sentence_html(run: RunRecord, covers_said: bool = True, tag: str = "p", css: str = "verdict-sentence",
@@ -146,16 +150,21 @@ def _group_numbers(group: RunGroup) -> str:
             + (_limit(limit) if limit else ""))
 
 
-def group_sentence_html(group: RunGroup, judged_said: bool = False) -> str:
+def group_sentence_html(group: RunGroup, judged: str | None = None) -> str:
     """One configuration's sentence (class verdict-sentence, data-config), its seeds' own sentences below."""
     numbers = _group_numbers(group)
     seeds = ", ".join(map(str, group.seeds))
     body = (f"{esc(group.name)} (seeds {esc(seeds)}): <b>{esc(_outcomes(group))}</b>"
             + (f"; {esc(numbers)}" if numbers else "") + ".")
-    details = "".join(sentence_html(run, covers_said=False, tag="li", css="seed-sentence", judged_said=judged_said)
-                      for run in group.runs)
+    details = "".join(sentence_html(run, covers_said=False, tag="li", css="seed-sentence",
+                                    judged_said=_said(run, judged)) for run in group.runs)
     return (f'<p class="verdict-sentence" data-config="{esc(group.name)}">{body}</p>\n'
             f'<ul class="seed-sentences" data-config="{esc(group.name)}">{details}</ul>')
+
+
+def _said(run: RunRecord, judged: str | None) -> bool:
+    """Whether what the run's verdict judged is the set said once above (judged_once)."""
+    return judged is not None and run.verdict is not None and judged_set(run.verdict) == judged
 
 
 def covers_once(groups: list[RunGroup]) -> str:
@@ -186,9 +195,9 @@ def lead_section(runs: list[RunRecord], picture: PlotFile | None, out_dir: Path,
     picture (or why there is none)."""
     groups = group_runs(runs) if groups is None else groups
     judged = judged_once(runs)
-    sentences = "\n".join(([judged_once_html(judged)] if judged else [])
-                          + [group_sentence_html(g, judged is not None) if g.is_configuration
-                             else sentence_html(g.runs[0], judged_said=judged is not None) for g in groups])
+    sentences = "\n".join(([judged_once_html(judged, runs)] if judged else [])
+                          + [group_sentence_html(g, judged) if g.is_configuration
+                             else sentence_html(g.runs[0], judged_said=_said(g.runs[0], judged)) for g in groups])
     sentences += covers_once(groups)
     drawn = figures([picture], out_dir) if picture else "<p>No eval with both drift and an sftHeld change yet: no picture.</p>"
     return f'<section id="lead">\n{sentences}\n{drawn}\n</section>'
