@@ -134,7 +134,7 @@ def render_picture(runs: list[RunRecord], out_dir: Path, groups: list[RunGroup] 
     if drawn is None:
         return None
     fig, ax, notes = drawn
-    caption = (f"each run's {LEARNED} change against its enRuler drift at every eval, in step order (first and last "
-               "steps written), MIX_FORGET_LIMIT dashed, aborts marked with an X in the run's colour"
+    caption = (f"each run's {LEARNED} change against its enRuler drift at every eval, in step order (steps written at "
+               "the paths' ends), MIX_FORGET_LIMIT dashed, aborts marked with an X in the run's colour"
                + "".join(f"; {note}" for note in notes))
     return save(fig, ax, Path(out_dir) / NAME, caption, notes, apart=list(ax.texts))
