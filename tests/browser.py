@@ -95,8 +95,9 @@ def screenshot(page: Path, out: Path, work: Path) -> Path:
 # Each figure's legend as the browser decoded it: the image drawn into a canvas (a data: URI, so its
 # pixels can be read back), and for each legend entry (img data-legend, where matplotlib drew it,
 # tatu/pages/figures.py) the count of non-white pixels inside its marker's box and whether its
-# text's box lies inside the image (a label cut at the image's edge reaches beyond it); and the
-# colours of the image's CI bands (img data-bands, read from the drawn artists).
+# text's box lies inside the image (a label cut at the image's edge reaches beyond it), and the hue
+# its marker was drawn in; and the colours of the image's CI bands (img data-bands, read from the
+# drawn artists).
 FIGURE_SCRIPT = """<script>
 window.addEventListener("load", () => {
   const figures = [...document.querySelectorAll("img[data-legend]")].map((img) => {
@@ -104,6 +105,21 @@ window.addEventListener("load", () => {
     canvas.width = img.naturalWidth; canvas.height = img.naturalHeight;
     const g = canvas.getContext("2d"); g.drawImage(img, 0, 0);
     const inside = (b) => b[0] >= 0 && b[1] >= 0 && b[2] <= canvas.width && b[3] <= canvas.height;
+    // the marker's colour as a hue (degrees): the mean direction over its coloured pixels, each
+    // weighted by its chroma (black edges, white ground and grey have none); null when all are grey
+    const hue = (g, b) => {
+      if (!inside(b)) return null;
+      const d = g.getImageData(Math.floor(b[0]), Math.floor(b[1]), Math.max(1, Math.round(b[2] - b[0])),
+                               Math.max(1, Math.round(b[3] - b[1]))).data;
+      let x = 0, y = 0;
+      for (let i = 0; i < d.length; i += 4) {
+        const r = d[i], gr = d[i + 1], bl = d[i + 2], hi = Math.max(r, gr, bl), c = hi - Math.min(r, gr, bl);
+        if (c < 20) continue;
+        const h = hi === r ? ((gr - bl) / c + 6) %% 6 : hi === gr ? (bl - r) / c + 2 : (r - gr) / c + 4;
+        x += c * Math.cos(h * Math.PI / 3); y += c * Math.sin(h * Math.PI / 3);
+      }
+      return x === 0 && y === 0 ? null : (Math.atan2(y, x) * 180 / Math.PI + 360) %% 360;
+    };
     const entries = JSON.parse(img.dataset.legend).map((e) => {
       const b = e.marker, w = Math.max(1, Math.round(b[2] - b[0])), h = Math.max(1, Math.round(b[3] - b[1]));
       let ink = 0;
@@ -111,7 +127,7 @@ window.addEventListener("load", () => {
         const d = g.getImageData(Math.floor(b[0]), Math.floor(b[1]), w, h).data;
         for (let i = 0; i < d.length; i += 4) if (d[i] < 235 || d[i + 1] < 235 || d[i + 2] < 235) ink++;
       }
-      return {label: e.label, markerInk: ink, markerInside: inside(b), textFits: inside(e.text)};
+      return {label: e.label, markerInk: ink, markerInside: inside(b), textFits: inside(e.text), hue: hue(g, b)};
     });
     return {name: img.dataset.name, entries: entries, bands: JSON.parse(img.dataset.bands)};
   });
@@ -123,7 +139,7 @@ window.addEventListener("load", () => {
 @dataclass
 class FigurePixels:
     name: str
-    entries: list[dict]  # {label, markerInk, markerInside, textFits}
+    entries: list[dict]  # {label, markerInk, markerInside, textFits, hue (degrees; None: no colour)}
     bands: list[str]
 
 
@@ -147,3 +163,40 @@ def full_screenshot(page: Path, out: Path, work: Path, height: int = 6000) -> Pa
     if not out.is_file() or out.stat().st_size == 0:
         raise RuntimeError(f"no screenshot written to {out}")
     return out
+
+
+# The whole page as a reader gets it: its height in CSS pixels at VIEWPORT's width, as laid out
+# (folded parts closed), and its text with every <details> opened (folded words are still the
+# page's words) and the model's quoted outputs (class "generated") left out.
+READING_SCRIPT = """<script>
+window.addEventListener("load", () => {
+  const height = document.documentElement.scrollHeight;
+  document.querySelectorAll("details").forEach((d) => { d.open = true; });
+  document.querySelectorAll(".generated").forEach((e) => e.remove());
+  document.title = "%s" + JSON.stringify({height: height, text: document.body.innerText});
+});
+</script>"""
+
+
+@dataclass
+class Reading:
+    height: int  # the page's scrollHeight, folded parts closed
+    text: str  # document.body.innerText with every <details> open
+
+
+def reading(page: Path, work: Path) -> Reading:
+    """The page's height and text (READING_SCRIPT); the page itself is not changed."""
+    work.mkdir(parents=True, exist_ok=True)
+    probe = page.parent / f"{page.stem}.reading.html"  # beside the page: its links resolve the same
+    text = page.read_text(encoding="utf-8")
+    head, end, tail = text.rpartition("</body>")
+    probe.write_text(head + READING_SCRIPT % MARK + end + tail, encoding="utf-8")
+    try:
+        dom = _run(probe, work / "profile", "--dump-dom", "--virtual-time-budget=10000")
+    finally:
+        probe.unlink()
+    found = re.search(rf"<title>{re.escape(MARK)}(.*?)</title>", dom, re.S)
+    if found is None:
+        raise RuntimeError(f"no reading in the dumped page (the load event never came?): {dom[:300]!r}")
+    data = json.loads(html.unescape(found.group(1)))
+    return Reading(height=data["height"], text=data["text"])

@@ -11,6 +11,7 @@ from pathlib import Path
 from run_records import rule_plan, sweep_report
 
 from tatu.ops.report.page import build_report
+from tatu.formats import fmt_ci, fmt_pct
 from tatu.records import RelativeChange
 from tatu.sweep.judge.records import ConfigResult, ConfigStat, FailedCondition, MemberResult, RuleCheck, SweepVerdict
 from tatu.sweep.judge.sweep_report import SweepReport
@@ -146,6 +147,19 @@ def _line_scores(rng, set_name: str, step: int, seed: int, drift: float) -> dict
             "n_tokens": tokens.tolist()}
 
 
+CATEGORIES = ("noun", "verb", "adjective", "function")
+# two multiple-choice tasks as evals/choice.py summarises them (acc and acc_norm, each with its McNemar change)
+TASKS = {task: {"n": 40, **{key: {"value": 0.5, "lo": 0.35, "hi": 0.65, "change": {"only_a": 3, "only_b": 2, "p_value": 1.0,
+                                                                                    "diff": 0.025}}
+                            for key in ("acc", "acc_norm")}} for task in ("arith", "dates")}
+
+
+def _categories(drift: float) -> dict:
+    """Each set's word categories at the last eval, with the paired change vs step 0 (evals/categories)."""
+    return {set_name: {category: {**set_summary(20.0 + index), "change": change_point(drift if set_name == "enRuler" else -0.1)}
+                       for index, category in enumerate(CATEGORIES)} for set_name in ("sftHeld", "ptVal", "enRuler")}
+
+
 def seed_member_runs(root: Path) -> list[Path]:
     """Six member runs of a sweep's lock (sweeps/demo-replay/runs/<sweep>.<key>-s<seed>), each with
     its events and its per-line scores at steps 0, 4 and 8; replay-n0's seeds abort at step 4 or 8."""
@@ -163,15 +177,23 @@ def seed_member_runs(root: Path) -> list[Path]:
             events = [eval_event(step, 9.0 - 0.1 * step, 31.0, 52.0 * (1 + drift * step / 8), drift * step / 8, True)
                       for step in (0, 4, 8) if step <= last]
             env_file = sweep_dir / "env" / f"{run}.env"
+            measured_by = f"run-to-run variation not included (tatu sweep start --env-file {env_file} --seeds 3 measures it)"
+            for event in events:  # what each eval's CIs cover, as the daemon writes it (tatu.daemon.ci_covers)
+                event["ci_covers"] = {"text": f"CIs over the {N_LINES} sftHeld, {N_LINES} ptVal and {N_LINES} enRuler "
+                                              f"lines; {measured_by}", "env_file": str(env_file)}
+            events[-1].update(categories=_categories(drift), tasks=TASKS)
             aborted = f"drift {drift * last / 8 * 100:+.1f}% > MIX_FORGET_LIMIT 10.0%" if drift * last / 8 > 0.1 else None
-            events.append({"event": "verdict", "time": 9.0, "step": last, "verdict": "forgets" if aborted else "holds",
-                           "line": "VERDICT", "numbers": {"step": last, "sftHeld_change": change_point(-0.05 * last / 8),
-                                                          "drift": change_point(drift * last / 8), "worst_drift": drift * last / 8,
+            outcome, sft, at_end = "forgets" if aborted else "holds", change_point(-0.05 * last / 8), change_point(drift * last / 8)
+            covers = f"CIs over the {N_LINES} sftHeld and {N_LINES} enRuler lines; {measured_by}"
+            # the verdict line as daemon/judge.py writes it: the numbers, then what their CIs cover
+            line = (f"VERDICT {outcome}: sftHeld {fmt_ci(sft['value'], sft['lo'], sft['hi'])} drift "
+                    f"{fmt_ci(at_end['value'], at_end['lo'], at_end['hi'])} at step {last}; worst drift "
+                    f"{fmt_pct(drift * last / 8)} at step {last}" + (f" (aborted: {aborted})" if aborted else ""))
+            events.append({"event": "verdict", "time": 9.0, "step": last, "verdict": outcome,
+                           "line": f"{line}; {covers}", "numbers": {"step": last, "sftHeld_change": sft,
+                                                          "drift": at_end, "worst_drift": drift * last / 8,
                                                           "worst_drift_step": last, "aborted": aborted},
-                           "criteria": CRITERIA,
-                           "ci_covers": {"text": f"CIs over the {N_LINES} sftHeld and {N_LINES} enRuler lines; run-to-run "
-                                                 f"variation not included (tatu sweep start --env-file {env_file} --seeds 3 "
-                                                 "measures it)", "env_file": str(env_file)}})
+                           "criteria": CRITERIA, "ci_covers": {"text": covers, "env_file": str(env_file)}})
             run_dir = write_run(sweep_dir / "runs" / run, events, {**BASE_CONFIG, "REPLAY_N": int(key[-1]), "TATU_SEED": seed})
             (run_dir / "evals").mkdir()
             for step in (0, 4, 8):

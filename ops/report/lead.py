@@ -6,7 +6,9 @@ tables below them are.
 The seeds of one sweep configuration (ops/report/groups.py) get one sentence ("3 of 3 seeds
 forget: ..."), with the crossed CI over seeds x lines at the last eval every seed reached, and
 each seed's own sentence below it; what a seed's own CI covers, and where the env files are, is
-said once for all of them, not once per seed."""
+said once for all of them, not once per seed. What the verdicts judge is said once when every
+verdict on the page judges the same set (judged_once): each run's sentence then says only its
+verdict and its numbers."""
 from __future__ import annotations
 
 from collections import Counter
@@ -40,28 +42,53 @@ def _limit(run: RunRecord) -> str:
     return f" against MIX_FORGET_LIMIT {fmt_pct(run.forget_limit)}" if run.forget_limit is not None else ""
 
 
-def deciding_number(run: RunRecord, verdict: Verdict) -> str:
-    """The number the verdict turned on, with its CI and step (the criteria: tatu/daemon/judge.py)."""
+def deciding_number(run: RunRecord, verdict: Verdict, terse: bool = False) -> str:
+    """The number the verdict turned on, with its CI and step (the criteria: tatu/daemon/judge.py).
+    terse: the numbers alone, without the criterion's words (said once for the page, judged_once)."""
     numbers, outcome = verdict.numbers, verdict.outcome
     if numbers is None:  # a run that never evaluated
         return str(verdict.reason or "no numbers")
     judged, step, change, drift, aborted = numbers.set_name, numbers.step, numbers.set_change, numbers.drift, numbers.aborted
+    limit = "" if terse else _limit(run)
     if outcome == "forgets" and aborted and "MIX_FORGET_LIMIT" not in str(aborted):  # a non-finite loss, tensor or eval
-        return f"the run aborted at step {step}: {aborted}"
+        return f"{'' if terse else 'the run '}aborted at step {step}: {aborted}"
     if outcome == "forgets":
         worst_step = numbers.worst_drift_step
         worst = _drift_at(run, worst_step) or RelativeChange(numbers.worst_drift, None, None)
-        return f"its worst drift, {fmt_ci(worst)} at step {worst_step}{_limit(run)}" + (" (aborted)" if aborted else "")
+        return (f"{'worst drift' if terse else 'its worst drift,'} {fmt_ci(worst)} at step {worst_step}{limit}"
+                + (" (aborted)" if aborted else ""))
+    if terse:
+        return f"{judged} {fmt_ci(change)} and drift {fmt_ci(drift)} at step {step}"
     if outcome == "holds":
-        return f"{judged} {fmt_ci(change)} at step {step}, below 0 beyond its CI, with drift {fmt_ci(drift)}{_limit(run)}"
+        return f"{judged} {fmt_ci(change)} at step {step}, below 0 beyond its CI, with drift {fmt_ci(drift)}{limit}"
     if outcome == "flat":
         return f"{judged} {fmt_ci(change)} and drift {fmt_ci(drift)} at step {step}, both CIs across 0"
     return f"{judged} {fmt_ci(change)} at step {step}, not beyond its CI, with drift {fmt_ci(drift)}"
 
 
-def sentence_html(run: RunRecord, covers_said: bool = True, tag: str = "p", css: str = "verdict-sentence") -> str:
+def judged_once(runs: list[RunRecord]) -> str | None:
+    """The set most verdicts of these runs judged, when two or more did (said once, above the
+    sentences; a run that judged another set, a trunk's ptVal, says its own); None otherwise (each
+    sentence says it)."""
+    judged = Counter(judged_set(run.verdict) for run in runs if run.verdict and judged_set(run.verdict))
+    common = judged.most_common(1)
+    return common[0][0] if common and common[0][1] >= 2 else None
+
+
+def judged_once_html(judged: str, runs: list[RunRecord]) -> str:
+    other = [run.name for run in runs if run.verdict and judged_set(run.verdict) not in (judged, None)]
+    return (f'<p id="judged-on">Every verdict below is judged on the {esc(judged)} change vs step 0 and the English '
+            "ruler's drift, by the criteria its run's config fixed before it ran (under Verdicts)"
+            + (f"; {esc(', '.join(other))}: as {'its' if len(other) == 1 else 'their'} sentence says" if other else "")
+            + ".</p>")
+
+
+def sentence_html(run: RunRecord, covers_said: bool = True, tag: str = "p", css: str = "verdict-sentence",
+                  judged_said: bool = False) -> str:
     """One run's sentence as a paragraph (class verdict-sentence, data-run its run); covers_said
-    False leaves out what its CI covers (said once for a configuration's seeds)."""
+    False leaves out what its CI covers (said once for a configuration's seeds); judged_said: what
+    the verdict judged and by which criterion is said once above (judged_once), the verdict and its
+    numbers here."""
     verdict = run.verdict
     if verdict is None:
         last = run.final_eval
@@ -73,8 +100,10 @@ def sentence_html(run: RunRecord, covers_said: bool = True, tag: str = "p", css:
     else:
         judged = judged_set(verdict) or "?"
         covers = (verdict.ci_covers or {}).get("text")
-        body = (f"{esc(run.name)}: judged on the {esc(judged)} change vs step 0 and the English ruler's drift, it "
-                f"<b>{esc(verdict.outcome)}</b>; decided by {esc(deciding_number(run, verdict))}."
+        said = (f"<b>{esc(verdict.outcome)}</b>; {esc(deciding_number(run, verdict, terse=True))}" if judged_said else
+                f"judged on the {esc(judged)} change vs step 0 and the English ruler's drift, it "
+                f"<b>{esc(verdict.outcome)}</b>; decided by {esc(deciding_number(run, verdict))}")
+        body = (f"{esc(run.name)}: {said}."
                 + (f' <span class="ci-covers">{esc(covers)}.</span>' if covers and covers_said else ""))
     return f'<{tag} class="{css}" data-run="{esc(run.name)}">{body}</{tag}>'
 
@@ -121,15 +150,21 @@ def _group_numbers(group: RunGroup) -> str:
             + (_limit(limit) if limit else ""))
 
 
-def group_sentence_html(group: RunGroup) -> str:
+def group_sentence_html(group: RunGroup, judged: str | None = None) -> str:
     """One configuration's sentence (class verdict-sentence, data-config), its seeds' own sentences below."""
     numbers = _group_numbers(group)
     seeds = ", ".join(map(str, group.seeds))
     body = (f"{esc(group.name)} (seeds {esc(seeds)}): <b>{esc(_outcomes(group))}</b>"
             + (f"; {esc(numbers)}" if numbers else "") + ".")
-    details = "".join(sentence_html(run, covers_said=False, tag="li", css="seed-sentence") for run in group.runs)
+    details = "".join(sentence_html(run, covers_said=False, tag="li", css="seed-sentence",
+                                    judged_said=_said(run, judged)) for run in group.runs)
     return (f'<p class="verdict-sentence" data-config="{esc(group.name)}">{body}</p>\n'
             f'<ul class="seed-sentences" data-config="{esc(group.name)}">{details}</ul>')
+
+
+def _said(run: RunRecord, judged: str | None) -> bool:
+    """Whether what the run's verdict judged is the set said once above (judged_once)."""
+    return judged is not None and run.verdict is not None and judged_set(run.verdict) == judged
 
 
 def covers_once(groups: list[RunGroup]) -> str:
@@ -159,7 +194,10 @@ def lead_section(runs: list[RunRecord], picture: PlotFile | None, out_dir: Path,
     """The first screen: the sentences (one per configuration of seeds, one per other run), then the
     picture (or why there is none)."""
     groups = group_runs(runs) if groups is None else groups
-    sentences = "\n".join(group_sentence_html(g) if g.is_configuration else sentence_html(g.runs[0]) for g in groups)
+    judged = judged_once(runs)
+    sentences = "\n".join(([judged_once_html(judged, runs)] if judged else [])
+                          + [group_sentence_html(g, judged) if g.is_configuration
+                             else sentence_html(g.runs[0], judged_said=_said(g.runs[0], judged)) for g in groups])
     sentences += covers_once(groups)
     drawn = figures([picture], out_dir) if picture else "<p>No eval with both drift and an sftHeld change yet: no picture.</p>"
     return f'<section id="lead">\n{sentences}\n{drawn}\n</section>'

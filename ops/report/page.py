@@ -17,14 +17,16 @@ from tatu.daemon.ci_covers import ENV_FILE_PLACEHOLDER
 from tatu.daemon.run.paths import EVENTS, RunDir
 from tatu.daemon.run.records import EvalRecord
 from tatu.ops.report.cells import cell, row
+from tatu.ops.report.generations import generations_section
 from tatu.ops.report.groups import group_runs
 from tatu.ops.report.lead import judged_set, lead_section
 from tatu.ops.report.metric_sections import categories_section, tasks_section
+from tatu.ops.report.once import common_dir, opening, said_once, under
 from tatu.ops.report.picture import render_picture
-from tatu.ops.report.plots import render_plots
+from tatu.ops.report.plots import key, render_plots
 from tatu.ops.report.runs import RunRecord, fmt_int, load_run, report_sets
 from tatu.pages.figures import DPI, FIGSIZE, PlotFile
-from tatu.pages.markup import esc, figures, page, table, text_cell
+from tatu.pages.markup import esc, figures, folded, page, table, text_cell
 
 __all__ = ["build_report", "load_run", "render_plots", "RunRecord", "FIGSIZE", "DPI", "add_args", "main"]
 
@@ -42,19 +44,27 @@ def _value(change) -> float | None:
     return None if change is None else change.value
 
 
-def _covers(covers: dict | None, env_said_once: bool = False) -> str:
+def _covers_text(covers: dict | None, env_said_once: bool = False) -> str:
     """What an eval's or a verdict's CIs cover (its ci_covers), in the daemon's words
-    (tatu.daemon.ci_covers); nothing for a run written before the daemon said it. env_said_once: a
+    (tatu.daemon.ci_covers); "" for a run written before the daemon said it. env_said_once: a
     configuration's seed, whose env-file directory the lead says once, so its file is named
     <run>.env here, not by its path again."""
     covers = covers or {}
-    text = covers.get("text")
+    text = covers.get("text") or ""
     if text and env_said_once and covers.get("env_file"):
         text = text.replace(covers["env_file"], ENV_FILE_PLACEHOLDER)
-    return f' <span class="ci-covers">{esc(text)}.</span>' if text else ""
+    return text
 
 
-def _verdict_section(runs: list[RunRecord], env_said_once: frozenset[str] = frozenset()) -> str:
+def _line_without_covers(verdict) -> str:
+    """The verdict line without what its CIs cover, which the daemon appends to it: the lead says
+    that once (tatu.ops.report.lead), not once per run again in the table."""
+    covers = (verdict.ci_covers or {}).get("text")
+    line = verdict.line or verdict.reason or ""
+    return line.removesuffix(f"; {covers}") if covers else line
+
+
+def _verdict_section(runs: list[RunRecord]) -> str:
     rows, scope, sets = [], [], report_sets(runs)
     for run in runs:
         v = run.verdict
@@ -81,34 +91,39 @@ def _verdict_section(runs: list[RunRecord], env_said_once: frozenset[str] = froz
             + cell(numbers.worst_drift if numbers else None, "pct", "verdict/numbers/worst_drift")
         )
         rows.append(row(f'{text_cell(run.name)}{text_cell(run.status)}<td class="verdict">{esc(v.outcome)}</td>'
-                         f'{text_cell(v.line or v.reason or "")}{cells}', run.name))
+                         f'{text_cell(_line_without_covers(v))}{cells}', run.name))
         unjudged = [s for s in sets if s not in (judged, "enRuler")]
-        scope.append(f'<li data-run="{esc(run.name)}">{esc(run.name)}: the verdict covers the {esc(judged or "?")} '
-                     f"change vs step 0 and the English ruler (enRuler drift) only; {esc(', '.join(unjudged))} "
-                     f"{'is' if len(unjudged) == 1 else 'are'} shown but not judged."
-                     f"{_covers(v.ci_covers, run.name in env_said_once)}</li>")
+        scope.append((run.name, f"the verdict covers the {judged or '?'} change vs step 0 and the English ruler "
+                                f"(enRuler drift) only; {', '.join(unjudged)} {'is' if len(unjudged) == 1 else 'are'} "
+                                "shown but not judged."))
     header = ["run", "status", "verdict", "verdict line", "step", "judged change vs step 0 (sftHeld; ptVal for a trunk)",
               "final drift (judged)", "not judged: set", "its change vs step 0", "final drift_tronco", "worst drift"]
-    crit = "".join(
-        f"<p>Criteria of {esc(r.name)} (fixed in its config before the run): "
-        + "; ".join(f"<b>{esc(k)}</b>: {esc(c)}" for k, c in r.verdict.criteria.to_json().items()) + "</p>"
-        for r in runs if r.verdict)
-    scope_text = f'<p>What a verdict covers:</p><ul id="verdict-scope">{"".join(scope)}</ul>' if scope else ""
+    criteria = said_once([(r.name, "; ".join(f"<b>{esc(k)}</b>: {esc(c)}" for k, c in r.verdict.criteria.to_json().items()))
+                          for r in runs if r.verdict])
+    crit = "".join(f"<p>Criteria of {esc(who)} (fixed in its config before the run): {text}</p>" for who, text in criteria)
+    scope_text = ('<p>What a verdict covers (what its CIs cover: the sentences at the top):</p><ul id="verdict-scope">'
+                  + "".join(f"<li>{esc(opening(who))}: {esc(text)}</li>" for who, text in said_once(scope)) + "</ul>"
+                  if scope else "")
     return "<h2>Verdicts</h2>\n" + table(header, rows, "verdicts") + scope_text + crit
 
 
+def _comparisons(final, sets: list[str]) -> list[tuple[str, str, object]]:
+    """Each paired comparison at an eval: (its name, where in the eval, the change)."""
+    return ([("drift (enRuler vs this run's step 0)", "drift", final.drift),
+             ("drift_tronco (enRuler vs the trunk)", "drift_tronco", final.drift_tronco)]
+            + [(f"{s} change vs step 0", f"changes/{s}", final.changes[s]) for s in sets if s in final.changes])
+
+
 def _comparison_section(runs: list[RunRecord], env_said_once: frozenset[str] = frozenset()) -> str:
-    rows, sets = [], report_sets(runs)
+    """A block of rows per comparison (its name said once, each run's row below it), so the runs'
+    numbers for one comparison stand together."""
+    sets, blocks = report_sets(runs), {}
     for run in runs:
         final = run.final_eval
         if final is None:
-            rows.append(row(f'{text_cell(run.name)}<td colspan="7">no eval yet</td>', run.name))
             continue
         step = final.step
-        comparisons = [("drift (enRuler vs this run's step 0)", "drift", final.drift),
-                       ("drift_tronco (enRuler vs the trunk)", "drift_tronco", final.drift_tronco)]
-        comparisons += [(f"{s} change vs step 0", f"changes/{s}", final.changes[s]) for s in sets if s in final.changes]
-        for label, where, point in comparisons:
+        for label, where, point in _comparisons(final, sets):
             prefix = f"eval/{step}/{where}"
             if point is None:
                 cells = f'{cell(step, "int", f"eval/{step}/step")}<td colspan="5">n/a</td>'
@@ -117,17 +132,23 @@ def _comparison_section(runs: list[RunRecord], env_said_once: frozenset[str] = f
                          + cell(point.lo, "pct", f"{prefix}/lo") + cell(point.hi, "pct", f"{prefix}/hi")
                          + cell(point.p_value, "p", f"{prefix}/p_value")
                          + cell(point.mde, "rate", f"{prefix}/mde"))
-            rows.append(row(f"{text_cell(run.name)}{text_cell(label)}{cells}", run.name))
-    header = ["run", "paired comparison (same lines)", "step", "change", "CI lo", "CI hi", "p-value", "MDE"]
-    said = [r for r in runs if r.final_eval and _covers(r.final_eval.ci_covers)]
-    covers = "".join(f'<li data-run="{esc(r.name)}">{esc(r.name)}:'
-                     f'{_covers(r.final_eval.ci_covers, r.name in env_said_once)}</li>' for r in said)
+            blocks.setdefault(label, []).append(row(f"{text_cell(run.name)}{cells}", run.name))
+    header = ["run", "step", "change", "CI lo", "CI hi", "p-value", "MDE"]
+    rows = [f'<tr><th colspan="{len(header)}" class="block">{esc(label)}</th></tr>\n' + "\n".join(block)
+            for label, block in blocks.items()]
+    waiting = [r.name for r in runs if r.final_eval is None]
+    said = said_once([(r.name, text) for r in runs if r.final_eval
+                      and (text := _covers_text(r.final_eval.ci_covers, r.name in env_said_once))])
+    covers = "".join(f"<li>{esc(opening(who))}: {esc(text)}.</li>" for who, text in said)
     return ("<h2>Paired comparisons at the last eval</h2>\n<p>Each run against its own step-0 baseline "
             "(and the trunk), over the same lines: 95% CIs, p-values and the minimum detectable effect.</p>\n"
-            + table(header, rows, "comparisons") + (f'<ul id="comparisons-covers">{covers}</ul>' if covers else ""))
+            + (table(header, rows, "comparisons") if rows else "")
+            + (f"<p>No eval yet: {esc(', '.join(waiting))}.</p>" if waiting else "")
+            + (f'<ul id="comparisons-covers" class="ci-covers">{covers}</ul>' if covers else ""))
 
 
 def _history_section(runs: list[RunRecord]) -> str:
+    """Every eval of every run, a table per run, folded (the plots above draw the same numbers)."""
     parts, sets = ["<h2>Evals</h2>"], report_sets(runs)
     for run in runs:
         rows = []
@@ -144,9 +165,12 @@ def _history_section(runs: list[RunRecord]) -> str:
             flags = ("best" if record.best else "") + (f" ABORT: {record.abort}" if record.abort else "")
             rows.append(row(cells + text_cell(flags.strip()), run.name, title=record.line))
         header = ["step"] + [f"{s} {f}" for s in sets for f in ("ppl", "lo", "hi")] + ["drift", "drift lo", "drift hi", ""]
-        extra = f" ({run.resumes} restart{'s' if run.resumes != 1 else ''})" if run.resumes else ""
-        parts.append(f"<h3>{esc(run.name)}{esc(extra)}</h3>")
-        parts.append(table(header, rows, f"evals-{esc(run.name)}") if rows else "<p>no eval yet</p>")
+        extra = f", {run.resumes} restart{'s' if run.resumes != 1 else ''}" if run.resumes else ""
+        if rows:
+            parts.append(folded(f"{run.name}: {len(rows)} evals, steps {run.evals[0].step} to {run.evals[-1].step}{extra}",
+                                table(header, rows, f"evals-{esc(run.name)}")))
+        else:
+            parts.append(f"<p>{esc(run.name)}: no eval yet{esc(extra)}</p>")
     return "\n".join(parts)
 
 
@@ -164,50 +188,37 @@ def _config_section(runs: list[RunRecord]) -> str:
         body = "<p>The configs are identical.</p>"
     else:
         body = table(["variable"] + [r.name for r in runs], rows, "config-diff")
-    full = "".join(
-        f"<details><summary>{esc(r.name)}: full config ({esc(r.config_note)})</summary><pre>"
-        f"{esc(json.dumps(r.config, indent=1, sort_keys=True))}</pre></details>" for r in known)
-    trains = "".join(f"<p>{esc(r.name)} trains: {esc(r.trainable)}</p>" for r in runs if r.trainable)
-    return "<h2>Config differences</h2>\n" + notes + trains + body + full
+    trains = "".join(f"<p>{esc(opening(who))} trains: {esc(line)}</p>"
+                     for who, line in said_once([(r.name, r.trainable) for r in runs if r.trainable]))
+    return "<h2>Config differences</h2>\n" + notes + trains + body + _full_configs(known, differing)
 
 
-def _generations_section(runs: list[RunRecord]) -> str:
-    parts = ["<h2>Generations at the last eval that produced them</h2>"]
-    for run in runs:
-        record = run.last_generations
-        parts.append(f"<h3>{esc(run.name)}</h3>")
-        if record is None:
-            parts.append("<p>no generations in the events (TATU_GEN_PROMPTS=0, or no eval yet)</p>")
-            continue
-        step, gen = record.step, record.generations
-        accuracy = gen.get("accuracy") or {}
-        prefix = f"eval/{step}/generations"
-        cells = (cell(step, "int", f"eval/{step}/step")
-                 + cell(accuracy.get("value"), "rate", f"{prefix}/accuracy/value")
-                 + cell(accuracy.get("lo"), "rate", f"{prefix}/accuracy/lo")
-                 + cell(accuracy.get("hi"), "rate", f"{prefix}/accuracy/hi")
-                 + cell(accuracy.get("n"), "int", f"{prefix}/accuracy/n"))
-        invented = gen.get("invented")
-        if invented:
-            cells += (cell(invented.get("rate"), "rate", f"{prefix}/invented/rate")
-                      + "".join(cell(invented[k], "rate", f"{prefix}/invented/{k}") for k in ("lo", "hi") if k in invented)
-                      + cell(invented.get("n_invented"), "int", f"{prefix}/invented/n_invented")
-                      + cell(invented.get("n_words"), "int", f"{prefix}/invented/n_words")
-                      + text_cell(", ".join(map(str, invented.get("examples") or []))))
-        else:
-            cells += '<td colspan="4">n/a (no dictionary)</td>'
-        header = ["step", "accuracy", "CI lo", "CI hi", "n", "invented-word rate", "invented", "words", "examples"]
-        parts.append(table(header, [row(cells, run.name)], f"gen-summary-{esc(run.name)}"))
-        samples = [row(f"{text_cell(s.get('prompt', ''))}{text_cell(s.get('reference', ''))}{text_cell(s.get('output', ''))}")
-                   for s in gen.get("samples") or []]
-        parts.append(table(["prompt", "reference", "output (greedy)"], samples, f"gen-samples-{esc(run.name)}"))
-    return "\n".join(parts)
+def _full_configs(known: list[RunRecord], differing: list[str]) -> str:
+    """Every variable of every known config, folded: those the runs share once (those that differ
+    are in the table above), and where each run's config was read from."""
+    if not known:
+        return ""
+    shared = {k: v for k, v in known[0].config.items() if k not in differing}
+    base = common_dir([Path(r.config_note) for r in known])
+    sources = "; ".join(f"{r.name}: {under(Path(r.config_note), base)}" for r in known)
+    what = "the full config" if len(known) == 1 else "the variables every config shares (those that differ are above)"
+    return (f"<details><summary>{esc(what)}, read from {esc(base)}</summary>"
+            f"<p>{esc(sources)}</p><pre>{esc(json.dumps(shared, indent=1, sort_keys=True))}</pre></details>")
 
 
-def _plots_section(plots: list[PlotFile], out_dir: Path) -> str:
+def _sources(runs: list[RunRecord]) -> str:
+    """Where every number comes from: each run's events file, the directory that holds them said once."""
+    files = [RunDir(r.run_dir).events_file for r in runs]
+    base = common_dir(files)
+    listed = "".join(f"<li>{esc(under(f, base))} ({len(r.evals)} evals, last step {fmt_int(r.last_step)}; "
+                     f"{esc(r.status)})</li>" for f, r in zip(files, runs))
+    return f"<p>Every number on this page is read from these {EVENTS} files, in {esc(base)}:</p><ul>{listed}</ul>"
+
+
+def _plots_section(plots: list[PlotFile], out_dir: Path, groups) -> str:
     if not plots:
         return "<h2>Plots</h2><p>no eval events yet: nothing to plot</p>"
-    return "<h2>Plots</h2>\n" + figures(plots, out_dir)
+    return f'<h2>Plots</h2>\n<p id="plots-key">{esc(key(groups))}</p>\n' + figures(plots, out_dir)
 
 
 def _unique_names(runs: list[RunRecord]) -> None:
@@ -229,16 +240,13 @@ def build_report(run_dirs: list[Path | str], out_dir: Path | str) -> Path:
     groups = group_runs(runs)  # the seeds of a sweep configuration together (one colour, band, sentence)
     env_said_once = frozenset(r.name for g in groups if g.is_configuration for r in g.runs)
     plots = render_plots(runs, out_dir, groups)
-    sources = "".join(f"<li>{esc(r.name)}: {esc(RunDir(r.run_dir).events_file)} ({len(r.evals)} evals, "
-                      f"last step {fmt_int(r.last_step)}; {esc(r.status)})</li>" for r in runs)
     # the answer first (docs/operations.md#the-run-report): the sentences and the picture, the other plots, then the tables
     named = [f"{g.name} (seeds {', '.join(map(str, g.seeds))})" if g.is_configuration else g.name for g in groups]
     html_text = page(f"tatu report: {', '.join(named)}", [
-        lead_section(runs, render_picture(runs, out_dir, groups), out_dir, groups), _plots_section(plots, out_dir),
-        f"<p>Every number on this page is read from these {EVENTS} files:</p><ul>{sources}</ul>",
-        _verdict_section(runs, env_said_once), _comparison_section(runs, env_said_once), categories_section(runs), tasks_section(runs),
-        _config_section(runs),
-        _generations_section(runs), _history_section(runs),
+        lead_section(runs, render_picture(runs, out_dir, groups), out_dir, groups), _plots_section(plots, out_dir, groups),
+        _sources(runs), _verdict_section(runs), _comparison_section(runs, env_said_once),
+        categories_section(runs), tasks_section(runs), _config_section(runs), generations_section(runs),
+        _history_section(runs),
     ])
     index = out_dir / "index.html"
     index.write_text(html_text, encoding="utf-8")

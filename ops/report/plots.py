@@ -2,8 +2,10 @@
 
 Runs are drawn by group (ops/report/groups.py): a run alone keeps its own line and CI band; the
 seeds of one sweep configuration share one colour, each seed a thin line, and the configuration
-has one band, the crossed CI over its seeds x lines, around the mean over seeds. No two groups
-share a colour while the palette lasts (eight groups)."""
+has one band, the crossed CI over its seeds x lines, around the mean over seeds. Everything drawn
+for a group is in its colour (its aborts too, an X: tatu.pages.figures.abort_mark), and no two
+groups share one while the palette lasts (eight groups). How to read the plots is said once, above
+them (key); each plot's own caption says only what it plots. The plots are drawn two to a row."""
 from __future__ import annotations
 
 import math
@@ -13,7 +15,7 @@ from pathlib import Path
 from tatu.daemon.run.records import EvalRecord
 from tatu.ops.report.groups import Band, RunGroup, crossed_band, group_runs
 from tatu.ops.report.runs import RunRecord, fmt_int, fmt_pct, number, report_sets
-from tatu.pages.figures import ABORT_MARK, PlotFile, colour as _colour, new_axes, save
+from tatu.pages.figures import PAIR_FIGSIZE, PlotFile, abort_mark, colour as _colour, new_axes, save
 
 # A forget limit this far above every plotted drift would flatten the curves into a line at 0:
 # it is then written on the plot instead of drawn.
@@ -73,12 +75,14 @@ def group_limits(groups: list[RunGroup]) -> list[tuple[float, list[int]]]:
 
 
 def _draw_run(ax, index: int, run: RunRecord, metric: Metric, scale: float) -> float | None:
-    """One run's line, CI band, best star and abort mark; the top of its band (None: no data)."""
+    """One run's line in its CI band (one legend entry), best star and abort mark, all in its
+    colour; the top of its band (None: no data)."""
     steps, values, lows, highs = _series(run, metric)
     if not steps:
         return None
     colour = _colour(index)
-    ax.fill_between(steps, [v * scale for v in lows], [v * scale for v in highs], color=colour, alpha=0.2, linewidth=0)
+    ax.fill_between(steps, [v * scale for v in lows], [v * scale for v in highs], color=colour, alpha=0.2, linewidth=0,
+                    label=run.name)
     ax.plot(steps, [v * scale for v in values], marker="o", markersize=3, color=colour, label=run.name)
     best = run.best_eval
     if best is not None and best.step in steps:
@@ -95,10 +99,10 @@ def _draw_run(ax, index: int, run: RunRecord, metric: Metric, scale: float) -> f
         before = [i for i, s in enumerate(steps) if step is None or s <= step]
         at = before[-1] if before else len(steps) - 1
         x = steps[at] if step is None else step
-        ax.axvline(x, color="red", linestyle=":", linewidth=1.0)
+        label = f"{run.name} aborted at step {fmt_int(step)}: {reason}"
+        ax.axvline(x, color=colour, linestyle=":", linewidth=1.0, label=label)
         # drawn under the best star (an abort often happens at the best step) and larger, so both show
-        ax.plot([x], [values[at] * scale], markersize=18, zorder=3, **ABORT_MARK,
-                label=f"{run.name} aborted at step {fmt_int(step)}: {reason}")
+        ax.plot([x], [values[at] * scale], markersize=18, zorder=3, **abort_mark(colour), label=label)
     return max([-math.inf, *(h * scale for h in highs if math.isfinite(h))])
 
 
@@ -137,15 +141,16 @@ def _seeds_text(group: RunGroup) -> str:
 
 def _draw_group(ax, index: int, group: RunGroup, metric: Metric, scale: float, band: Band | None) -> float | None:
     """A configuration's seeds as thin lines of its colour, its band (crossed, over seeds x lines)
-    around the mean over seeds, each seed's best star and abort mark, one legend entry each;
-    the top of what was drawn (None: no data)."""
+    around the mean over seeds (one entry: the mean line on its band), each seed's best star and
+    abort mark, one legend entry each, all in the configuration's colour; the top of what was drawn
+    (None: no data)."""
     colour, tops, aborted = _colour(index), [], []
     for run in group.runs:
         steps, values, _, _ = _series(run, metric)
         if not steps:
             continue
         ax.plot(steps, [v * scale for v in values], color=colour, linewidth=0.8, alpha=0.75, marker="o", markersize=2,
-                label=f"{group.name}: seeds {_seeds_text(group)}, one thin line each" if not tops else None)
+                label=f"{group.name}: seeds {_seeds_text(group)} (thin lines)" if not tops else None)
         tops += [v * scale for v in values if math.isfinite(v)]
         best = run.best_eval
         if best is not None and best.step in steps:
@@ -155,19 +160,20 @@ def _draw_group(ax, index: int, group: RunGroup, metric: Metric, scale: float, b
             step, _ = run.abort
             before = [i for i, s in enumerate(steps) if step is None or s <= step]
             at = before[-1] if before else len(steps) - 1
-            ax.plot([steps[at] if step is None else step], [values[at] * scale], markersize=12, zorder=3, **ABORT_MARK)
+            ax.plot([steps[at] if step is None else step], [values[at] * scale], markersize=12, zorder=3,
+                    **abort_mark(colour))
             aborted.append(f"s{group.seeds[group.runs.index(run)]} at step {fmt_int(step)}")
     if not tops:
         return None
     if band is not None:
-        ax.fill_between(band.steps, band.lo, band.hi, color=colour, alpha=0.2, linewidth=0,
-                        label=f"{group.name}: 95% CI of the mean over seeds x lines (max {max(band.n_seeds)} seeds)")
-        ax.plot(band.steps, band.mean, color=colour, linewidth=2.0)
+        label = f"{group.name}: mean (thick) and 95% CI of the mean over seeds x lines (max {max(band.n_seeds)} seeds)"
+        ax.fill_between(band.steps, band.lo, band.hi, color=colour, alpha=0.2, linewidth=0, label=label)
+        ax.plot(band.steps, band.mean, color=colour, linewidth=2.0, label=label)
         tops += [h for h in band.hi if math.isfinite(h)]
     ax.plot([], [], marker="*", markersize=10, color=colour, markeredgecolor="black", linestyle="none",
             label=f"{group.name}: each seed's best/ (by {_best_set(group)})")
     if aborted:
-        ax.plot([], [], markersize=12, **ABORT_MARK,
+        ax.plot([], [], markersize=12, **abort_mark(colour),
                 label=f"{group.name}: {len(aborted)} of {len(group.runs)} seeds aborted ({', '.join(aborted)})")
     return max(tops)
 
@@ -181,7 +187,7 @@ def _plot(groups: list[RunGroup], metric: Metric, title: str, ylabel: str, path:
           draw_limits: bool = False, log_y: bool = False, bands=None) -> PlotFile | None:
     """One PNG of a metric per eval step, every group overlaid; None when no run has the metric.
     bands(group): a configuration's crossed band (None: none drawn)."""
-    fig, ax = new_axes()
+    fig, ax = new_axes(PAIR_FIGSIZE)
     tops = []
     for index, group in enumerate(groups):
         if group.is_configuration:
@@ -202,9 +208,19 @@ def _plot(groups: list[RunGroup], metric: Metric, title: str, ylabel: str, path:
     return save(fig, ax, path, caption, notes)
 
 
-GROUPED = ("; a configuration run at several seeds: one colour, its seeds thin lines, one band, the 95% CI of the "
-           "mean change vs step 0 over its seeds x the lines every seed scored (crossed, evals/seeds/stats.py; on a "
-           "perplexity plot drawn around the mean perplexity, so it is a point at step 0), the mean a thick line")
+def key(groups: list[RunGroup]) -> str:
+    """How to read the plots, said once above them: what every line, band and mark stands for."""
+    said = ["Each plot: one point per eval step, one colour per run or configuration, every mark in its colour."]
+    if any(g.is_configuration for g in groups):
+        said.append("A configuration run at several seeds: its seeds thin lines, their mean a thick line in one band, "
+                    "the 95% CI of the mean change vs step 0 over its seeds x the lines every seed scored (crossed, "
+                    "evals/seeds/stats.py); on a perplexity plot the band is drawn around the mean perplexity, so it "
+                    "is a point at step 0.")
+    if not all(g.is_configuration for g in groups):
+        said.append("A run alone: its line in its own 95% CI band.")
+    said.append("A star marks the step of best/ (chosen by the run's best_set), an X where a run aborted; on the drift "
+                "plot MIX_FORGET_LIMIT is dashed, one line per distinct value.")
+    return " ".join(said)
 
 
 def render_plots(runs: list[RunRecord], out_dir: Path, groups: list[RunGroup] | None = None) -> list[PlotFile]:
@@ -212,20 +228,17 @@ def render_plots(runs: list[RunRecord], out_dir: Path, groups: list[RunGroup] | 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     groups = group_runs(runs) if groups is None else groups
-    grouped = GROUPED if any(g.is_configuration for g in groups) else ""
     written = []
     for set_name in report_sets(runs):
         plot = _plot(groups, set_ppl(set_name), f"{set_name} perplexity (95% CI band)", "ppl",
                      out_dir / f"{set_name}.png", log_y=True,
                      bands=lambda g, s=set_name: crossed_band(g, s, "ppl"),
-                     caption=f"{set_name} perplexity per eval step (log scale), 95% CI band, the step of best/ starred "
-                             "(best is chosen by the run's best_set), aborts marked with a red X" + grouped)
+                     caption=f"{set_name} perplexity per eval step (log scale)")
         if plot is not None:
             written.append(plot)
     plot = _plot(groups, ruler_drift, "enRuler drift vs the run's step 0 (95% paired CI band)", "drift (%)",
                  out_dir / "drift.png", scale=100.0, draw_limits=True, bands=lambda g: crossed_band(g, "enRuler", "change"),
-                 caption="drift per eval step, paired 95% CI band, MIX_FORGET_LIMIT dashed (one line per distinct "
-                         "value), the step of best/ starred, aborts marked with a red X" + grouped)
+                 caption="enRuler drift per eval step vs each run's step 0, paired CI")
     if plot is not None:
         written.append(plot)
     return written

@@ -4,6 +4,8 @@ matplotlib on the Agg canvas (no global pyplot state, so reports can be drawn si
 A legend is drawn below the axes, never on them (it would cover data wherever matplotlib's
 "best" found room or not); the figure grows taller by the legend's rows, so the axes keep their
 size. PlotFile records where the axes and the legend ended up, so tests can check they do not meet.
+Artists drawn with one label are one legend entry, drawn over each other (a mean line on its band).
+Text written beside points (a path's steps) is moved apart until no two labels meet (separate).
 """
 from __future__ import annotations
 
@@ -12,11 +14,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 FIGSIZE = (7.0, 4.0)  # inches, before the legend's rows are added below
+# a figure shown two to a row in the pages' 1200 px column (with its 1em margin): 2 x (580 + 16) <= 1200
+PAIR_FIGSIZE = (5.8, 3.4)
 DPI = 100
-PLOT_WIDTH = round(FIGSIZE[0] * DPI)  # every PNG's width in pixels; its height is PlotFile.size[1]
+PLOT_WIDTH = round(FIGSIZE[0] * DPI)  # a full-width PNG's width in pixels; its height is PlotFile.size[1]
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
-# what marks a run that stopped early (an abort), on every plot of either report
-ABORT_MARK = {"marker": "X", "color": "red", "markeredgecolor": "black", "linestyle": "none"}
+
+
+def abort_mark(colour: str) -> dict:
+    """What marks a run that stopped early (an abort), on every plot of either report: a black-edged
+    X (a shape no other mark has) filled with its run's or configuration's colour."""
+    return {"marker": "X", "color": colour, "markeredgecolor": "black", "linestyle": "none"}
+
+
+# the sweep page's abort mark (sweep/plots.py), red whatever its configuration's colour, until it
+# draws each in its configuration's colour with abort_mark(colour) as the run report does
+ABORT_MARK = abort_mark("red")
 LEGEND_ROW_INCHES = 0.19  # one legend entry at 7-8 pt with matplotlib's default spacing, rounded up
 
 
@@ -60,14 +73,35 @@ class PlotFile:
     bands: tuple[str, ...] = field(default=())  # the fill colour (#rrggbb) of every CI band on the axes, as drawn
 
 
-def new_axes():
-    """(figure, axes) of the shared size, on its own Agg canvas, laid out so a legend fits outside."""
+def new_axes(figsize: tuple[float, float] = FIGSIZE):
+    """(figure, axes) of the shared size (PAIR_FIGSIZE: two to a row), on its own Agg canvas, laid
+    out so a legend fits outside."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
+    fig = Figure(figsize=figsize, dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     return fig, fig.add_subplot(1, 1, 1)
+
+
+LABEL_GAP_PX = 2  # room kept between two labels written beside points
+
+
+def separate(fig, texts) -> None:
+    """Move labels written beside points (annotations with an offset) down, one after another,
+    until none meets another: labels of points close together (seeds ending near each other, every
+    path's step 0 at the origin) would otherwise print over each other."""
+    renderer = fig.canvas.get_renderer()
+    placed = []
+    for text in texts:
+        for _ in range(len(placed) + 1):
+            box = text.get_window_extent(renderer)
+            hit = next((other for other in placed if box.overlaps(other)), None)
+            if hit is None:
+                break
+            dx, dy = text.xyann  # offset points: move below what it met
+            text.xyann = (dx, dy - (box.y1 - hit.y0 + LABEL_GAP_PX) * 72 / fig.dpi)
+        placed.append(text.get_window_extent(renderer))
 
 
 def _box(artist, renderer) -> Box:
@@ -93,7 +127,7 @@ def _fit_legend(fig, handles, labels: list[str], legend_size: int):
     figure grown until its last row is inside it (measured, not estimated)."""
     width_px = fig.get_figwidth() * fig.dpi
     wrap = LEGEND_WRAP_CHARS
-    fig.set_figheight(FIGSIZE[1] + LEGEND_ROW_INCHES * len(labels) * legend_size / 7)
+    fig.set_figheight(fig.get_figheight() + LEGEND_ROW_INCHES * len(labels) * legend_size / 7)
     for _ in range(12):
         shown = ["\n".join(textwrap.wrap(label, wrap, break_long_words=True)) or label for label in labels]
         legend = fig.legend(handles, shown, loc="outside lower center", fontsize=legend_size, ncols=1, frameon=False)
@@ -112,10 +146,26 @@ def _fit_legend(fig, handles, labels: list[str], legend_size: int):
     return legend
 
 
-def save(fig, ax, path: Path, caption: str, notes: list[str] | None = None, legend_size: int = 7) -> PlotFile:
-    """The legend drawn below the axes (one entry a row), the PNG written; what was drawn and where."""
-    handles, labels = ax.get_legend_handles_labels()
+def _entries(ax) -> tuple[list, list[str]]:
+    """The legend's (handles, labels): artists drawn with one label are one entry, a tuple of their
+    handles that the legend draws over each other, in the order the labels first came."""
+    by_label: dict[str, list] = {}
+    for handle, label in zip(*ax.get_legend_handles_labels()):
+        by_label.setdefault(label, []).append(handle)
+    return [h[0] if len(h) == 1 else tuple(h) for h in by_label.values()], list(by_label)
+
+
+def save(fig, ax, path: Path, caption: str, notes: list[str] | None = None, legend_size: int = 7,
+         apart=()) -> PlotFile:
+    """The legend drawn below the axes (one entry a row), the labels in `apart` moved apart once the
+    layout is final (separate), the PNG written; what was drawn and where."""
+    handles, labels = _entries(ax)
     legend = _fit_legend(fig, handles, labels, legend_size) if labels else None
+    if apart:
+        for text in apart:
+            text.set_in_layout(False)  # a label moved must not move the axes it was placed on
+        fig.draw_without_rendering()
+        separate(fig, apart)
     fig.savefig(path, format="png", dpi=DPI)
     renderer = fig.canvas.get_renderer()
     width, height = fig.canvas.get_width_height()

@@ -3,6 +3,7 @@ that a real run says it in run.log, verdict.json, `tatu status` (text and --json
 with the line counts of the eval files it read."""
 from __future__ import annotations
 
+import html
 import io
 import json
 import os
@@ -147,8 +148,8 @@ def test_the_report_says_what_the_cis_cover(finished):
     verdict = json.loads((finished["run"] / "verdict.json").read_text())
     events = [json.loads(line) for line in (finished["run"] / "events.jsonl").read_text().splitlines()]
     last_eval = [e for e in events if e["event"] == "eval"][-1]
-    scope = page[page.index('id="verdict-scope"'):]
-    assert verdict["ci_covers"]["text"] in scope[:scope.index("</ul>")]
+    lead = page[page.index('<section id="lead">'):page.index("</section>")]  # said once, in the run's sentence
+    assert html.escape(verdict["ci_covers"]["text"]) in lead
     comparisons = page[page.index('id="comparisons-covers"'):]
     assert last_eval["ci_covers"]["text"] in comparisons[:comparisons.index("</ul>")]
     assert f"{_scored_lines(finished['data'], 'enRuler')} enRuler" in last_eval["ci_covers"]["text"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import html
 import json
 import re
 import struct
@@ -15,6 +16,7 @@ from run_records import verdict
 from tatu.exitcodes import BAD_DATA, TatuExit
 from tatu.ops import cli
 from tatu.ops.report import page as report
+from tatu.pages.figures import PAIR_FIGSIZE
 
 PLOTS = ("sftHeld.png", "ptVal.png", "enRuler.png", "drift.png")
 
@@ -159,16 +161,17 @@ def _png_size(data: bytes) -> tuple[int, int]:
 
 def test_pngs_render_at_the_expected_size_and_the_page_references_them(runs):
     parsed = _parse(runs["index"])
-    expected = (round(report.FIGSIZE[0] * report.DPI), round(report.FIGSIZE[1] * report.DPI))
+    # drawn two to a row (tatu.pages.figures.PAIR_FIGSIZE)
+    expected = (round(PAIR_FIGSIZE[0] * report.DPI), round(PAIR_FIGSIZE[1] * report.DPI))
     embedded = [base64.b64decode(link.split(",", 1)[1]) for link in parsed.links if link.startswith("data:image/png;base64,")]
     for name in PLOTS:
         data = (runs["out"] / name).read_bytes()
         assert len(data) > 5000, name  # axes, two curves, bands: not a blank image
         # the shared width; the base height plus the legend's rows below the axes
         width, height = _png_size(data)
-        assert width == expected[0] == 700 and height > expected[1] == 400, (name, width, height)
+        assert width == expected[0] == 580 and height > expected[1] == 340, (name, width, height)
         # the page gives the browser the PNG's own size (not the base one, which would squash it)
-        figure = re.search(rf'<figure><a href="{re.escape(name)}"><img [^>]*>', runs["index"].read_text()).group(0)
+        figure = re.search(rf'<figure[^>]*><a href="{re.escape(name)}"><img [^>]*>', runs["index"].read_text()).group(0)
         assert f'width="{width}" height="{height}"' in figure, figure
         assert name in parsed.links
         assert data in embedded  # self-contained: the same image is inside the page
@@ -315,7 +318,17 @@ def test_an_aborted_run_is_marked_on_every_plot_and_on_the_page(tmp_path):
     status = {r["run"]: r["texts"][1] for r in rows[:3]}
     assert status == {"by-event": f"aborted at step 4: {reason}", "by-verdict": f"aborted at step 4: {reason}",
                       "nan-loss": "aborted at step 6: non-finite loss (no verdict)"}
-    assert "aborts marked with a red X" in page
+    assert "aborts marked with an X in the run's colour" in html.unescape(page)
+    # each run's X is filled with its own line's colour, not one red for every run
+    from matplotlib.colors import to_hex
+    from tatu.ops.report.picture import picture_axes
+
+    _, ax, _ = picture_axes(records)
+    line_colour = {line.get_label(): to_hex(line.get_color()) for line in ax.get_lines() if line.get_marker() == "o"}
+    marks = {line.get_label().split(" aborted")[0]: to_hex(line.get_markerfacecolor())
+             for line in ax.get_lines() if line.get_marker() == "X"}
+    assert marks == {name: line_colour[name] for name in ("by-event", "by-verdict", "nan-loss")}
+    assert len(set(marks.values())) == 3
 
 
 def test_a_run_that_did_not_abort_has_no_abort():

@@ -149,3 +149,23 @@ def test_absent_word_categories_are_one_line_without_the_install_hint(tmp_path):
     assert re.findall(r'<p class="absent"[^>]*>(.*?)</p>', page) == [
         "Word categories: none for a, b (the data dir was built without tags; docs/metrics.md says how to get them)."]
     assert "apt-get" not in page and '<table id="categories"' not in page
+
+
+def test_what_the_verdicts_judge_is_said_once_and_a_run_that_judged_another_set_says_its_own(tmp_path):
+    sft, drift = change_point(-0.2), change_point(0.02)
+    dirs = []
+    for name, judged in (("a", "sftHeld"), ("b", "sftHeld"), ("trunk", "ptVal")):
+        numbers = {"step": 4, f"{judged}_change": sft, "drift": drift, "worst_drift": 0.02, "worst_drift_step": 4,
+                   "aborted": None}
+        events = [eval_event(0, 9.0, 31.0, 52.0, 0.0, True), eval_event(4, 8.5, 31.5, 53.0, 0.02, True),
+                  {"event": "verdict", "step": 4, "verdict": "holds", "line": "VERDICT", "numbers": numbers,
+                   "criteria": CRITERIA}]
+        dirs.append(write_run(tmp_path / name, events, BASE_CONFIG if judged == "sftHeld" else {"TATU_MODE": "trunk"}))
+    page = build_report(dirs, tmp_path / "out").read_text(encoding="utf-8")
+    lead = _text(page[page.index('<section id="lead">'):page.index("</section>")])
+    assert lead.count("judged on the sftHeld change vs step 0 and the English ruler's drift") == 1
+    assert "; trunk: as its sentence says." in lead
+    for name in ("a", "b"):
+        assert f"{name}: holds; sftHeld {_ci(sft)} and drift {_ci(drift)} at step 4." in lead
+    assert (f"trunk: judged on the ptVal change vs step 0 and the English ruler's drift, it holds; decided by ptVal "
+            f"{_ci(sft)} at step 4, below 0 beyond its CI") in lead

@@ -13,6 +13,7 @@ import struct
 import pytest
 
 import browser
+import sentences
 from page_world import report_runs, seed_member_runs, sweep_data
 from strict import cannot_run
 from tatu.ops import packages
@@ -119,6 +120,33 @@ def check_figures(page, work) -> list[browser.FigurePixels]:
     return figures
 
 
+HUE_SAME = 20  # degrees: two markers of one configuration (anti-aliased, on white) stay this close
+HUE_APART = 40  # degrees: two configurations' colours are at least this far apart
+
+
+def _apart(a: float, b: float) -> float:
+    return min(abs(a - b), 360 - abs(a - b))
+
+
+def check_colours(figures: list[browser.FigurePixels], configurations: list[str]) -> None:
+    """On every figure, every legend entry of a configuration ("replay-n0: ...") is drawn in that
+    configuration's hue, the hue of its first entry (its seeds' lines), and no two configurations
+    share a hue; entries of no configuration (a limit shared by several, drawn black) are left out."""
+    for figure in figures:
+        hues = {}
+        for entry in figure.entries:
+            name = entry["label"].split(":")[0]
+            if name not in configurations:
+                continue
+            assert entry["hue"] is not None, (figure.name, "no colour", entry)
+            first = hues.setdefault(name, entry["hue"])
+            assert _apart(entry["hue"], first) <= HUE_SAME, (figure.name, "not its configuration's colour", entry, first)
+        assert sorted(hues) == sorted(configurations), (figure.name, hues)
+        for a in configurations:
+            for b in configurations:
+                assert a == b or _apart(hues[a], hues[b]) >= HUE_APART, (figure.name, "configurations share a colour", hues)
+
+
 def keep(shot, name: str):
     """A screenshot kept where a reader can open it: TATU_TEST_ARTIFACTS when set, else the test's
     tmp dir (pytest keeps the last three); the path printed (pytest -s, or -rP, shows it)."""
@@ -144,6 +172,7 @@ def test_the_six_run_report_reads_by_configuration_in_a_browser(chromium, six_ru
     figures = check_figures(six_run_report, tmp_path)
     banded = [f for f in figures if f.bands]
     assert len(banded) == 4 and all(len(f.bands) == 2 for f in banded)  # ppl x3 and drift: one band per configuration
+    check_colours(figures, ["replay-n0", "replay-n6"])
     keep(browser.screenshot(six_run_report, tmp_path / "six-runs-first-screen.png", tmp_path), "six-runs-first-screen.png")
     keep(browser.full_screenshot(six_run_report, tmp_path / "six-runs-page.png", tmp_path), "six-runs-page.png")
 
@@ -165,3 +194,46 @@ def test_the_figure_checks_fail_on_a_cut_legend_and_on_bands_of_one_colour(chrom
     one = report_page.build_report(runs, tmp_path / "one")
     with pytest.raises(AssertionError, match="share a colour"):
         check_figures(one, tmp_path / "w2")
+
+
+# The six-run report's height at 1280 px before issue 44 item 4 (commit 6f2b072, Chromium 1280 px wide,
+# this fixture): the report now reads in at most half of it.
+SIX_RUN_HEIGHT_BEFORE = 10800
+
+
+def check_reading(page, work) -> browser.Reading:
+    """No clause (sentences.py) said more than twice in the page's text, folded parts included."""
+    seen = browser.reading(page, work)
+    assert sentences.clauses(seen.text), "no text read from the page"
+    assert sentences.repeated(seen.text) == {}, "said more than twice"
+    return seen
+
+
+def test_the_six_run_report_says_each_caveat_once_in_half_the_height(chromium, six_run_report, tmp_path):
+    seen = check_reading(six_run_report, tmp_path)
+    assert seen.height <= SIX_RUN_HEIGHT_BEFORE / 2, seen.height
+    # the env files' directory, a long path, once
+    assert seen.text.count(str(six_run_report.parent.parent / "sweeps" / "demo-replay" / "env")) == 1
+
+
+def test_the_reading_checks_fail_on_a_repeated_caveat_and_on_a_configuration_drawn_in_two_colours(
+        chromium, tmp_path, monkeypatch):
+    """Each check goes red on what it guards against: a caveat said three times, and the aborted
+    seeds' marks drawn red on a blue configuration (as before issue 44)."""
+    from tatu.ops.report import page as report_page, picture, plots
+
+    runs = seed_member_runs(tmp_path / "runs")
+    index = report_page.build_report(runs, tmp_path / "out")
+    text = index.read_text(encoding="utf-8")
+    caveat = "<p>Run-to-run variation is not included in a single run's CIs.</p>"
+    repeated = tmp_path / "out" / "repeated.html"
+    repeated.write_text(text.replace("</body>", caveat * 3 + "</body>"), encoding="utf-8")
+    with pytest.raises(AssertionError, match="said more than twice"):
+        check_reading(repeated, tmp_path / "w1")
+    drawn = plots.abort_mark
+    red = lambda colour: drawn("red")  # noqa: E731 - every abort red, whatever its configuration
+    monkeypatch.setattr(plots, "abort_mark", red)
+    monkeypatch.setattr(picture, "abort_mark", red)
+    mixed = report_page.build_report(runs, tmp_path / "mixed")
+    with pytest.raises(AssertionError, match="not its configuration's colour"):
+        check_colours(browser.figure_pixels(mixed, tmp_path / "w2"), ["replay-n0", "replay-n6"])
