@@ -13,14 +13,15 @@ each run evals at step 0 and at its end. Printed per row:
 - max |dloss|: the largest difference of a step's logged loss;
 - max |dw|: the largest difference of any final weight, and how many tensors are bit-identical;
 - EVAL: whether the end's EVAL lines (run.log, without the seconds) are equal to their printed
-  digits, else the largest difference of a printed number and the first differing pair.
+  digits, else how many printed numbers differ and the pair that differs most.
 
     .venv/bin/python -u bench/ddp_equivalence.py [--per-rank 1,3,7] [--steps 4,8,16,24] [--shape tests|demo]
-                                                 [--anchor-weight W]
+                                                 [--anchor-weight W] [--data DIR --trunk CKPT]
 
 --shape demo runs the demo's model and micro-batches (ops/demo.py's SCALES["demo"]: 4 layers x 128,
 8 x 128 tokens a micro-batch) on the same tiny world; --anchor-weight adds TATU_ANCHOR=l2sp with
-that weight (L2-SP toward the trunk) to every row.
+that weight (L2-SP toward the trunk) to every row. After `make demo`, the demo's own data and
+trunk: `--data demo/data --trunk demo/runs/trunk/final --shape demo --per-rank 7 --steps 24`.
 Prints numbers; asserts nothing (exit 0 unless a run fails).
 """
 from __future__ import annotations
@@ -116,20 +117,25 @@ def main() -> None:
     parser.add_argument("--steps", default="4,8,16,24")
     parser.add_argument("--shape", default="tests", choices=["tests", "demo"],
                         help="the tests' model (1x32, 2 x 192 tokens a micro-batch) or the demo's (4x128, 8 x 128)")
+    parser.add_argument("--data", type=Path, help="a built data dir (with --trunk): instead of the tiny world")
+    parser.add_argument("--trunk", type=Path, help="the seed checkpoint the SFT runs start from (with --data)")
     parser.add_argument("--anchor-weight", type=float, default=None, help="TATU_ANCHOR=l2sp with this weight")
     args = parser.parse_args()
+    if (args.data is None) != (args.trunk is None):
+        parser.error("--data and --trunk go together")
     per_rank = [int(n) for n in args.per_rank.split(",")]
     steps = [int(n) for n in args.steps.split(",")]
     anchor = {} if args.anchor_weight is None else {"TATU_ANCHOR": "l2sp", "TATU_ANCHOR_WEIGHT": str(args.anchor_weight)}
     seq_len, model = shape(args.shape)
     print(machine_line())
     shown = base_env(Path("data"), Path("runs"), **model)  # the model variables every run gets
-    print(f"1 process vs 2 ranks (gloo), OMP_NUM_THREADS=1; the tests' tiny world, the {args.shape} model: "
+    world = f"data {args.data}, trunk {args.trunk}" if args.data else "the tests' tiny world and a 24-step trunk"
+    print(f"1 process vs 2 ranks (gloo), OMP_NUM_THREADS=1; {world}; the {args.shape} model: "
           f"{' '.join(f'{k}={shown[k]}' for k in MODEL)}; "
           f"{' '.join(f'{k}={v}' for k, v in anchor.items()) or 'no anchor'}", flush=True)
     with tempfile.TemporaryDirectory(prefix="tatu-ddp-equivalence-") as tmp:
         root = Path(tmp)
-        data, seed = trunk(root, seq_len, model)
+        data, seed = (args.data.absolute(), args.trunk.absolute()) if args.data else trunk(root, seq_len, model)
         for p in per_rank:
             sft_ge, replay_n = SPLITS[p]
             for n in steps:
