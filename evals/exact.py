@@ -44,7 +44,7 @@ import numpy as np
 from tatu.evals.downstream import wilson_interval
 from tatu.evals.seeds.power import CrossedParts, crossed_mde
 from tatu.evals.seeds.stats import SeedCI, crossed_p
-from tatu.evals.tdist import t_ppf
+from scipy.special import stdtrit  # Student's t quantile: stdtrit(df, p)
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ def crossed_mean(values, level: float = 0.95) -> SeedCI:
     parts = CrossedParts(seed=seed_part * n_seeds, interaction=inter_ms * n_seeds, lines=line_part, n_lines=n_items)
     variance, df = parts.variance(n_seeds), parts.df(n_seeds)
     se = math.sqrt(variance)
-    half = t_ppf(0.5 + level / 2.0, df) * se
+    half = float(stdtrit(df, 0.5 + level / 2.0)) * se
     within = float(np.mean(y.var(axis=1, ddof=1))) / n_items  # each seed's own SE^2 over its items
     return SeedCI(
         mean=mean, lo=mean - half, hi=mean + half, se=se,
@@ -144,7 +144,7 @@ def crossed_rate(correct, level: float = 0.95) -> CrossedRate:
     n_eff = float(n) if variance == 0.0 or p in (0.0, 1.0) else min(float(n), p * (1.0 - p) / variance)
     z = NormalDist().inv_cdf(0.5 + level / 2.0)
     if math.isfinite(crossed.df):
-        n_eff *= (z / t_ppf(0.5 + level / 2.0, crossed.df)) ** 2
+        n_eff *= (z / float(stdtrit(crossed.df, 0.5 + level / 2.0))) ** 2
     lo, hi = _wilson(p, n_eff, z)
     return CrossedRate(p, lo, hi, y.shape[0], y.shape[1], n_eff, crossed)
 
