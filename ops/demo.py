@@ -292,12 +292,13 @@ def closing_table(data: SweepReport) -> str:
     from tatu.sweep.report import tables
 
     configs = list(data.compare.configs)
+    where, paired = tables.closing_paired_rows(configs)  # like with like: at the common step where it exists
     return "\n".join([
         f"{data.question}",
         "per configuration over seeds (* = baseline):",
         tables.text_table(tables.CONFIG_HEADER, tables.config_rows(configs)),
-        f"\npaired by seed and line vs the baseline ({tables.PAIRED_P})",
-        tables.text_table(tables.PAIRED_HEADER, tables.paired_rows(configs)),
+        f"\npaired by seed and line vs the baseline, {where} ({tables.PAIRED_P})",
+        tables.text_table(tables.PAIRED_HEADER, paired),
         f"\n{tables.HELD_OUT_NOTE}",
         tables.text_table(tables.HELD_OUT_HEADER, tables.held_out_rows(configs)),
         "", *tables.power_lines(data.seeds_for), "", *tables.verdict_lines(data.verdict, data.compare.complete)])

@@ -3,7 +3,8 @@ on another CPU (another sum order) must reach the same conclusions even where it
 
 A conclusion is the locked rule's verdict (which value it chose, and which configurations passed
 it), and the direction of every judged change whose CI excludes zero: each configuration's drift
-and sftHeld change over seeds, and each paired difference against the baseline. A change whose CI
+and sftHeld change over seeds, and each paired difference against the baseline (at the common
+step where the report has it; one at unequal ends concludes nothing, sweep/report/ends.py). A change whose CI
 spans zero concludes nothing about its sign, so only the other sweep's CI excluding zero the other
 way would contradict it.
 """
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 from tatu.formats import fmt_ci
 from tatu.sweep.judge.sweep_report import SweepReport
+from tatu.sweep.report.ends import baseline_of, end_text, equal_ends
 
 JUDGED = ("drift", "sftHeld")
 
@@ -39,32 +41,55 @@ class Conclusions:
 @dataclass(frozen=True)
 class JudgedChange:
     """One judged change of a sweep report: a configuration's metric over seeds, or (paired) its
-    difference from the baseline, paired by seed and line, as a relative change."""
+    difference from the baseline, paired by seed and line, as a relative change. A paired one is
+    made at the common step where the report has it (`where`: "at step 8"); at the ends otherwise,
+    and where those ends differ (`unequal`: "24 vs 8 (aborted at 8)") it concludes no direction."""
 
     config: str
     metric: str  # one of JUDGED
     paired: bool  # the difference from the baseline (else the configuration's own change vs step 0)
     interval: Interval
+    where: str = ""  # a paired change's step: "at step 8" (the common step), "" at equal ends
+    unequal: str | None = None  # both ends and why, where a paired change sets unequal training side by side
 
     @property
     def name(self) -> str:
         """The key Conclusions.changes holds it under: "replay-n6 drift", "replay-n6 - baseline sftHeld"."""
         return f"{self.config} - baseline {self.metric}" if self.paired else f"{self.config} {self.metric}"
 
+    @property
+    def sign(self) -> int:
+        """The direction it concludes: none at unequal ends, whatever its CI."""
+        return 0 if self.unequal else self.interval.sign
+
+
+def _paired_change(config, baseline, metric: str) -> JudgedChange | None:
+    """The paired difference like with like: at the common step, else at equal ends, else marked unequal."""
+    at_common = (config.paired_common or {}).get(metric)
+    paired = at_common or (config.paired or {}).get(metric)
+    if not paired:
+        return None
+    shown = paired.change.relative()  # log-ratio differences, shown as relative changes (the sign is the same)
+    interval = Interval(shown.value, shown.lo, shown.hi)
+    if at_common:
+        return JudgedChange(config.key, metric, True, interval, where=f"at step {config.common_step}")
+    unequal = None if baseline is None or equal_ends(config, baseline) else f"{end_text(config)} vs {end_text(baseline)}"
+    return JudgedChange(config.key, metric, True, interval, unequal=unequal)
+
 
 def judged_changes(report: SweepReport) -> list[JudgedChange]:
     """Every judged change of a sweep report's data, in the report's configuration order."""
     changes = []
+    baseline = baseline_of(report.compare.configs)
     for config in report.compare.configs:
         for metric in JUDGED:
             stats = (config.stats or {}).get(metric)
             if stats:
                 changes.append(JudgedChange(config.key, metric, False,
                                             Interval(stats.change.value, stats.change.lo, stats.change.hi)))
-            paired = (config.paired or {}).get(metric)
-            if paired:  # log-ratio differences, shown as relative changes (the sign is the same)
-                shown = paired.change.relative()
-                changes.append(JudgedChange(config.key, metric, True, Interval(shown.value, shown.lo, shown.hi)))
+            paired = _paired_change(config, baseline, metric)
+            if paired:
+                changes.append(paired)
     return changes
 
 
@@ -72,7 +97,8 @@ def conclusions(report: SweepReport) -> Conclusions:
     """From a sweep report (sweep/judge/analysis.py analyze, or report.json through sweep/judge/sweep_report.py
     read_report_json)."""
     verdict = report.verdict
-    changes = {change.name: change.interval for change in judged_changes(report)}
+    # a paired change at unequal ends concludes nothing: it is not a conclusion two sweeps can disagree on
+    changes = {change.name: change.interval for change in judged_changes(report) if not change.unequal}
     passed = tuple(c.config for c in verdict.checks if c.passes)
     return Conclusions(verdict.chosen, passed, changes)
 

@@ -8,7 +8,9 @@ the numbers printed beside it, and no sentence claims a direction the CIs do not
     whose CI excludes zero       difference from the baseline paired by seed and line: its direction
                                  and its value with its CI (tatu/formats.py fmt_ci)
 
-A judged change whose CI spans zero concludes no direction: it is listed once, as not resolved,
+A paired difference is the one at the common step where the report has it ("at step 8"); one
+at unequal ends (an aborted baseline) is listed with both ends and concludes no direction
+(sweep/report/ends.py). A judged change whose CI spans zero concludes no direction: it is listed once, as not resolved,
 with its CI and without a word of direction. Where the seeds run cannot resolve the plan's stated
 effect on sftHeld (the learning ruler; sweep/judge/power.py's seeds-for rows), a last sentence says so and
 why: the seeds it would take, or the shared lines' floor that no seed count goes under. Every number is the machine's own (another CPU sums
@@ -33,7 +35,7 @@ NAMES = {"drift": "enRuler drift", "sftHeld": "sftHeld change"}
 @dataclass(frozen=True)
 class Sentence:
     """One sentence of the paragraph and the conclusion it states ("verdict", "passed", a change's
-    name as Conclusions.changes keys it, "not resolved", or "learning not resolved")."""
+    name as Conclusions.changes keys it, "unequal ends", "not resolved", or "learning not resolved")."""
 
     states: str
     text: str
@@ -48,7 +50,8 @@ def _change_sentence(change: JudgedChange, baseline: str | None) -> str:
     sign = change.interval.sign
     if change.paired:
         compared = "lower" if sign < 0 else "higher"
-        return (f"{change.config} vs {baseline or 'the baseline'}, paired by seed and line: {NAMES[change.metric]} "
+        where = f" {change.where}" if change.where else ""
+        return (f"{change.config} vs {baseline or 'the baseline'}{where}, paired by seed and line: {NAMES[change.metric]} "
                 f"{compared}, {_ci(change)} over seeds x lines.")
     moved = FALLS[change.metric] if sign < 0 else RISES[change.metric]
     return f"{change.config}: {NAMES[change.metric]} {moved}, {_ci(change)} over seeds x lines vs step 0."
@@ -70,8 +73,13 @@ def what_it_says(report: SweepReport) -> list[Sentence]:
                         + (f"; failing: {', '.join(failed)}" if failed else "")
                         + (f"; not judged: {', '.join(missing)}" if missing else "") + "."))
     changes = judged_changes(report)  # what conclusions() keys found.changes by: the set the kernel test compares
-    out += [Sentence(c.name, _change_sentence(c, baseline)) for c in changes if c.interval.sign != 0]
-    open_ = [c for c in changes if c.interval.sign == 0]
+    out += [Sentence(c.name, _change_sentence(c, baseline)) for c in changes if c.sign != 0]
+    unequal = [c for c in changes if c.unequal]
+    if unequal:  # unequal training side by side: shown with both ends, no direction whatever its CI
+        listed = "; ".join(f"{c.config} vs {baseline or 'the baseline'} {NAMES[c.metric]} difference {_ci(c)} "
+                           f"(steps {c.unequal})" for c in unequal)
+        out.append(Sentence("unequal ends", f"Compared at unequal ends, so no direction is claimed: {listed}."))
+    open_ = [c for c in changes if c.interval.sign == 0 and not c.unequal]
     if open_:
         listed = "; ".join(f"{c.config}{' vs ' + (baseline or 'the baseline') if c.paired else ''} "
                            f"{NAMES[c.metric]}{' difference' if c.paired else ''} {_ci(c)}" for c in open_)

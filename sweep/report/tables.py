@@ -12,6 +12,7 @@ With a tune stage, its table comes first.
 """
 from __future__ import annotations
 
+from tatu.evals.seeds.stats import OUTLIER_MIN_SEEDS
 from tatu.formats import fmt_p_formula as _p, fmt_share as _sd
 from tatu.sweep.judge.power import SeedsFor, SeedsForEffect
 from tatu.sweep.judge.records import ConfigResult, ConfigStat, PairedDiff, SweepVerdict
@@ -19,6 +20,7 @@ from tatu.sweep.judge.sweep_report import SweepReport, TuneStage
 from tatu.sweep.judge.vs_parent import VsParent
 from tatu.sweep.plan.configs import describe_configs
 from tatu.sweep.plan.lock import Tuned
+from tatu.sweep.report.ends import baseline_of, ends_vs
 
 
 def _ci(stats: ConfigStat | None) -> str:
@@ -43,14 +45,22 @@ def config_rows(configs: list[ConfigResult], common: bool = False) -> list[list[
         aborted = sum(r.state == "aborted" for r in results)
         diverged = sum(r.state == "diverged" for r in results)
         waiting = sum(r.state not in ("done", "aborted", "diverged") for r in results)
-        outl = [f"s{o.seed} (t={o.t:+.1f})" for stat in (d, s) if stat for o in stat.outliers]
         n_seeds = (d or s).n_seeds if (d or s) else 0
         rows.append([c.key + (" *" if c.is_baseline else ""), f"{n_seeds}/{len(results)}",
                      _step(c, common), _ci(d), _sd(d and d.seed_sd), _sd(d and d.within_se), _sd(d and d.mde), _ci(s),
                      _sd(s and s.seed_sd), _sd(s and s.within_se),
                      f"{aborted}" + (f" +{diverged} diverged" if diverged else "") + (f" ({waiting} not done)" if waiting else ""),
-                     ", ".join(sorted(set(outl))) or "-"])
+                     _outlier_cell(d, s, n_seeds)])
     return rows
+
+
+def _outlier_cell(drift: ConfigStat | None, sft: ConfigStat | None, n_seeds: int) -> str:
+    """The flagged seeds, each with the metric it is flagged on; n/a where a flag cannot be raised."""
+    if 0 < n_seeds < OUTLIER_MIN_SEEDS:
+        return f"n/a ({n_seeds} seed{'s' if n_seeds > 1 else ''})"
+    flagged = [f"{name} s{o.seed} (t={o.t:+.1f})" for name, stat in (("drift", drift), ("sftHeld", sft)) if stat
+               for o in stat.outliers]
+    return ", ".join(flagged) or "-"
 
 
 # "seeds x lines": every CI here is the crossed one (evals/seeds/stats.py), not one run's CI over its lines
@@ -58,21 +68,35 @@ CI = "[95% CI, seeds x lines]"
 CONFIG_HEADER = ["config", "seeds", "step", f"drift {CI}", "seed SD", "within SE", "MDE", f"sftHeld change {CI}",
                  "seed SD", "within SE", "aborted", "outlier seeds"]
 OUTLIER_NOTE = ("outlier seeds: leave-one-out t beyond a Bonferroni cut (normal seeds: at most 4% of "
-                "config-metrics flagged); no flag below 3 seeds")
+                "config-metrics flagged), named with the metric it is flagged on; "
+                f"n/a below {OUTLIER_MIN_SEEDS} seeds (the others' spread would have 1 df)")
 # where every paired p comes from: the crossed CI's own SE and df (evals/seeds/stats.py crossed_p)
 PAIRED_P = "p from the crossed CI's t, seeds x lines"
 PAIRED_HEADER = ["config vs baseline", "seeds", "step", f"drift diff {CI}", "p", "p Holm", f"sftHeld diff {CI}", "p", "p Holm"]
 
 
 def paired_rows(configs: list[ConfigResult], common: bool = False) -> list[list[str]]:
+    """Each configuration vs the baseline; at the ends, a row whose ends differ prints both and why
+    (sweep/report/ends.py): it sets unequal training against each other."""
     rows = []
+    baseline = baseline_of(configs)
     for c in configs:
         paired = c.paired_at(common)
         if c.is_baseline or not paired:
             continue
         d, s = paired.get("drift"), paired.get("sftHeld")
-        rows.append([c.key, str(d.n_seeds if d else 0), _step(c, common), *_paired_cells(d), *_paired_cells(s)])
+        step = _step(c, common) if common or baseline is None else ends_vs(c, baseline)
+        rows.append([c.key, str(d.n_seeds if d else 0), step, *_paired_cells(d), *_paired_cells(s)])
     return rows
+
+
+def closing_paired_rows(configs: list[ConfigResult]) -> tuple[str, list[list[str]]]:
+    """The paired table a closing output shows: at the common step where every member has its
+    lines there (like with like), else at the ends (unequal ends printed as such); with its title."""
+    if configs and configs[0].common_step is not None and any(c.paired_common for c in configs):
+        return (f"at step {configs[0].common_step}, the last eval step every member reached (equal steps; "
+                "SFT tokens per step as each configuration sets them)"), paired_rows(configs, common=True)
+    return "at the members' ends", paired_rows(configs)
 
 
 def _paired_cells(p: PairedDiff | None) -> list[str]:

@@ -58,11 +58,23 @@ def test_leave_one_out_t_flags_the_far_seed_and_only_it():
     assert seeds.outlier_cut(5) == pytest.approx(sp.t.ppf(1 - 0.04 / 10, 3))
     assert seeds.outliers(values) == [4]
     assert seeds.outliers([0.10, 0.11, 0.09, 0.105, 0.12]) == []
-    assert seeds.outliers([0.10, 0.11, 0.60]) == [2]  # two seeds that agree and one far away, at 3 seeds
-    assert seeds.outliers([0.1, 0.1, 0.1]) == [] and seeds.outliers([0.1, 5.0]) == []
+    assert seeds.outliers([0.10, 0.11, 0.09, 0.60]) == [3]  # three seeds that agree and one far away, at 4 seeds
+    assert seeds.outliers([0.1, 0.1, 0.1, 0.1]) == [] and seeds.outliers([0.1, 5.0]) == []
 
 
-@pytest.mark.parametrize("n_seeds", [3, 5, 10])
+def test_no_flag_at_3_seeds_where_the_others_spread_has_1_df():
+    """replay-n6's per-seed changes in the demo: at 3 seeds the other two's SD has 1 df, so a near tie
+    of the two gives t = +157 beyond the Cauchy cut; no flag is raised there, however far."""
+    demo = [-0.308, -0.3269, -0.3270]
+    t = seeds.leave_one_out_t(demo)[0]
+    rest = demo[1:]  # by hand: the seed against the other two
+    by_hand = (demo[0] - sum(rest) / 2) / (abs(rest[0] - rest[1]) / math.sqrt(2) * math.sqrt(1.5))
+    assert t == pytest.approx(by_hand) and abs(t) > seeds.outlier_cut(3)  # the old rule flagged it
+    assert seeds.OUTLIER_MIN_SEEDS == 4
+    assert seeds.outliers(demo) == [] and seeds.outliers([0.10, 0.11, 0.60]) == []
+
+
+@pytest.mark.parametrize("n_seeds", [4, 5, 10])
 def test_normal_seeds_are_flagged_in_at_most_5_percent_of_config_metrics(n_seeds):
     rng = np.random.default_rng(n_seeds)
     flagged = [bool(seeds.outliers(rng.normal(0.05, 0.02, n_seeds))) for _ in range(4000)]

@@ -24,8 +24,11 @@ def with_config(data: SweepReport, index: int, config: ConfigResult) -> SweepRep
 
 
 def report() -> SweepReport:
-    """sweep_data with a paired comparison (log-ratio differences, as sweep/judge/analysis.py writes them)."""
+    """sweep_data with a paired comparison (log-ratio differences, as sweep/judge/analysis.py writes them),
+    every member ending at step 24 (a comparison at unequal ends claims no direction: test_like_with_like.py)."""
     data = sweep_data()
+    data = replace(data, compare=replace(data.compare, configs=tuple(replace(c, end_steps=(24,))
+                                                                     for c in data.compare.configs)))
     verdict = data.verdict
     data = replace(data, verdict=replace(verdict, chosen="6", checks=verdict.checks + (RuleCheck("replay-n6", "6", "6", (), (), False),)))
     return with_config(data, 1, replace(data.compare.configs[1], paired={

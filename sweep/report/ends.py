@@ -1,0 +1,36 @@
+"""Like with like: where two configurations' members ended, and whether a comparison at their ends
+sets equal training against equal training.
+
+A member that aborts ends at its abort's eval (step 8), a finished one at MIX_STEPS_LIMIT (24): a
+paired difference at those ends sets 24 steps against 8. So every comparison between
+configurations is made at the common step (sweep/judge/common_step.py) where it exists; one at
+unequal ends is printed only with both ends and why (`24 vs 8 (aborted at 8)`), and the prose gives
+it no direction. Equal steps are equal SFT target tokens only where the configurations train the
+same SFT tokens per step; a row says "step", never "tokens".
+"""
+from __future__ import annotations
+
+from tatu.sweep.judge.records import ConfigResult
+
+
+def end_text(c: ConfigResult) -> str:
+    """The members' last eval steps, and where some aborted, at which step: `24`, `8 (aborted at 8)`."""
+    steps = ",".join(str(s) for s in c.end_steps) or "-"
+    aborted = sorted({r.steps for r in c.results if r.state == "aborted" and r.steps is not None})
+    return steps + (f" (aborted at {','.join(str(s) for s in aborted)})" if aborted else "")
+
+
+def equal_ends(c: ConfigResult, other: ConfigResult) -> bool:
+    """Every member of both ended at one and the same step."""
+    return len(set(c.end_steps) | set(other.end_steps)) == 1
+
+
+def baseline_of(configs) -> ConfigResult | None:
+    return next((c for c in configs if c.is_baseline), None)
+
+
+def ends_vs(c: ConfigResult, baseline: ConfigResult) -> str:
+    """A comparison's step cell at the ends: `24` where both ended there, else both ends and why."""
+    if equal_ends(c, baseline):
+        return str(c.end_steps[0])
+    return f"{end_text(c)} vs {end_text(baseline)}: unequal ends"
