@@ -3,7 +3,9 @@ on another CPU (another sum order) must reach the same conclusions even where it
 
 A conclusion is the locked rule's verdict (which value it chose, and which configurations passed
 it), and the direction of every judged change whose CI excludes zero: each configuration's drift
-and sftHeld change over seeds, and each paired difference against the baseline. A change whose CI
+and sftHeld change over seeds, and each paired difference against the baseline; and every other
+set's change over seeds (ptVal and the held-out sets: shown, never judged by the rule, but a loss
+there is a conclusion too). A change whose CI
 spans zero concludes nothing about its sign, so only the other sweep's CI excluding zero the other
 way would contradict it.
 """
@@ -42,7 +44,7 @@ class JudgedChange:
     difference from the baseline, paired by seed and line, as a relative change."""
 
     config: str
-    metric: str  # one of JUDGED
+    metric: str  # one of JUDGED, or another set's name (ptVal, a held-out set: its change vs step 0)
     paired: bool  # the difference from the baseline (else the configuration's own change vs step 0)
     interval: Interval
 
@@ -65,7 +67,15 @@ def judged_changes(report: SweepReport) -> list[JudgedChange]:
             if paired:  # log-ratio differences, shown as relative changes (the sign is the same)
                 shown = paired.change.relative()
                 changes.append(JudgedChange(config.key, metric, True, Interval(shown.value, shown.lo, shown.hi)))
+        changes += other_set_changes(config)
     return changes
+
+
+def other_set_changes(config) -> list[JudgedChange]:
+    """A configuration's change over seeds on every set beyond drift and sftHeld (ptVal, the held-out
+    sets), in its stats' order: never judged by the rule, concluded all the same."""
+    return [JudgedChange(config.key, name, False, Interval(st.change.value, st.change.lo, st.change.hi))
+            for name, st in (config.stats or {}).items() if name not in JUDGED and st]
 
 
 def conclusions(report: SweepReport) -> Conclusions:

@@ -4,9 +4,15 @@ the numbers printed beside it, and no sentence claims a direction the CIs do not
 
     the verdict                  which value the locked rule chose (or that none satisfies it)
     the passing configurations   which configurations passed every condition, which failed and on what
-    every judged change          a configuration's drift and sftHeld change over seeds, and its
-    whose CI excludes zero       difference from the baseline paired by seed and line: its direction
-                                 and its value with its CI (tatu/formats.py fmt_ci)
+    every judged change          a configuration's drift, sftHeld, ptVal and held-out sets' change
+    whose CI excludes zero       over seeds (the chosen configuration first), and its difference from
+                                 the baseline paired by seed and line: its direction and its value
+                                 with its CI (tatu/formats.py fmt_ci)
+    worse everywhere             a set whose perplexity rose in every configuration, said once with
+                                 each configuration's change ("Portuguese text got worse in every
+                                 configuration: ptVal ...")
+
+Perplexity is not answers: a fall in the sftHeld change says "perplexity fell", never "learned".
 
 A judged change whose CI spans zero concludes no direction: it is listed once, as not resolved,
 with its CI and without a word of direction. Where the seeds run cannot resolve the plan's stated
@@ -25,9 +31,21 @@ from tatu.sweep.judge.sweep_report import SweepReport
 from tatu.sweep.report.conclusions import JudgedChange, conclusions, judged_changes
 
 # The words of a direction, per metric: a rise in drift is forgetting, a fall in the sftHeld change is learning.
-RISES = {"drift": "rose (the ruler's English got worse)", "sftHeld": "rose (the held-out pairs got worse)"}
-FALLS = {"drift": "fell (the ruler's English got better)", "sftHeld": "fell (the held-out pairs were learned)"}
+RISES = {"drift": "rose (the ruler's English got worse)", "sftHeld": "rose (the held-out pairs' perplexity rose)"}
+FALLS = {"drift": "fell (the ruler's English got better)", "sftHeld": "fell (the held-out pairs' perplexity fell)"}
 NAMES = {"drift": "enRuler drift", "sftHeld": "sftHeld change"}
+# what a set holds, for the sentence saying it got worse in every configuration
+WHAT = {"drift": "The ruler's English", "sftHeld": "The held-out pairs", "ptVal": "Portuguese text"}
+
+
+def _name(metric: str) -> str:
+    return NAMES.get(metric, f"{metric} change")
+
+
+def _moved(metric: str, sign: int) -> str:
+    if metric in RISES:
+        return FALLS[metric] if sign < 0 else RISES[metric]
+    return "fell (its perplexity fell: better)" if sign < 0 else "rose (its perplexity rose: worse)"
 
 
 @dataclass(frozen=True)
@@ -48,10 +66,9 @@ def _change_sentence(change: JudgedChange, baseline: str | None) -> str:
     sign = change.interval.sign
     if change.paired:
         compared = "lower" if sign < 0 else "higher"
-        return (f"{change.config} vs {baseline or 'the baseline'}, paired by seed and line: {NAMES[change.metric]} "
+        return (f"{change.config} vs {baseline or 'the baseline'}, paired by seed and line: {_name(change.metric)} "
                 f"{compared}, {_ci(change)} over seeds x lines.")
-    moved = FALLS[change.metric] if sign < 0 else RISES[change.metric]
-    return f"{change.config}: {NAMES[change.metric]} {moved}, {_ci(change)} over seeds x lines vs step 0."
+    return f"{change.config}: {_name(change.metric)} {_moved(change.metric, sign)}, {_ci(change)} over seeds x lines vs step 0."
 
 
 def what_it_says(report: SweepReport) -> list[Sentence]:
@@ -69,15 +86,46 @@ def what_it_says(report: SweepReport) -> list[Sentence]:
     out.append(Sentence("passed", f"Passing every condition of the rule: {passed}"
                         + (f"; failing: {', '.join(failed)}" if failed else "")
                         + (f"; not judged: {', '.join(missing)}" if missing else "") + "."))
-    changes = judged_changes(report)  # what conclusions() keys found.changes by: the set the kernel test compares
+    chosen = _chosen_config(report)
+    # what conclusions() keys found.changes by (the set the kernel test compares), the chosen configuration first
+    changes = sorted(judged_changes(report), key=lambda c: c.config != chosen)
     out += [Sentence(c.name, _change_sentence(c, baseline)) for c in changes if c.interval.sign != 0]
+    out += _worse_everywhere(changes, [c.key for c in configs], chosen)
     open_ = [c for c in changes if c.interval.sign == 0]
     if open_:
         listed = "; ".join(f"{c.config}{' vs ' + (baseline or 'the baseline') if c.paired else ''} "
-                           f"{NAMES[c.metric]}{' difference' if c.paired else ''} {_ci(c)}" for c in open_)
+                           f"{_name(c.metric)}{' difference' if c.paired else ''} {_ci(c)}" for c in open_)
         out.append(Sentence("not resolved", f"Not resolved (the CI spans zero, so no direction is claimed): {listed}."))
     learning = _learning_sentence(report.seeds_for)
     return out + ([learning] if learning else [])
+
+
+def _chosen_config(report: SweepReport) -> str | None:
+    """The configuration the rule chose (None: none chosen)."""
+    verdict = report.verdict
+    if verdict.chosen is None:
+        return None
+    return next((c.config for c in verdict.checks if c.value == verdict.chosen), None)
+
+
+def _worse_everywhere(changes: list[JudgedChange], configs: list[str], chosen: str | None) -> list[Sentence]:
+    """One sentence per set whose change vs step 0 rose, its CI above zero, in every configuration:
+    each configuration's change, the chosen one first (a loss no configuration escaped)."""
+    rose: dict[str, dict[str, JudgedChange]] = {}
+    for c in changes:
+        if not c.paired and c.interval.sign > 0:
+            rose.setdefault(c.metric, {})[c.config] = c
+    out = []
+    for metric, by_config in rose.items():
+        if len(configs) < 2 or set(by_config) != set(configs):
+            continue  # one configuration's own sentence already says it
+        listed = ", ".join(f"{_ci(by_config[k])} ({k}{', chosen' if k == chosen else ''})"
+                           for k in sorted(configs, key=lambda k: k != chosen))
+        what = WHAT.get(metric, f"The held-out set {metric}")
+        label = "enRuler drift" if metric == "drift" else metric
+        out.append(Sentence(f"worse everywhere {metric}",
+                            f"{what} got worse in every configuration: {label} {listed} over seeds x lines vs step 0."))
+    return out
 
 
 def _pct(fraction: float) -> str:
