@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tatu.formats import fmt_ci
+from tatu.formats import fmt_ci, fmt_interval, fmt_share
+from tatu.sweep.judge.answers import ConfigAnswers, Share
 from tatu.sweep.judge.power import SeedsFor, SeedsForEffect
 from tatu.sweep.judge.sweep_report import SweepReport
 from tatu.sweep.report.conclusions import JudgedChange, conclusions, judged_changes
@@ -96,8 +97,32 @@ def what_it_says(report: SweepReport) -> list[Sentence]:
         listed = "; ".join(f"{c.config}{' vs ' + (baseline or 'the baseline') if c.paired else ''} "
                            f"{_name(c.metric)}{' difference' if c.paired else ''} {_ci(c)}" for c in open_)
         out.append(Sentence("not resolved", f"Not resolved (the CI spans zero, so no direction is claimed): {listed}."))
+    out += _answers_sentences(report.answers, chosen)
     learning = _learning_sentence(report.seeds_for)
     return out + ([learning] if learning else [])
+
+
+def _share(share: Share) -> str:
+    return f"{fmt_share(share.value)} {fmt_interval(share.lo, share.hi, fmt_share)}"
+
+
+def _answers_sentences(answers: tuple[ConfigAnswers, ...], chosen: str | None) -> list[Sentence]:
+    """Answers right per configuration and set, the chosen configuration first: "learned" only
+    where the change's CI is above zero; where no configuration's answers rose, one sentence that
+    the SFT taught the format (its perplexity), not the answers. No set with answers: nothing."""
+    out = []
+    for a in sorted(answers, key=lambda a: a.config != chosen):
+        said = ("more answers right: learned" if a.learned else
+                "fewer answers right" if a.change.hi < 0 else "no change resolved")
+        out.append(Sentence(f"{a.config} {a.set_name} answers",
+                            f"{a.config}: {a.set_name} answers right: {_share(a.start)} -> {_share(a.end)} over "
+                            f"{a.n_seeds} seeds x {a.n_items} pairs, change {fmt_ci(a.change.value, a.change.lo, a.change.hi)} "
+                            f"({said})."))
+    if answers and not any(a.learned for a in answers):
+        out.append(Sentence("answers not learned",
+                            "No configuration answered more held-out pairs right (no change's CI is above zero): "
+                            "the SFT taught the format, not the answers."))
+    return out
 
 
 def _chosen_config(report: SweepReport) -> str | None:
@@ -105,7 +130,8 @@ def _chosen_config(report: SweepReport) -> str | None:
     verdict = report.verdict
     if verdict.chosen is None:
         return None
-    return next((c.config for c in verdict.checks if c.value == verdict.chosen), None)
+    checked = next((c.config for c in verdict.checks if c.value == verdict.chosen), None)
+    return checked or next((c.key for c in report.compare.configs if c.values.get(verdict.axis) == verdict.chosen), None)
 
 
 def _worse_everywhere(changes: list[JudgedChange], configs: list[str], chosen: str | None) -> list[Sentence]:
