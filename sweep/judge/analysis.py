@@ -33,6 +33,7 @@ from tatu.sweep.judge.looks_check import check_looks
 from tatu.sweep.judge.verdict import verdict
 from tatu.sweep.judge.stats import paired_stats
 from tatu.sweep.judge.sweep_report import CompareStage, SweepReport, TuneStage
+from tatu.sweep.judge.answers import config_answers
 
 def member_result(member: Member, sweep_dir: Path, required: tuple[str, ...] = ()) -> MemberResult:
     """Status, verdict, per-line start/end scores (every set and category, sweep/judge/scores.py; the
@@ -156,6 +157,7 @@ def analyze(sweep_dir: Path) -> SweepReport:
     locked = read_lock(sweep_dir)
     plan = locked.plan
     tune = compare = decided = seeds_for = None
+    answers = ()
     if plan.tune_var:
         configs = stage_table(locked, locked.members_of("tune"), sweep_dir, "tune")
         tune = TuneStage(plan.tune_var, tuple(c.without_lines() for c in configs))
@@ -169,7 +171,8 @@ def analyze(sweep_dir: Path) -> SweepReport:
         decided = verdict(locked, configs, sweep_dir)
         compare = CompareStage(tuple(c.without_lines() for c in configs), decided.complete, parents)
         seeds_for = seeds_for_effect(plan.rule, configs, stated_effect(plan.mde))
+        answers = config_answers(configs, {m.name: m.run_dir for m in members})
     # a lock written before the portable hash existed shows its own
     return SweepReport(plan.name, plan.question, plan.rule.text, locked.plan_hash,
                        locked.plan_portable_hash or locked.plan_hash, plan.seeds, plan.configs or None, tune,
-                       locked.tuned, compare, decided, seeds_for)
+                       locked.tuned, compare, decided, seeds_for, answers)

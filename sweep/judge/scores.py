@@ -5,7 +5,7 @@ bootstrap needs those. So the sweep scores, with tatu.evals, the seed checkpoint
 step 0: every member of a sweep starts from it) and the member's end: final/ when it finished,
 state/ when it aborted (saved at the abort's eval). The same eval files, tokenizer and
 subsampling the daemon used (the data manifest, EVAL_EN_ALL, TATU_SEED): sftHeld, enRuler,
-every held-out set of the data (any set beyond the three roles), and the word categories of each
+ptVal where the data has it, every held-out set of the data (any set beyond the three roles), and the word categories of each
 tagged set from the tags stored at data build (tatu.evals.categories). The results are
 cached in sweeps/<name>/scores/ keyed by the checkpoint's weights hash and a digest of the
 lines scored, so a report is cheap to redo and neither a changed checkpoint nor another
@@ -26,6 +26,8 @@ from tatu.formats import SET_NAMES, ordered_sets
 from tatu.sweep.errors import SweepError
 
 SETS = ("sftHeld", "enRuler")
+# scored where the data has it, so that every loss is said (Portuguese text is shown, never judged)
+SHOWN = ("ptVal",)
 
 
 def weights_hash(ckpt: Path) -> str:
@@ -58,7 +60,7 @@ def _lines_to_score(ckpt_tokenizer, env: dict, required: tuple[str, ...] = ()) -
 
     config, _ = load_config(env)
     manifest = load_manifest(config.data)
-    wanted = SETS + tuple(dict.fromkeys(n for n in (*held_out_names(manifest), *required) if n not in SETS))
+    wanted = SETS + tuple(dict.fromkeys(n for n in (*SHOWN, *held_out_names(manifest), *required) if n not in SETS))
     sets, _, _ = load_eval_sets(config, manifest, ckpt_tokenizer, names=wanted)
     missing = [name for name in SETS if name not in sets]
     if missing:

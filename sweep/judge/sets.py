@@ -1,5 +1,5 @@
 """Which sets a sweep compares and their statistics per configuration: drift (enRuler), the
-sftHeld change, every held-out set of the members' data (any eval set beyond the three roles,
+sftHeld change, ptVal's change (shown, never judged: every loss is said), every held-out set of the members' data (any eval set beyond the three roles,
 `tatu data build --eval ptFaq=FILE`) and the word categories of each tagged set ("sftHeld/noun",
 sweep/judge/scores.py), each a change vs step 0 over seeds with its crossed CI (sweep/judge/stats.py).
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from tatu.data.tags import CATEGORIES
 from tatu.formats import SET_NAMES
 from tatu.sweep.judge.records import MemberResult
-from tatu.sweep.judge.scores import category_key
+from tatu.sweep.judge.scores import SHOWN, category_key
 from tatu.sweep.judge.stats import config_stats, half_of
 
 MIN_LINES = 2  # lines with a token of a category, for it to be compared (tatu.evals.seeds.stats.crossed_ci)
@@ -44,6 +44,10 @@ def set_stats(results: list[MemberResult], half_sft: str | None, index: int, bas
     usable = [r for r in results if r.has(end)]
     stats = {"drift": config_stats(results, "enRuler", None, index, base, end),
              "sftHeld": config_stats(results, "sftHeld", half_sft, index, base, end)}
+    shared = _shared_keys(usable, base, end)
+    for name in SHOWN:  # ptVal: where every member has it (the data may not)
+        if name in shared:
+            stats[name] = config_stats(results, name, None, index, base, end)
     for name in held_out_sets(usable, base, end):
         stats[name] = config_stats(results, name, None, index, base, end)
     categories: dict[str, dict] = {}

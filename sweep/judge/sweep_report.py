@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tatu.atomic import write_json_atomic
 from tatu.records import FORMAT_KEY, format_version
+from tatu.sweep.judge.answers import ConfigAnswers
 from tatu.sweep.judge.power import SeedsForEffect
 from tatu.sweep.judge.records import ConfigResult, SweepVerdict
 from tatu.sweep.judge.vs_parent import VsParent
@@ -75,9 +76,17 @@ class SweepReport:
     compare: CompareStage | None = None
     verdict: SweepVerdict | None = None
     seeds_for: SeedsForEffect | None = None
+    # answers right over seeds x pairs, per configuration and set with answers (sweep/judge/answers.py)
+    answers: tuple[ConfigAnswers, ...] = ()
 
     def to_json(self) -> dict:
-        """What report.json holds."""
+        """What report.json holds (`answers` only where some set has answers: absent, never 0)."""
+        out = self._core_json()
+        if self.answers:
+            out["answers"] = [a.to_json() for a in self.answers]
+        return out
+
+    def _core_json(self) -> dict:
         return {FORMAT_KEY: REPORT_VERSION, "name": self.name, "question": self.question, "rule": self.rule,
                 "plan_hash": self.plan_hash, "plan_portable_hash": self.plan_portable_hash, "seeds": self.seeds,
                 "configs": configs_json(self.configs) if self.configs else None,
@@ -96,7 +105,8 @@ class SweepReport:
                    Tuned.from_json(payload["tuned"]) if payload.get("tuned") else None,
                    CompareStage.from_json(payload["compare"]) if payload.get("compare") else None,
                    SweepVerdict.from_json(payload["verdict"]) if payload.get("verdict") else None,
-                   SeedsForEffect.from_json(payload["seeds_for"]) if payload.get("seeds_for") else None)
+                   SeedsForEffect.from_json(payload["seeds_for"]) if payload.get("seeds_for") else None,
+                   tuple(ConfigAnswers.from_json(a) for a in payload.get("answers") or ()))
 
 
 def write_report_json(out_dir: Path, report: SweepReport) -> Path:

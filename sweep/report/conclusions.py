@@ -4,7 +4,9 @@ on another CPU (another sum order) must reach the same conclusions even where it
 A conclusion is the locked rule's verdict (which value it chose, and which configurations passed
 it), and the direction of every judged change whose CI excludes zero: each configuration's drift
 and sftHeld change over seeds, and each paired difference against the baseline (at the common
-step where the report has it; one at unequal ends concludes nothing, sweep/report/ends.py). A change whose CI
+step where the report has it; one at unequal ends concludes nothing, sweep/report/ends.py); and every
+other set's change over seeds (ptVal and the held-out sets: shown, never judged by the rule, but a
+loss there is a conclusion too). A change whose CI
 spans zero concludes nothing about its sign, so only the other sweep's CI excluding zero the other
 way would contradict it.
 """
@@ -46,7 +48,7 @@ class JudgedChange:
     and where those ends differ (`unequal`: "24 vs 8 (aborted at 8)") it concludes no direction."""
 
     config: str
-    metric: str  # one of JUDGED
+    metric: str  # one of JUDGED, or another set's name (ptVal, a held-out set: its change vs step 0)
     paired: bool  # the difference from the baseline (else the configuration's own change vs step 0)
     interval: Interval
     where: str = ""  # a paired change's step: "at step 8" (the common step), "" at equal ends
@@ -90,7 +92,15 @@ def judged_changes(report: SweepReport) -> list[JudgedChange]:
             paired = _paired_change(config, baseline, metric)
             if paired:
                 changes.append(paired)
+        changes += other_set_changes(config)
     return changes
+
+
+def other_set_changes(config) -> list[JudgedChange]:
+    """A configuration's change over seeds on every set beyond drift and sftHeld (ptVal, the held-out
+    sets), in its stats' order: never judged by the rule, concluded all the same."""
+    return [JudgedChange(config.key, name, False, Interval(st.change.value, st.change.lo, st.change.hi))
+            for name, st in (config.stats or {}).items() if name not in JUDGED and st]
 
 
 def conclusions(report: SweepReport) -> Conclusions:

@@ -4,9 +4,15 @@ the numbers printed beside it, and no sentence claims a direction the CIs do not
 
     the verdict                  which value the locked rule chose (or that none satisfies it)
     the passing configurations   which configurations passed every condition, which failed and on what
-    every judged change          a configuration's drift and sftHeld change over seeds, and its
-    whose CI excludes zero       difference from the baseline paired by seed and line: its direction
-                                 and its value with its CI (tatu/formats.py fmt_ci)
+    every judged change          a configuration's drift, sftHeld, ptVal and held-out sets' change
+    whose CI excludes zero       over seeds (the chosen configuration first), and its difference from
+                                 the baseline paired by seed and line: its direction and its value
+                                 with its CI (tatu/formats.py fmt_ci)
+    worse everywhere             a set whose perplexity rose in every configuration, said once with
+                                 each configuration's change ("Portuguese text got worse in every
+                                 configuration: ptVal ...")
+
+Perplexity is not answers: a fall in the sftHeld change says "perplexity fell", never "learned".
 
 A paired difference is the one at the common step where the report has it ("at step 8"); one
 at unequal ends (an aborted baseline) is listed with both ends and concludes no direction
@@ -21,15 +27,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tatu.formats import fmt_ci
+from tatu.formats import fmt_ci, fmt_interval, fmt_share
+from tatu.sweep.judge.answers import ConfigAnswers, Share
 from tatu.sweep.judge.power import SeedsFor, SeedsForEffect
 from tatu.sweep.judge.sweep_report import SweepReport
 from tatu.sweep.report.conclusions import JudgedChange, conclusions, judged_changes
 
 # The words of a direction, per metric: a rise in drift is forgetting, a fall in the sftHeld change is learning.
-RISES = {"drift": "rose (the ruler's English got worse)", "sftHeld": "rose (the held-out pairs got worse)"}
-FALLS = {"drift": "fell (the ruler's English got better)", "sftHeld": "fell (the held-out pairs were learned)"}
+RISES = {"drift": "rose (the ruler's English got worse)", "sftHeld": "rose (the held-out pairs' perplexity rose)"}
+FALLS = {"drift": "fell (the ruler's English got better)", "sftHeld": "fell (the held-out pairs' perplexity fell)"}
 NAMES = {"drift": "enRuler drift", "sftHeld": "sftHeld change"}
+# what a set holds, for the sentence saying it got worse in every configuration
+WHAT = {"drift": "The ruler's English", "sftHeld": "The held-out pairs", "ptVal": "Portuguese text"}
+
+
+def _name(metric: str) -> str:
+    return NAMES.get(metric, f"{metric} change")
+
+
+def _moved(metric: str, sign: int) -> str:
+    if metric in RISES:
+        return FALLS[metric] if sign < 0 else RISES[metric]
+    return "fell (its perplexity fell: better)" if sign < 0 else "rose (its perplexity rose: worse)"
 
 
 @dataclass(frozen=True)
@@ -51,10 +70,9 @@ def _change_sentence(change: JudgedChange, baseline: str | None) -> str:
     if change.paired:
         compared = "lower" if sign < 0 else "higher"
         where = f" {change.where}" if change.where else ""
-        return (f"{change.config} vs {baseline or 'the baseline'}{where}, paired by seed and line: {NAMES[change.metric]} "
+        return (f"{change.config} vs {baseline or 'the baseline'}{where}, paired by seed and line: {_name(change.metric)} "
                 f"{compared}, {_ci(change)} over seeds x lines.")
-    moved = FALLS[change.metric] if sign < 0 else RISES[change.metric]
-    return f"{change.config}: {NAMES[change.metric]} {moved}, {_ci(change)} over seeds x lines vs step 0."
+    return f"{change.config}: {_name(change.metric)} {_moved(change.metric, sign)}, {_ci(change)} over seeds x lines vs step 0."
 
 
 def what_it_says(report: SweepReport) -> list[Sentence]:
@@ -72,20 +90,76 @@ def what_it_says(report: SweepReport) -> list[Sentence]:
     out.append(Sentence("passed", f"Passing every condition of the rule: {passed}"
                         + (f"; failing: {', '.join(failed)}" if failed else "")
                         + (f"; not judged: {', '.join(missing)}" if missing else "") + "."))
-    changes = judged_changes(report)  # what conclusions() keys found.changes by: the set the kernel test compares
+    chosen = _chosen_config(report)
+    # what conclusions() keys found.changes by (the set the kernel test compares), the chosen configuration first
+    changes = sorted(judged_changes(report), key=lambda c: c.config != chosen)
     out += [Sentence(c.name, _change_sentence(c, baseline)) for c in changes if c.sign != 0]
+    out += _worse_everywhere(changes, [c.key for c in configs], chosen)
     unequal = [c for c in changes if c.unequal]
     if unequal:  # unequal training side by side: shown with both ends, no direction whatever its CI
-        listed = "; ".join(f"{c.config} vs {baseline or 'the baseline'} {NAMES[c.metric]} difference {_ci(c)} "
+        listed = "; ".join(f"{c.config} vs {baseline or 'the baseline'} {_name(c.metric)} difference {_ci(c)} "
                            f"(steps {c.unequal})" for c in unequal)
         out.append(Sentence("unequal ends", f"Compared at unequal ends, so no direction is claimed: {listed}."))
     open_ = [c for c in changes if c.interval.sign == 0 and not c.unequal]
     if open_:
         listed = "; ".join(f"{c.config}{' vs ' + (baseline or 'the baseline') if c.paired else ''} "
-                           f"{NAMES[c.metric]}{' difference' if c.paired else ''} {_ci(c)}" for c in open_)
+                           f"{_name(c.metric)}{' difference' if c.paired else ''} {_ci(c)}" for c in open_)
         out.append(Sentence("not resolved", f"Not resolved (the CI spans zero, so no direction is claimed): {listed}."))
+    out += _answers_sentences(report.answers, chosen)
     learning = _learning_sentence(report.seeds_for)
     return out + ([learning] if learning else [])
+
+
+def _share(share: Share) -> str:
+    return f"{fmt_share(share.value)} {fmt_interval(share.lo, share.hi, fmt_share)}"
+
+
+def _answers_sentences(answers: tuple[ConfigAnswers, ...], chosen: str | None) -> list[Sentence]:
+    """Answers right per configuration and set, the chosen configuration first: "learned" only
+    where the change's CI is above zero; where no configuration's answers rose, one sentence that
+    the SFT taught the format (its perplexity), not the answers. No set with answers: nothing."""
+    out = []
+    for a in sorted(answers, key=lambda a: a.config != chosen):
+        said = ("more answers right: learned" if a.learned else
+                "fewer answers right" if a.change.hi < 0 else "no change resolved")
+        out.append(Sentence(f"{a.config} {a.set_name} answers",
+                            f"{a.config}: {a.set_name} answers right: {_share(a.start)} -> {_share(a.end)} over "
+                            f"{a.n_seeds} seeds x {a.n_items} pairs, change {fmt_ci(a.change.value, a.change.lo, a.change.hi)} "
+                            f"({said})."))
+    if answers and not any(a.learned for a in answers):
+        out.append(Sentence("answers not learned",
+                            "No configuration answered more held-out pairs right (no change's CI is above zero): "
+                            "the SFT taught the format, not the answers."))
+    return out
+
+
+def _chosen_config(report: SweepReport) -> str | None:
+    """The configuration the rule chose (None: none chosen)."""
+    verdict = report.verdict
+    if verdict.chosen is None:
+        return None
+    checked = next((c.config for c in verdict.checks if c.value == verdict.chosen), None)
+    return checked or next((c.key for c in report.compare.configs if c.values.get(verdict.axis) == verdict.chosen), None)
+
+
+def _worse_everywhere(changes: list[JudgedChange], configs: list[str], chosen: str | None) -> list[Sentence]:
+    """One sentence per set whose change vs step 0 rose, its CI above zero, in every configuration:
+    each configuration's change, the chosen one first (a loss no configuration escaped)."""
+    rose: dict[str, dict[str, JudgedChange]] = {}
+    for c in changes:
+        if not c.paired and c.interval.sign > 0:
+            rose.setdefault(c.metric, {})[c.config] = c
+    out = []
+    for metric, by_config in rose.items():
+        if len(configs) < 2 or set(by_config) != set(configs):
+            continue  # one configuration's own sentence already says it
+        listed = ", ".join(f"{_ci(by_config[k])} ({k}{', chosen' if k == chosen else ''})"
+                           for k in sorted(configs, key=lambda k: k != chosen))
+        what = WHAT.get(metric, f"The held-out set {metric}")
+        label = "enRuler drift" if metric == "drift" else metric
+        out.append(Sentence(f"worse everywhere {metric}",
+                            f"{what} got worse in every configuration: {label} {listed} over seeds x lines vs step 0."))
+    return out
 
 
 def _pct(fraction: float) -> str:

@@ -275,7 +275,8 @@ def _common_text(configs: list[ConfigResult]) -> list[str]:
 
 
 HELD_OUT_HEADER = ["config", "set", "step", f"change {CI}", "seed SD", "within SE", "MDE"]
-HELD_OUT_NOTE = "held-out sets (every eval set beyond the three roles): ppl change vs step 0, over seeds (crossed CIs)"
+HELD_OUT_NOTE = ("ptVal (shown, never judged) and the held-out sets (every eval set beyond the three roles): ppl change vs "
+                 "step 0, over seeds (crossed CIs)")
 CATEGORY_HEADER = ["config", "set", "category", "step", f"change {CI}", "seed SD", "within SE"]
 CATEGORY_NOTE = ("word categories (Apertium's tags, stored at data build): ppl change vs step 0 on the target tokens "
                  "of each category, over the lines that have one, over seeds (crossed CIs)")

@@ -55,7 +55,8 @@ def test_one_sentence_per_conclusion_each_with_its_ci():
     found = conclusions(data)
     said = _by_state(data)
     resolved = {name for name, interval in found.changes.items() if interval.sign != 0}
-    assert set(said) == {"verdict", "passed", "not resolved"} | resolved
+    # drift rose in both configurations: said once more, as a loss no configuration escaped
+    assert set(said) == {"verdict", "passed", "not resolved", "worse everywhere drift"} | resolved
     assert said["verdict"] == "The locked rule chose REPLAY_N=6."
     assert said["passed"] == ("Passing every condition of the rule: replay-n6; failing: replay-n0 "
                               "(drift_hi < MIX_FORGET_LIMIT +17.7%).")
@@ -128,3 +129,37 @@ def test_learning_the_seeds_run_cannot_resolve_is_said_with_why_and_resolved_lea
     data = _with_rows(data, _seeds_for_row("replay-n6", None, "sftHeld", None, n_seeds=1, known=False,
                                            mde_now=None, line_floor=None, n_lines=None))
     assert "replay-n6 change: its seed-to-seed spread is not measured at 1 seed." in _by_state(data)["learning not resolved"]
+
+
+def with_ptval(data: SweepReport, changes: dict[str, tuple[float, float, float]]) -> SweepReport:
+    """Each named configuration with a ptVal change over seeds (the stats sweep/judge/sets.py adds)."""
+    for index, config in enumerate(data.compare.configs):
+        if config.key in changes:
+            value, lo, hi = changes[config.key]
+            stat = replace(config.stats["drift"], change=RelativeChange(value, lo, hi))
+            data = with_config(data, index, replace(config, stats={**config.stats, "ptVal": stat}))
+    return data
+
+
+def test_ptval_worse_in_every_configuration_is_said_with_each_change_the_chosen_first():
+    data = with_ptval(report(), {"replay-n0": (0.49, 0.40, 0.58), "replay-n6": (0.55, 0.47, 0.62)})
+    said = _by_state(data)
+    assert said["worse everywhere ptVal"] == (
+        "Portuguese text got worse in every configuration: ptVal +55.0% [+47.0%,+62.0%] (replay-n6, chosen), "
+        "+49.0% [+40.0%,+58.0%] (replay-n0) over seeds x lines vs step 0.")
+    assert said["replay-n6 ptVal"] == ("replay-n6: ptVal change rose (its perplexity rose: worse), "
+                                       "+55.0% [+47.0%,+62.0%] over seeds x lines vs step 0.")
+    assert "replay-n0 ptVal" in conclusions(data).changes  # in the conclusion set the kernel test compares
+    order = [s.states for s in what_it_says(data)]
+    assert order.index("replay-n6 ptVal") < order.index("replay-n0 ptVal")  # the chosen configuration first
+    # worse in one configuration only: its own sentence, no "every configuration"
+    data = with_ptval(data, {"replay-n0": (0.01, -0.02, 0.04)})
+    said = _by_state(data)
+    assert "worse everywhere ptVal" not in said and "replay-n0 ptVal change +1.0% [-2.0%,+4.0%]" in said["not resolved"]
+
+
+def test_perplexity_never_says_learned():
+    data = report()
+    text = paragraph(data)
+    assert "sftHeld change fell (the held-out pairs' perplexity fell)" in text
+    assert "learned" not in text
