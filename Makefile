@@ -32,8 +32,9 @@ demo: $(STAMP)
 
 # Apertium's taggers (category metrics) and Chromium (the page tests' browser): installed with
 # apt-get when root, else the command is printed. The tests run on TEST_WORKERS pytest-xdist
-# workers (tests/conftest.py keeps apart the ones that cannot share the machine); the suite waits
-# on its subprocesses a good part of the time, so more workers than the 2 cores it is sized for.
+# workers (0: in this process alone); tests/conftest.py keeps apart the ones that cannot share the
+# machine. One more worker than the 2 cores the suite is sized for: the systemd tests and the Ray
+# tests each hold a worker for minutes, much of it waiting on units, restart timers and the cluster.
 TEST_WORKERS ?= 3
 test: $(STAMP)
 	$(PY) -m tatu.ops.packages tagger
