@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tatu.evals.seeds.power import CrossedParts
-from tatu.evals.seeds.sequential import Design, Estimate, SeedPool, estimate_of, fixed_pass, look, pooled
+from tatu.evals.seeds.sequential import Design, Estimate, SeedPool, estimate_of, fixed_fail, fixed_pass, look, pooled
 from tatu.evals.seeds.stats import DEFAULT_RESAMPLES, RunLines, crossed_ci
 
 N_LINES = 100
@@ -133,7 +133,8 @@ def real_estimate(changes: np.ndarray, n_seeds: int, seed) -> Estimate:
 
 def anova_estimates(y: np.ndarray, n_seeds: int) -> list[Estimate]:
     """Per replicate, the crossed ANOVA of the first n_seeds seeds: the mean and the parts
-    crossed_ci estimates (seed_ms, line_ms, inter_ms as its module doc defines them, each part >= 0)."""
+    crossed_ci estimates (seed_ms, line_ms, inter_ms as its module doc defines them; the line part >= 0)
+    and the third cumulant its line_third is."""
     block = y[:, :n_seeds, :]
     n_lines = block.shape[2]
     seed_means, line_means = block.mean(axis=2), block.mean(axis=1)
@@ -142,11 +143,14 @@ def anova_estimates(y: np.ndarray, n_seeds: int) -> list[Estimate]:
     inter_ms = (resid ** 2).sum(axis=(1, 2)) / ((n_seeds - 1) * (n_lines - 1)) / (n_seeds * n_lines)
     seed_ms = seed_means.var(axis=1, ddof=1) / n_seeds
     line_ms = line_means.var(axis=1, ddof=1) / n_lines
+    # the third cumulant of the mean from the shared lines: k3 of the line means / L^2 (SeedCI.line_third)
+    centred = line_means - line_means.mean(axis=1, keepdims=True)
+    third = (centred ** 3).sum(axis=1) * n_lines / ((n_lines - 1) * (n_lines - 2)) / n_lines ** 2
     out = []
-    for mean, s_ms, l_ms, i_ms in zip(grand, seed_ms, line_ms, inter_ms):
-        parts = CrossedParts(seed=max(0.0, s_ms - i_ms) * n_seeds, interaction=i_ms * n_seeds,
+    for mean, s_ms, l_ms, i_ms, k3 in zip(grand, seed_ms, line_ms, inter_ms, third):
+        parts = CrossedParts(seed=(s_ms - i_ms) * n_seeds, interaction=i_ms * n_seeds,
                              lines=max(0.0, l_ms - i_ms), n_lines=n_lines)
-        out.append(Estimate(n_seeds, float(mean), parts))
+        out.append(Estimate(n_seeds, float(mean), parts, third=float(k3)))
     return out
 
 
@@ -228,8 +232,7 @@ def naive_outcomes(design: Design, y: np.ndarray, earlier: list[Ran] | None = No
     def decide(est: Estimate) -> str:
         if fixed_pass(est, 0.0):
             return "pass"
-        flipped = Estimate(est.n_seeds, -est.mean, est.parts, est.seed_df)  # the lower bound above the threshold
-        return "fail" if fixed_pass(flipped, 0.0) or est.n_seeds == design.max_seeds else "continue"
+        return "fail" if fixed_fail(est, 0.0) or est.n_seeds == design.max_seeds else "continue"
 
     return _first_decisions(design, y, decide, earlier, path, seed)
 
