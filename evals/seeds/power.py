@@ -3,7 +3,8 @@ evals/seeds/stats.py) projected to other seed counts. The one home of the formul
 
 From the measured parts, the mean over S seeds on these L lines has
     Var(S) = (sigma_a^2 + sigma_e^2/L) / S + sigma_b^2 / L                 (CrossedParts)
-with Satterthwaite's df(S) as crossed_ci computes it. Its 95% CI excludes a true effect delta
+with Satterthwaite's df(S) as crossed_ci computes it (the seed mean square at S - 1 df even where the
+seed part is measured at or below 0: CrossedParts.df). Its 95% CI excludes a true effect delta
 (from zero, or from a rule's threshold) with power 1 - beta when
     delta >= (t_{0.975, df(S)} + t_{1-beta, df(S)}) * sqrt(Var(S))          (crossed_mde),
 and seeds_needed is the fewest S >= 2 that satisfies it. The line part does not shrink with S:
@@ -32,7 +33,12 @@ class CrossedParts:
     sigma_a^2, sigma_e^2, sigma_b^2), as measured by crossed_ci, so it can be projected to other
     seed counts: seed = sigma_a^2 (one seed's own effect); interaction = sigma_e^2 / L (one seed's
     seed x line noise on these lines); lines = sigma_b^2 / L (the shared lines' part of the mean,
-    the same at any seed count); n_lines = L."""
+    the same at any seed count); n_lines = L.
+
+    seed is the unbiased estimate, below 0 when the seeds scatter less than their seed x line noise
+    alone would make them: seed + interaction is then the per-seed statistics' own variance (what a t
+    over seeds uses), and flooring seed at 0 would put the interaction's variance in its place. The
+    lines part is floored at 0 (a shared-line variance the lines cannot show is left out)."""
 
     seed: float
     interaction: float
@@ -43,17 +49,30 @@ class CrossedParts:
         """Var of the mean over n_seeds seeds: (sigma_a^2 + sigma_e^2/L) / S + sigma_b^2 / L."""
         return (self.seed + self.interaction) / n_seeds + self.lines
 
-    def df(self, n_seeds: int, seed_df: int | None = None) -> float:
-        """Satterthwaite's df at n_seeds, over the parts present (what crossed_ci's interval uses).
-        seed_df: the seed mean square's own df when it was pooled across configurations
-        (evals/seeds/sequential.SeedPool); None: n_seeds - 1, this configuration's seeds alone."""
+    def floored(self) -> "CrossedParts":
+        """The parts with the seed part at least 0 (sigma_a^2 >= 0): what the expected mean squares are
+        estimated from (df, a sequential look's SE and information fraction)."""
+        return self if self.seed >= 0.0 else CrossedParts(0.0, self.interaction, self.lines, self.n_lines)
+
+    def _mean_squares(self, n_seeds: float) -> tuple[float, float, float]:
+        """The seed, line and interaction mean squares of the mean at n_seeds, as Satterthwaite's df
+        weighs them: each EXPECTED mean square estimated under its constraint (the seed one is at least
+        the interaction's, as sigma_a^2 >= 0), so a seed part measured at or below 0 keeps its S - 1 df
+        instead of handing the interaction's (S - 1)(L - 1) to the interval (issue 45)."""
         inter_ms = self.interaction / n_seeds
-        seed_ms, line_ms = self.seed / n_seeds + inter_ms, self.lines + inter_ms
-        c_seed, c_line = float(self.seed > 0), float(self.lines > 0)
-        return _satterthwaite_df([(c_seed * seed_ms, n_seeds - 1 if seed_df is None else seed_df),
+        return max(self.seed, 0.0) / n_seeds + inter_ms, self.lines + inter_ms, inter_ms
+
+    def df(self, n_seeds: int, seed_df: int | None = None) -> float:
+        """Satterthwaite's df at n_seeds (what crossed_ci's interval uses): the seed mean square at
+        n_seeds - 1 df (seed_df: its own df when it was pooled across configurations,
+        evals/seeds/sequential.SeedPool), the line part, where measured above 0, as the line mean
+        square less the interaction's."""
+        seed_ms, line_ms, inter_ms = self._mean_squares(n_seeds)
+        c_line = float(self.lines > 0)
+        total = seed_ms + c_line * (line_ms - inter_ms)
+        return _satterthwaite_df([(seed_ms, n_seeds - 1 if seed_df is None else seed_df),
                                   (c_line * line_ms, self.n_lines - 1),
-                                  ((1.0 - c_seed - c_line) * inter_ms, (n_seeds - 1) * (self.n_lines - 1))],
-                                 self.variance(n_seeds))
+                                  (-c_line * inter_ms, (n_seeds - 1) * (self.n_lines - 1))], total)
 
 
 def _satterthwaite_df(parts: list[tuple[float, float]], total: float) -> float:
@@ -91,14 +110,15 @@ MAX_SEEDS = 1 << 20  # past this, seeds_needed answers None (no seed count an op
 
 
 def _df_ceiling(parts: CrossedParts, low: int, high: float) -> float:
-    """A df that no seed count S in [low, high] exceeds: Satterthwaite's numerator is the variance,
-    largest at `low`; each term of its denominator is smallest at `high` (high may be inf)."""
-    inter_hi = parts.interaction / high
-    seed_ms, line_ms = parts.seed / high + inter_hi, parts.lines + inter_hi
-    c_seed, c_line = float(parts.seed > 0), float(parts.lines > 0)
-    spread = ((c_seed * seed_ms) ** 2 / (high - 1) + (c_line * line_ms) ** 2 / (parts.n_lines - 1)
-              + ((1.0 - c_seed - c_line) * inter_hi) ** 2 / ((high - 1) * (parts.n_lines - 1)))
-    return parts.variance(low) ** 2 / spread if spread > 0 else math.inf
+    """A df that no seed count S in [low, high] exceeds: Satterthwaite's numerator (the df's variance,
+    CrossedParts._mean_squares) is largest at `low`; each term of its denominator is smallest at
+    `high` (high may be inf)."""
+    seed_lo, line_lo, inter_lo = parts._mean_squares(low)
+    seed_hi, line_hi, inter_hi = parts._mean_squares(high)
+    c_line = float(parts.lines > 0)
+    spread = (seed_hi ** 2 / (high - 1) + (c_line * line_hi) ** 2 / (parts.n_lines - 1)
+              + (c_line * inter_hi) ** 2 / ((high - 1) * (parts.n_lines - 1)))
+    return (seed_lo + c_line * (line_lo - inter_lo)) ** 2 / spread if spread > 0 else math.inf
 
 
 def mde_at_least(parts: CrossedParts, low: int, high: float, alpha: float = ALPHA, power: float = POWER) -> float:

@@ -20,9 +20,15 @@ line indices shared by every seed (and, for a comparison, by both configurations
 Resampling both at once counts the interaction three times (Owen 2007, "The pigeonhole
 bootstrap"), so the replicates are split into what varies with the seeds drawn (exact: the
 seeds' estimates), with the lines drawn (the seed mean on each line draw) and what is left
-(seed x line); each gives its mean square of the two-way ANOVA, on the real ratio statistic,
-and Var above is estimated from them, each part at least 0. The interval is mean +- t_df * SE,
-df by Satterthwaite over the parts present (seeds alone: S - 1, the t interval over seeds).
+(seed x line); each gives its mean square of the two-way ANOVA, on the real ratio statistic.
+Var above is the seed mean square (the per-seed statistics' variance / S: sigma_a^2/S +
+sigma_e^2/(S L), unbiased) plus the line part (its mean square less the interaction's, at least 0).
+The interval is mean +- t_df * SE, df by Satterthwaite with the seed mean square at S - 1 df
+always (seeds alone: the t interval over seeds); each expected mean square in the df is estimated
+under its constraint (the seed one at least the interaction's: power.CrossedParts.df). A seed
+part floored at 0 in the variance with the seed term dropped from the df (tatu before issue 45)
+put the interaction's (S - 1)(L - 1) df where the seeds' S - 1 belonged: at 3 seeds, a quarter
+of the time, an SE without the seed variance against a nearly normal bound.
 Measured coverage per regime (seed-, shared-line-dominated, both, neither; 3 and 5 seeds):
 tests/evals/test_seeds_crossed.py and docs/sweeps.md.
 
@@ -51,13 +57,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tatu.evals.stats import _line_sums, _resampled_sums
+from tatu.evals.stats import _CHUNK_ENTRIES, _line_sums
 from tatu.evals.seeds.power import CrossedParts, crossed_mde
+from tatu.evals.seeds.skew import hall, k_statistic_3, lower_factor, skewness, upper_factor
 from scipy.special import stdtr, stdtrit  # Student's t: stdtr(df, t) its CDF, stdtrit(df, p) its quantile
 
 DEFAULT_RESAMPLES = 2000
 DEFAULT_SEED = 0
-OUTLIER_MIN_SEEDS = 4  # the fewest seeds a flag is raised at: the others' spread then has 2 df
 OUTLIER_ALPHA = 0.04  # bounds the chance that normal seeds get any flag (per configuration-metric): <= 5% measured
 
 
@@ -101,7 +107,10 @@ class SeedCI:
     not shrink it); interaction_se: the seed x line part; se: the mean's SE (all three parts);
     mde: the smallest true effect this CI excludes at 80% power (crossed_mde at S; inf below 2
     seeds); parts: the variance components (None below 2 seeds: the seed part is unknown);
-    p_value: the two-sided p of "the mean is 0" from the same SE and df as the interval."""
+    p_value: the two-sided p of "the mean is 0" from the same SE, df and skew as the interval;
+    line_third: the third cumulant of the mean from the shared lines (k3 of the per-line changes
+    averaged over seeds, / L^2); line_skew: those per-line changes' own skewness (k3 / SD^3), what an
+    operator compares with the simulated range (evals/seeds/guarantee.py)."""
 
     mean: float
     lo: float
@@ -117,6 +126,14 @@ class SeedCI:
     mde: float
     parts: CrossedParts | None = None
     p_value: float = math.nan
+    line_third: float = 0.0
+    line_skew: float = 0.0
+
+    @property
+    def skew(self) -> float:
+        """The gamma the interval's bounds are corrected by: the skewness of the mean the shared lines
+        show (line_third / se^3) times evals/seeds/skew.SKEW_INFLATION."""
+        return skewness(self.line_third, self.se ** 2)
 
 
 def _check_crossed(runs: list[RunLines], baseline: list[RunLines] | None) -> int:
@@ -136,10 +153,27 @@ def line_replicates(runs: list[RunLines], baseline: list[RunLines] | None, n_res
     shared by every seed and by the baseline (the lines are the same for all of them)."""
     n_lines = _check_crossed(runs, baseline)
     both = runs + (baseline or [])
-    columns = [c for r in both for c in (r.nll_base, r.tok_base, r.nll_end, r.tok_end)]
-    sums = _resampled_sums(rng, n_lines, n_resamples, columns)
-    ratios = np.array([sums[4 * i + 2] / sums[4 * i + 3] - sums[4 * i] / sums[4 * i + 1] for i in range(len(both))])
+    columns = np.stack([c for r in both for c in (r.nll_base, r.tok_base, r.nll_end, r.tok_end)], axis=1)
+    sums = _shared_draw_sums(rng, n_lines, n_resamples, columns)
+    ratios = np.array([sums[:, 4 * i + 2] / sums[:, 4 * i + 3] - sums[:, 4 * i] / sums[:, 4 * i + 1]
+                       for i in range(len(both))])
     return ratios[:len(runs)] - ratios[len(runs):] if baseline else ratios
+
+
+def _shared_draw_sums(rng: np.random.Generator, n_lines: int, n_resamples: int, columns: np.ndarray) -> np.ndarray:
+    """(n_resamples, columns): per replicate, each column summed over one shared draw of line
+    indices. The draws are evals/stats._resampled_sums' (the same chunks of rng.integers, so the
+    same lines for a seed); the sums are counts @ columns, one matrix product instead of a gather
+    per column (the bench's real path calls this at every look)."""
+    chunk = max(1, _CHUNK_ENTRIES // n_lines)
+    out = np.empty((n_resamples, columns.shape[1]))
+    for start in range(0, n_resamples, chunk):
+        stop = min(n_resamples, start + chunk)
+        idx = rng.integers(0, n_lines, size=(stop - start, n_lines))
+        rows = np.arange(stop - start)[:, None] * n_lines
+        counts = np.bincount((idx + rows).ravel(), minlength=(stop - start) * n_lines).reshape(stop - start, n_lines)
+        out[start:stop] = counts @ columns
+    return out
 
 
 def crossed_ci(runs: list[RunLines], baseline: list[RunLines] | None = None, n_resamples: int = DEFAULT_RESAMPLES,
@@ -169,29 +203,60 @@ def crossed_ci(runs: list[RunLines], baseline: list[RunLines] | None = None, n_r
     line_ms = float(lines_only.var(ddof=1)) * n_lines / (n_lines - 1)
     inter_ms = (float((both - seeds_only - lines_only).var(ddof=1)) * n_seeds * n_lines / ((n_seeds - 1) * (n_lines - 1))
                 if n_seeds > 1 else 0.0)
-    # Var(mean) = sigma_a^2/S + sigma_b^2/L + sigma_e^2/(S L): each part from its mean squares, at
-    # least 0. The df count only the parts present (a variance of seeds alone has S - 1).
-    seed_part, line_part = max(0.0, seed_ms - inter_ms), max(0.0, line_ms - inter_ms)
+    # Var(mean) = sigma_a^2/S + sigma_b^2/L + sigma_e^2/(S L): (sigma_a^2 + sigma_e^2/L)/S is the seed
+    # mean square itself (the per-seed statistics' variance / S, unbiased, S - 1 df), the line part its
+    # mean square less the interaction's, at least 0. Flooring the seed part at 0 instead put the
+    # interaction's mean square, and its (S - 1)(L - 1) df, where the seeds' own was (issue 45).
+    seed_part, line_part = seed_ms - inter_ms, max(0.0, line_ms - inter_ms)
     parts = CrossedParts(seed=seed_part * n_seeds, interaction=inter_ms * n_seeds, lines=line_part, n_lines=n_lines)
     variance, df = parts.variance(n_seeds), parts.df(n_seeds)
-    half = float(stdtrit(df, 0.5 + level / 2.0)) * math.sqrt(variance)
+    se = math.sqrt(variance)
+    line_means = line_changes(runs, baseline).mean(axis=0)
+    third = k_statistic_3(line_means) / n_lines ** 2
+    gamma = skewness(third, variance)
+    q = float(stdtrit(df, 0.5 + level / 2.0))
     within = float(np.mean(by_line.var(axis=1, ddof=1)))
     between = float(est.var(ddof=1)) if n_seeds > 1 else 0.0
+    spread = float(np.std(line_means, ddof=1))
     return SeedCI(
-        mean=mean, lo=mean - half, hi=mean + half, se=math.sqrt(variance), seed_sd=math.sqrt(between),
-        seed_effect_sd=math.sqrt(seed_part * n_seeds), within_se=math.sqrt(within),
+        mean=mean, lo=mean - lower_factor(q, gamma) * se, hi=mean + upper_factor(q, gamma) * se, se=se,
+        seed_sd=math.sqrt(between), seed_effect_sd=math.sqrt(max(0.0, seed_part) * n_seeds), within_se=math.sqrt(within),
         shared_line_se=math.sqrt(line_part), interaction_se=math.sqrt(inter_ms), df=df, n_seeds=n_seeds,
         mde=crossed_mde(parts, n_seeds) if n_seeds > 1 else math.inf, parts=parts if n_seeds > 1 else None,
-        p_value=crossed_p(mean, math.sqrt(variance), df),
+        p_value=crossed_p(mean, se, df, gamma), line_third=third,
+        line_skew=k_statistic_3(line_means) / spread ** 3 if spread > 0 else 0.0,
     )
 
 
-def crossed_p(mean: float, se: float, df: float) -> float:
-    """Two-sided p of "the true mean is 0" on the crossed CI's own scale: 2 * stdtr(df, -|mean| / se).
-    With se 0 (every part measured 0), 1 for a mean of exactly 0 and 0 otherwise."""
+def line_changes(runs: list[RunLines], baseline: list[RunLines] | None = None) -> np.ndarray:
+    """(seeds, lines): each run's statistic spread over its lines, linearized: line i of run s holds
+    t_s + (its influence on t_s), so a row's mean is the run's log ratio exactly and, for one token a
+    line, row s is the per-line change itself. A ratio R = sum nll / sum tok has influence
+    (nll_i - R tok_i) / mean(tok) (the delta method); the paired log ratio is the end's R less the
+    start's, and a comparison the configuration's less the baseline's."""
+    def linear(nll: np.ndarray, tok: np.ndarray) -> np.ndarray:
+        ratio = nll.sum() / tok.sum()
+        return ratio + (nll - ratio * tok) / tok.mean()
+
+    def of(run: RunLines) -> np.ndarray:
+        return linear(run.nll_end, run.tok_end) - linear(run.nll_base, run.tok_base)
+
+    _check_crossed(runs, baseline)
+    changes = np.array([of(r) for r in runs])
+    return changes - np.array([of(b) for b in baseline]) if baseline else changes
+
+
+def crossed_p(mean: float, se: float, df: float, gamma: float = 0.0) -> float:
+    """Two-sided p of "the true mean is 0" on the crossed CI's own scale: twice the smaller one-sided p
+    of its skew-corrected bounds (evals/seeds/skew.py), so p < 1 - level exactly when the CI at `level`
+    excludes 0; with no skew, 2 * stdtr(df, -|mean| / se). With se 0 (every part measured 0), 1 for a
+    mean of exactly 0 and 0 otherwise."""
     if se == 0.0:
         return 1.0 if mean == 0.0 else 0.0
-    return min(1.0, 2.0 * float(stdtr(df, -abs(mean) / se)))
+    t = mean / se
+    g = hall(t, gamma)
+    # the lower bound clears 0 when min(t, g) > q; the upper one when max(t, g) < -q
+    return min(1.0, 2.0 * min(float(stdtr(df, -min(t, g))), float(stdtr(df, max(t, g)))))
 
 
 # --- between configurations, paired by seed --------------------------------------------------------
@@ -236,10 +301,8 @@ def outlier_cut(n_seeds: int, family_alpha: float = OUTLIER_ALPHA) -> float:
 
 
 def outliers(values, family_alpha: float = OUTLIER_ALPHA) -> list[int]:
-    """Indices of the seeds far from the others (leave_one_out_t beyond outlier_cut); none below
-    OUTLIER_MIN_SEEDS: at 3 seeds the other two give an SD with 1 df, its t a Cauchy whose cut (t > 48)
-    a near tie of the other two crosses at any gap (-32.69% and -32.70% flagged -30.8% at t=+157)."""
-    if len(values) < OUTLIER_MIN_SEEDS:
+    """Indices of the seeds far from the others (leave_one_out_t beyond outlier_cut); none below 3 seeds."""
+    if len(values) < 3:
         return []
     cut = outlier_cut(len(values), family_alpha)
     return [i for i, t in enumerate(leave_one_out_t(values)) if abs(t) > cut]

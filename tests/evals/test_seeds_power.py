@@ -52,8 +52,10 @@ def _experiments(n: int, n_seeds: int, sds, rng, n_lines: int = N_LINES) -> np.n
 
 def _anova_lower_bound(d: np.ndarray) -> np.ndarray:
     """Per experiment, the lower end of the 95% crossed CI: the two-way random-effects ANOVA's
-    Var(grand mean) from its mean squares, each part at least 0, df by Satterthwaite over the parts
-    present (as crossed_ci builds it)."""
+    Var(grand mean) = the seed mean square (unbiased) + the line part (its mean square less the
+    interaction's, at least 0); Satterthwaite's df with the seed term always at S - 1 df and the
+    seed mean square in it at least the interaction's; the lower bound moved outwards by Hall's
+    transformation at 1.5 x the lines' skewness (as crossed_ci builds it; here with numpy and scipy)."""
     _, n_s, n_l = d.shape
     grand, row, col = d.mean(axis=(1, 2)), d.mean(axis=2), d.mean(axis=1)
     ms_s = n_l * ((row - grand[:, None]) ** 2).sum(axis=1) / (n_s - 1)
@@ -61,12 +63,17 @@ def _anova_lower_bound(d: np.ndarray) -> np.ndarray:
     resid = d - row[:, :, None] - col[:, None, :] + grand[:, None, None]
     ms_e = (resid ** 2).sum(axis=(1, 2)) / ((n_s - 1) * (n_l - 1))
     cells = n_s * n_l
-    seed_part, line_part, inter = np.maximum(0, ms_s - ms_e) / cells, np.maximum(0, ms_l - ms_e) / cells, ms_e / cells
-    var = seed_part + line_part + inter
-    has_s, has_l = (seed_part > 0).astype(float), (line_part > 0).astype(float)
-    spread = ((has_s * ms_s / cells) ** 2 / (n_s - 1) + (has_l * ms_l / cells) ** 2 / (n_l - 1)
-              + ((1 - has_s - has_l) * inter) ** 2 / ((n_s - 1) * (n_l - 1)))
-    return grand - sp.t.ppf(0.975, var ** 2 / spread) * np.sqrt(var)
+    line_part = np.maximum(0, ms_l - ms_e) / cells
+    var = ms_s / cells + line_part
+    has_l = (line_part > 0).astype(float)
+    seed_term = np.maximum(ms_s, ms_e) / cells
+    spread = (seed_term ** 2 / (n_s - 1) + (has_l * ms_l / cells) ** 2 / (n_l - 1)
+              + (has_l * ms_e / cells) ** 2 / ((n_s - 1) * (n_l - 1)))
+    q = sp.t.ppf(0.975, (seed_term + line_part) ** 2 / spread)
+    gamma = 1.5 * sp.kstat(col, 3, axis=1) / n_l ** 2 / var ** 1.5
+    with np.errstate(divide="ignore", invalid="ignore"):
+        hall_q = np.where(np.abs(gamma) > 1e-12, 3 / gamma * (np.cbrt(1 + gamma * (q - gamma / 6)) - 1), q)
+    return grand - np.maximum(q, hall_q) * np.sqrt(var)
 
 
 def simulated_power(n_seeds: int, sds, seed: int, n: int = N_EXPERIMENTS, n_lines: int = N_LINES) -> float:
@@ -171,15 +178,16 @@ def test_the_formula_against_scipy_and_its_seeds_only_limit():
 
 def _naive_mde(parts: seeds_power.CrossedParts, n_seeds: np.ndarray, power: float = 0.8) -> np.ndarray:
     """crossed_mde at every seed count in n_seeds, vectorised with scipy's t (the formula of the
-    module doc, Satterthwaite over the parts present)."""
+    module doc: Satterthwaite with the seed term always present, its mean square at least the
+    interaction's)."""
     n = n_seeds.astype(np.float64)
     inter = parts.interaction / n
-    seed_ms, line_ms = parts.seed / n + inter, parts.lines + inter
-    var = seed_ms + line_ms - inter
-    c_s, c_l = float(parts.seed > 0), float(parts.lines > 0)
-    spread = ((c_s * seed_ms) ** 2 / (n - 1) + (c_l * line_ms) ** 2 / (parts.n_lines - 1)
-              + ((1 - c_s - c_l) * inter) ** 2 / ((n - 1) * (parts.n_lines - 1)))
-    df = var ** 2 / spread
+    seed_ms, line_ms = max(parts.seed, 0.0) / n + inter, parts.lines + inter
+    c_l = float(parts.lines > 0)
+    spread = (seed_ms ** 2 / (n - 1) + (c_l * line_ms) ** 2 / (parts.n_lines - 1)
+              + (c_l * inter) ** 2 / ((n - 1) * (parts.n_lines - 1)))
+    df = (seed_ms + c_l * parts.lines) ** 2 / spread
+    var = (parts.seed + parts.interaction) / n + parts.lines
     return (sp.t.ppf(0.975, df) + sp.t.ppf(power, df)) * np.sqrt(var)
 
 
@@ -211,3 +219,24 @@ def test_seeds_needed_is_the_fewest_count_a_plain_loop_finds(n_lines):
             assert seeds_power.mde_at_least(parts, low, math.inf) <= mde[low - 2:].min() * (1 + 1e-9)
     if n_lines <= 5:
         assert dipped > 0  # the case a limit used as a floor answers "none" for
+
+
+def test_a_seed_part_measured_at_or_below_0_keeps_its_seed_df():
+    """Three seeds on 100 lines whose seeds scatter less than their seed x line noise alone would make
+    them (the seed part measured below 0, a quarter of the time at 3 seeds): Satterthwaite by hand
+    with the seed mean square at 2 df. tatu before issue 45 floored the part at 0 and dropped the seed
+    term, handing the interval the lines' L - 1 = 99 df (the interaction's (S - 1)(L - 1) = 198 where
+    the line part is 0 too): a nearly normal bound on an SE without the seed variance."""
+    parts = seeds_power.CrossedParts(seed=-0.002, interaction=0.3 / 100, lines=0.01 / 100, n_lines=100)
+    n = 3
+    inter = parts.interaction / n
+    seed_ms = max(inter, (parts.seed + parts.interaction) / n)  # the expected mean square, at least the interaction's
+    line_ms = parts.lines + inter
+    by_hand = (seed_ms + parts.lines) ** 2 / (seed_ms ** 2 / 2 + line_ms ** 2 / 99 + inter ** 2 / 198)
+    assert parts.df(n) == pytest.approx(by_hand, rel=1e-12)
+    assert 2.0 <= parts.df(n) < 2.5  # the seeds' 2, a little more from the lines' own part
+    old = (parts.lines + inter) ** 2 / (line_ms ** 2 / 99 + 0.0)  # the seed term dropped, the rest as before
+    assert old == pytest.approx(99)  # what the floored part bought before
+    # the variance is the seeds' own: (sigma_a^2 + sigma_e^2 / L) / S + lines, the seed part not floored
+    assert parts.variance(n) == pytest.approx((parts.seed + parts.interaction) / n + parts.lines, rel=1e-12)
+    assert parts.floored().variance(n) > parts.variance(n)  # what a sequential look's SE takes

@@ -60,3 +60,38 @@ def test_bad_designs_say_why():
     assert not Design("obf", 3, 10).pools_seed_variance
     assert "below min_seeds" in Design("obf", 5, 4).problem()
     assert Design("pocock", 3, 6).problem() is None
+
+
+def test_a_configuration_clearly_over_its_threshold_fails_at_its_first_look():
+    """A fail may stop on the fixed design's 95% CI (a non-binding stop never passes, so it cannot raise
+    the false-pass rate): at 3 seeds, t_2 = 4.30, a mean 3 seed SDs over the threshold has its lower
+    bound above it. The mirrored O'Brien-Fleming bound (t_2 at Phi(3.93): about 108) kept it going."""
+    got = look(DESIGN, Estimate(3, 3.0, SEEDY), 0.0)
+    assert got.decision == "fail"
+    assert got.lower == pytest.approx(3.0 - sp.t.ppf(0.975, got.df) * math.sqrt(1.0 / 3.0))
+    assert got.lower > 0.0
+    assert look(DESIGN, Estimate(3, 2.0, SEEDY), 0.0).decision == "continue"  # lower bound below 0
+
+
+def test_right_skewed_lines_raise_the_upper_bound_a_pass_needs():
+    """The same look with the mean's third cumulant from right-skewed lines: the upper bound moves out
+    (evals/seeds/skew.py), so a pass just inside the symmetric bound continues; left-skewed lines leave
+    the upper bound where the t puts it (bounds move only outwards)."""
+    lined = CrossedParts(seed=0.01, interaction=0.01, lines=1.0, n_lines=100)
+    plain = look(DESIGN, Estimate(3, -2.2, lined), 0.0)
+    assert plain.decision == "pass" and plain.upper < 0.0
+    right = look(DESIGN, Estimate(3, -2.2, lined, third=0.35), 0.0)
+    assert right.upper > plain.upper and right.decision != "pass"
+    left = look(DESIGN, Estimate(3, -2.2, lined, third=-0.35), 0.0)
+    assert left.upper == pytest.approx(plain.upper) and left.decision == "pass"
+
+
+def test_a_look_logged_before_issue_45_still_reads():
+    """A looks.jsonl line without ci_se, third and alpha reads with their defaults (a recomputation
+    then tells it apart) rather than failing with a KeyError."""
+    got = look(DESIGN, Estimate(5, -0.2, SEEDY, third=0.01), 0.0)
+    doc = got.to_json()
+    assert Look.from_json(doc) == got and doc["third"] == 0.01
+    old = {k: v for k, v in doc.items() if k not in ("ci_se", "third", "alpha")}
+    read = Look.from_json(old)
+    assert math.isnan(read.ci_se) and read.third == 0.0 and read.decision == got.decision
