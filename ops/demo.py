@@ -27,6 +27,7 @@ from tatu.envfile import env_file_text, env_value
 from tatu.formats import fmt_pct
 from tatu.ops.cli import main as tatu
 from tatu.sweep.judge.sweep_report import SweepReport
+from tatu.sweep.run.printed import sweep_command
 from tatu.systemctl import SystemctlError, systemctl_user
 
 
@@ -320,12 +321,13 @@ def what_it_says(report: SweepReport) -> str:
 
 def member_table(data: SweepReport) -> str:
     """Each seed's own run: what the daemon judged on its own (one run's CI: the ruler's lines only)."""
-    rows = [f"{'member':<22} {'seed':>4} {'step':>4}  {'its own verdict':<16} {'its last drift [95% CI over lines]':>30}"]
+    width = max([len("member"), *(len(r.member) for c in data.compare.configs for r in c.results)])  # runs/<member>/
+    rows = [f"{'member':<{width}} {'seed':>4} {'step':>4}  {'its own verdict':<16} {'its last drift [95% CI over lines]':>30}"]
     for config in data.compare.configs:
         for result in config.results:
             last = result.evals.eval_drifts if result.evals else ()
             drift = f"{fmt_pct(last[-1][1])} (hi {fmt_pct(last[-1][2])})" if last else "n/a"
-            rows.append(f"{result.member:<22} {result.seed:>4} {result.steps or 0:>4}  "
+            rows.append(f"{result.member:<{width}} {result.seed:>4} {result.steps or 0:>4}  "
                         f"{result.verdict or result.state:<16} {drift:>30}")
     return "\n".join(rows)
 
@@ -341,7 +343,7 @@ Where things are:
   run report      {out / 'report' / 'index.html'} (a verdict sentence per run, learning vs forgetting, the word-category tables)
   TensorBoard     tensorboard --logdir {out}      (every run's curves: <run>/{TB}; the members' HParams: {sweep_dir / 'tb'})
 Next:
-  tatu sweep report {SWEEP} --sweeps {out / 'sweeps'}      # the tables again, from the files
+  {sweep_command('report', sweep_dir)}      # the tables again, from the files
   tatu generate {RunDir(members[-1]).final} --chat --prompt "Quanto é 12 mais 30?"
   tatu smoke --env-file {RunDir(trunk.parent).env_file}      # the 2-step check an operator runs before a real run"""
 

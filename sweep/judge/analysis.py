@@ -42,7 +42,7 @@ def member_result(member: Member, sweep_dir: Path, required: tuple[str, ...] = (
 
     status = outcome(member.run_dir)
     directory = member.run_dir
-    result = MemberResult(member=member.name, config=member.config_key, seed=member.seed, values=member.values,
+    result = MemberResult(member=member.run, config=member.config_key, seed=member.seed, values=member.values,
                           state=status.state, verdict=status.verdict)
     if status.state not in ("done", "aborted"):
         return result
@@ -105,7 +105,7 @@ def stage_table(locked: LockedPlan, members: list[Member], sweep_dir: Path, stag
     # the common step is the daemon runs' (an interpolated member has no lines but its end's)
     ran = [r for rs in grouped_results.values() for r in rs if not r.interpolated]
     common = common_step_.common_step(ran)
-    with_common, why_not = common_step_.attach(ran, {m.name: m.run_dir for m in members}, common)
+    with_common, why_not = common_step_.attach(ran, {m.run: m.run_dir for m in members}, common)
     configs = []
     for index, (key, group) in enumerate(grouped.items()):
         results = tuple(with_common.get(r.member, r) for r in grouped_results[key])

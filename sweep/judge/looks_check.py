@@ -34,7 +34,7 @@ def recompute(locked: LockedPlan, configs: list[ConfigResult], logged: list[Logg
     every_result = {r.member: r for c in configs for r in c.results}
 
     def finished(member):
-        result = every_result.get(member.name)
+        result = every_result.get(member.run)
         return result if result is not None and result.has("end") else None
 
     out: list[LoggedLook] = []
@@ -44,7 +44,7 @@ def recompute(locked: LockedPlan, configs: list[ConfigResult], logged: list[Logg
             continue
         by_name = {r.member: r for r in config.results}
         looks, _ = config_looks_all(design, config.key, criteria, config.effective,
-                                    [by_name[m.name] for m in members], config.half,
+                                    [by_name[m.run] for m in members], config.half,
                                     pool_source(grouped, config.key, logged or [], finished))
         out += looks
     return out

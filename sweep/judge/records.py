@@ -153,7 +153,7 @@ class MemberResult:
     and the common step's (sweep/judge/common_step.py START, AT_COMMON), each {set: scores}. They stay in
     the scores cache and are not in report.json: a result read back has none."""
 
-    member: str
+    member: str  # its folder's name: a daemon run's NAME.MEMBER under runs/, an interpolated one's under interpolated/
     config: str
     seed: int
     values: dict[str, str]

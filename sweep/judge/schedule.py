@@ -154,7 +154,7 @@ def pool_source(grouped: dict[str, list[Member]], config: str, logged: list[Logg
     def leading(members: list[Member], names: list[str] | None) -> list[MemberResult]:
         out = []
         for position, member in enumerate(members):
-            result = finished(member) if names is None or (position < len(names) and names[position] == member.name) else None
+            result = finished(member) if names is None or (position < len(names) and names[position] == member.run) else None
             if result is None:
                 break
             out.append(result)

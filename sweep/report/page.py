@@ -1,5 +1,6 @@
-"""The sweep report's HTML page, in the run report's look (tatu.pages) and order: the verdict
-(wrapped to the page) and the plots first, then the same tables as the closing text (sweep/report/tables.py)."""
+"""The sweep report's HTML page, in the run report's look (tatu.pages): the question and its locked
+rule first, then the verdict (wrapped to the page), what it says and the plots, then the same tables
+as the closing text (sweep/report/tables.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -50,20 +51,20 @@ def _sets(configs: list[ConfigResult], common: bool) -> list[str]:
 
 
 def write_page(data: SweepReport, closing: str, plots: list[PlotFile], out_dir: Path) -> Path:
-    """index.html in out_dir: the verdict and the plots first (the run report's order), then every
-    table of the closing text."""
+    """index.html in out_dir: the question and the locked rule, the verdict and the plots first, then
+    every table of the closing text."""
     verdict = "\n".join(tables.verdict_lines(data.verdict, data.compare.complete)) if data.compare else None
-    lead = ([f'<pre class="verdict" id="verdict">{esc(verdict)}</pre>'] if verdict is not None else []) + (
-        [figures(plots, out_dir)] if plots else [])
+    asked = [f'<p id="question">{esc(data.question)}</p>',
+             f"<p>Locked rule: <code>{esc(data.rule)}</code> (plan {esc(data.plan_portable_hash)}; "
+             f"with this checkout's absolute paths {esc(data.plan_hash)})</p>"]
+    lead = asked + ([f'<pre class="verdict" id="verdict">{esc(verdict)}</pre>'] if verdict is not None else [])
     if data.compare and data.verdict:
         from tatu.sweep.report.prose import what_it_says  # one sentence per conclusion, from these numbers
 
-        lead.insert(1, '<div id="what-it-says"><h2>What it says</h2>'
+        lead.append('<div id="what-it-says"><h2>What it says</h2>'
                     + "".join(f'<p data-states="{esc(s.states)}">{esc(s.text)}</p>' for s in what_it_says(data)) + "</div>")
-    sections = ['<section id="lead">\n' + "\n".join(lead) + "\n</section>"] if lead else []
-    sections += [f"<p>{esc(data.question)}</p>",
-                 f"<p>Locked rule: <code>{esc(data.rule)}</code> (plan {esc(data.plan_portable_hash)}; "
-                 f"with this checkout's absolute paths {esc(data.plan_hash)})</p>"]
+    lead += [figures(plots, out_dir)] if plots else []
+    sections = ['<section id="lead">\n' + "\n".join(lead) + "\n</section>"]
     if data.tune:
         sections += ["<h2>Tune stage</h2>", plain_table(tables.TUNE_HEADER, tables.tune_rows(data.tune, data.tuned), "tune")]
         if not data.tuned:
@@ -81,8 +82,11 @@ def write_page(data: SweepReport, closing: str, plots: list[PlotFile], out_dir: 
                          plain_table(header, vs_parent, "vs-parent")]
         power = tables.power_lines(data.seeds_for)
         if power:
+            rows = [line.strip() for line in power[1:] if line.strip() != tables.FLOOR_NOTE]
             sections += [f"<h2>How many seeds are enough</h2><p>{esc(power[0])}.</p>",
-                         '<ul id="seeds-for">' + "".join(f"<li>{esc(line.strip())}</li>" for line in power[1:]) + "</ul>"]
+                         '<ul id="seeds-for">' + "".join(f"<li>{esc(line)}</li>" for line in rows) + "</ul>"]
+            if len(rows) < len(power) - 1:  # said once, under the rows it explains
+                sections.append(f"<p>{esc(tables.FLOOR_NOTE)}</p>")
     index = Path(out_dir) / "index.html"
     index.write_text(page(f"sweep {data.name}", sections), encoding="utf-8")
     return index

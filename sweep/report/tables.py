@@ -212,8 +212,7 @@ def power_row(row: SeedsFor, effect: float) -> str:
     if not row.known:
         return f"{who}: {label}: n/a ({row.n_seeds} seed: its seed-to-seed part is not measured)"
     if row.seeds is None:
-        answer = (f"none with these {row.n_lines} lines (the shared lines alone allow {_sd(row.line_floor)}; "
-                  "more lines would)")
+        answer = f"none with these {row.n_lines} lines (floor {_sd(row.line_floor)})"  # FLOOR_NOTE says it once
     else:
         answer = str(row.seeds)
     return f"{who}: MDE {_sd(row.mde_now)} at {row.n_seeds} seeds; {label}: {answer}"
@@ -223,7 +222,13 @@ def power_lines(seeds_for: SeedsForEffect | None) -> list[str]:
     """The power block of the closing text and the page: its title, then one line per metric."""
     if not seeds_for:
         return []
-    return [power_title(seeds_for), *(f"  {power_row(r, seeds_for.effect)}" for r in seeds_for.rows)]
+    floored = any(r.known and r.seeds is None for r in seeds_for.rows)
+    return [power_title(seeds_for), *(f"  {power_row(r, seeds_for.effect)}" for r in seeds_for.rows),
+            *([f"  {FLOOR_NOTE}"] if floored else [])]
+
+
+# Said once under the power block, not on each row it explains.
+FLOOR_NOTE = "(floor: what the shared lines alone allow at any seed count; more lines would lower it)"
 
 
 def _n_compared(p: PairedDiff | None) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from tatu import exitcodes
 from tatu.sweep.errors import SweepError
+from tatu.sweep.run.printed import sweep_command
 
 def add_args(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
@@ -184,7 +186,7 @@ def start_main(args) -> int:
     locked, what = reconcile(plan, sweep_dir)
     if generated:  # once the lock accepts it: a changed env file leaves the locked sweep's plan file as it was
         write_generated(generated)
-        print(f"plan file: {generated.path} (from {args.env_file}; `tatu sweep plan {generated.path}` shows it)")
+        print(f"plan file: {generated.path} (from {args.env_file}; `{sweep_command('plan', sweep_dir, shlex.quote(str(generated.path)))}` shows it)")
     print(f"sweep {plan.name}: plan {what} ({sweep_dir / 'plan.lock.json'}, hash {plan.portable_hash}; "
           f"with this checkout's paths {locked.plan_hash})")
     print(threads_note(plan.base_env, kind))
@@ -196,7 +198,7 @@ def start_main(args) -> int:
     except SystemctlError as exc:
         raise SweepError(1, f"{exc} (no user manager: `tatu sweep start --foreground` runs it without systemd)")
     if done:
-        print(f"sweep {plan.name} already finished ({text}); nothing to do. `tatu sweep report {plan.name}`")
+        print(f"sweep {plan.name} already finished ({text}); nothing to do. `{sweep_command('report', sweep_dir)}`")
         return 0
     if args.K is not None and args.K < 1:
         raise SweepError(exitcodes.USAGE, f"-K {args.K}: at least 1 member at a time")
@@ -263,7 +265,7 @@ def status_main(args) -> int:
     for s in statuses:
         steps = [e["step"] for e in RunDir(s.member.run_dir).events("step")]
         limit = s.member.env.get("MIX_STEPS_LIMIT", "?")
-        print(f"  {s.member.name:<24} {s.state:<9} {s.verdict or '':<13} step {max(steps, default=0)}/{limit}"
+        print(f"  {s.member.run:<32} {s.state:<9} {s.verdict or '':<13} step {max(steps, default=0)}/{limit}"
               + (f"  {s.detail}" if s.detail else ""))
     for line in sequential:
         print(line)
@@ -297,7 +299,7 @@ def stop_main(args) -> int:
             backend.stop(status.member)
             stopped += 1
     print(f"sweep {args.name}: stop requested; {stopped} running members asked to save and stop. "
-          f"`tatu sweep start PLAN` continues it")
+          f"`{sweep_command('start', sweep_dir, 'PLAN')}` continues it")
     return 0
 
 

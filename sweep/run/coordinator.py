@@ -30,6 +30,7 @@ from tatu.sweep.plan.interpolated import interpolated_members
 from tatu.sweep.judge.interpolated import write_ready
 from tatu.sweep.plan.lock import LockedPlan, read_lock, record_tuned
 from tatu.sweep.judge.outcome import TERMINAL, read_json
+from tatu.sweep.run.printed import sweep_command
 from tatu.sweep.run.members import MemberStatus, member_status, member_wall_seconds, summary
 from tatu.sweep.plan.member import Member
 from tatu.tensorboard.writer import unavailable
@@ -214,7 +215,7 @@ class Coordinator:
                 if outcome == "finished":
                     if self.schedule is not None:
                         self.say_verdict(statuses)
-                    self.say(f"sweep finished: {text}; {self.took(started)}; `tatu sweep report {self.sweep_dir.name}`")
+                    self.say(f"sweep finished: {text}; {self.took(started)}; `{sweep_command('report', self.sweep_dir)}`")
                     self.notify(f"STATUS=finished: {text}")
                     return 0
                 if outcome == "fatal":

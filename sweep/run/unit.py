@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tatu import exitcodes
 from tatu.sweep.errors import SweepError
+from tatu.sweep.run.printed import sweep_command
 
 COORDINATOR_UNIT = "tatu-sweep@{}.service"
 
@@ -32,7 +33,7 @@ def start_unit(name: str, sweep_dir: Path, k: int, wait: bool = False) -> int:
         except SystemctlError as exc:
             print(f"note: {exc} (the sweep runs, but will not restart after a reboot)", file=sys.stderr)
         if wait:
-            print(f"starting {unit} (K={k}) and waiting for it to end: `tatu sweep status {name}`, "
+            print(f"starting {unit} (K={k}) and waiting for it to end: `{sweep_command('status', sweep_dir)}`, "
                   f"`journalctl --user -u {unit} -f`", flush=True)
             systemctl_user("start", "--wait", unit, timeout=None, check=False, capture=False)
             status = systemctl_user("show", unit, "-pExecMainStatus", "--value", timeout=None, check=False)
@@ -41,5 +42,5 @@ def start_unit(name: str, sweep_dir: Path, k: int, wait: bool = False) -> int:
         systemctl_user("start", unit)
     except SystemctlError as exc:
         raise SweepError(1, str(exc))
-    print(f"started {unit} (K={k}): `tatu sweep status {name}`, `journalctl --user -u {unit} -f`")
+    print(f"started {unit} (K={k}): `{sweep_command('status', sweep_dir)}`, `journalctl --user -u {unit} -f`")
     return 0

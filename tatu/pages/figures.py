@@ -26,10 +26,6 @@ def abort_mark(colour: str) -> dict:
     X (a shape no other mark has) filled with its run's or configuration's colour."""
     return {"marker": "X", "color": colour, "markeredgecolor": "black", "linestyle": "none"}
 
-
-# the sweep page's abort mark (sweep/plots.py), red whatever its configuration's colour, until it
-# draws each in its configuration's colour with abort_mark(colour) as the run report does
-ABORT_MARK = abort_mark("red")
 LEGEND_ROW_INCHES = 0.19  # one legend entry at 7-8 pt with matplotlib's default spacing, rounded up
 
 

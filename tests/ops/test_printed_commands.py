@@ -8,6 +8,7 @@ the demo's closing `Next:` lines. A long command (`tatu sweep start`) is checked
 sweep plan` with the same arguments, which loads and validates the same plan without training."""
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -230,5 +231,43 @@ def test_what_a_smoke_a_run_and_tatu_status_print_runs_as_printed_from_the_repos
     assert printed == said == {f"tatu sweep start --env-file {env_file} --seeds 3"}, (printed, said)
     monkeypatch.chdir(ROOT)
     for command in sorted(printed | said):
+        _runs_as_printed(command, capsys)
+    assert sorted(p.name for p in ROOT.iterdir()) == before  # nothing was written where they were pasted
+
+
+def test_what_a_sweep_prints_runs_as_printed_from_the_repository_root(tiny_trunk, tmp_path, monkeypatch, capsys):
+    """A 2-member foreground sweep started from the repository root with `--sweeps` elsewhere (as `make
+    demo` does with demo/sweeps): the coordinator's closing line, `tatu sweep status` and `tatu sweep
+    stop` name commands that find that sweep when pasted there (once they named `tatu sweep report
+    NAME` alone, which looks in ./sweeps: exit 78); the tables name each member by its folder
+    under runs/."""
+    from sweep_world import plan_text
+
+    plan = tmp_path / "pasted.toml"
+    plan.write_text(plan_text("pasted", tiny_trunk["data"], tiny_trunk["trunk"], seeds=(1,), replay=(0, 2), steps=2))
+    sweeps = tmp_path / "elsewhere"
+    before = sorted(p.name for p in ROOT.iterdir())
+
+    def tatu_here(*argv: str) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, "-m", "tatu.ops.cli", *argv], cwd=ROOT, env=clean_environ(),
+                              capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return proc
+
+    start = tatu_here("sweep", "start", str(plan), "--foreground", "-K", "2", "--poll", "0.3", "--sweeps", str(sweeps))
+    status = tatu_here("sweep", "status", "pasted", "--sweeps", str(sweeps))
+    again = tatu_here("sweep", "start", str(plan), "--foreground", "--sweeps", str(sweeps))  # "already finished"
+    report = tatu_here("sweep", "report", "pasted", "--sweeps", str(sweeps))
+    last = start.stdout.strip().splitlines()[-1]
+    assert _printed(last) == [f"tatu sweep report pasted --sweeps {sweeps}"], last
+    assert _printed(again.stdout) == [f"tatu sweep report pasted --sweeps {sweeps}"], again.stdout
+    runs = sweeps / "pasted" / "runs"
+    rows = [line.split()[0] for line in status.stdout.splitlines()[1:] if line.startswith("  ")]
+    assert sorted(rows) == sorted(p.name for p in runs.iterdir() if p.is_dir()) == ["pasted.replay-n0-s1", "pasted.replay-n2-s1"]
+    named = json.loads((Path(report.stdout.split("report: ")[-1].split()[0]).parent / "report.json").read_text())
+    members = sorted(r["member"] for c in named["compare"]["configs"] for r in c["results"])
+    assert members == sorted(rows), members  # report.json and the tables: the folders' names
+    monkeypatch.chdir(ROOT)
+    for command in sorted(set(_printed(start.stdout) + _printed(again.stdout))):
         _runs_as_printed(command, capsys)
     assert sorted(p.name for p in ROOT.iterdir()) == before  # nothing was written where they were pasted

@@ -237,3 +237,19 @@ def test_the_reading_checks_fail_on_a_repeated_caveat_and_on_a_configuration_dra
     mixed = report_page.build_report(runs, tmp_path / "mixed")
     with pytest.raises(AssertionError, match="not its configuration's colour"):
         check_colours(browser.figure_pixels(mixed, tmp_path / "w2"), ["replay-n0", "replay-n6"])
+
+
+def test_the_sweep_page_says_each_clause_at_most_twice_and_draws_each_configuration_in_one_colour(
+        chromium, sweep_page, tmp_path):
+    """Issue 44: no clause said more than twice, the question before the verdict; each configuration's
+    seeds, mean and aborted X in its own colour on both figures (once a red X on the blue one)."""
+    import re
+
+    # "What it says" (sweep/report/prose.py, its sentences' own wording) is left out here: its
+    # "over seeds x lines vs step 0" ends each sentence (4 on this page), prose's to say once
+    html = sweep_page.read_text(encoding="utf-8")
+    without_prose = sweep_page.parent / "without-prose.html"
+    without_prose.write_text(re.sub(r'<div id="what-it-says">.*?</div>', "", html, flags=re.S), encoding="utf-8")
+    seen = check_reading(without_prose, tmp_path / "w1")
+    assert seen.text.index(sweep_data().question) < seen.text.index("VERDICT")  # the question first
+    check_colours(browser.figure_pixels(sweep_page, tmp_path / "w2"), [c.key for c in sweep_data().compare.configs])

@@ -10,6 +10,9 @@ import re
 from html.parser import HTMLParser
 
 from page_world import ABORTED, CHANGE, DRIFT, sweep_data
+from matplotlib.colors import to_hex
+
+from tatu.pages.figures import colour
 from tatu.pages.markup import STYLE
 from tatu.sweep.report.page import write_page
 from tatu.sweep.report.plots import drift_axes, render_plots, tradeoff_axes
@@ -50,8 +53,10 @@ def test_the_page_has_the_shared_look_every_table_and_a_verdict_that_wraps(tmp_p
     assert parsed.styles == [STYLE]  # the run report's style, and no other
     assert parsed.tables == ["configs"]  # no baseline pairing or common step in these numbers: said, not tabled
     html_text = index.read_text(encoding="utf-8")
-    # the answer first, as in the run report: the verdict, then the plots, then the tables
-    assert html_text.index('id="verdict"') < html_text.index("<img") < html_text.index("<table")
+    # the question and its locked rule first, then the answer: the verdict, the plots, the tables
+    assert (html_text.index('id="question"') < html_text.index("Locked rule") < html_text.index('id="verdict"')
+            < html_text.index("<img") < html_text.index("<table"))
+    assert html_text.count(data.question) == 1
     # the verdict block of the closing text, whole, in an element that wraps within the page's width
     assert parsed.verdict == text.split("\n\n")[-1] and data.verdict.line in parsed.verdict
     rules = _rules(STYLE)
@@ -68,14 +73,35 @@ def _marked(ax) -> set[tuple[float, float]]:
             for x, y in zip(line.get_xdata(), line.get_ydata())}
 
 
+def _check_colours(ax, data) -> None:
+    """Every legend entry of a configuration ("KEY" or "KEY: ...") in that configuration's colour(i),
+    its X's face or (hollow) edge included; no red X on another configuration."""
+    for i, c in enumerate(data.compare.configs):
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            if label.split(":")[0] != c.key:
+                continue
+            line = handle.lines[0] if hasattr(handle, "lines") else handle  # an errorbar's container
+            drawn = {to_hex(line.get_color()), to_hex(line.get_markeredgecolor()) if line.get_marker() == "X" else None}
+            assert colour(i) in drawn and not drawn - {colour(i), None, "#000000"}, (label, drawn, colour(i))
+
+
 def test_aborted_members_and_only_they_are_marked_on_both_plots():
     data = sweep_data()
     _, ax = tradeoff_axes(data)
     expected = {(round(DRIFT[k][s] * 100, 6), round(CHANGE[k][s] * 100, 6)) for k, s in ABORTED}
     assert _marked(ax) == expected
-    assert ax.get_legend_handles_labels()[1].count("aborted member (its abort's eval)") == 1
+    labels = ax.get_legend_handles_labels()[1]
+    aborted = {k for k, _ in ABORTED}
+    assert sorted(l for l in labels if "aborted" in l) == [f"{k}: aborted member (its abort's eval)" for k in sorted(aborted)]
+    _check_colours(ax, data)
     _, ax = drift_axes(data)
     assert _marked(ax) == {(0.0, round(DRIFT[k][s] * 100, 6)) for k, s in ABORTED}
+    _check_colours(ax, data)
+    labels = ax.get_legend_handles_labels()[1]
+    assert "seeds (one dot per member)" in labels and all(f"{c.key}: mean, 95% CI" in labels for c in data.compare.configs)
+    assert "(grey" not in ax.get_title() and "blue" not in ax.get_title()
+    limit = [line for line in ax.get_lines() if line.get_label().startswith("MIX_FORGET_LIMIT")]
+    assert limit and all(to_hex(line.get_color()) == "#000000" for line in limit)
     first, *rest = data.compare.configs
     done = dataclasses.replace(first, results=tuple(dataclasses.replace(r, state="done") for r in first.results))
     data = dataclasses.replace(data, compare=dataclasses.replace(data.compare, configs=(done, *rest)))

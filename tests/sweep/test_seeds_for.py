@@ -20,7 +20,7 @@ from tatu.sweep.judge.power import DEFAULT_MDE, seeds_for_effect
 from tatu.sweep.judge.records import ConfigResult, SweepVerdict
 from tatu.sweep.plan.rule import parse_rule
 from tatu.sweep.judge.sets import set_stats
-from tatu.sweep.report.tables import closing_text, power_lines
+from tatu.sweep.report.tables import FLOOR_NOTE, closing_text, power_lines
 
 N_LINES = 80
 RULE = "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT and ptFaq_change_hi < 0.2"
@@ -102,7 +102,8 @@ def test_shared_lines_that_alone_exceed_the_effect_say_no_seed_count_resolves_it
     print(text)  # docs/sweeps.md shows a line of it (pytest -s)
     floor = own[0].line_floor * 100
     assert (f"replay-n0 drift: MDE {own[0].mde_now * 100:.1f}% at 3 seeds; seeds for MDE 2%: none with these 80 lines "
-            f"(the shared lines alone allow {floor:.1f}%; more lines would)") in text, text
+            f"(floor {floor:.1f}%)") in text, text
+    assert text.count("the shared lines alone allow") == 1 and text.endswith(FLOOR_NOTE), text  # said once, under the block
 
 
 def test_the_closing_text_and_the_page_print_the_power_lines(tmp_path):
