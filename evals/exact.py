@@ -115,7 +115,8 @@ def crossed_mean(values, level: float = 0.95) -> SeedCI:
     else:
         seed_ms = inter_ms = 0.0
     line_ms = float(item_means.var(ddof=1)) / n_items
-    seed_part, line_part = max(0.0, seed_ms - inter_ms), max(0.0, line_ms - inter_ms)
+    # the seed part unfloored, as crossed_ci's (evals/seeds/stats.py): its mean square keeps S - 1 df
+    seed_part, line_part = seed_ms - inter_ms, max(0.0, line_ms - inter_ms)
     parts = CrossedParts(seed=seed_part * n_seeds, interaction=inter_ms * n_seeds, lines=line_part, n_lines=n_items)
     variance, df = parts.variance(n_seeds), parts.df(n_seeds)
     se = math.sqrt(variance)
@@ -124,7 +125,7 @@ def crossed_mean(values, level: float = 0.95) -> SeedCI:
     return SeedCI(
         mean=mean, lo=mean - half, hi=mean + half, se=se,
         seed_sd=math.sqrt(float(seed_means.var(ddof=1))) if n_seeds > 1 else 0.0,
-        seed_effect_sd=math.sqrt(seed_part * n_seeds), within_se=math.sqrt(within),
+        seed_effect_sd=math.sqrt(max(0.0, seed_part) * n_seeds), within_se=math.sqrt(within),
         shared_line_se=math.sqrt(line_part), interaction_se=math.sqrt(inter_ms), df=df, n_seeds=n_seeds,
         mde=crossed_mde(parts, n_seeds) if n_seeds > 1 else math.inf, parts=parts if n_seeds > 1 else None,
         p_value=crossed_p(mean, se, df),

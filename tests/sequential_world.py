@@ -66,8 +66,9 @@ def simulated_result(member: Member) -> MemberResult:
     base = np.random.default_rng(8).uniform(2.0, 3.0, N_LINES)
     improve = -0.05 + rng.normal(0, 0.01, N_LINES)  # sftHeld: what the report's tables also read
     lines = lambda nll: {"nll_sum": (nll * 10).tolist(), "line_tokens": [10] * N_LINES, "line_index": list(range(N_LINES))}
-    return member_result(member.config_key, member.seed, {"enRuler": lines(base), "sftHeld": lines(base)},
-                         {"enRuler": lines(base + change), "sftHeld": lines(base + improve)}, values=member.values)
+    result = member_result(member.config_key, member.seed, {"enRuler": lines(base), "sftHeld": lines(base)},
+                           {"enRuler": lines(base + change), "sftHeld": lines(base + improve)}, values=member.values)
+    return dataclasses.replace(result, member=member.run)  # a member is named by its folder, as the report names it
 
 
 def scored(member: Member, *_) -> MemberResult:

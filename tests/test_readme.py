@@ -1,7 +1,7 @@
 """The README says of the demo's results only what the demo printed (issue 43): its closing output
 is a block of the shape `make demo` prints, asking the demo's own question; every quote (a `>`
 block) is a run of whole sentences of that output's `what it says` paragraph (the sentences
-sweep/prose.py writes from the report's numbers); at least one quote is on the first screen; and
+sweep/report/prose.py writes from the report's numbers); at least one quote is on the first screen; and
 no signed percentage or CI, a result, stands in the README's own prose outside that output and
 its quotes. The block itself is regenerated from a real `make demo` (the README names the
 command); this checks that what the README's prose says is a copy of it, never its own reading."""

@@ -171,7 +171,7 @@ def analyze(sweep_dir: Path) -> SweepReport:
         decided = verdict(locked, configs, sweep_dir)
         compare = CompareStage(tuple(c.without_lines() for c in configs), decided.complete, parents)
         seeds_for = seeds_for_effect(plan.rule, configs, stated_effect(plan.mde))
-        answers = config_answers(configs, {m.name: m.run_dir for m in members})
+        answers = config_answers(configs, {m.run: m.run_dir for m in members})
     # a lock written before the portable hash existed shows its own
     return SweepReport(plan.name, plan.question, plan.rule.text, locked.plan_hash,
                        locked.plan_portable_hash or locked.plan_hash, plan.seeds, plan.configs or None, tune,

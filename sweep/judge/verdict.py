@@ -198,8 +198,8 @@ def sequential_verdict(locked: LockedPlan, configs: list[ConfigResult], sweep_di
     looks, a line each; `complete`: the looks decided the rule and every member the schedule let run
     has a result (the members it never needed are not missing results)."""
     plan, rule = locked.plan, locked.plan.rule
-    run_of = {m.name: m.run for ms in grouped_members(locked, plan.design).values() for m in ms}
-    states = {run_of[r.member]: r.state for c in configs for r in c.results if r.member in run_of}
+    runs = {m.run for ms in grouped_members(locked, plan.design).values() for m in ms}
+    states = {r.member: r.state for c in configs for r in c.results if r.member in runs}  # a result is named by its run
     looked = schedule(locked, states, looks_log.read(sweep_dir), None)
     by_config = {c.config: c for c in looked.configs}
     ordered = judged_order(plan, configs)

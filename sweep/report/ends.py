@@ -21,8 +21,8 @@ def end_text(c: ConfigResult) -> str:
 
 
 def equal_ends(c: ConfigResult, other: ConfigResult) -> bool:
-    """Every member of both ended at one and the same step."""
-    return len(set(c.end_steps) | set(other.end_steps)) == 1
+    """Every member of both ended at one and the same step (a configuration with no member ended: no)."""
+    return bool(c.end_steps) and bool(other.end_steps) and len(set(c.end_steps) | set(other.end_steps)) == 1
 
 
 def baseline_of(configs) -> ConfigResult | None:

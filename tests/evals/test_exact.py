@@ -28,18 +28,19 @@ def naive_crossed(rows: list[list[int]]):
     ms_seed = L * sum((m - grand) ** 2 for m in seed_mean) / (S - 1)
     ms_resid = sum((y[s][i] - seed_mean[s] - item_mean[i] + grand) ** 2
                    for s in range(S) for i in range(L)) / ((S - 1) * (L - 1))
-    sigma_a2 = max(Fraction(0), (ms_seed - ms_resid) / L)
+    # the seed part unfloored (its mean square is Var's seed term, unbiased); the items' part at least 0
+    sigma_a2 = (ms_seed - ms_resid) / L
     sigma_b2 = max(Fraction(0), (ms_item - ms_resid) / S)
     var = sigma_a2 / S + sigma_b2 / L + ms_resid / (S * L)
-    # Var as a signed sum of mean squares (each over S L), each with its df, for Satterthwaite
-    terms = []
-    if sigma_a2 > 0:
-        terms.append((ms_seed, S - 1))
+    # Satterthwaite over the expected mean squares (each over S L) with their df: the seed one at least
+    # the residual's (sigma_a^2 >= 0), so a seed part measured at or below 0 keeps its S - 1 df
+    seed_term = max(ms_seed, ms_resid)
+    terms = [(seed_term, S - 1)]
     if sigma_b2 > 0:
-        terms.append((ms_item, L - 1))
-    terms.append(((1 - (sigma_a2 > 0) - (sigma_b2 > 0)) * ms_resid, (S - 1) * (L - 1)))
+        terms += [(ms_item, L - 1), (-ms_resid, (S - 1) * (L - 1))]
+    total = sum(c for c, _ in terms)
     spread = sum((c / (S * L)) ** 2 / df for c, df in terms if c != 0)
-    return grand, var, (var ** 2 / spread) if spread else math.inf
+    return grand, var, (total / (S * L)) ** 2 / spread if spread else math.inf
 
 
 def latent(rng, n_seeds, n_items, mu, sd_seed, sd_item, sd_noise, item_effects=None, seed_effects=None):
