@@ -85,7 +85,7 @@ def test_tiny_demo_end_to_end(tiny_demo):
     # each seed's own verdict, as its daemon wrote it
     for name, run_dir in members.items():
         own = json.loads((run_dir / "verdict.json").read_text())["verdict"]
-        row = next(line for line in lines if line.startswith(name + " "))
+        row = next(line for line in lines if line.startswith(f"{SWEEP}.{name} "))  # a member named by its folder
         assert row.split()[3] == own, (row, own)
     # the machine it ran on, at the start and in the closing lines
     machine = [line for line in lines if line.startswith("machine: ")]
