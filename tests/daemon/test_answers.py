@@ -120,7 +120,7 @@ def test_status_and_tensorboard_show_the_rate(five_sets, tmp_path):
     text = format_status(supervisor.status)
     change = answer["change"]
     assert (f"answers sftHeld {answer['n_correct']}/20 right {answer['rate'] * 100:.1f}% "
-            f"[{answer['lo'] * 100:.1f}%, {answer['hi'] * 100:.1f}%]") in text
+            f"[{answer['lo'] * 100:.1f}%,{answer['hi'] * 100:.1f}%]") in text
     assert f"vs step 0 {change['diff'] * 100:+.1f}% ({change['only_now']} gained, {change['only_then']} lost" in text
     assert "answers ptNews" not in text
 
