@@ -157,7 +157,8 @@ def test_a_ray_sweep_with_killed_workers_equals_the_foreground_sweep(rayed, refe
 def test_status_sees_ray_members_like_any_backend(world, rayed, reference):
     # Mid-run, from a process that is not the driver: the killed worker's member ran on this node.
     first = next(name for name, how in rayed["killed"].items() if how == "worker")
-    line = next(line for line in rayed["running_status"].splitlines() if line.strip().startswith(first))
+    line = next(line for line in rayed["running_status"].splitlines()
+                if line.strip().startswith(f"rayed.{first} "))  # status names a member by its folder
     assert " running " in line and "daemon pid" in line, rayed["running_status"]
     # Finished: the same table as the foreground sweep's, but for the backend's name.
     ray_status = _status(world["root"] / "ray").splitlines()
