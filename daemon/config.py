@@ -33,6 +33,17 @@ PREFIXES = ("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_")
 PROCESS_VARIABLES = ("TATU_ENV_FILE",)
 # Variables a person puts in an env file for the process that tatu sets its own way.
 _TATU_WAY = {"OMP_NUM_THREADS": "TATU_THREADS", "MKL_NUM_THREADS": "TATU_THREADS"}
+# torchrun reads its options from PET_<OPTION> variables: the DDP unit's documented place for them is
+# the run's env file (units/tatu-sft-ddp@.service), which the launcher and every rank read.
+TORCHRUN_PREFIX = "PET_"
+
+
+def torchrun_variables() -> list[str]:
+    """The PET_ names torchrun reads (torch.distributed.argparse_util.env: "PET_" + the option's dest)."""
+    from torch.distributed.run import get_args_parser  # torch only when a file holds a PET_ name
+
+    return sorted({TORCHRUN_PREFIX + action.dest.upper() for action in get_args_parser()._actions
+                   if action.option_strings and action.dest != "help"})
 
 
 class ConfigError(ValueError):
@@ -247,6 +258,13 @@ def check_env_file(path: Path) -> None:
     for name, (_, line) in sorted(numbered.items(), key=lambda item: item[1][1]):
         if name in known:
             continue
+        if name.startswith(TORCHRUN_PREFIX):
+            torchrun_names = torchrun_variables()
+            if name in torchrun_names:
+                continue
+            meant = nearest(name, torchrun_names)
+            raise ConfigError(f"{path}:{line}: {name} is not one of torchrun's options"
+                              + (f" (did you mean {meant}?)" if meant else ""))
         if name in PROCESS_VARIABLES:
             raise ConfigError(f"{path}:{line}: {name} is the unit's to set (the file it names is this one), not a run variable")
         meant = nearest(name, known)

@@ -158,7 +158,7 @@ class EvalRecord:
     answers: dict[str, AnswerSummary] = field(default_factory=dict)
 
     def to_json(self) -> Json:
-        return {
+        record = {
             "step": self.step,
             "sets": {name: s.to_json() for name, s in self.sets.items()},
             "warnings": list(self.warnings),
@@ -178,9 +178,11 @@ class EvalRecord:
             "tasks": self.tasks,
             "ci_covers": self.ci_covers,
             "line": self.line,
-            "answers": {name: a.to_json() for name, a in self.answers.items()},
-            FORMAT_KEY: EVAL_FORMAT,
         }
+        if self.answers:  # a run without answer sets writes the keys a version-1 record has
+            record["answers"] = {name: a.to_json() for name, a in self.answers.items()}
+        record[FORMAT_KEY] = EVAL_FORMAT
+        return record
 
     @classmethod
     def from_json(cls, payload: Json, what: str = "eval record") -> "EvalRecord":

@@ -113,10 +113,22 @@ def read(sweep_dir: Path) -> list[LoggedLook]:
     out = []
     for number, line in enumerate(complete, 1):
         try:
-            out.append(LoggedLook.from_json(json.loads(line)))
+            out.append(_by_folder(Path(sweep_dir).absolute().name, LoggedLook.from_json(json.loads(line))))
         except (ValueError, KeyError, TypeError) as exc:
             raise SweepError(BAD_DATA, f"{path}:{number}: not a look ({exc})")
     return out
+
+
+def _by_folder(sweep: str, entry: LoggedLook) -> LoggedLook:
+    """A look with every member named by its run's folder (SWEEP.MEMBER under runs/, the sweep's
+    own name being its directory's). A log written before members were named so holds MEMBER alone:
+    the same member, which the recomputation from the files names by its folder."""
+    def named(members: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(m if m.startswith(sweep + ".") else f"{sweep}.{m}" for m in members)
+
+    pooled = None if entry.pooled is None else tuple(
+        PooledGroup(g.config, named(g.members), g.steps) for g in entry.pooled)
+    return LoggedLook(entry.config, entry.criterion, named(entry.members), entry.steps, entry.look, pooled)
 
 
 def _same(a, b) -> bool:

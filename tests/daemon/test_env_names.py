@@ -139,3 +139,14 @@ def test_the_shipped_env_files_hold_only_tatus_variables():
     assert [p.name for p in shipped] == ["example.env", "run5.env"]
     for path in shipped:
         check_env_file(path)
+
+
+def test_torchruns_own_options_pass_in_an_env_file_and_a_misspelled_one_is_refused(tmp_path):
+    """The DDP unit's env file carries torchrun's PET_* options (units/tatu-sft-ddp@.service);
+    torchrun ignores a PET_ name it does not know, so a misspelled one would silently run 1 rank."""
+    for line in ("PET_NPROC_PER_NODE=2", "PET_RDZV_ENDPOINT=host0:29400", "PET_NNODES=2"):
+        check_env_file(_env_file(tmp_path, line))
+    path = _env_file(tmp_path, "PET_NPROC_PER_NOD=2")
+    with pytest.raises(ConfigError) as info:
+        check_env_file(path)
+    assert str(info.value) == f"{path}:3: PET_NPROC_PER_NOD is not one of torchrun's options (did you mean PET_NPROC_PER_NODE?)"

@@ -43,7 +43,7 @@ def test_kill_9_of_a_foreground_sequential_sweep_then_start_again(tmp_path_facto
     assert "verdict: config=first (first config such that drift_hi < 50%); sequential obf" in again.stdout, again.stdout
     looks = looks_log.read(sweeps / "seqfg")
     assert [(l.config, l.look.n_seeds, l.look.decision) for l in looks] == [("first", 3, "pass")]
-    assert looks[0].members == ("first-s1", "first-s2", "first-s3")
+    assert looks[0].members == ("seqfg.first-s1", "seqfg.first-s2", "seqfg.first-s3")
     assert sorted(p.name for p in (sweeps / "seqfg" / "runs").iterdir()) == [
         "seqfg.first-s1", "seqfg.first-s2", "seqfg.first-s3"]  # `second` never ran
 

@@ -54,7 +54,7 @@ def test_a_sequential_sweep_through_units_survives_a_coordinator_kill(tmp_path_f
 
     looks = looks_log.read(sweep_dir)
     assert [(l.config, l.look.n_seeds, l.look.decision) for l in looks] == [("first", 3, "pass")]
-    assert looks[0].members == ("first-s1", "first-s2", "first-s3")
+    assert looks[0].members == tuple(f"{NAME}.first-s{seed}" for seed in (1, 2, 3))
     assert sorted(p.name for p in (sweep_dir / "runs").iterdir()) == [f"{NAME}.first-s1", f"{NAME}.first-s2",
                                                                        f"{NAME}.first-s3"]
     assert tatu(["sweep", "report", NAME, "--sweeps", str(sweeps)]) == 0  # recomputes the look; 65 if it disagreed
