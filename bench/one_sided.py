@@ -195,6 +195,8 @@ def main(argv=None) -> None:
     parser.add_argument("--lines", type=int, action="append", help="line counts (default 100 and 166)")
     parser.add_argument("--seeds", type=int, action="append", help="seed counts (default 3, 5, 10)")
     parser.add_argument("--shape", action="append", choices=sorted(SHAPES), help="only these shapes")
+    parser.add_argument("--seed-share", type=float, default=0.7,
+                        help="sigma_a^2 of one seed's variance (the rest its seed x line noise; default %(default)s)")
     parser.add_argument("--bootstrap", type=int, default=0, metavar="RESAMPLES",
                         help="also the bootstrap candidates, at this many resamples (slow)")
     args = parser.parse_args(argv)
@@ -208,7 +210,8 @@ def main(argv=None) -> None:
         for n_seeds in args.seeds or [3, 5, 10]:
             for share in (0.05, 0.5, 0.9):
                 for name in args.shape or list(SHAPES):
-                    y = crossed_data(rng, args.reps, n_seeds, 0.0, lines_for_share(share, n_seeds), n_lines, SHAPES[name])
+                    y = crossed_data(rng, args.reps, n_seeds, 0.0, lines_for_share(share, n_seeds), n_lines, SHAPES[name],
+                                     args.seed_share)
                     got = closed_form_methods(y, 0.0)
                     if args.bootstrap:
                         got.update(bootstrap_methods(y, 0.0, args.bootstrap, rng))
