@@ -28,7 +28,9 @@ the lines' replicates (seeds fixed) scaled to the crossed SE.
     nice -n 10 .venv/bin/python bench/one_sided.py --reps 4000
 
 The last lines give, per method, the largest miss on each side over the cells inside the range the
-adopted method is held to (RANGE below) and over all cells, with the Monte-Carlo SE of a 2.5% rate.
+adopted method is held to (OUTSIDE below) and over all cells, with the Monte-Carlo SE of a 2.5% rate,
+and how many bounds in the range miss more than 2.5% + 2 SEs (a method exactly at 2.5% would put 2.3%
+of them there by chance).
 """
 from __future__ import annotations
 
@@ -59,10 +61,13 @@ SHAPES = {
     "seed=t3": Effects(seed=Shape("t", 3.0)),
     "all=gamma2": Effects(Shape("gamma", 2.0), Shape("gamma", 2.0), Shape("gamma", 2.0)),
 }
-# The range the adopted interval is held to (docs/sweeps.md): shared-line effects up to lognormal
-# (skewness 6.2) at any share, symmetric heavy tails (t3) in any part, seed x line skewness up to 4,
-# seed-effect skewness up to 0.5 (not estimable from 3-10 seeds). Outside it, measured and said.
-OUTSIDE = {("seed=gamma1", None), ("seed=gamma2", None), ("all=gamma2", None)}
+# The range the adopted interval is held to (docs/sweeps.md): shared-line skewness up to 4 at any
+# share (lognormal lines, skewness 6.2, where they are at most half of the variance), symmetric heavy
+# tails (t3) in any part, seed x line skewness up to 4, and symmetric seed effects: the seeds' own
+# skewness is not estimable from 3-10 seeds, and even 0.5 of it moved the upper miss to 2.9-3.2%.
+# Outside it, measured and said.
+OUTSIDE = {("seed=gamma0.5", None), ("seed=gamma1", None), ("seed=gamma2", None), ("all=gamma2", None),
+           ("line=lognormal1", 0.9)}
 
 
 def in_range(shape: str, share: float) -> bool:
@@ -190,21 +195,29 @@ def main(argv=None) -> None:
     parser.add_argument("--lines", type=int, action="append", help="line counts (default 100 and 166)")
     parser.add_argument("--seeds", type=int, action="append", help="seed counts (default 3, 5, 10)")
     parser.add_argument("--shape", action="append", choices=sorted(SHAPES), help="only these shapes")
+    parser.add_argument("--seed-share", type=float, default=0.7,
+                        help="sigma_a^2 of one seed's variance (the rest its seed x line noise; default %(default)s)")
     parser.add_argument("--bootstrap", type=int, default=0, metavar="RESAMPLES",
                         help="also the bootstrap candidates, at this many resamples (slow)")
     args = parser.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     worst: dict[str, list[float]] = {}
     worst_in: dict[str, list[float]] = {}
+    over: dict[str, int] = {}
+    sides = 0
+    bar = 0.025 + 2 * math.sqrt(0.025 * 0.975 / args.reps)
     for n_lines in args.lines or [100, 166]:
         for n_seeds in args.seeds or [3, 5, 10]:
             for share in (0.05, 0.5, 0.9):
                 for name in args.shape or list(SHAPES):
-                    y = crossed_data(rng, args.reps, n_seeds, 0.0, lines_for_share(share, n_seeds), n_lines, SHAPES[name])
+                    y = crossed_data(rng, args.reps, n_seeds, 0.0, lines_for_share(share, n_seeds), n_lines, SHAPES[name],
+                                     args.seed_share)
                     got = closed_form_methods(y, 0.0)
                     if args.bootstrap:
                         got.update(bootstrap_methods(y, 0.0, args.bootstrap, rng))
+                    sides += 2 * in_range(name, share)
                     for method, (up, down) in got.items():
+                        over[method] = over.get(method, 0) + in_range(name, share) * ((up > bar) + (down > bar))
                         for table, keep in ((worst, True), (worst_in, in_range(name, share))):
                             if keep:
                                 cell = table.setdefault(method, [0.0, 0.0])
@@ -216,6 +229,9 @@ def main(argv=None) -> None:
     print(f"largest upper/lower miss over the cells in the range (a 2.5% rate's MC SE {se:.4f}; "
           f"goal <= {0.025 + 2 * se:.3f}): " + " ".join(f"{m} {u:.3f}/{d:.3f}" for m, (u, d) in worst_in.items()))
     print("largest upper/lower miss over every cell: " + " ".join(f"{m} {u:.3f}/{d:.3f}" for m, (u, d) in worst.items()))
+    # a method exactly at 2.5% on every side would put 2.3% of them over the bar by chance alone
+    print(f"bounds over {bar:.4f} among the {sides} in the range (exactly 2.5% everywhere: {0.0228 * sides:.0f} "
+          "by chance): " + " ".join(f"{m} {n}" for m, n in over.items()))
 
 
 if __name__ == "__main__":

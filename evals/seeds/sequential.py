@@ -21,7 +21,7 @@ Jennison & Turnbull 2000, sec. 3.8), each bound moved outwards by the skew the s
 (evals/seeds/skew.py). The look's SE takes the seed part at least 0 (Estimate.se: the seed mean
 square at least the interaction's), where the crossed CI takes the unbiased one: on the unbiased SE
 the looks' t statistics, less correlated from look to look than the normal ones the spending
-assumes, passed 3.0-3.4% at the threshold for a nominal 2.5%; the floor holds the level
+assumes, passed above the nominal 2.5% at the threshold; the floor holds the level
 (bench/sequential.py, docs/sweeps.md; issue 45). With T = (threshold - mean) / SE:
     pass      the CI at the spent level has its upper bound below the threshold;
     fail      the fixed design's (1 - alpha) crossed CI has its lower bound above it: the
@@ -115,8 +115,8 @@ class Estimate:
         """The look's SE: the seed part at least 0 (CrossedParts.floored), so the seed mean square is at
         least the interaction's. At few seeds this is conservative for one look, and it is what holds
         the sequential design at its level: on the unbiased SE (ci_se) the looks' t statistics, less
-        correlated than the normal ones the spending assumes, pass 3.0-3.4% at the threshold
-        (the module doc)."""
+        correlated than the normal ones the spending assumes, pass above the nominal level at the
+        threshold (the module doc)."""
         return math.sqrt(self.parts.floored().variance(self.n_seeds))
 
     @property
