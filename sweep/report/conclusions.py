@@ -98,9 +98,12 @@ def judged_changes(report: SweepReport) -> list[JudgedChange]:
 
 def other_set_changes(config) -> list[JudgedChange]:
     """A configuration's change over seeds on every set beyond drift and sftHeld (ptVal, the held-out
-    sets), in its stats' order: never judged by the rule, concluded all the same."""
-    return [JudgedChange(config.key, name, False, Interval(st.change.value, st.change.lo, st.change.hi))
-            for name, st in (config.stats or {}).items() if name not in JUDGED and st]
+    sets), ptVal first and the rest by name (report.json stores sets sorted, so no dict order survives
+    its round trip): never judged by the rule, concluded all the same."""
+    stats = config.stats or {}
+    return [JudgedChange(config.key, name, False, Interval(stats[name].change.value, stats[name].change.lo,
+                                                            stats[name].change.hi))
+            for name in sorted(stats, key=lambda name: (name != "ptVal", name)) if name not in JUDGED and stats[name]]
 
 
 def conclusions(report: SweepReport) -> Conclusions:

@@ -163,3 +163,24 @@ def test_perplexity_never_says_learned():
     text = paragraph(data)
     assert "sftHeld change fell (the held-out pairs' perplexity fell)" in text
     assert "learned" not in text
+
+
+def test_the_paragraph_read_back_from_report_json_is_the_one_written(tmp_path):
+    """The demo prints the paragraph from the report it just computed; the page and `tatu sweep report`
+    write it from report.json, whose sets are stored sorted. Sets held in another order (ptVal, then
+    held-out sets after it) say the same sentences in the same order either way."""
+    from tatu.sweep.judge.sweep_report import read_report_json, write_report_json
+
+    data = report()
+    config = data.compare.configs[0]
+    stats = dict(config.stats)
+    stats["ptVal"] = replace(next(iter(stats.values())), change=RelativeChange(0.04, 0.02, 0.06))
+    stats["ptNews"] = replace(stats["ptVal"], change=RelativeChange(-0.03, -0.05, -0.01))
+    stats["ptFaq"] = replace(stats["ptVal"], change=RelativeChange(0.02, 0.01, 0.03))
+    data = with_config(data, 0, replace(config, stats=stats))
+    read = read_report_json(write_report_json(tmp_path, data))
+    assert list(read.compare.configs[0].stats) != list(stats)  # the file's order is not the one held
+    assert paragraph(read) == paragraph(data)
+    said = [s.states for s in what_it_says(data)]
+    assert [s for s in said if s.endswith(("ptVal", "ptFaq", "ptNews"))] == [
+        f"{config.key} ptVal", f"{config.key} ptFaq", f"{config.key} ptNews"]
