@@ -123,8 +123,10 @@ def stage_table(locked: LockedPlan, members: list[Member], sweep_dir: Path, stag
 
 
 def add_paired(baseline: dict[str, str], configs: list[ConfigResult]) -> list[ConfigResult]:
-    """Each configuration vs the baseline (the plan's: variable -> value), paired by seed; Holm over
-    the comparisons, per metric."""
+    """Each configuration vs the baseline (the plan's: variable -> value), paired by seed, at the ends
+    and at the common step, each difference with its step (common_step.compared_at); Holm over the
+    comparisons made like with like, per metric and place: one at unequal ends is in no family (it
+    sets unequal training side by side: no p Holm, no direction)."""
     base_key = _baseline_key(baseline, configs)
     baseline = next((c for c in configs if c.key == base_key), None)
     if baseline is None:
@@ -136,8 +138,10 @@ def add_paired(baseline: dict[str, str], configs: list[ConfigResult]) -> list[Co
         compared = []
         for index, config in enumerate(others):
             paired = paired_stats(config.results, baseline.results, set_name, config.half, index, *lines)
-            found[config.key].setdefault(where, {})[metric] = paired
             if paired:
+                paired = dataclasses.replace(paired, **common_step_.compared_at(config, baseline, where == "paired_common"))
+            found[config.key].setdefault(where, {})[metric] = paired
+            if paired and paired.unequal is None:
                 compared.append(config.key)
         for key, adjusted in zip(compared, holm_adjusted([found[k][where][metric] for k in compared])):
             found[key][where][metric] = adjusted

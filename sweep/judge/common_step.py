@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from tatu.daemon.run.paths import RunDir
-from tatu.sweep.judge.records import EvalDrifts, MemberResult
+from tatu.sweep.judge.records import ConfigResult, EvalDrifts, MemberResult, PairedDiff
 from tatu.sweep.judge.scores import category_entries
 
 START, AT_COMMON = "start@0", "end@common"  # the keys of a member result that hold these lines
@@ -68,3 +68,35 @@ def worst_drift_until(evals: EvalDrifts, step: int) -> tuple[float, float]:
     """(value, hi) of the worst drift over a member's evals up to `step`."""
     kept = [(v, hi) for s, v, hi in evals.eval_drifts if s <= step]
     return max((v for v, _ in kept), default=0.0), max((hi for _, hi in kept), default=0.0)
+
+
+def end_text(c: ConfigResult) -> str:
+    """The members' last eval steps, and where some aborted, at which step: `24`, `8 (aborted at 8)`."""
+    steps = ",".join(str(s) for s in c.end_steps) or "-"
+    aborted = sorted({r.steps for r in c.results if r.state == "aborted" and r.steps is not None})
+    return steps + (f" (aborted at {','.join(str(s) for s in aborted)})" if aborted else "")
+
+
+def equal_ends(c: ConfigResult, other: ConfigResult) -> bool:
+    """Every member of both ended at one and the same step (a configuration with no member ended: no)."""
+    return bool(c.end_steps) and bool(other.end_steps) and len(set(c.end_steps) | set(other.end_steps)) == 1
+
+
+def compared_at(config: ConfigResult, other: ConfigResult, common: bool) -> dict:
+    """Where a paired difference of `config` and `other` sets its sides: {"step": the common step, or
+    the one step every member of both ended at} or {"unequal": both ends and why}. The one place a
+    comparison's step is decided: add_paired stores it on each PairedDiff, every table, the prose and
+    report.json read it there."""
+    if common:
+        return {"step": config.common_step}
+    if equal_ends(config, other):
+        return {"step": config.end_steps[0]}
+    return {"unequal": f"{end_text(config)} vs {end_text(other)}"}
+
+
+def like_with_like(config: ConfigResult, metric: str) -> tuple[PairedDiff | None, bool]:
+    """(a configuration's paired difference with the baseline on `metric` like with like, whether it is
+    the common step's): the common step's where the report has it, else the ends' (which carries
+    `unequal` where the ends differ)."""
+    at_common = (config.paired_common or {}).get(metric)
+    return (at_common, True) if at_common else ((config.paired or {}).get(metric), False)

@@ -93,7 +93,11 @@ class PairedDiff:
     """One configuration minus another, paired by seed and line: the crossed CI of the log-ratio
     difference (shown as a relative change through `change.relative()`), its p from the same SE and
     df, t = mean / SE (None at SE 0), the SD of the per-seed differences and the relative MDE.
-    p_holm and n_compared: Holm's adjustment over the comparisons made together (None until made)."""
+    p_holm and n_compared: Holm's adjustment over the comparisons made together (None until made).
+    `step`: the step both sides were compared at (the common step, or the ends where every member of
+    both ended at one step); `unequal`: both ends and why where they differ ("24 vs 8 (aborted at 8)"):
+    such a difference sets unequal training side by side, so it is in no Holm family and has no
+    direction (sweep/judge/common_step.py compared_at). Both None in a report written before them."""
 
     change: LogRatio
     p_value: float
@@ -105,6 +109,8 @@ class PairedDiff:
     parts: CrossedParts | None
     p_holm: float | None = None
     n_compared: int | None = None
+    step: int | None = None
+    unequal: str | None = None
 
     def to_json(self) -> dict:
         out = {"diff": self.change.value, "lo": self.change.lo, "hi": self.change.hi, "p_value": self.p_value,
@@ -115,6 +121,10 @@ class PairedDiff:
             out["p_holm"] = self.p_holm
         if self.n_compared is not None:
             out["n_compared"] = self.n_compared
+        if self.step is not None:
+            out["step"] = self.step
+        if self.unequal is not None:
+            out["unequal"] = self.unequal
         return out
 
     @classmethod
@@ -122,7 +132,7 @@ class PairedDiff:
         return cls(change=LogRatio(payload["diff"], payload["lo"], payload["hi"]), p_value=payload["p_value"],
                    t=payload["t"], df=payload["df"], n_seeds=payload["n_seeds"], seed_sd=payload["seed_sd"],
                    mde=payload["mde"], parts=_parts_of(payload["parts"]), p_holm=payload.get("p_holm"),
-                   n_compared=payload.get("n_compared"))
+                   n_compared=payload.get("n_compared"), step=payload.get("step"), unequal=payload.get("unequal"))
 
 
 def holm_adjusted(found: list[PairedDiff]) -> list[PairedDiff]:

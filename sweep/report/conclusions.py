@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from tatu.formats import fmt_ci
 from tatu.sweep.judge.sweep_report import SweepReport
+from tatu.sweep.judge.common_step import like_with_like
 from tatu.sweep.report.ends import baseline_of, end_text, equal_ends
 
 JUDGED = ("drift", "sftHeld")
@@ -67,15 +68,16 @@ class JudgedChange:
 
 def _paired_change(config, baseline, metric: str) -> JudgedChange | None:
     """The paired difference like with like: at the common step, else at equal ends, else marked unequal."""
-    at_common = (config.paired_common or {}).get(metric)
-    paired = at_common or (config.paired or {}).get(metric)
+    paired, at_common = like_with_like(config, metric)
     if not paired:
         return None
     shown = paired.change.relative()  # log-ratio differences, shown as relative changes (the sign is the same)
     interval = Interval(shown.value, shown.lo, shown.hi)
     if at_common:
-        return JudgedChange(config.key, metric, True, interval, where=f"at step {config.common_step}")
-    unequal = None if baseline is None or equal_ends(config, baseline) else f"{end_text(config)} vs {end_text(baseline)}"
+        return JudgedChange(config.key, metric, True, interval, where=f"at step {paired.step or config.common_step}")
+    unequal = paired.unequal
+    if paired.step is None and unequal is None:  # a report written before the analysis stored where it compared
+        unequal = None if baseline is None or equal_ends(config, baseline) else f"{end_text(config)} vs {end_text(baseline)}"
     return JudgedChange(config.key, metric, True, interval, unequal=unequal)
 
 

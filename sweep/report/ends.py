@@ -10,19 +10,10 @@ same SFT tokens per step; a row says "step", never "tokens".
 """
 from __future__ import annotations
 
+from tatu.sweep.judge.common_step import end_text, equal_ends
 from tatu.sweep.judge.records import ConfigResult
 
-
-def end_text(c: ConfigResult) -> str:
-    """The members' last eval steps, and where some aborted, at which step: `24`, `8 (aborted at 8)`."""
-    steps = ",".join(str(s) for s in c.end_steps) or "-"
-    aborted = sorted({r.steps for r in c.results if r.state == "aborted" and r.steps is not None})
-    return steps + (f" (aborted at {','.join(str(s) for s in aborted)})" if aborted else "")
-
-
-def equal_ends(c: ConfigResult, other: ConfigResult) -> bool:
-    """Every member of both ended at one and the same step (a configuration with no member ended: no)."""
-    return bool(c.end_steps) and bool(other.end_steps) and len(set(c.end_steps) | set(other.end_steps)) == 1
+__all__ = ["baseline_of", "end_text", "ends_vs", "equal_ends"]
 
 
 def baseline_of(configs) -> ConfigResult | None:

@@ -85,9 +85,19 @@ def paired_rows(configs: list[ConfigResult], common: bool = False) -> list[list[
         if c.is_baseline or not paired:
             continue
         d, s = paired.get("drift"), paired.get("sftHeld")
-        step = _step(c, common) if common or baseline is None else ends_vs(c, baseline)
-        rows.append([c.key, str(d.n_seeds if d else 0), step, *_paired_cells(d), *_paired_cells(s)])
+        rows.append([c.key, str(d.n_seeds if d else 0), _paired_step(c, baseline, d or s, common),
+                     *_paired_cells(d), *_paired_cells(s)])
     return rows
+
+
+def _paired_step(c: ConfigResult, baseline: ConfigResult | None, p: PairedDiff | None, common: bool) -> str:
+    """The step a paired row compares at, as the analysis stored it (common_step.compared_at); a
+    report written before it was stored: from the ends."""
+    if p and p.unequal:
+        return f"{p.unequal}: unequal ends"
+    if p and p.step is not None:
+        return str(p.step)
+    return _step(c, common) if common or baseline is None else ends_vs(c, baseline)
 
 
 def closing_paired_rows(configs: list[ConfigResult]) -> tuple[str, list[list[str]]]:
@@ -104,6 +114,8 @@ def _paired_cells(p: PairedDiff | None) -> list[str]:
     if not p:
         return ["n/a"] * 3
     # a paired difference is held on the log scale: its text is the relative change, as every other CI's
+    if p.unequal:  # unequal training side by side: the difference shown, no test of its direction
+        return [p.change.relative().text(), "-", "-"]
     return [p.change.relative().text(), _p(p.p_value), _p(p.p_holm)]
 
 
@@ -240,8 +252,17 @@ def _paired_text(configs: list[ConfigResult], common: bool) -> list[str]:
     if not rows:
         return []
     n = max(_n_compared((c.paired_at(common) or {}).get("drift")) for c in configs)
-    return ["", f"paired by seed and line vs the baseline (log-ratio differences; {PAIRED_P}; Holm over {n} comparisons)",
+    return ["", f"paired by seed and line vs the baseline (log-ratio differences; {PAIRED_P}; Holm over {n} "
+                f"comparisons{UNEQUAL_NOTE if _any_unequal(configs, common) else ''})",
             text_table(PAIRED_HEADER, rows)]
+
+
+# said under a paired table with a row at unequal ends (its p cells are "-")
+UNEQUAL_NOTE = "; a row at unequal ends sets unequal training side by side: no p, in no Holm family, no direction"
+
+
+def _any_unequal(configs: list[ConfigResult], common: bool) -> bool:
+    return any(p and p.unequal for c in configs for p in (c.paired_at(common) or {}).values())
 
 
 VS_PARENT_TITLE = ("interpolated vs its parent at the end, paired by seed and line (log-ratio differences; "

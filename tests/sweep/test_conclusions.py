@@ -16,7 +16,7 @@ def _report(chosen, n0_drift, n2_drift, paired=(-0.09, -0.10, -0.08), failed_n0=
 
     configs = [config_result("replay-n0", {}, (), {"drift": stats(n0_drift), "sftHeld": stats((-0.1, -0.12, -0.08))}),
                config_result("replay-n2", {}, (), {"drift": stats(n2_drift), "sftHeld": stats((-0.1, -0.12, -0.08))},
-                             paired={"drift": SimpleNamespace(change=LogRatio(*paired))})]
+                             paired={"drift": SimpleNamespace(change=LogRatio(*paired), step=None, unequal=None)})]
     failed = (FailedCondition("drift_hi < 10%", 0.2, 0.1, "+20.0%"),) if failed_n0 else ()
     checks = (RuleCheck("replay-n0", "0", "0", failed, (), False), RuleCheck("replay-n2", "2", "2", (), (), False))
     return sweep_report(SweepVerdict("rule", "REPLAY_N", "end", None, chosen, "line", checks, ()), configs)

@@ -22,7 +22,8 @@ V1_REPORT = Path(__file__).resolve().parents[1] / "fixtures" / "sweep" / "report
 # the keys, in their order, of the dicts sweep/judge/stats.py built before the records
 CONFIG_STAT_KEYS = ["value", "lo", "hi", "log_mean", "se", "seed_sd", "seed_effect_sd", "within_se", "shared_line_se",
                     "interaction_se", "df", "n_seeds", "mde", "parts", "per_seed", "outliers"]
-PAIRED_KEYS = ["diff", "lo", "hi", "p_value", "t", "df", "n_seeds", "seed_sd", "mde", "parts", "p_holm", "n_compared"]
+PAIRED_KEYS = ["diff", "lo", "hi", "p_value", "t", "df", "n_seeds", "seed_sd", "mde", "parts", "p_holm", "n_compared",
+               "step"]  # the step both sides were compared at (issue 43); "unequal" in its place at unequal ends
 
 
 def _scores(nll: np.ndarray) -> dict:
@@ -61,8 +62,8 @@ def test_the_records_round_trip_with_todays_keys_in_todays_order():
     assert list(paired.to_json()) == PAIRED_KEYS
     assert PairedDiff.from_json(json.loads(json.dumps(paired.to_json()))) == paired
     # before Holm's adjustment there were no such keys, and there are none
-    bare = PairedDiff.from_json({k: v for k, v in paired.to_json().items() if k not in ("p_holm", "n_compared")})
-    assert list(bare.to_json()) == PAIRED_KEYS[:-2]
+    bare = PairedDiff.from_json({k: v for k, v in paired.to_json().items() if k not in ("p_holm", "n_compared", "step")})
+    assert list(bare.to_json()) == PAIRED_KEYS[:-3]
     # a paired difference is a log ratio; shown, it is the relative change like every other CI
     assert paired.change.relative().value == pytest.approx(np.expm1(paired.change.value))
 

@@ -1,0 +1,75 @@
+"""Like with like in the Holm families and report.json (issue 43 item 1): a baseline whose seeds all
+abort at step 8 against one configuration that also ends at 8 and one that runs to 24. At the ends,
+only the comparison at equal ends (8 vs 8) is tested, so the ends' Holm family holds it alone; the
+24-vs-8 one carries both ends and why, no p Holm, and prints no p. At the common step (8) both are
+compared, each with its step, Holm over the two. report.json keeps the step and the reason."""
+from __future__ import annotations
+
+import numpy as np
+
+from tatu.sweep.judge.analysis import add_paired
+from tatu.sweep.judge.common_step import AT_COMMON, START
+from tatu.sweep.judge.records import ConfigResult, MemberResult, PairedDiff
+from tatu.sweep.report import tables
+
+N_LINES = 30
+
+
+def _scores(seed: int, set_name: str, growth: float) -> dict:
+    lines = np.random.default_rng(len(set_name))  # the set's lines: the same for every member
+    tokens = lines.integers(5, 30, N_LINES)
+    noise = np.random.default_rng(seed * 7 + int(growth * 1000)).normal(0, 0.02, N_LINES)
+    return {"nll_sum": (tokens * 2.0 * growth * (1 + noise)).tolist(), "line_tokens": tokens.tolist(),
+            "line_index": list(range(N_LINES))}
+
+
+def _member(key: str, seed: int, steps: int, state: str, end_growth: float, common_growth: float) -> MemberResult:
+    start = {s: _scores(0, s, 1.0) for s in ("enRuler", "sftHeld")}
+    lines = {"base": start, START: start,
+             "end": {s: _scores(seed, s, end_growth + 0.01 * seed) for s in ("enRuler", "sftHeld")},
+             AT_COMMON: {s: _scores(seed + 50, s, common_growth + 0.01 * seed) for s in ("enRuler", "sftHeld")}}
+    return MemberResult(member=f"{key}-s{seed}", config=key, seed=seed, values={"REPLAY_N": key[-1]}, state=state,
+                        verdict=None, steps=steps, lines=lines)
+
+
+def _config(key: str, steps: int, state: str, end_growth: float, common_growth: float) -> ConfigResult:
+    results = tuple(_member(key, seed, steps, state, end_growth, common_growth) for seed in (1, 2, 3))
+    return ConfigResult(key=key, values={"REPLAY_N": key[-1]}, results=results, stats={"drift": None},
+                        categories=None, stats_common={"drift": None}, categories_common=None, common_step=8,
+                        common_missing=None, end_steps=(steps,), trainable=None, effective={}, half=None)
+
+
+def _paired():
+    configs = [_config("replay-n0", 8, "aborted", 1.3, 1.3), _config("replay-n2", 8, "aborted", 1.2, 1.2),
+               _config("replay-n6", 24, "done", 0.8, 1.1)]
+    return {c.key: c for c in add_paired({"REPLAY_N": "0"}, configs)}
+
+
+def test_the_ends_holm_family_holds_only_comparisons_at_equal_ends():
+    configs = _paired()
+    unequal, equal = configs["replay-n6"].paired["drift"], configs["replay-n2"].paired["drift"]
+    assert equal.n_compared == 1 and equal.p_holm == equal.p_value  # a family of one: Holm leaves p alone
+    assert unequal.p_holm is None and unequal.n_compared is None
+    assert unequal.unequal == "24 vs 8 (aborted at 8)" and unequal.step is None
+    assert equal.unequal is None and equal.step == 8
+    for key in ("replay-n2", "replay-n6"):  # at the common step both are compared, with their step
+        common = configs[key].paired_common["sftHeld"]
+        assert common.step == 8 and common.unequal is None and common.n_compared == 2
+
+
+def test_report_json_keeps_each_comparisons_step_and_why():
+    configs = _paired()
+    written = configs["replay-n6"].paired["drift"].to_json()
+    assert written["unequal"] == "24 vs 8 (aborted at 8)" and "p_holm" not in written
+    assert PairedDiff.from_json(written) == configs["replay-n6"].paired["drift"]
+    assert configs["replay-n6"].paired_common["drift"].to_json()["step"] == 8
+
+
+def test_a_row_at_unequal_ends_prints_no_p_and_the_table_says_why():
+    configs = list(_paired().values())
+    rows = {r[0]: r for r in tables.paired_rows(configs)}
+    assert rows["replay-n6"][2] == "24 vs 8 (aborted at 8): unequal ends"
+    assert rows["replay-n6"][4:6] == ["-", "-"] and rows["replay-n6"][7:9] == ["-", "-"]
+    assert rows["replay-n2"][2] == "8" and rows["replay-n2"][4] != "-"
+    assert {r[2] for r in tables.paired_rows(configs, common=True)} == {"8"}
+    assert tables.UNEQUAL_NOTE in "\n".join(tables._paired_text(configs, common=False))
