@@ -100,3 +100,14 @@ def like_with_like(config: ConfigResult, metric: str) -> tuple[PairedDiff | None
     `unequal` where the ends differ)."""
     at_common = (config.paired_common or {}).get(metric)
     return (at_common, True) if at_common else ((config.paired or {}).get(metric), False)
+
+
+def seedwise_steps(config: ConfigResult, other: ConfigResult) -> tuple[int, ...] | None:
+    """The steps at which each seed's pair of `config` and `other` sets its sides, sorted: every pair
+    at one step on both sides (an interpolated member is its parent seed's end walked back, so it is
+    at its parent's end step); None where some pair is not (unequal training side by side)."""
+    by_seed = {r.seed: r.steps for r in other.results if r.has("end")}
+    pairs = [(r.steps, by_seed[r.seed]) for r in config.results if r.has("end") and r.seed in by_seed]
+    if any(a != b for a, b in pairs):
+        return None
+    return tuple(sorted({a for a, _ in pairs if a is not None}))

@@ -265,18 +265,29 @@ def _any_unequal(configs: list[ConfigResult], common: bool) -> bool:
     return any(p and p.unequal for c in configs for p in (c.paired_at(common) or {}).values())
 
 
-VS_PARENT_TITLE = ("interpolated vs its parent at the end, paired by seed and line (log-ratio differences; "
+VS_PARENT_TITLE = ("interpolated vs its parent, paired by seed and line, each seed at its parent's end (an alpha's "
+                   "member is that end walked back: equal training; log-ratio differences; "
                    f"{PAIRED_P}; Holm over the alphas)")
+
+
+def _vs_parent_step(row: VsParent) -> str:
+    """`24`; `8,24 (each seed at its own end)` where the parent's seeds ended at different steps."""
+    if row.steps is None:
+        return "n/a"
+    if len(row.steps) > 1:
+        return ",".join(map(str, row.steps)) + " (each seed at its own end)"
+    return ",".join(map(str, row.steps)) or "-"
 
 
 def vs_parent_table(rows: tuple[VsParent, ...]) -> tuple[list[str], list[list[str]]]:
     """Each interpolated configuration vs its parent (sweep/judge/vs_parent.py): header, rows."""
     if not rows:
         return [], []
-    header = ["config vs parent", "seeds"] + [h for m in rows[0].paired for h in (f"{m} diff {CI}", "p", "p Holm")]
+    header = ["config vs parent", "seeds", "step"] + [h for m in rows[0].paired for h in (f"{m} diff {CI}", "p", "p Holm")]
     table = []
     for row in rows:
-        cells = [f"{row.config} vs {row.parent}", str(max(p.n_seeds if p else 0 for p in row.paired.values()))]
+        cells = [f"{row.config} vs {row.parent}", str(max(p.n_seeds if p else 0 for p in row.paired.values())),
+                 _vs_parent_step(row)]
         for p in row.paired.values():
             cells += _paired_cells(p)
         table.append(cells)

@@ -5,11 +5,15 @@ only the comparison at equal ends (8 vs 8) is tested, so the ends' Holm family h
 compared, each with its step, Holm over the two. report.json keeps the step and the reason."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from tatu.sweep.judge.analysis import add_paired
 from tatu.sweep.judge.common_step import AT_COMMON, START
 from tatu.sweep.judge.records import ConfigResult, MemberResult, PairedDiff
+from tatu.sweep.judge.vs_parent import VsParent, vs_parent
+from tatu.sweep.plan.interpolate import InterpolateSpec, interpolated_key
 from tatu.sweep.report import tables
 
 N_LINES = 30
@@ -73,3 +77,30 @@ def test_a_row_at_unequal_ends_prints_no_p_and_the_table_says_why():
     assert rows["replay-n2"][2] == "8" and rows["replay-n2"][4] != "-"
     assert {r[2] for r in tables.paired_rows(configs, common=True)} == {"8"}
     assert tables.UNEQUAL_NOTE in "\n".join(tables._paired_text(configs, common=False))
+
+
+def _walked_back(parent: ConfigResult, key: str, shrink: float, steps: dict[int, int]) -> ConfigResult:
+    """An interpolated configuration: each seed's member at the step `steps` gives it (its parent's)."""
+    results = tuple(replace(r, member=f"{key}-s{r.seed}", config=key, interpolated=True, steps=steps[r.seed],
+                            lines={**r.lines, "end": {s: {**v, "nll_sum": (np.asarray(v["nll_sum"]) * shrink).tolist()}
+                                                      for s, v in r.lines["end"].items()}})
+                    for r in parent.results)
+    return replace(parent, key=key, results=results, end_steps=tuple(sorted(set(steps.values()))))
+
+
+def test_vs_parent_says_each_pairs_step_and_holds_a_pair_at_unequal_steps_out_of_holm():
+    parent = _config("full", 24, "done", 0.8, 1.1)
+    parent = replace(parent, results=tuple(replace(r, steps=8 if r.seed == 1 else 24) for r in parent.results))
+    own = {r.seed: r.steps for r in parent.results}
+    spec = InterpolateSpec("full", (0.5, 0.25))
+    good = _walked_back(parent, interpolated_key("full", 0.5), 0.97, own)
+    off = _walked_back(parent, interpolated_key("full", 0.25), 0.95, {**own, 1: 24})  # seed 1: 24 against 8
+    rows = {r.alpha: r for r in vs_parent(spec, [parent, good, off])}
+    assert rows[0.5].steps == (8, 24)  # the parent's seeds ended apart; each pair at its own
+    assert rows[0.25].steps is None
+    assert rows[0.5].paired["drift"].n_compared == 1  # the pair at unequal steps is in no family
+    assert rows[0.25].paired["drift"].unequal and rows[0.25].paired["drift"].p_holm is None
+    assert VsParent.from_json(rows[0.5].to_json()) == rows[0.5]
+    _, table = tables.vs_parent_table(tuple(rows.values()))
+    assert table[0][2] == "8,24 (each seed at its own end)" and table[1][2] == "n/a"
+    assert table[1][4:6] == ["-", "-"]

@@ -255,7 +255,8 @@ def test_it_is_paired_with_its_own_parent_too(sweep):
         assert [p.n_compared for p in found] == [2, 2]
     assert any(row.paired[m].p_holm != row.paired[m].p_value for row in rows for m in row.paired)  # Holm adjusted something
     text = closing_text(data)
-    assert "interpolated vs its parent at the end, paired by seed and line" in text
+    assert "interpolated vs its parent, paired by seed and line, each seed at its parent's end" in text
+    assert all(row.steps and len(row.steps) == 1 for row in rows)  # each pair at its parent's one end step
     from tatu.sweep.report.write import write_report
 
     _, _, page = write_report(sweep, sweep / "report-vs-parent")
