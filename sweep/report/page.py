@@ -17,10 +17,11 @@ def _comparison(configs: list[ConfigResult]) -> list[str]:
              f"lines, not one run's CI over its lines). {esc(tables.OUTLIER_NOTE)}.</p>",
              plain_table(tables.CONFIG_HEADER, tables.config_rows(configs), "configs")]
     parts += _sets(configs, common=False)
-    paired = tables.paired_rows(configs)
-    if paired:
-        parts += ["<h2>Paired by seed and line vs the baseline (Holm)</h2>",
-                  plain_table(tables.PAIRED_HEADER, paired, "paired")]
+    # like with like first: the paired table the closing output shows (at the common step where it exists)
+    where, like = tables.closing_paired_rows(configs)
+    if like:
+        parts += [f"<h2>Paired by seed and line vs the baseline (Holm), {esc(where)}</h2>",
+                  plain_table(tables.PAIRED_HEADER, like, "paired-like")]
     step, missing = (configs[0].common_step, configs[0].common_missing) if configs else (None, None)
     if missing:
         parts.append(f"<h2>At the common step</h2><p>n/a ({esc(missing)})</p>")
@@ -28,9 +29,12 @@ def _comparison(configs: list[ConfigResult]) -> list[str]:
         parts += [f"<h2>At step {esc(step)}, the last eval step every member reached</h2>",
                   plain_table(tables.CONFIG_HEADER, tables.config_rows(configs, common=True), "configs-common")]
         parts += _sets(configs, common=True)
-        common_paired = tables.paired_rows(configs, common=True)
-        if common_paired:
-            parts.append(plain_table(tables.PAIRED_HEADER, common_paired, "paired-common"))
+    paired = tables.paired_rows(configs)
+    if paired and not missing and configs:  # the ends' table, beside the like-with-like one above
+        unequal = any("unequal ends" in row[2] for row in paired)
+        parts += ["<h2>Paired at the members' ends</h2>"
+                  + (f"<p>{esc(tables.UNEQUAL_NOTE.removeprefix('; '))}.</p>" if unequal else ""),
+                  plain_table(tables.PAIRED_HEADER, paired, "paired")]
     return parts
 
 

@@ -5,9 +5,12 @@ only the comparison at equal ends (8 vs 8) is tested, so the ends' Holm family h
 compared, each with its step, Holm over the two. report.json keeps the step and the reason."""
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import numpy as np
+from page_world import sweep_data
+from run_records import sweep_report
 
 from tatu.sweep.judge.analysis import add_paired
 from tatu.sweep.judge.common_step import AT_COMMON, START
@@ -15,6 +18,7 @@ from tatu.sweep.judge.records import ConfigResult, MemberResult, PairedDiff
 from tatu.sweep.judge.vs_parent import VsParent, vs_parent
 from tatu.sweep.plan.interpolate import InterpolateSpec, interpolated_key
 from tatu.sweep.report import tables
+from tatu.sweep.report.page import write_page
 
 N_LINES = 30
 
@@ -38,8 +42,8 @@ def _member(key: str, seed: int, steps: int, state: str, end_growth: float, comm
 
 def _config(key: str, steps: int, state: str, end_growth: float, common_growth: float) -> ConfigResult:
     results = tuple(_member(key, seed, steps, state, end_growth, common_growth) for seed in (1, 2, 3))
-    return ConfigResult(key=key, values={"REPLAY_N": key[-1]}, results=results, stats={"drift": None},
-                        categories=None, stats_common={"drift": None}, categories_common=None, common_step=8,
+    return ConfigResult(key=key, values={"REPLAY_N": key[-1]}, results=results, stats={"drift": None, "sftHeld": None},
+                        categories=None, stats_common={"drift": None, "sftHeld": None}, categories_common=None, common_step=8,
                         common_missing=None, end_steps=(steps,), trainable=None, effective={}, half=None)
 
 
@@ -104,3 +108,15 @@ def test_vs_parent_says_each_pairs_step_and_holds_a_pair_at_unequal_steps_out_of
     _, table = tables.vs_parent_table(tuple(rows.values()))
     assert table[0][2] == "8,24 (each seed at its own end)" and table[1][2] == "n/a"
     assert table[1][4:6] == ["-", "-"]
+
+
+def test_the_pages_first_paired_table_is_at_the_common_step(tmp_path):
+    configs = [c.without_lines() for c in _paired().values()]
+    page = write_page(sweep_report(sweep_data().verdict, configs), "", [], tmp_path).read_text()
+    first = page.split("<h2>Paired by seed and line vs the baseline", 1)[1]
+    assert first.startswith(" (Holm), at step 8, the last eval step every member reached")
+    like = re.search(r'id="paired-like".*?</table>', first, re.S).group(0)
+    assert "unequal ends" not in like and "replay-n6" in like
+    ends = re.search(r'id="paired".*?</table>', page, re.S).group(0)  # the ends' table after it, marked
+    assert page.index('id="paired-like"') < page.index('id="paired"')
+    assert "24 vs 8 (aborted at 8): unequal ends" in ends
