@@ -102,12 +102,18 @@ def stage_table(locked: LockedPlan, members: list[Member], sweep_dir: Path, stag
     named = tuple(dict.fromkeys(n for n in (held_out_set(c.metric) for c in rule.conditions) if n))
     grouped_results = {key: [interpolated_result(m, sweep_dir, named) if isinstance(m, InterpolatedMember)
                              else member_result(m, sweep_dir, named) for m in group] for key, group in grouped.items()}
-    # the common step is the daemon runs' (an interpolated member has no lines but its end's)
-    ran = [r for rs in grouped_results.values() for r in rs if not r.interpolated]
-    common = common_step_.common_step(ran)
-    with_common, why_not = common_step_.attach(ran, {m.run: m.run_dir for m in members}, common)
+    # the common step is the daemon runs' (an interpolated member has no lines but its end's); where the
+    # configurations train different SFT tokens per step, each one's step at equal SFT tokens seen
+    ran = {key: [r for r in rs if not r.interpolated] for key, rs in grouped_results.items()}
+    effective = {key: load_config(group[0].env)[0].to_json() for key, group in grouped.items()}
+    point = common_step_.comparison_point({k: rs for k, rs in ran.items() if rs},
+                                          {k: common_step_.sft_tokens_per_step(e) for k, e in effective.items()})
+    with_common, why_not = common_step_.attach([r for rs in ran.values() for r in rs],
+                                               {m.run: m.run_dir for m in members}, point)
     configs = []
     for index, (key, group) in enumerate(grouped.items()):
+        # at one step, every configuration's (an interpolated one's too, though it has no lines there)
+        common = None if point is None else point.steps.get(key) if point.tokens else next(iter(point.steps.values()))
         results = tuple(with_common.get(r.member, r) for r in grouped_results[key])
         stats, categories = set_stats(results, half_sft, index)
         skip = why_not or isinstance(group[0], InterpolatedMember)
@@ -115,9 +121,11 @@ def stage_table(locked: LockedPlan, members: list[Member], sweep_dir: Path, stag
         configs.append(ConfigResult(
             key=key, values=group[0].values, results=results, stats=stats, categories=categories,
             stats_common=at_common, categories_common=categories_common, common_step=common, common_missing=why_not,
+            common_tokens=(common * common_step_.sft_tokens_per_step(effective[key])
+                           if point and point.tokens and common else None),
             end_steps=tuple(sorted({r.steps for r in results if r.has("end")})),
             trainable=next((r.trainable for r in results if r.trainable), None),
-            effective=load_config(group[0].env)[0].to_json(), half=half_sft,
+            effective=effective[key], half=half_sft,
             metrics=_metrics(stats, results), metrics_common=_metrics(at_common, results, common)))
     return configs
 

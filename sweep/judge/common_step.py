@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from tatu.daemon.run.paths import RunDir
@@ -38,29 +40,79 @@ def lines_at(run_dir: Path, step: int) -> dict | None:
     return out
 
 
-def common_step(results: list[MemberResult]) -> int | None:
-    """The last eval step every member with a result reached (None before any has one)."""
-    steps = [r.steps for r in results if r.has("end")]
-    return min(steps) if steps else None
+# what sets a configuration's SFT tokens per step (daemon/config.py): micro-batches x sequences x tokens
+TOKENS_PER_STEP = ("SFT_GE", "TATU_MICRO_BATCH", "TATU_SEQ_LEN")
 
 
-def attach(results: list[MemberResult], run_dirs: dict[str, Path], step: int | None
+def sft_tokens_per_step(effective: dict) -> int:
+    """The SFT tokens a configuration's step trains on (its SFT micro-batches x micro-batch x sequence
+    length: the budget its settings give, the same for every seed)."""
+    return math.prod(int(effective[k]) for k in TOKENS_PER_STEP)
+
+
+@dataclass(frozen=True)
+class ComparisonPoint:
+    """Where the configurations of a stage are compared like with like: at one step where every
+    configuration trains the same SFT tokens per step (`tokens` None), else at equal SFT tokens seen
+    (`tokens`: step x tokens per step), each configuration at its own step (`steps`, by config key)."""
+
+    steps: dict[str, int]
+    tokens: int | None = None
+
+    def text(self) -> str:
+        """`at step 8` or `at equal SFT tokens: 12,288`, as a row and a title say it."""
+        if self.tokens is None:
+            return f"at step {next(iter(self.steps.values()))}"
+        return f"at equal SFT tokens: {self.tokens:,}"
+
+
+def comparison_point(grouped: dict[str, list[MemberResult]], tokens_per_step: dict[str, int]) -> ComparisonPoint | None:
+    """The one choice of where configurations are compared (`grouped`: each configuration's daemon-run
+    results; `tokens_per_step`: each one's SFT tokens per step). Equal tokens per step: the last eval
+    step every member reached. Otherwise the most SFT tokens every member saw by its last eval, each
+    configuration at the step that reaches them, which must be an eval step every member of it ran
+    (else the most tokens below that such steps give all: equal tokens or none). None before any member ends."""
+    ended = {key: [r for r in rs if r.has("end")] for key, rs in grouped.items()}
+    ended = {key: rs for key, rs in ended.items() if rs}
+    if not ended:
+        return None
+    if len({tokens_per_step[key] for key in ended}) == 1:
+        step = min(r.steps for rs in ended.values() for r in rs)
+        return ComparisonPoint({key: step for key in ended})
+    evals = {key: set.intersection(*(_eval_steps(r) for r in rs)) for key, rs in ended.items()}
+    # the SFT tokens each configuration reaches at one of its common eval steps; the most all reach
+    reach = {key: {step * tokens_per_step[key] for step in steps} for key, steps in evals.items()}
+    shared = set.intersection(*reach.values()) - {0}
+    if not shared:
+        return None
+    tokens = max(shared)
+    return ComparisonPoint({key: tokens // tokens_per_step[key] for key in ended}, tokens)
+
+
+def _eval_steps(result: MemberResult) -> set[int]:
+    """The eval steps a member ran (its evals' steps, then its end)."""
+    steps = {s for s, _, _ in result.evals.eval_drifts} if result.evals else set()
+    return steps | {result.steps}
+
+
+def attach(results: list[MemberResult], run_dirs: dict[str, Path], point: ComparisonPoint | None
            ) -> tuple[dict[str, MemberResult], str | None]:
-    """Each member's result with its start and step-`step` lines, by member name (those that have
-    them); the reason when some member has not."""
-    if step is None:
-        return {}, "no member has finished"
+    """Each member's result with its start lines and its configuration's comparison step's, by member
+    name (those that have them); the reason when some member has not."""
+    if point is None:
+        return {}, "no member has finished, or no SFT token count every configuration reaches at an eval"
     missing, attached = [], {}
     for r in results:
-        if not r.has("end"):
+        if not r.has("end") or r.config not in point.steps:
             continue
+        step = point.steps[r.config]
         start, end = lines_at(run_dirs[r.member], 0), lines_at(run_dirs[r.member], step)
         if start is None or end is None:
             missing.append(r.member)
             continue
         attached[r.member] = dataclasses.replace(r, lines={**r.lines, START: start, AT_COMMON: end})
     if missing:
-        return attached, f"no per-line scores kept at step {step} (TATU_EVAL_LINES) for {', '.join(missing)}"
+        return attached, f"no per-line scores kept {point.text()} (TATU_EVAL_LINES) for {', '.join(missing)}"
     return attached, None
 
 
@@ -87,6 +139,8 @@ def compared_at(config: ConfigResult, other: ConfigResult, common: bool) -> dict
     the one step every member of both ended at} or {"unequal": both ends and why}. The one place a
     comparison's step is decided: add_paired stores it on each PairedDiff, every table, the prose and
     report.json read it there."""
+    if common and config.common_tokens is not None and config.common_step != other.common_step:
+        return {"at": f"equal SFT tokens: {config.common_tokens:,} (steps {config.common_step} vs {other.common_step})"}
     if common:
         return {"step": config.common_step}
     if equal_ends(config, other):

@@ -111,6 +111,7 @@ class PairedDiff:
     n_compared: int | None = None
     step: int | None = None
     unequal: str | None = None
+    at: str | None = None  # at equal SFT tokens, each side at its own step: "equal SFT tokens: 12,288 (steps 16 vs 8)"
 
     def to_json(self) -> dict:
         out = {"diff": self.change.value, "lo": self.change.lo, "hi": self.change.hi, "p_value": self.p_value,
@@ -125,6 +126,8 @@ class PairedDiff:
             out["step"] = self.step
         if self.unequal is not None:
             out["unequal"] = self.unequal
+        if self.at is not None:
+            out["at"] = self.at
         return out
 
     @classmethod
@@ -132,7 +135,8 @@ class PairedDiff:
         return cls(change=LogRatio(payload["diff"], payload["lo"], payload["hi"]), p_value=payload["p_value"],
                    t=payload["t"], df=payload["df"], n_seeds=payload["n_seeds"], seed_sd=payload["seed_sd"],
                    mde=payload["mde"], parts=_parts_of(payload["parts"]), p_holm=payload.get("p_holm"),
-                   n_compared=payload.get("n_compared"), step=payload.get("step"), unequal=payload.get("unequal"))
+                   n_compared=payload.get("n_compared"), step=payload.get("step"), unequal=payload.get("unequal"),
+                   at=payload.get("at"))
 
 
 def holm_adjusted(found: list[PairedDiff]) -> list[PairedDiff]:
@@ -235,6 +239,9 @@ class ConfigResult:
     paired: dict[str, PairedDiff | None] | None = None  # by metric: "drift", "sftHeld"
     paired_common: dict[str, PairedDiff | None] | None = None
     is_baseline: bool | None = None
+    # SFT tokens seen at `common_step` where configurations differ in SFT tokens per step and are
+    # compared at equal tokens (sweep/judge/common_step.py comparison_point); None: compared at one step
+    common_tokens: int | None = None
 
     def stats_at(self, common: bool) -> Stats | None:
         return self.stats_common if common else self.stats
@@ -263,6 +270,8 @@ class ConfigResult:
                 out[name] = {k: v and v.to_json() for k, v in getattr(self, name).items()}
         if self.is_baseline is not None:
             out["is_baseline"] = self.is_baseline
+        if self.common_tokens is not None:
+            out["common_tokens"] = self.common_tokens
         return out
 
     @classmethod
@@ -276,7 +285,8 @@ class ConfigResult:
                    end_steps=tuple(payload["end_steps"]), trainable=payload["trainable"],
                    effective=payload["effective"], half=payload["half"], metrics=payload["metrics"],
                    metrics_common=payload["metrics_common"], paired=paired_of(payload.get("paired")),
-                   paired_common=paired_of(payload.get("paired_common")), is_baseline=payload.get("is_baseline"))
+                   paired_common=paired_of(payload.get("paired_common")), is_baseline=payload.get("is_baseline"),
+                   common_tokens=payload.get("common_tokens"))
 
 
 def _stats_json(by_name: Stats | None) -> dict | None:

@@ -74,7 +74,8 @@ def _paired_change(config, baseline, metric: str) -> JudgedChange | None:
     shown = paired.change.relative()  # log-ratio differences, shown as relative changes (the sign is the same)
     interval = Interval(shown.value, shown.lo, shown.hi)
     if at_common:
-        return JudgedChange(config.key, metric, True, interval, where=f"at step {paired.step or config.common_step}")
+        where = f"at {paired.at}" if paired.at else f"at step {paired.step or config.common_step}"
+        return JudgedChange(config.key, metric, True, interval, where=where)
     unequal = paired.unequal
     if paired.step is None and unequal is None:  # a report written before the analysis stored where it compared
         unequal = None if baseline is None or equal_ends(config, baseline) else f"{end_text(config)} vs {end_text(baseline)}"

@@ -26,7 +26,8 @@ def _comparison(configs: list[ConfigResult]) -> list[str]:
     if missing:
         parts.append(f"<h2>At the common step</h2><p>n/a ({esc(missing)})</p>")
     elif configs:
-        parts += [f"<h2>At step {esc(step)}, the last eval step every member reached</h2>",
+        title = tables.common_title(configs)
+        parts += [f"<h2>{esc(title[0].upper() + title[1:])}</h2>",
                   plain_table(tables.CONFIG_HEADER, tables.config_rows(configs, common=True), "configs-common")]
         parts += _sets(configs, common=True)
     paired = tables.paired_rows(configs)

@@ -15,12 +15,13 @@ from __future__ import annotations
 from tatu.evals.seeds.stats import OUTLIER_MIN_SEEDS
 from tatu.formats import fmt_p_formula as _p, fmt_share as _sd
 from tatu.sweep.judge.power import SeedsFor, SeedsForEffect
+from tatu.sweep.judge.common_step import sft_tokens_per_step
 from tatu.sweep.judge.records import ConfigResult, ConfigStat, PairedDiff, SweepVerdict
 from tatu.sweep.judge.sweep_report import SweepReport, TuneStage
 from tatu.sweep.judge.vs_parent import VsParent
 from tatu.sweep.plan.configs import describe_configs
 from tatu.sweep.plan.lock import Tuned
-from tatu.sweep.report.ends import baseline_of, ends_vs
+from tatu.sweep.report.ends import baseline_of, common_title, ends_vs
 
 
 def _ci(stats: ConfigStat | None) -> str:
@@ -95,6 +96,8 @@ def _paired_step(c: ConfigResult, baseline: ConfigResult | None, p: PairedDiff |
     report written before it was stored: from the ends."""
     if p and p.unequal:
         return f"{p.unequal}: unequal ends"
+    if p and p.at:
+        return p.at
     if p and p.step is not None:
         return str(p.step)
     return _step(c, common) if common or baseline is None else ends_vs(c, baseline)
@@ -104,9 +107,20 @@ def closing_paired_rows(configs: list[ConfigResult]) -> tuple[str, list[list[str
     """The paired table a closing output shows: at the common step where every member has its
     lines there (like with like), else at the ends (unequal ends printed as such); with its title."""
     if configs and configs[0].common_step is not None and any(c.paired_common for c in configs):
-        return (f"at step {configs[0].common_step}, the last eval step every member reached (equal steps; "
-                "SFT tokens per step as each configuration sets them)"), paired_rows(configs, common=True)
+        title = common_title(configs)
+        if not any(c.common_tokens for c in configs):
+            title += f" (equal steps{_tokens_per_step(configs)})"
+        return title, paired_rows(configs, common=True)
     return "at the members' ends", paired_rows(configs)
+
+
+def _tokens_per_step(configs: list[ConfigResult]) -> str:
+    """`; 8,192 SFT tokens per step in each` where the configurations' settings say so ('' where unknown)."""
+    try:
+        per_step = {sft_tokens_per_step(c.effective) for c in configs}
+    except (KeyError, TypeError, ValueError):
+        return ""
+    return f"; {per_step.pop():,} SFT tokens per step in each" if len(per_step) == 1 else ""
 
 
 def _paired_cells(p: PairedDiff | None) -> list[str]:
@@ -303,10 +317,10 @@ def _common_text(configs: list[ConfigResult]) -> list[str]:
     """The same comparisons at the last eval step every member reached (the ends may differ)."""
     if not configs:
         return []
-    step, missing = configs[0].common_step, configs[0].common_missing
+    missing = configs[0].common_missing
     if missing:
         return ["", f"at the common step: n/a ({missing})"]
-    return (["", f"at step {step}, the last eval step every member reached (the daemon's per-line scores there)",
+    return (["", f"{common_title(configs)} (the daemon's per-line scores there)",
              text_table(CONFIG_HEADER, config_rows(configs, common=True))] + _sets_text(configs, common=True)
             + _paired_text(configs, common=True))
 
