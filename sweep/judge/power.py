@@ -88,5 +88,7 @@ def seeds_for_effect(rule: Rule, configs: list[ConfigResult], effect: float) -> 
     for config in configs:
         if not config.is_baseline:
             for metric in PAIRED:
-                rows.append(_seeds_for(config.key, baseline, metric, (config.paired_at(common) or {}).get(metric), effect))
+                paired = (config.paired_at(common) or {}).get(metric)
+                # a difference at unequal ends tests nothing: no seeds make it resolve anything
+                rows.append(_seeds_for(config.key, baseline, metric, None if paired and paired.unequal else paired, effect))
     return SeedsForEffect(effect, seeds_power.POWER, rule.at, tuple(r for r in rows if r is not None))

@@ -6,6 +6,7 @@ compared, each with its step, Holm over the two. report.json keeps the step and 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from dataclasses import replace
 
 import numpy as np
@@ -120,3 +121,13 @@ def test_the_pages_first_paired_table_is_at_the_common_step(tmp_path):
     ends = re.search(r'id="paired".*?</table>', page, re.S).group(0)  # the ends' table after it, marked
     assert page.index('id="paired-like"') < page.index('id="paired"')
     assert "24 vs 8 (aborted at 8): unequal ends" in ends
+
+
+def test_no_seeds_for_are_offered_for_a_difference_at_unequal_ends():
+    from tatu.sweep.judge.power import seeds_for_effect
+    from tatu.sweep.plan.rule import parse_rule
+
+    rule = parse_rule("smallest REPLAY_N such that drift_hi < 5%", {"REPLAY_N": ["0", "2", "6"]}, Path("plan.toml"))
+    rows = seeds_for_effect(rule, list(_paired().values()), 0.02).rows
+    compared = {r.config for r in rows if r.vs}
+    assert compared == {"replay-n2"}  # replay-n6's 24 vs 8 is not a comparison to power
