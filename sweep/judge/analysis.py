@@ -33,7 +33,7 @@ from tatu.sweep.judge.looks_check import check_looks
 from tatu.sweep.judge.verdict import verdict
 from tatu.sweep.judge.stats import paired_stats
 from tatu.sweep.judge.sweep_report import CompareStage, SweepReport, TuneStage
-from tatu.sweep.judge.answers import config_answers
+from tatu.sweep.judge.answers import answer_metrics, config_answers, paired_answers
 
 def member_result(member: Member, sweep_dir: Path, required: tuple[str, ...] = ()) -> MemberResult:
     """Status, verdict, per-line start/end scores (every set and category, sweep/judge/scores.py; the
@@ -156,6 +156,15 @@ def add_paired(baseline: dict[str, str], configs: list[ConfigResult]) -> list[Co
     return [dataclasses.replace(c, **found.get(c.key, {}), is_baseline=c is baseline) for c in configs]
 
 
+def _with_answer_metrics(configs: list[ConfigResult], at_end, at_common) -> list[ConfigResult]:
+    """Each configuration's metrics with its answers' (SET_exact_change[_lo|_hi], at its end and at the
+    common step), where it has answers: a set without answers adds nothing (absent, never 0)."""
+    end, common = answer_metrics(at_end), answer_metrics(at_common)
+    return [dataclasses.replace(c, metrics=c.metrics and {**c.metrics, **end.get(c.key, {})},
+                                metrics_common=c.metrics_common and {**c.metrics_common, **common.get(c.key, {})})
+            for c in configs]
+
+
 def _baseline_key(baseline: dict[str, str], configs: list[ConfigResult]) -> str | None:
     for config in configs:
         if all(config.values.get(k) == v for k, v in baseline.items()):
@@ -169,7 +178,7 @@ def analyze(sweep_dir: Path) -> SweepReport:
     locked = read_lock(sweep_dir)
     plan = locked.plan
     tune = compare = decided = seeds_for = None
-    answers = ()
+    answers = answers_paired = ()
     if plan.tune_var:
         configs = stage_table(locked, locked.members_of("tune"), sweep_dir, "tune")
         tune = TuneStage(plan.tune_var, tuple(c.without_lines() for c in configs))
@@ -180,11 +189,14 @@ def analyze(sweep_dir: Path) -> SweepReport:
             check_looks(locked, sweep_dir, configs)
         configs = add_paired(plan.baseline, configs)
         parents = vs_parent(plan.interpolate, configs)
+        run_dirs = {m.run: m.run_dir for m in members}
+        answers = config_answers(configs, run_dirs)
+        answers_paired = paired_answers(configs, run_dirs)
+        configs = _with_answer_metrics(configs, answers, config_answers(configs, run_dirs, common=True))
         decided = verdict(locked, configs, sweep_dir)
         compare = CompareStage(tuple(c.without_lines() for c in configs), decided.complete, parents)
         seeds_for = seeds_for_effect(plan.rule, configs, stated_effect(plan.mde))
-        answers = config_answers(configs, {m.run: m.run_dir for m in members})
     # a lock written before the portable hash existed shows its own
     return SweepReport(plan.name, plan.question, plan.rule.text, locked.plan_hash,
                        locked.plan_portable_hash or locked.plan_hash, plan.seeds, plan.configs or None, tune,
-                       locked.tuned, compare, decided, seeds_for, answers)
+                       locked.tuned, compare, decided, seeds_for, answers, answers_paired)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tatu.atomic import write_json_atomic
 from tatu.records import FORMAT_KEY, format_version
-from tatu.sweep.judge.answers import ConfigAnswers
+from tatu.sweep.judge.answers import ConfigAnswers, PairedAnswers
 from tatu.sweep.judge.power import SeedsForEffect
 from tatu.sweep.judge.records import ConfigResult, SweepVerdict
 from tatu.sweep.judge.vs_parent import VsParent
@@ -78,12 +78,16 @@ class SweepReport:
     seeds_for: SeedsForEffect | None = None
     # answers right over seeds x pairs, per configuration and set with answers (sweep/judge/answers.py)
     answers: tuple[ConfigAnswers, ...] = ()
+    # each configuration vs the baseline on answers right, paired by seed and pair at the common step
+    answers_paired: tuple[PairedAnswers, ...] = ()
 
     def to_json(self) -> dict:
         """What report.json holds (`answers` only where some set has answers: absent, never 0)."""
         out = self._core_json()
         if self.answers:
             out["answers"] = [a.to_json() for a in self.answers]
+        if self.answers_paired:
+            out["answers_paired"] = [a.to_json() for a in self.answers_paired]
         return out
 
     def _core_json(self) -> dict:
@@ -106,7 +110,8 @@ class SweepReport:
                    CompareStage.from_json(payload["compare"]) if payload.get("compare") else None,
                    SweepVerdict.from_json(payload["verdict"]) if payload.get("verdict") else None,
                    SeedsForEffect.from_json(payload["seeds_for"]) if payload.get("seeds_for") else None,
-                   tuple(ConfigAnswers.from_json(a) for a in payload.get("answers") or ()))
+                   tuple(ConfigAnswers.from_json(a) for a in payload.get("answers") or ()),
+                   tuple(PairedAnswers.from_json(a) for a in payload.get("answers_paired") or ()))
 
 
 def write_report_json(out_dir: Path, report: SweepReport) -> Path:

@@ -40,7 +40,7 @@ from tatu.sweep.judge.schedule import ConfigSchedule, Schedule, grouped_members,
 from tatu.sweep.judge.stats import paired_stats
 from tatu.sweep.plan.load import Plan
 from tatu.sweep.plan.lock import LockedPlan
-from tatu.sweep.plan.rule import CONFIG, Rule, held_out_set
+from tatu.sweep.plan.rule import CONFIG, EXACT_METRIC, Rule, held_out_set
 
 MEASURED = Path(__file__).with_name("measured_false_pass.txt")
 
@@ -152,6 +152,8 @@ def _would_change(rule: Rule, ordered: list[ConfigResult], checks: list[RuleChec
         config = by_key[check.config]
         for fail in check.failed:
             metric = fail.condition.split()[0]
+            if EXACT_METRIC.match(metric):
+                continue  # answers right: no perplexity CI to project (sweep/judge/answers.py)
             base = metric.removesuffix("_hi").removesuffix("_lo")
             key = "drift" if base.startswith("drift") and not base.startswith("every") else (held_out_set(base) or "sftHeld")
             stats = (config.stats_at(rule.at == "common") or {}).get(key)

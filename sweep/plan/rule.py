@@ -15,6 +15,10 @@ METRICS = ("drift", "drift_lo", "drift_hi", "sftHeld_change", "sftHeld_change_lo
            "every_eval_drift", "every_eval_drift_hi", "aborted")
 # A held-out eval set's change, named by its set: `ptNews_change_hi < 0.05` (tatu.formats' set names)
 HELD_OUT_METRIC = re.compile(r"^([A-Za-z][A-Za-z0-9]*)_change(_lo|_hi)?$")
+# A set's change in answers right vs step 0 (exact match, SET_exact: docs/metrics.md), over seeds x
+# pairs: `sftHeld_exact_change_lo > 0` (more answers right, its CI above zero). A set without answers
+# leaves it unvalued: the configuration is not judged, never passed on a 0.
+EXACT_METRIC = re.compile(r"^([A-Za-z][A-Za-z0-9]*)_exact_change(_lo|_hi)?$")
 # "... such that CONDITIONS [at the end | at the common step]": which comparison the rule judges
 # (default the end; the common step is the last eval step every member reached).
 RULE = re.compile(r"^\s*(smallest|largest|first)\s+([A-Z][A-Z0-9_]*|config|alpha)\s+such\s+that\s+(.+?)"
@@ -24,7 +28,7 @@ RULE = re.compile(r"^\s*(smallest|largest|first)\s+([A-Z][A-Z0-9_]*|config|alpha
 CONFIG = "config"
 # `tatu interpolate --pick`'s axis: the interpolation's alphas (lowercase too: never a run variable)
 ALPHA = "alpha"
-CONDITION = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(<=|<)\s*([A-Z][A-Z0-9_]*|[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?%?)\s*$")
+CONDITION = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(<=|<|>=|>)\s*([A-Z][A-Z0-9_]*|[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?%?)\s*$")
 
 
 def plan_error(path: Path, where: str, message: str) -> SweepError:
@@ -45,7 +49,7 @@ class Condition:
 
     def holds(self, measured: float, config: dict) -> bool:
         limit = self.threshold(config)
-        return measured < limit if self.op == "<" else measured <= limit
+        return {"<": measured < limit, "<=": measured <= limit, ">": measured > limit, ">=": measured >= limit}[self.op]
 
     def text(self) -> str:
         return f"{self.metric} {self.op} {self.value}"
@@ -90,11 +94,16 @@ def parse_rule(text: str, axes: dict, path: Path, configs=(), where: str = "[dec
     for part in re.split(r"\s+and\s+", rest):
         cond = CONDITION.match(part)
         if not cond:
-            raise plan_error(path, where, f"condition {part.strip()!r} is not 'METRIC < VALUE'")
+            raise plan_error(path, where, f"condition {part.strip()!r} is not 'METRIC < VALUE' "
+                                          "(or 'SET_exact_change_lo > VALUE')")
         metric, op, value = cond.groups()
-        if metric not in METRICS and held_out_set(metric) is None:
+        if metric not in METRICS and held_out_set(metric) is None and not EXACT_METRIC.match(metric):
             raise plan_error(path, where, f"unknown metric {metric!r} (known: {', '.join(METRICS)}, "
-                                          "or SET_change[_lo|_hi] of a held-out set of the data dir: not ptVal, shown and not judged; enRuler is drift)")
+                                          "or SET_change[_lo|_hi] of a held-out set of the data dir: not ptVal, shown and not judged; enRuler is drift; "
+                                          "or SET_exact_change[_lo|_hi]: a set's change in answers right)")
+        if op.startswith(">") and not EXACT_METRIC.match(metric):
+            raise plan_error(path, where, f"condition {part.strip()!r}: '>' bounds a change in answers right "
+                                          "(SET_exact_change[_lo|_hi]); bound the others from above with '<'")
         if value[0].isalpha() and value not in known_variables():
             raise plan_error(path, where, f"{value} is neither a number nor a run variable")
         conditions.append(Condition(metric, op, value))

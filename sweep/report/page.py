@@ -81,6 +81,12 @@ def write_page(data: SweepReport, closing: str, plots: list[PlotFile], out_dir: 
             sections += [f"<h2>Configurations</h2><p>{esc(tables.CONFIGS_TITLE)}.</p>",
                          plain_table(tables.CONFIGS_HEADER, legend, "configurations")]
         sections += _comparison(configs)
+        if data.answers:
+            sections += [f"<h2>Answers right</h2><p>{esc(tables.ANSWERS_NOTE)}.</p>",
+                         plain_table(tables.ANSWERS_HEADER, tables.answers_rows(data), "answers")]
+        if data.answers_paired:
+            sections += [f"<p>{esc(tables.PAIRED_ANSWERS_NOTE)}.</p>",
+                         plain_table(tables.PAIRED_ANSWERS_HEADER, tables.paired_answers_rows(data), "answers-paired")]
         header, vs_parent = tables.vs_parent_table(data.compare.vs_parent)
         if vs_parent:
             sections += [f"<h2>Interpolated vs its parent</h2><p>{esc(tables.VS_PARENT_TITLE)}.</p>",

@@ -13,6 +13,8 @@ the numbers printed beside it, and no sentence claims a direction the CIs do not
                                  configuration: ptVal ...")
 
 Perplexity is not answers: a fall in the sftHeld change says "perplexity fell", never "learned".
+Answers right between configurations are said at the common step, paired by seed and pair, with a
+direction only where the difference's CI excludes zero.
 
 A paired difference is the one at the common step where the report has it ("at step 8"); one
 at unequal ends (an aborted baseline) is listed with both ends and concludes no direction
@@ -27,8 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tatu.formats import fmt_ci, fmt_interval, fmt_share
-from tatu.sweep.judge.answers import ConfigAnswers, Share
+from tatu.formats import fmt_ci
+from tatu.sweep.judge.answers import ConfigAnswers, PairedAnswers, Share
 from tatu.sweep.judge.power import SeedsFor, SeedsForEffect
 from tatu.sweep.judge.sweep_report import SweepReport
 from tatu.sweep.report.conclusions import JudgedChange, conclusions, judged_changes
@@ -106,12 +108,13 @@ def what_it_says(report: SweepReport) -> list[Sentence]:
                            f"{_name(c.metric)}{' difference' if c.paired else ''} {_ci(c)}" for c in open_)
         out.append(Sentence("not resolved", f"Not resolved (the CI spans zero, so no direction is claimed): {listed}."))
     out += _answers_sentences(report.answers, chosen)
+    out += _paired_answers_sentences(report.answers_paired, chosen)
     learning = _learning_sentence(report.seeds_for)
     return out + ([learning] if learning else [])
 
 
 def _share(share: Share) -> str:
-    return f"{fmt_share(share.value)} {fmt_interval(share.lo, share.hi, fmt_share)}"
+    return share.text()
 
 
 def _answers_sentences(answers: tuple[ConfigAnswers, ...], chosen: str | None) -> list[Sentence]:
@@ -130,6 +133,19 @@ def _answers_sentences(answers: tuple[ConfigAnswers, ...], chosen: str | None) -
         out.append(Sentence("answers not learned",
                             "No configuration answered more held-out pairs right (no change's CI is above zero): "
                             "the SFT taught the format, not the answers."))
+    return out
+
+
+def _paired_answers_sentences(paired: tuple[PairedAnswers, ...], chosen: str | None) -> list[Sentence]:
+    """Each configuration vs the baseline on answers right, paired by seed and pair at the common
+    step: a direction only where the difference's CI excludes zero."""
+    out = []
+    for a in sorted(paired, key=lambda a: a.config != chosen):
+        said = ("more right" if a.diff.lo > 0 else "fewer right" if a.diff.hi < 0 else "no difference resolved")
+        out.append(Sentence(f"{a.config} - baseline {a.set_name} answers",
+                            f"{a.config} vs {a.baseline} at {a.at}, paired by seed and pair: {a.set_name} answers right "
+                            f"{fmt_ci(a.diff.value, a.diff.lo, a.diff.hi)} over {a.n_seeds} seeds x {a.n_items} pairs "
+                            f"({said})."))
     return out
 
 

@@ -13,7 +13,7 @@ With a tune stage, its table comes first.
 from __future__ import annotations
 
 from tatu.evals.seeds.stats import OUTLIER_MIN_SEEDS
-from tatu.formats import fmt_p_formula as _p, fmt_share as _sd
+from tatu.formats import fmt_ci, fmt_p_formula as _p, fmt_share as _sd
 from tatu.sweep.judge.power import SeedsFor, SeedsForEffect
 from tatu.sweep.judge.common_step import sft_tokens_per_step
 from tatu.sweep.judge.records import ConfigResult, ConfigStat, PairedDiff, SweepVerdict
@@ -172,6 +172,7 @@ def closing_text(data: SweepReport) -> str:
         out += _paired_text(configs, common=False)
         out += _vs_parent_text(data.compare.vs_parent)
         out += _common_text(configs)
+        out += answers_text(data)
         power = power_lines(data.seeds_for)
         out += ["", *power] if power else []
         out += ["", *verdict_lines(data.verdict, data.compare.complete)]
@@ -373,4 +374,32 @@ def _sets_text(configs: list[ConfigResult], common: bool) -> list[str]:
     elif common and categories_missing(configs):
         out += ["", "word categories at this step: n/a (the members' per-line eval files hold none: written before "
                     "the daemon kept them)"]
+    return out
+
+
+# answers right (exact match): per configuration vs its step 0, and vs the baseline paired by seed and pair
+XCI = "[95% CI, seeds x pairs]"
+ANSWERS_HEADER = ["config", "set", "step", f"right at step 0 {XCI}", f"right at the end {XCI}", f"change {XCI}", "p"]
+ANSWERS_NOTE = ("answers right (exact match of the greedy answer, every held-out pair with one; sets without answers "
+                "have none, never 0): the share at step 0 and at the members' ends, crossed over seeds x pairs")
+PAIRED_ANSWERS_HEADER = ["config vs baseline", "set", "at", f"right diff {XCI}", "p"]
+PAIRED_ANSWERS_NOTE = "answers right vs the baseline, paired by seed and pair at the common step (like with like)"
+
+
+def answers_rows(data: SweepReport) -> list[list[str]]:
+    return [[a.config, a.set_name, ",".join(map(str, a.end_steps)), a.start.text(), a.end.text(), fmt_ci(a.change.value, a.change.lo, a.change.hi), _p(a.p_value)]
+            for a in data.answers]
+
+
+def paired_answers_rows(data: SweepReport) -> list[list[str]]:
+    return [[f"{a.config} vs {a.baseline}", a.set_name, a.at, fmt_ci(a.diff.value, a.diff.lo, a.diff.hi), _p(a.p_value)]
+            for a in data.answers_paired]
+
+
+def answers_text(data: SweepReport) -> list[str]:
+    out = []
+    if data.answers:
+        out += ["", ANSWERS_NOTE, text_table(ANSWERS_HEADER, answers_rows(data))]
+    if data.answers_paired:
+        out += ["", PAIRED_ANSWERS_NOTE, text_table(PAIRED_ANSWERS_HEADER, paired_answers_rows(data))]
     return out
