@@ -129,3 +129,18 @@ def test_the_closing_text_and_page_show_the_answers_tables(world, tmp_path):
     assert "step 8" in row and fmt_ci(found[0].diff.value, found[0].diff.lo, found[0].diff.hi) in row
     page = write_page(report, text, [], tmp_path).read_text()
     assert 'id="answers-paired"' in page and 'id="answers"' in page
+
+
+def test_the_verdict_judges_the_answers_criterion_and_leaves_a_set_without_answers_unjudged(world):
+    from tatu.sweep.judge.analysis import _with_answer_metrics
+    from tatu.sweep.judge.verdict import condition_check
+
+    configs, run_dirs = world
+    configs = [replace(c, metrics={"drift_hi": 0.0}, metrics_common={"drift_hi": 0.0}) for c in configs]
+    judged = _with_answer_metrics(configs, config_answers(configs, run_dirs), config_answers(configs, run_dirs, common=True))
+    rule = parse_rule("smallest REPLAY_N such that sftHeld_exact_change_lo > 0 at the common step",
+                      {"REPLAY_N": ["0", "6"]}, Path("plan.toml"))
+    base, replay = (condition_check(rule, c, c.key) for c in judged)
+    assert replay.passes and not base.passes and base.failed[0].condition == "sftHeld_exact_change_lo > 0"
+    other = parse_rule("smallest REPLAY_N such that ptFaq_exact_change_lo > 0", {"REPLAY_N": ["0", "6"]}, Path("plan.toml"))
+    assert condition_check(other, judged[1], "6").missing == ("ptFaq_exact_change_lo",)  # no answers: absent, never 0
