@@ -22,6 +22,7 @@ from tatu.ops.report.runs import RunRecord, fmt_pct
 from tatu.pages.figures import PlotFile
 from tatu.pages.markup import esc, figures
 from tatu.records import RelativeChange
+from tatu.sweep.judge.sweep_report import REPORT_FILE, read_report_json
 
 
 def judged_set(verdict: Verdict) -> str | None:
@@ -128,14 +129,43 @@ def _plural(verb: str, n: int) -> str:
     return {"forgets": "forget", "holds": "hold", "flat": "are flat"}.get(verb, verb)
 
 
+def sweep_stats(group: RunGroup, step: int) -> dict | None:
+    """The configuration's changes over seeds at `step` as its sweep's report.json holds them
+    (sweeps/<name>/report/report.json, written by `tatu sweep report` before the run report in the
+    demo): at the members' ends where every member ended at `step`, else at the common step where that
+    is `step`, on the same seeds; None without such a report (the run report computes its own then).
+    One computation per number: the sentence shows the CI the sweep page and report.json show."""
+    if not group.is_configuration:
+        return None
+    path = Path(group.runs[0].run_dir).resolve().parent.parent / "report" / REPORT_FILE
+    if not path.is_file():
+        return None
+    try:
+        report = read_report_json(path)
+    except (ValueError, KeyError, OSError):
+        return None  # an unreadable or foreign report: the run report's own numbers stand
+    config = next((c for c in (report.compare.configs if report.compare else ()) if c.key == group.name), None)
+    if config is None or len(config.results) != len(group.runs):
+        return None
+    if config.end_steps == (step,) and config.stats:
+        return config.stats
+    return config.stats_common if config.common_step == step and config.common_tokens is None else None
+
+
 def _group_numbers(group: RunGroup) -> str:
     """Drift and the sftHeld change over seeds x lines at the last eval every seed reached, when
-    the seeds kept their per-line scores (TATU_EVAL_LINES); "" otherwise."""
+    the seeds kept their per-line scores (TATU_EVAL_LINES), as the sweep's report.json has them
+    where it has (sweep_stats); "" otherwise."""
     ends = [run.final_eval.step for run in group.runs if run.final_eval]
     if len(ends) != len(group.runs):
         return ""
     common, said = min(ends), []
+    swept = sweep_stats(group, common)
     for label, set_name in (("drift", "enRuler"), ("sftHeld", "sftHeld")):
+        stat = (swept or {}).get(label)
+        if stat:
+            said.append(f"{label} {stat.change.text()}")
+            continue
         band = crossed_band(group, set_name, "change")
         if band is None or common not in band.steps:
             continue
