@@ -33,8 +33,10 @@ def naive_crossed(rows: list[list[int]]):
     sigma_b2 = max(Fraction(0), (ms_item - ms_resid) / S)
     var = sigma_a2 / S + sigma_b2 / L + ms_resid / (S * L)
     # Satterthwaite over the expected mean squares (each over S L) with their df: the seed one at least
-    # the residual's (sigma_a^2 >= 0), so a seed part measured at or below 0 keeps its S - 1 df
-    seed_term = max(ms_seed, ms_resid)
+    # the residual's (sigma_a^2 >= 0), so a seed part measured at or below 0 keeps its S - 1 df,
+    # and at its 65% upper confidence limit (evals/seeds/power.SEED_UCL_LEVEL: a chance agreement of the
+    # seeds buys no df)
+    seed_term = max(ms_seed * Fraction((S - 1) / scipy.stats.chi2.ppf(0.35, S - 1)), ms_resid)
     terms = [(seed_term, S - 1)]
     if sigma_b2 > 0:
         terms += [(ms_item, L - 1), (-ms_resid, (S - 1) * (L - 1))]
