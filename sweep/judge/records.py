@@ -43,7 +43,9 @@ class ConfigStat:
 
     log_mean and se are on the log scale; seed_sd, seed_effect_sd, within_se, shared_line_se and
     interaction_se too (SeedCI's own); mde is relative (None below 2 seeds: not measured);
-    df is None where it is infinite; per_seed: each seed's relative change, by str(seed)."""
+    df is None where it is infinite; per_seed: each seed's relative change, by str(seed); line_skew:
+    the skewness of its per-line changes averaged over seeds (SeedCI.line_skew: what is set beside the
+    range the one-sided bounds were measured on, evals/seeds/guarantee.py; 0 in a report written before)."""
 
     change: RelativeChange
     log_mean: float
@@ -59,6 +61,7 @@ class ConfigStat:
     parts: CrossedParts | None
     per_seed: dict[str, float]
     outliers: tuple[Outlier, ...]
+    line_skew: float = 0.0
 
     @classmethod
     def of(cls, ci: SeedCI, per_seed: dict[str, float], outliers: tuple[Outlier, ...]) -> ConfigStat:
@@ -67,7 +70,7 @@ class ConfigStat:
                    within_se=ci.within_se, shared_line_se=ci.shared_line_se, interaction_se=ci.interaction_se,
                    df=_finite_or_none(ci.df), n_seeds=ci.n_seeds,
                    mde=math.expm1(ci.mde) if math.isfinite(ci.mde) else None, parts=ci.parts,
-                   per_seed=per_seed, outliers=outliers)
+                   per_seed=per_seed, outliers=outliers, line_skew=ci.line_skew)
 
     def to_json(self) -> dict:
         return {"value": self.change.value, "lo": self.change.lo, "hi": self.change.hi, "log_mean": self.log_mean,
@@ -75,7 +78,7 @@ class ConfigStat:
                 "within_se": self.within_se, "shared_line_se": self.shared_line_se,
                 "interaction_se": self.interaction_se, "df": self.df, "n_seeds": self.n_seeds, "mde": self.mde,
                 "parts": _parts_json(self.parts), "per_seed": dict(self.per_seed),
-                "outliers": [{"seed": o.seed, "t": o.t} for o in self.outliers]}
+                "outliers": [{"seed": o.seed, "t": o.t} for o in self.outliers], "line_skew": self.line_skew}
 
     @classmethod
     def from_json(cls, payload: dict) -> ConfigStat:
@@ -85,7 +88,8 @@ class ConfigStat:
                    shared_line_se=payload["shared_line_se"], interaction_se=payload["interaction_se"],
                    df=payload["df"], n_seeds=payload["n_seeds"], mde=payload["mde"],
                    parts=_parts_of(payload["parts"]), per_seed=dict(payload["per_seed"]),
-                   outliers=tuple(Outlier(o["seed"], o["t"]) for o in payload["outliers"]))
+                   outliers=tuple(Outlier(o["seed"], o["t"]) for o in payload["outliers"]),
+                   line_skew=payload.get("line_skew", 0.0))
 
 
 @dataclass(frozen=True)
@@ -340,6 +344,9 @@ class SweepVerdict:
     would_change: tuple[str, ...]
     complete: bool = False
     looks: tuple[str, ...] = ()  # a sequential design's looks, a line each (sweep/judge/verdict.py)
+    # a configuration whose per-line changes are more skewed than the range the error rates were
+    # measured on, a line each beside the verdict (sweep/judge/verdict.skew_notes)
+    notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         out = {"rule": self.rule, "axis": self.axis, "at": self.at, "at_step": self.at_step, "chosen": self.chosen,
@@ -347,13 +354,16 @@ class SweepVerdict:
                "would_change": list(self.would_change), "complete": self.complete}
         if self.looks:  # a fixed design's report has no such key
             out["looks"] = list(self.looks)
+        if self.notes:
+            out["notes"] = list(self.notes)
         return out
 
     @classmethod
     def from_json(cls, payload: dict) -> SweepVerdict:
         return cls(payload["rule"], payload["axis"], payload["at"], payload["at_step"], payload["chosen"],
                    payload["line"], tuple(RuleCheck.from_json(c) for c in payload["checks"]),
-                   tuple(payload["would_change"]), payload["complete"], tuple(payload.get("looks", ())))
+                   tuple(payload["would_change"]), payload["complete"], tuple(payload.get("looks", ())),
+                   tuple(payload.get("notes", ())))
 
 
 def stats_of(by_name: dict | None) -> Stats | None:

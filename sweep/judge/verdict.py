@@ -30,6 +30,7 @@ from functools import cache
 from pathlib import Path
 
 from tatu.evals.seeds import power as seeds_power
+from tatu.evals.seeds.guarantee import skew_note
 from tatu.sweep.judge import looks_log
 from tatu.sweep.judge.common_step import COMMON_LINES
 from tatu.sweep.judge.looks_log import LoggedLook
@@ -70,7 +71,8 @@ def decide(plan: Plan, configs: list[ConfigResult], complete: bool = False) -> S
         line = f"no {rule.axis} satisfies the rule ({rule.text})"
     return SweepVerdict(rule=rule.text, axis=rule.axis, at=rule.at, at_step=_at_step(rule, configs),
                         chosen=chosen and chosen.value, line=line, checks=tuple(checks),
-                        would_change=tuple(_would_change(rule, ordered, checks, chosen)), complete=complete)
+                        would_change=tuple(_would_change(rule, ordered, checks, chosen)), complete=complete,
+                        notes=skew_notes(rule, ordered, labels))
 
 
 def judged_order(plan: Plan, configs: list[ConfigResult]) -> list[ConfigResult]:
@@ -141,6 +143,27 @@ def _is_number(text: str) -> bool:
         return False
 
 
+def _stats_key(base: str) -> str:
+    """The set a condition's metric (without _hi/_lo) is measured on: drift, sftHeld or a held-out set."""
+    return "drift" if base.startswith("drift") and not base.startswith("every") else (held_out_set(base) or "sftHeld")
+
+
+def skew_notes(rule: Rule, ordered: list[ConfigResult], labels: dict[str, str]) -> tuple[str, ...]:
+    """A line per configuration and set whose one-sided criterion (`_hi` / `_lo`) rests on per-line
+    changes more skewed than the range the bounds were measured on (evals/seeds/guarantee.skew_note),
+    in the rule's order: `config=b drift: its per-line changes are more skewed (skewness +6.1) ...`."""
+    bases = dict.fromkeys(c.metric.removesuffix("_hi").removesuffix("_lo") for c in rule.conditions
+                          if c.metric.endswith(("_hi", "_lo")) and not c.metric.startswith("every"))
+    notes = []
+    for config in ordered:
+        stats = config.stats_at(rule.at == "common") or {}
+        for key in dict.fromkeys(_stats_key(base) for base in bases):
+            note = stats.get(key) and skew_note(stats[key].line_skew)
+            if note:
+                notes.append(f"{rule.axis}={labels[config.key]} {key}: {note}")
+    return tuple(notes)
+
+
 def _would_change(rule: Rule, ordered: list[ConfigResult], checks: list[RuleCheck], chosen: RuleCheck | None) -> list[str]:
     """What more seeds could settle: a condition failed by its CI bound while its point estimate
     passes, and the paired difference between the chosen value and its neighbour before it."""
@@ -153,7 +176,7 @@ def _would_change(rule: Rule, ordered: list[ConfigResult], checks: list[RuleChec
         for fail in check.failed:
             metric = fail.condition.split()[0]
             base = metric.removesuffix("_hi").removesuffix("_lo")
-            key = "drift" if base.startswith("drift") and not base.startswith("every") else (held_out_set(base) or "sftHeld")
+            key = _stats_key(base)
             stats = (config.stats_at(rule.at == "common") or {}).get(key)
             if not stats or metric == base or base.startswith("every") or base == "aborted":
                 continue
@@ -210,7 +233,7 @@ def sequential_verdict(locked: LockedPlan, configs: list[ConfigResult], sweep_di
                         line=f"{verdict_clause(looked, rule.text, rule.axis)}; {runs_line(looked, states)}",
                         checks=checks, would_change=(),
                         complete=looked.decided and all(states.get(run) in TERMINAL for run in looked.allowed),
-                        looks=tuple(looks_lines(looked, states)))
+                        looks=tuple(looks_lines(looked, states)), notes=skew_notes(rule, ordered, labels))
 
 
 def looks_check(config: ConfigSchedule, value: str, label: str) -> RuleCheck:
