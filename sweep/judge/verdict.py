@@ -268,9 +268,10 @@ def verdict_clause(plan: Schedule, rule_text: str, axis: str) -> str:
     ...`, `not decided yet: ...`): the verdict and its error guarantee, for status and the report."""
     design = plan.design
     measured = measured_false_pass(design.shape, design.pools_seed_variance)
+    command = measured_command(design.shape, design.pools_seed_variance)
     guarantee = (f"sequential {design.shape}, {design.min_seeds} to {design.max_seeds} seeds: a configuration at its "
                  f"threshold passes a criterion with probability {design.alpha / 2:.1%} by design "
-                 f"({measured:.1%} measured at few seeds, docs/sweeps.md)")
+                 f"({measured:.1%} measured at few seeds{': ' + command if command else ''}; docs/sweeps.md)")
     if design.pools_seed_variance:
         most = max((l.pooled_configs for c in plan.configs for l in c.looks), default=len(plan.configs))
         guarantee += (f", its looks' seed variance pooled across up to {configurations(most)}, which assumes every "
@@ -297,12 +298,26 @@ def measured_false_pass(shape: str, pooled: bool) -> float:
     return measured_rates(MEASURED).get((shape, pooled), math.nan)
 
 
-@cache
+def measured_command(shape: str, pooled: bool) -> str | None:
+    """The bench command that measured it: the file's last `# nice ...` comment above its line."""
+    return _measured(MEASURED)[1].get((shape, pooled))
+
+
 def measured_rates(path: Path) -> dict[tuple[str, bool], float]:
     """(shape, pooled) -> false pass, from the bench's at_threshold lines (comments and others skipped)."""
-    found = {}
+    return _measured(path)[0]
+
+
+@cache
+def _measured(path: Path) -> tuple[dict[tuple[str, bool], float], dict[tuple[str, bool], str]]:
+    """(shape, pooled) -> false pass, and -> the command of the comment above it."""
+    found, commands, command = {}, {}, None
     for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# nice "):
+            command = line.removeprefix("# ")
         match = MEASURED_LINE.match(line)
         if match:
             found[match.group(1), bool(match.group(2))] = float(match.group(3))
-    return found
+            if command:
+                commands[match.group(1), bool(match.group(2))] = command
+    return found, commands

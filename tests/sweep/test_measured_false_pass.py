@@ -41,7 +41,8 @@ def _decided(design: Design) -> Schedule:
 
 def test_the_sentence_follows_the_file_and_says_so_when_nothing_was_measured(tmp_path, monkeypatch):
     before = verdict.verdict_clause(_decided(Design("obf", 3, 5)), "first config such that drift_hi < 5%", "config")
-    assert "(2.4% measured at few seeds, docs/sweeps.md)" in before
+    assert ("(2.4% measured at few seeds: nice -n 10 .venv/bin/python bench/sequential.py --scenario at_threshold "
+            "--reps 2000 --record; docs/sweeps.md)") in before
     measured = tmp_path / "measured.txt"
     measured.write_text(verdict.MEASURED.read_text().replace("false_pass=0.024", "false_pass=0.052"))
     monkeypatch.setattr(verdict, "MEASURED", measured)

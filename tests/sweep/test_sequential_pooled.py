@@ -71,7 +71,8 @@ def test_each_look_logs_the_members_it_pooled(finished):
     assert "runs: 9 of the fixed design's 20 (5 seeds x 4 configurations, 45%)" in said
     # the pooled obf design's rate as bench/sequential.py recorded it (sweep/judge/measured_false_pass.txt)
     assert ("a configuration at its threshold passes a criterion with probability 2.5% by design "
-            f"({measured_false_pass('obf', True):.1%} measured at few seeds, docs/sweeps.md)" in said
+            f"({measured_false_pass('obf', True):.1%} measured at few seeds: nice -n 10 .venv/bin/python bench/sequential.py "
+            "--min-seeds 2 --scenario at_threshold --reps 2000 --record; docs/sweeps.md)" in said
             and "its looks' seed variance pooled across up to 3 configurations, which assumes every configuration "
                 "has the same seed variance" in said)
 
