@@ -45,7 +45,8 @@ class ConfigStat:
     interaction_se too (SeedCI's own); mde is relative (None below 2 seeds: not measured);
     df is None where it is infinite; per_seed: each seed's relative change, by str(seed); line_skew:
     the skewness of its per-line changes averaged over seeds (SeedCI.line_skew: what is set beside the
-    range the one-sided bounds were measured on, evals/seeds/guarantee.py; 0 in a report written before)."""
+    range the one-sided bounds were measured on, evals/seeds/guarantee.py). It is not kept in report.json
+    (the verdict's note it gives is, SweepVerdict.notes), so it reads back as 0 and is not compared."""
 
     change: RelativeChange
     log_mean: float
@@ -61,7 +62,7 @@ class ConfigStat:
     parts: CrossedParts | None
     per_seed: dict[str, float]
     outliers: tuple[Outlier, ...]
-    line_skew: float = 0.0
+    line_skew: float = dataclasses.field(default=0.0, compare=False)
 
     @classmethod
     def of(cls, ci: SeedCI, per_seed: dict[str, float], outliers: tuple[Outlier, ...]) -> ConfigStat:
@@ -78,7 +79,7 @@ class ConfigStat:
                 "within_se": self.within_se, "shared_line_se": self.shared_line_se,
                 "interaction_se": self.interaction_se, "df": self.df, "n_seeds": self.n_seeds, "mde": self.mde,
                 "parts": _parts_json(self.parts), "per_seed": dict(self.per_seed),
-                "outliers": [{"seed": o.seed, "t": o.t} for o in self.outliers], "line_skew": self.line_skew}
+                "outliers": [{"seed": o.seed, "t": o.t} for o in self.outliers]}
 
     @classmethod
     def from_json(cls, payload: dict) -> ConfigStat:
@@ -88,8 +89,7 @@ class ConfigStat:
                    shared_line_se=payload["shared_line_se"], interaction_se=payload["interaction_se"],
                    df=payload["df"], n_seeds=payload["n_seeds"], mde=payload["mde"],
                    parts=_parts_of(payload["parts"]), per_seed=dict(payload["per_seed"]),
-                   outliers=tuple(Outlier(o["seed"], o["t"]) for o in payload["outliers"]),
-                   line_skew=payload.get("line_skew", 0.0))
+                   outliers=tuple(Outlier(o["seed"], o["t"]) for o in payload["outliers"]))
 
 
 @dataclass(frozen=True)
