@@ -3,7 +3,8 @@ the upper half-width against today's, on simulated crossed sweeps in the closed 
 ANOVA's mean squares, vectorised; Hall's skew correction as evals/seeds/skew.py applies it). Rules:
     current   Satterthwaite's df from the estimated mean squares (the seed one at least the interaction's)
     uclP      the same with the seed mean square at its upper confidence limit k / chi2_P(k) x itself
-              (P the lower-tail chi-square probability: ucl0.35 is the 65% limit tatu adopted)
+              (P the lower-tail chi-square probability: ucl0.35 is the 65% limit)
+    bothP     the smaller of current's df and uclP's (both0.35: what tatu adopted)
     capP      Satterthwaite's df, no more than S - 1 where the seeds' ucl could exceed the rest
     min       containment: df = S - 1 always
     ub        Satterthwaite with each squared mean square by its unbiased estimate
@@ -64,9 +65,12 @@ def df_rule(rule, S, L, seed, line, inter):
     seed_c = np.maximum(seed, inter)  # current: expected seed MS >= inter
     if rule == "current":
         s = seed_c
-    elif rule.startswith("ucl"):
-        p = float(rule[3:])
+    elif rule.startswith("ucl") or rule.startswith("both"):  # both: the smaller df of the estimate and the ucl (adopted)
+        p = float(rule[4:] if rule.startswith("both") else rule[3:])
         s = np.maximum(seed * k / sp.chi2.ppf(p, k), inter)
+        if rule.startswith("both"):
+            at = lambda m: satt([(m, k), (c_line*line, L-1), (c_line*inter, k*(L-1))], m + c_line*(line-inter))
+            return np.minimum(at(s), at(seed_c))
     elif rule == "ub":  # each squared mean square by its unbiased estimate
         total = seed_c + c_line * (line - inter)
         K = [(seed_c, k), (c_line*line, L-1), (c_line*inter, k*(L-1))]
