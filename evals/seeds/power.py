@@ -4,7 +4,9 @@ evals/seeds/stats.py) projected to other seed counts. The one home of the formul
 From the measured parts, the mean over S seeds on these L lines has
     Var(S) = (sigma_a^2 + sigma_e^2/L) / S + sigma_b^2 / L                 (CrossedParts)
 with Satterthwaite's df(S) as crossed_ci computes it (the seed mean square at S - 1 df even where the
-seed part is measured at or below 0: CrossedParts.df). Its 95% CI excludes a true effect delta
+seed part is measured at or below 0, the smaller df of it at its estimate and at its 65% upper
+confidence limit, SEED_UCL_LEVEL: stats.py's module doc says why; CrossedParts.df). Projected from the measured parts, that limit makes df(S) the df
+the CI would compute were its mean squares to come out at these values. Its 95% CI excludes a true effect delta
 (from zero, or from a rule's threshold) with power 1 - beta when
     delta >= (t_{0.975, df(S)} + t_{1-beta, df(S)}) * sqrt(Var(S))          (crossed_mde),
 and seeds_needed is the fewest S >= 2 that satisfies it. The line part does not shrink with S:
@@ -21,10 +23,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scipy.special import stdtr, stdtrit  # Student's t: stdtr(df, t) its CDF, stdtrit(df, p) its quantile
+from scipy.special import chdtri, stdtr, stdtrit  # Student's t: stdtr(df, t) its CDF, stdtrit(df, p) its quantile;
+# chdtri(k, p): the chi-square quantile of k df with upper tail p
 
 ALPHA = 0.05  # the two-sided level of every CI the sweep report prints (95%)
 POWER = 0.8   # the power "seeds for MDE" is stated at
+SEED_UCL_LEVEL = 0.65  # the seed mean square enters Satterthwaite's df at this upper confidence limit (module doc)
 
 
 @dataclass(frozen=True)
@@ -54,25 +58,44 @@ class CrossedParts:
         estimated from (df, a sequential look's SE and information fraction)."""
         return self if self.seed >= 0.0 else CrossedParts(0.0, self.interaction, self.lines, self.n_lines)
 
-    def _mean_squares(self, n_seeds: float) -> tuple[float, float, float]:
+    def _mean_squares(self, n_seeds: float, seed_df: float | None = None, limit: bool = True) -> tuple[float, float, float]:
         """The seed, line and interaction mean squares of the mean at n_seeds, as Satterthwaite's df
-        weighs them: each EXPECTED mean square estimated under its constraint (the seed one is at least
-        the interaction's, as sigma_a^2 >= 0), so a seed part measured at or below 0 keeps its S - 1 df
-        instead of handing the interaction's (S - 1)(L - 1) to the interval (issue 45)."""
+        weighs them: the seed one at least the interaction's (sigma_a^2 >= 0: a seed part measured at or
+        below 0 handed the interaction's (S - 1)(L - 1) df to the interval before issue 45) and, with
+        `limit`, at its one-sided SEED_UCL_LEVEL upper confidence limit (chi-square at seed_df,
+        n_seeds - 1 unless pooled)."""
         inter_ms = self.interaction / n_seeds
-        return max(self.seed, 0.0) / n_seeds + inter_ms, self.lines + inter_ms, inter_ms
+        k = n_seeds - 1 if seed_df is None else seed_df
+        seed_ms = max(self.seed + self.interaction, 0.0) / n_seeds * (seed_ucl_factor(k) if limit else 1.0)
+        return max(seed_ms, inter_ms), self.lines + inter_ms, inter_ms
 
     def df(self, n_seeds: int, seed_df: int | None = None) -> float:
         """Satterthwaite's df at n_seeds (what crossed_ci's interval uses): the seed mean square at
         n_seeds - 1 df (seed_df: its own df when it was pooled across configurations,
-        evals/seeds/sequential.SeedPool), the line part, where measured above 0, as the line mean
-        square less the interaction's."""
-        seed_ms, line_ms, inter_ms = self._mean_squares(n_seeds)
+        evals/seeds/sequential.SeedPool), the line part, where measured above 0, as the line mean square
+        less the interaction's; the smaller of the df with the seed mean square at its estimate and at
+        its upper confidence limit (_mean_squares), so a chance agreement of the seeds cannot buy df.
+        Satterthwaite's df is unimodal in one term (it rises to a peak and falls back to that term's df),
+        so the smaller end is the least df over every seed mean square between the two: the limit alone
+        would raise the df where the lines have fewer df than the seeds (a category of 3 lines)."""
+        k = n_seeds - 1 if seed_df is None else seed_df
+        return min(self._df_at(n_seeds, k, False), self._df_at(n_seeds, k, True))
+
+    def _df_at(self, n_seeds: int, k: float, limit: bool) -> float:
+        seed_ms, line_ms, inter_ms = self._mean_squares(n_seeds, k, limit)
         c_line = float(self.lines > 0)
         total = seed_ms + c_line * (line_ms - inter_ms)
-        return _satterthwaite_df([(seed_ms, n_seeds - 1 if seed_df is None else seed_df),
-                                  (c_line * line_ms, self.n_lines - 1),
+        return _satterthwaite_df([(seed_ms, k), (c_line * line_ms, self.n_lines - 1),
                                   (-c_line * inter_ms, (n_seeds - 1) * (self.n_lines - 1))], total)
+
+
+def seed_ucl_factor(seed_df: float) -> float:
+    """How far above its estimate the seed mean square's one-sided SEED_UCL_LEVEL upper confidence
+    limit lies: seed_df / chi2_{1 - SEED_UCL_LEVEL}(seed_df); 1 at infinite df and where there is no
+    seed term (one seed: 0 df)."""
+    if math.isinf(seed_df) or seed_df <= 0:
+        return 1.0
+    return float(seed_df / chdtri(seed_df, SEED_UCL_LEVEL))
 
 
 def _satterthwaite_df(parts: list[tuple[float, float]], total: float) -> float:
@@ -110,9 +133,9 @@ MAX_SEEDS = 1 << 20  # past this, seeds_needed answers None (no seed count an op
 
 
 def _df_ceiling(parts: CrossedParts, low: int, high: float) -> float:
-    """A df that no seed count S in [low, high] exceeds: Satterthwaite's numerator (the df's variance,
-    CrossedParts._mean_squares) is largest at `low`; each term of its denominator is smallest at
-    `high` (high may be inf)."""
+    """A df that no seed count S in [low, high] exceeds: the df with the seed mean square at its limit
+    (CrossedParts.df takes at most that), whose numerator (CrossedParts._mean_squares) is largest at
+    `low` and each term of whose denominator is smallest at `high` (high may be inf)."""
     seed_lo, line_lo, inter_lo = parts._mean_squares(low)
     seed_hi, line_hi, inter_hi = parts._mean_squares(high)
     c_line = float(parts.lines > 0)

@@ -43,7 +43,10 @@ class ConfigStat:
 
     log_mean and se are on the log scale; seed_sd, seed_effect_sd, within_se, shared_line_se and
     interaction_se too (SeedCI's own); mde is relative (None below 2 seeds: not measured);
-    df is None where it is infinite; per_seed: each seed's relative change, by str(seed)."""
+    df is None where it is infinite; per_seed: each seed's relative change, by str(seed); line_skew:
+    the skewness of its per-line changes averaged over seeds (SeedCI.line_skew: what is set beside the
+    range the one-sided bounds were measured on, evals/seeds/guarantee.py). It is not kept in report.json
+    (the verdict's note it gives is, SweepVerdict.notes), so it reads back as 0 and is not compared."""
 
     change: RelativeChange
     log_mean: float
@@ -59,6 +62,7 @@ class ConfigStat:
     parts: CrossedParts | None
     per_seed: dict[str, float]
     outliers: tuple[Outlier, ...]
+    line_skew: float = dataclasses.field(default=0.0, compare=False)
 
     @classmethod
     def of(cls, ci: SeedCI, per_seed: dict[str, float], outliers: tuple[Outlier, ...]) -> ConfigStat:
@@ -67,7 +71,7 @@ class ConfigStat:
                    within_se=ci.within_se, shared_line_se=ci.shared_line_se, interaction_se=ci.interaction_se,
                    df=_finite_or_none(ci.df), n_seeds=ci.n_seeds,
                    mde=math.expm1(ci.mde) if math.isfinite(ci.mde) else None, parts=ci.parts,
-                   per_seed=per_seed, outliers=outliers)
+                   per_seed=per_seed, outliers=outliers, line_skew=ci.line_skew)
 
     def to_json(self) -> dict:
         return {"value": self.change.value, "lo": self.change.lo, "hi": self.change.hi, "log_mean": self.log_mean,
@@ -360,6 +364,9 @@ class SweepVerdict:
     would_change: tuple[str, ...]
     complete: bool = False
     looks: tuple[str, ...] = ()  # a sequential design's looks, a line each (sweep/judge/verdict.py)
+    # a configuration whose per-line changes are more skewed than the range the error rates were
+    # measured on, a line each beside the verdict (sweep/judge/verdict.skew_notes)
+    notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         out = {"rule": self.rule, "axis": self.axis, "at": self.at, "at_step": self.at_step, "chosen": self.chosen,
@@ -367,13 +374,16 @@ class SweepVerdict:
                "would_change": list(self.would_change), "complete": self.complete}
         if self.looks:  # a fixed design's report has no such key
             out["looks"] = list(self.looks)
+        if self.notes:
+            out["notes"] = list(self.notes)
         return out
 
     @classmethod
     def from_json(cls, payload: dict) -> SweepVerdict:
         return cls(payload["rule"], payload["axis"], payload["at"], payload["at_step"], payload["chosen"],
                    payload["line"], tuple(RuleCheck.from_json(c) for c in payload["checks"]),
-                   tuple(payload["would_change"]), payload["complete"], tuple(payload.get("looks", ())))
+                   tuple(payload["would_change"]), payload["complete"], tuple(payload.get("looks", ())),
+                   tuple(payload.get("notes", ())))
 
 
 def stats_of(by_name: dict | None) -> Stats | None:

@@ -30,6 +30,7 @@ from functools import cache
 from pathlib import Path
 
 from tatu.evals.seeds import power as seeds_power
+from tatu.evals.seeds.guarantee import skew_note
 from tatu.sweep.judge import looks_log
 from tatu.sweep.judge.common_step import COMMON_LINES
 from tatu.sweep.judge.looks_log import LoggedLook
@@ -70,7 +71,8 @@ def decide(plan: Plan, configs: list[ConfigResult], complete: bool = False) -> S
         line = f"no {rule.axis} satisfies the rule ({rule.text})"
     return SweepVerdict(rule=rule.text, axis=rule.axis, at=rule.at, at_step=_at_step(rule, configs),
                         chosen=chosen and chosen.value, line=line, checks=tuple(checks),
-                        would_change=tuple(_would_change(rule, ordered, checks, chosen)), complete=complete)
+                        would_change=tuple(_would_change(rule, ordered, checks, chosen)), complete=complete,
+                        notes=skew_notes(rule, ordered, labels))
 
 
 def judged_order(plan: Plan, configs: list[ConfigResult]) -> list[ConfigResult]:
@@ -141,6 +143,27 @@ def _is_number(text: str) -> bool:
         return False
 
 
+def _stats_key(base: str) -> str:
+    """The set a condition's metric (without _hi/_lo) is measured on: drift, sftHeld or a held-out set."""
+    return "drift" if base.startswith("drift") and not base.startswith("every") else (held_out_set(base) or "sftHeld")
+
+
+def skew_notes(rule: Rule, ordered: list[ConfigResult], labels: dict[str, str]) -> tuple[str, ...]:
+    """A line per configuration and set whose one-sided criterion (`_hi` / `_lo`) rests on per-line
+    changes more skewed than the range the bounds were measured on (evals/seeds/guarantee.skew_note),
+    in the rule's order: `config=b drift: its per-line changes are more skewed (skewness +6.1) ...`."""
+    bases = dict.fromkeys(c.metric.removesuffix("_hi").removesuffix("_lo") for c in rule.conditions
+                          if c.metric.endswith(("_hi", "_lo")) and not c.metric.startswith("every"))
+    notes = []
+    for config in ordered:
+        stats = config.stats_at(rule.at == "common") or {}
+        for key in dict.fromkeys(_stats_key(base) for base in bases):
+            note = stats.get(key) and skew_note(stats[key].line_skew)
+            if note:
+                notes.append(f"{rule.axis}={labels[config.key]} {key}: {note}")
+    return tuple(notes)
+
+
 def _would_change(rule: Rule, ordered: list[ConfigResult], checks: list[RuleCheck], chosen: RuleCheck | None) -> list[str]:
     """What more seeds could settle: a condition failed by its CI bound while its point estimate
     passes, and the paired difference between the chosen value and its neighbour before it."""
@@ -155,7 +178,7 @@ def _would_change(rule: Rule, ordered: list[ConfigResult], checks: list[RuleChec
             if EXACT_METRIC.match(metric):
                 continue  # answers right: no perplexity CI to project (sweep/judge/answers.py)
             base = metric.removesuffix("_hi").removesuffix("_lo")
-            key = "drift" if base.startswith("drift") and not base.startswith("every") else (held_out_set(base) or "sftHeld")
+            key = _stats_key(base)
             stats = (config.stats_at(rule.at == "common") or {}).get(key)
             if not stats or metric == base or base.startswith("every") or base == "aborted":
                 continue
@@ -212,7 +235,7 @@ def sequential_verdict(locked: LockedPlan, configs: list[ConfigResult], sweep_di
                         line=f"{verdict_clause(looked, rule.text, rule.axis)}; {runs_line(looked, states)}",
                         checks=checks, would_change=(),
                         complete=looked.decided and all(states.get(run) in TERMINAL for run in looked.allowed),
-                        looks=tuple(looks_lines(looked, states)))
+                        looks=tuple(looks_lines(looked, states)), notes=skew_notes(rule, ordered, labels))
 
 
 def looks_check(config: ConfigSchedule, value: str, label: str) -> RuleCheck:
@@ -247,9 +270,10 @@ def verdict_clause(plan: Schedule, rule_text: str, axis: str) -> str:
     ...`, `not decided yet: ...`): the verdict and its error guarantee, for status and the report."""
     design = plan.design
     measured = measured_false_pass(design.shape, design.pools_seed_variance)
+    command = measured_command(design.shape, design.pools_seed_variance)
     guarantee = (f"sequential {design.shape}, {design.min_seeds} to {design.max_seeds} seeds: a configuration at its "
                  f"threshold passes a criterion with probability {design.alpha / 2:.1%} by design "
-                 f"({measured:.1%} measured at few seeds, docs/sweeps.md)")
+                 f"({measured:.1%} measured at few seeds{': ' + command if command else ''}; docs/sweeps.md)")
     if design.pools_seed_variance:
         most = max((l.pooled_configs for c in plan.configs for l in c.looks), default=len(plan.configs))
         guarantee += (f", its looks' seed variance pooled across up to {configurations(most)}, which assumes every "
@@ -276,12 +300,26 @@ def measured_false_pass(shape: str, pooled: bool) -> float:
     return measured_rates(MEASURED).get((shape, pooled), math.nan)
 
 
-@cache
+def measured_command(shape: str, pooled: bool) -> str | None:
+    """The bench command that measured it: the file's last `# nice ...` comment above its line."""
+    return _measured(MEASURED)[1].get((shape, pooled))
+
+
 def measured_rates(path: Path) -> dict[tuple[str, bool], float]:
     """(shape, pooled) -> false pass, from the bench's at_threshold lines (comments and others skipped)."""
-    found = {}
+    return _measured(path)[0]
+
+
+@cache
+def _measured(path: Path) -> tuple[dict[tuple[str, bool], float], dict[tuple[str, bool], str]]:
+    """(shape, pooled) -> false pass, and -> the command of the comment above it."""
+    found, commands, command = {}, {}, None
     for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# nice "):
+            command = line.removeprefix("# ")
         match = MEASURED_LINE.match(line)
         if match:
             found[match.group(1), bool(match.group(2))] = float(match.group(3))
-    return found
+            if command:
+                commands[match.group(1), bool(match.group(2))] = command
+    return found, commands

@@ -211,7 +211,7 @@ def verdict_lines(verdict: SweepVerdict, complete: bool) -> list[str]:
         if check.missing:  # never a silent pass: what it lacks, and why for an interpolated configuration
             why = " (interpolated: no daemon run, so no evals during training)" if check.interpolated else ""
             lines.append(f"  {verdict.axis}={check.label} is not judged: no value for {', '.join(check.missing)}{why}")
-    return lines + [f"  what would change it: {note}" for note in verdict.would_change] + [
+    return lines + [f"  {note}" for note in verdict.notes] + [f"  what would change it: {note}" for note in verdict.would_change] + [
         f"  {line}" for line in verdict.looks]  # a sequential design's looks (sweep/judge/verdict.py)
 
 

@@ -33,14 +33,18 @@ def naive_crossed(rows: list[list[int]]):
     sigma_b2 = max(Fraction(0), (ms_item - ms_resid) / S)
     var = sigma_a2 / S + sigma_b2 / L + ms_resid / (S * L)
     # Satterthwaite over the expected mean squares (each over S L) with their df: the seed one at least
-    # the residual's (sigma_a^2 >= 0), so a seed part measured at or below 0 keeps its S - 1 df
-    seed_term = max(ms_seed, ms_resid)
-    terms = [(seed_term, S - 1)]
-    if sigma_b2 > 0:
-        terms += [(ms_item, L - 1), (-ms_resid, (S - 1) * (L - 1))]
-    total = sum(c for c, _ in terms)
-    spread = sum((c / (S * L)) ** 2 / df for c, df in terms if c != 0)
-    return grand, var, (total / (S * L)) ** 2 / spread if spread else math.inf
+    # the residual's (sigma_a^2 >= 0), so a seed part measured at or below 0 keeps its S - 1 df,
+    # and the smaller df of it at its estimate and at its 65% upper confidence limit
+    # (evals/seeds/power.SEED_UCL_LEVEL: a chance agreement of the seeds buys no df)
+    dfs = []
+    for factor in (Fraction(1), Fraction((S - 1) / scipy.stats.chi2.ppf(0.35, S - 1))):
+        terms = [(max(ms_seed * factor, ms_resid), S - 1)]
+        if sigma_b2 > 0:
+            terms += [(ms_item, L - 1), (-ms_resid, (S - 1) * (L - 1))]
+        total = sum(c for c, _ in terms)
+        spread = sum((c / (S * L)) ** 2 / df for c, df in terms if c != 0)
+        dfs.append((total / (S * L)) ** 2 / spread if spread else math.inf)
+    return grand, var, min(dfs)
 
 
 def latent(rng, n_seeds, n_items, mu, sd_seed, sd_item, sd_noise, item_effects=None, seed_effects=None):

@@ -162,7 +162,9 @@ def test_the_formula_against_scipy_and_its_seeds_only_limit():
         inter = parts.interaction / n
         seed_ms, line_ms = parts.seed / n + inter, parts.lines + inter
         var = seed_ms + line_ms - inter  # sigma_a^2/S + sigma_b^2/L + sigma_e^2/(S L)
-        df = var ** 2 / (seed_ms ** 2 / (n - 1) + line_ms ** 2 / 99 + inter ** 2 / ((n - 1) * 99))
+        # the smaller df of the seed mean square at its estimate and at its 65% upper limit
+        df = min((m + line_ms - inter) ** 2 / (m ** 2 / (n - 1) + line_ms ** 2 / 99 + inter ** 2 / ((n - 1) * 99))
+                 for m in (seed_ms, seed_ms * (n - 1) / sp.chi2.ppf(0.35, n - 1)))
         assert seeds_power.crossed_mde(parts, n) == pytest.approx((sp.t.ppf(0.975, df) + sp.t.ppf(0.8, df)) * math.sqrt(var), rel=1e-8)
         assert seeds_power.crossed_power(parts, n, seeds_power.crossed_mde(parts, n)) == pytest.approx(0.8, abs=1e-8)
     assert seeds_power.line_floor(parts) == pytest.approx((sp.t.ppf(0.975, 99) + sp.t.ppf(0.8, 99)) * 0.03 / 10, rel=1e-8)
@@ -179,14 +181,18 @@ def test_the_formula_against_scipy_and_its_seeds_only_limit():
 def _naive_mde(parts: seeds_power.CrossedParts, n_seeds: np.ndarray, power: float = 0.8) -> np.ndarray:
     """crossed_mde at every seed count in n_seeds, vectorised with scipy's t (the formula of the
     module doc: Satterthwaite with the seed term always present, its mean square at least the
-    interaction's)."""
+    interaction's, the smaller df of that mean square at its estimate and at its 65% upper limit)."""
     n = n_seeds.astype(np.float64)
     inter = parts.interaction / n
-    seed_ms, line_ms = max(parts.seed, 0.0) / n + inter, parts.lines + inter
+    line_ms = parts.lines + inter
     c_l = float(parts.lines > 0)
-    spread = (seed_ms ** 2 / (n - 1) + (c_l * line_ms) ** 2 / (parts.n_lines - 1)
-              + (c_l * inter) ** 2 / ((n - 1) * (parts.n_lines - 1)))
-    df = (seed_ms + c_l * parts.lines) ** 2 / spread
+    dfs = []
+    for factor in (1.0, (n - 1) / sp.chi2.ppf(0.35, n - 1)):  # the estimate, its 65% upper limit: the smaller df
+        seed_ms = np.maximum((parts.seed + parts.interaction) / n * factor, inter)
+        spread = (seed_ms ** 2 / (n - 1) + (c_l * line_ms) ** 2 / (parts.n_lines - 1)
+                  + (c_l * inter) ** 2 / ((n - 1) * (parts.n_lines - 1)))
+        dfs.append((seed_ms + c_l * parts.lines) ** 2 / spread)
+    df = np.minimum(*dfs)
     var = (parts.seed + parts.interaction) / n + parts.lines
     return (sp.t.ppf(0.975, df) + sp.t.ppf(power, df)) * np.sqrt(var)
 
@@ -230,9 +236,10 @@ def test_a_seed_part_measured_at_or_below_0_keeps_its_seed_df():
     parts = seeds_power.CrossedParts(seed=-0.002, interaction=0.3 / 100, lines=0.01 / 100, n_lines=100)
     n = 3
     inter = parts.interaction / n
-    seed_ms = max(inter, (parts.seed + parts.interaction) / n)  # the expected mean square, at least the interaction's
     line_ms = parts.lines + inter
-    by_hand = (seed_ms + parts.lines) ** 2 / (seed_ms ** 2 / 2 + line_ms ** 2 / 99 + inter ** 2 / 198)
+    # the mean square at least the interaction's, at its estimate and at its 65% upper limit (2 df): the smaller df
+    by_hand = min((m + parts.lines) ** 2 / (m ** 2 / 2 + line_ms ** 2 / 99 + inter ** 2 / 198)
+                  for m in (max(inter, (parts.seed + parts.interaction) / n * f) for f in (1.0, 2 / sp.chi2.ppf(0.35, 2))))
     assert parts.df(n) == pytest.approx(by_hand, rel=1e-12)
     assert 2.0 <= parts.df(n) < 2.5  # the seeds' 2, a little more from the lines' own part
     old = (parts.lines + inter) ** 2 / (line_ms ** 2 / 99 + 0.0)  # the seed term dropped, the rest as before

@@ -63,7 +63,7 @@ def test_an_untouched_log_agrees_with_the_run_dirs(finished, capsys):
     assert "    d: fail, 5 of 5 seeds run\n      look d drift_hi < 5% at 3 seeds: continue (CI at the spent level" in text
     assert "what would change it" not in text
     # the checks under it are the looks' decisions, not the fixed design's 95% CI over the seeds run
-    assert "  config=a fails drift_hi < 5% (fail at 3 seeds, CI at the spent level up to +21.3%)" in text
+    assert "  config=a fails drift_hi < 5% (fail at 3 seeds, CI at the spent level up to +21.4%)" in text
     assert "  config=c is not judged: no value for its looks (not run: the rule was decided before it)" in text
     assert [c["config"] for c in report["verdict"]["checks"] if not c["failed"] and not c["missing"]] == ["b"]
     page = (sweep_dir / "report" / "index.html").read_text()
