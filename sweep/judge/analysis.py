@@ -147,7 +147,8 @@ def add_paired(baseline: dict[str, str], configs: list[ConfigResult]) -> list[Co
         for index, config in enumerate(others):
             paired = paired_stats(config.results, baseline.results, set_name, config.half, index, *lines)
             if paired:
-                paired = dataclasses.replace(paired, **common_step_.compared_at(config, baseline, where == "paired_common"))
+                at = common_step_.compared_at(config, baseline, where == "paired_common")
+                paired = dataclasses.replace(paired, step=at.step, unequal=at.unequal, at=at.at)
             found[config.key].setdefault(where, {})[metric] = paired
             if paired and paired.unequal is None:
                 compared.append(config.key)

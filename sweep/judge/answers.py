@@ -164,8 +164,7 @@ class PairedAnswers:
 
 def _at(config: ConfigResult, baseline: ConfigResult) -> str:
     """Where the two are compared, as the perplexity comparisons say it (common_step.compared_at)."""
-    where = compared_at(config, baseline, common=True)
-    return where.get("at") or f"step {where['step']}"
+    return compared_at(config, baseline, common=True).text()
 
 
 def paired_answers(configs: list[ConfigResult], run_dirs: dict[str, Path]) -> tuple[PairedAnswers, ...]:

@@ -134,18 +134,35 @@ def equal_ends(c: ConfigResult, other: ConfigResult) -> bool:
     return bool(c.end_steps) and bool(other.end_steps) and len(set(c.end_steps) | set(other.end_steps)) == 1
 
 
-def compared_at(config: ConfigResult, other: ConfigResult, common: bool) -> dict:
-    """Where a paired difference of `config` and `other` sets its sides: {"step": the common step, or
-    the one step every member of both ended at} or {"unequal": both ends and why}. The one place a
+@dataclass(frozen=True)
+class ComparedAt:
+    """Where a paired difference set its two sides: one `step` both reached, or, at equal SFT tokens,
+    each side at its own step (`at`: "equal SFT tokens: 12,288 (steps 16 vs 8)"), or unequal ends
+    (`unequal`: both ends and why, "24 vs 8 (aborted at 8)"), which concludes no direction."""
+
+    step: int | None = None
+    unequal: str | None = None
+    at: str | None = None
+
+    def text(self) -> str:
+        """`step 8`, `equal SFT tokens: ...` or `24 vs 8 (aborted at 8): unequal ends`."""
+        if self.unequal is not None:
+            return f"{self.unequal}: unequal ends"
+        return self.at if self.at is not None else f"step {self.step}"
+
+
+def compared_at(config: ConfigResult, other: ConfigResult, common: bool) -> ComparedAt:
+    """Where a paired difference of `config` and `other` sets its sides: at the common step (or equal
+    SFT tokens), or at the one step every member of both ended at, or at unequal ends. The one place a
     comparison's step is decided: add_paired stores it on each PairedDiff, every table, the prose and
     report.json read it there."""
     if common and config.common_tokens is not None and config.common_step != other.common_step:
-        return {"at": f"equal SFT tokens: {config.common_tokens:,} (steps {config.common_step} vs {other.common_step})"}
+        return ComparedAt(at=f"equal SFT tokens: {config.common_tokens:,} (steps {config.common_step} vs {other.common_step})")
     if common:
-        return {"step": config.common_step}
+        return ComparedAt(step=config.common_step)
     if equal_ends(config, other):
-        return {"step": config.end_steps[0]}
-    return {"unequal": f"{end_text(config)} vs {end_text(other)}"}
+        return ComparedAt(step=config.end_steps[0])
+    return ComparedAt(unequal=f"{end_text(config)} vs {end_text(other)}")
 
 
 def like_with_like(config: ConfigResult, metric: str) -> tuple[PairedDiff | None, bool]:

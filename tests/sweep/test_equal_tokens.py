@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tatu.sweep.judge.common_step import ComparisonPoint, comparison_point, compared_at, sft_tokens_per_step
+from tatu.sweep.judge.common_step import ComparedAt, ComparisonPoint, comparison_point, compared_at, sft_tokens_per_step
 from tatu.sweep.judge.records import ConfigResult, EvalDrifts, MemberResult
 from tatu.sweep.report import tables
 
@@ -50,8 +50,8 @@ def _config(key: str, step: int, tokens: int | None, sft_ge: int) -> ConfigResul
 
 def test_a_comparison_at_equal_tokens_says_both_steps_and_the_tokens():
     ge4, ge8 = _config("ge4", 16, 65536, 4), _config("ge8", 8, 65536, 8)
-    assert compared_at(ge4, ge8, common=True) == {"at": "equal SFT tokens: 65,536 (steps 16 vs 8)"}
-    assert compared_at(replace(ge4, common_tokens=None, common_step=8), ge8, common=True) == {"step": 8}
+    assert compared_at(ge4, ge8, common=True) == ComparedAt(at="equal SFT tokens: 65,536 (steps 16 vs 8)")
+    assert compared_at(replace(ge4, common_tokens=None, common_step=8), ge8, common=True) == ComparedAt(step=8)
     assert tables.common_title([ge8, ge4]).startswith("at equal SFT tokens: 65,536")
     same = [_config("a", 8, None, 8), _config("b", 8, None, 8)]
     assert tables.common_title(same) == "at step 8, the last eval step every member reached"
