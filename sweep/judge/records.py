@@ -367,6 +367,18 @@ class SweepVerdict:
     # a configuration whose per-line changes are more skewed than the range the error rates were
     # measured on, a line each beside the verdict (sweep/judge/verdict.skew_notes)
     notes: tuple[str, ...] = ()
+    # at "common" where configurations train different SFT tokens per step: the SFT tokens each was
+    # judged at, each at its own step (at_step then names none of them: None)
+    at_tokens: int | None = None
+
+    def judged_where(self) -> str:
+        """` (judged at the end)`, ` (judged at step 8, the common step)` or ` (judged at equal SFT
+        tokens: 65,536, each configuration at its own step)`: what the verdict line ends with."""
+        if self.at != "common":
+            return " (judged at the end)"
+        if self.at_tokens is not None:
+            return f" (judged at equal SFT tokens: {self.at_tokens:,}, each configuration at its own step)"
+        return f" (judged at step {self.at_step}, the common step)"
 
     def to_json(self) -> dict:
         out = {"rule": self.rule, "axis": self.axis, "at": self.at, "at_step": self.at_step, "chosen": self.chosen,
@@ -376,6 +388,8 @@ class SweepVerdict:
             out["looks"] = list(self.looks)
         if self.notes:
             out["notes"] = list(self.notes)
+        if self.at_tokens is not None:  # equal SFT tokens per step: no such key (the bytes as before)
+            out["at_tokens"] = self.at_tokens
         return out
 
     @classmethod
@@ -383,7 +397,7 @@ class SweepVerdict:
         return cls(payload["rule"], payload["axis"], payload["at"], payload["at_step"], payload["chosen"],
                    payload["line"], tuple(RuleCheck.from_json(c) for c in payload["checks"]),
                    tuple(payload["would_change"]), payload["complete"], tuple(payload.get("looks", ())),
-                   tuple(payload.get("notes", ())))
+                   tuple(payload.get("notes", ())), payload.get("at_tokens"))
 
 
 def stats_of(by_name: dict | None) -> Stats | None:

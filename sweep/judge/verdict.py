@@ -69,7 +69,7 @@ def decide(plan: Plan, configs: list[ConfigResult], complete: bool = False) -> S
         line = f"{rule.axis}={chosen.label}: the {rule.choose} {rule.axis} such that {_conditions(rule)}"
     else:
         line = f"no {rule.axis} satisfies the rule ({rule.text})"
-    return SweepVerdict(rule=rule.text, axis=rule.axis, at=rule.at, at_step=_at_step(rule, configs),
+    return SweepVerdict(rule=rule.text, axis=rule.axis, at=rule.at, at_step=_at_step(rule, configs), at_tokens=_at_tokens(rule, configs),
                         chosen=chosen and chosen.value, line=line, checks=tuple(checks),
                         would_change=tuple(_would_change(rule, ordered, checks, chosen)), complete=complete,
                         notes=skew_notes(rule, ordered, labels))
@@ -128,7 +128,16 @@ def _conditions(rule: Rule) -> str:
 
 
 def _at_step(rule: Rule, configs: list[ConfigResult]) -> int | None:
-    return next((c.common_step for c in configs), None) if rule.at == "common" else None
+    """The common step the rule judged every configuration at; None at the end, or at equal SFT
+    tokens, where each configuration has its own step."""
+    if rule.at != "common" or _at_tokens(rule, configs) is not None:
+        return None
+    return next((c.common_step for c in configs), None)
+
+
+def _at_tokens(rule: Rule, configs: list[ConfigResult]) -> int | None:
+    """The SFT tokens every configuration was judged at where their steps train different amounts."""
+    return next((c.common_tokens for c in configs if c.common_tokens is not None), None) if rule.at == "common" else None
 
 
 def _fmt_metric(name: str, value: float) -> str:
@@ -231,7 +240,7 @@ def sequential_verdict(locked: LockedPlan, configs: list[ConfigResult], sweep_di
     labels = _labels(rule, ordered)
     checks = tuple(looks_check(by_config[c.key], c.values[rule.axis], labels[c.key]) if c.key in by_config
                    else condition_check(rule, c, labels[c.key]) for c in ordered)
-    return SweepVerdict(rule=rule.text, axis=rule.axis, at=rule.at, at_step=_at_step(rule, configs), chosen=looked.chosen,
+    return SweepVerdict(rule=rule.text, axis=rule.axis, at=rule.at, at_step=_at_step(rule, configs), at_tokens=_at_tokens(rule, configs), chosen=looked.chosen,
                         line=f"{verdict_clause(looked, rule.text, rule.axis)}; {runs_line(looked, states)}",
                         checks=checks, would_change=(),
                         complete=looked.decided and all(states.get(run) in TERMINAL for run in looked.allowed),

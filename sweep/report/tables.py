@@ -200,8 +200,7 @@ def configs_legend(named: dict[str, dict[str, str]] | None, configs: list[Config
 def verdict_lines(verdict: SweepVerdict, complete: bool) -> list[str]:
     """The verdict line, the failed checks, what would change it (the text's last block, the page's
     verdict); `complete`: every member the verdict waits for has finished (else it is provisional)."""
-    judged = (f" (judged at step {verdict.at_step}, the common step)" if verdict.at == "common"
-              else " (judged at the end)")
+    judged = verdict.judged_where()
     lines = [("VERDICT (locked rule): " if complete else "PROVISIONAL (members still running): ")
              + verdict.line + judged]
     for check in verdict.checks:

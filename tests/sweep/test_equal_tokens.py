@@ -67,3 +67,26 @@ def test_a_paired_row_at_equal_tokens_prints_where_it_compared():
     (row,) = tables.paired_rows([ge8, replace(ge4, paired_common={"drift": p, "sftHeld": p})], common=True)
     assert row[2] == "equal SFT tokens: 65,536 (steps 16 vs 8)"
     assert PairedDiff.from_json(p.to_json()) == p
+
+
+def test_a_verdict_judged_at_equal_tokens_names_the_tokens_not_one_configurations_step():
+    """At the common point with unequal SFT tokens per step each configuration is judged at its own
+    step: the verdict line once named only the first configuration's ("judged at step 16")."""
+    from types import SimpleNamespace
+
+    from tatu.sweep.judge import verdict
+    from tatu.sweep.judge.records import SweepVerdict
+
+    common = SimpleNamespace(at="common")
+    ge4, ge8 = _config("ge4", 16, 65536, 4), _config("ge8", 8, 65536, 8)
+    assert verdict._at_tokens(common, [ge4, ge8]) == 65536 and verdict._at_step(common, [ge4, ge8]) is None
+    same = [_config("a", 8, None, 8), _config("b", 8, None, 8)]
+    assert verdict._at_tokens(common, same) is None and verdict._at_step(common, same) == 8
+    assert verdict._at_tokens(SimpleNamespace(at="end"), [ge4, ge8]) is None
+
+    judged = SweepVerdict("r", "SFT_GE", "common", None, "4", "line", (), (), True, at_tokens=65536)
+    assert judged.judged_where() == " (judged at equal SFT tokens: 65,536, each configuration at its own step)"
+    assert SweepVerdict.from_json(judged.to_json()) == judged
+    at_step = SweepVerdict("r", "SFT_GE", "common", 8, "4", "line", (), (), True)
+    assert at_step.judged_where() == " (judged at step 8, the common step)" and "at_tokens" not in at_step.to_json()
+    assert tables.verdict_lines(judged, True)[0].endswith(judged.judged_where())
