@@ -35,16 +35,15 @@ class Measured:
 
 
 # (shape, pools the seed variance) -> the largest at-threshold false pass of the runs (docs/sweeps.md),
-# Intel Xeon with AMX, 2 cores shared. After the crossed CI's df took the seed mean square's upper limit
-# (issue 45): obf, the real path at 166 lines and max_seeds 10 (1,000 replicates: 2.7%; the closed form
-# at 2,000 gave 2.4%); pocock, the real path's 2.0% measured before that change (the closed form after
-# it: 1.6%; the real path was not re-run, and the change only lowers a look's df); pooled, the closed
-# form at 2,000 after it.
+# Intel Xeon with AMX, 2 cores. After the crossed CI's df took the seed mean square's upper limit
+# (issue 45): obf and pocock, the real path at 166 lines and max_seeds 10 (1,000 replicates each:
+# obf 2.7%, pocock 1.8%; the closed form at 2,000 gave 2.4% and 1.6%; `--shape pocock` runs pocock's
+# alone); pooled, the closed form at 2,000.
 _REAL = "nice -n 10 .venv/bin/python bench/sequential.py --path real --reps 1000 --max-seeds 10 --lines 166"
 _POOLED = "nice -n 10 .venv/bin/python bench/sequential.py --min-seeds 2 --scenario at_threshold --reps 2000"
 MEASURED = {
     ("obf", False): Measured(0.027, 0.0021, _REAL),
-    ("pocock", False): Measured(0.020, 0.0018, _REAL),
+    ("pocock", False): Measured(0.018, 0.0017, _REAL),
     ("obf", True): Measured(0.026, 0.0015, _POOLED),
     ("pocock", True): Measured(0.022, 0.0013, _POOLED),
 }
