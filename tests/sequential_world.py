@@ -108,7 +108,7 @@ class InstantBackend:
         return UnitState("absent")
 
     def stop(self, member: Member) -> None:
-        pass
+        """Nothing to stop: a member here is files written at once in poll(), never a process."""
 
     def _hold(self, where: str, member: Member) -> None:
         """Block for good at the hold point, once it is announced (the test kills this process)."""

@@ -20,6 +20,12 @@ def _finite_or_none(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def _present(record, *names: str) -> dict:
+    """The named fields of `record` that are set (not None): keys a report holds only where they apply,
+    so a report written before them keeps its bytes."""
+    return {name: getattr(record, name) for name in names if getattr(record, name) is not None}
+
+
 def _parts_json(parts: CrossedParts | None) -> dict | None:
     return None if parts is None else dataclasses.asdict(parts)
 
@@ -121,18 +127,8 @@ class PairedDiff:
         out = {"diff": self.change.value, "lo": self.change.lo, "hi": self.change.hi, "p_value": self.p_value,
                "t": self.t, "df": self.df, "n_seeds": self.n_seeds, "seed_sd": self.seed_sd, "mde": self.mde,
                "parts": _parts_json(self.parts)}
-        # before Holm's adjustment a report held no such keys, and still holds none
-        if self.p_holm is not None:
-            out["p_holm"] = self.p_holm
-        if self.n_compared is not None:
-            out["n_compared"] = self.n_compared
-        if self.step is not None:
-            out["step"] = self.step
-        if self.unequal is not None:
-            out["unequal"] = self.unequal
-        if self.at is not None:
-            out["at"] = self.at
-        return out
+        # before Holm's adjustment and the common step a report held no such keys, and still holds none
+        return {**out, **_present(self, "p_holm", "n_compared", "step", "unequal", "at")}
 
     @classmethod
     def from_json(cls, payload: dict) -> PairedDiff:
@@ -272,11 +268,7 @@ class ConfigResult:
         for name in ("paired", "paired_common"):
             if getattr(self, name) is not None:
                 out[name] = {k: v and v.to_json() for k, v in getattr(self, name).items()}
-        if self.is_baseline is not None:
-            out["is_baseline"] = self.is_baseline
-        if self.common_tokens is not None:
-            out["common_tokens"] = self.common_tokens
-        return out
+        return {**out, **_present(self, "is_baseline", "common_tokens")}
 
     @classmethod
     def from_json(cls, payload: dict) -> ConfigResult:
@@ -388,9 +380,7 @@ class SweepVerdict:
             out["looks"] = list(self.looks)
         if self.notes:
             out["notes"] = list(self.notes)
-        if self.at_tokens is not None:  # equal SFT tokens per step: no such key (the bytes as before)
-            out["at_tokens"] = self.at_tokens
-        return out
+        return {**out, **_present(self, "at_tokens")}  # equal SFT tokens per step: no such key
 
     @classmethod
     def from_json(cls, payload: dict) -> SweepVerdict:

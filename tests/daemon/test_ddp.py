@@ -267,7 +267,7 @@ def worker_pids(launcher: subprocess.Popen) -> dict[int, int]:
         try:
             ranks[int(child.environ()["RANK"])] = child.pid
         except (psutil.NoSuchProcess, KeyError):
-            pass
+            continue  # a child gone since listed, or one torchrun started that is not a rank: not a worker
     return ranks
 
 
