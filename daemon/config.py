@@ -13,6 +13,7 @@ config exits 78 in well under 2 s.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -38,6 +39,7 @@ _TATU_WAY = {"OMP_NUM_THREADS": "TATU_THREADS", "MKL_NUM_THREADS": "TATU_THREADS
 TORCHRUN_PREFIX = "PET_"
 
 
+@functools.cache
 def torchrun_variables() -> list[str]:
     """The PET_ names torchrun reads (torch.distributed.argparse_util.env: "PET_" + the option's dest)."""
     from torch.distributed.run import get_args_parser  # torch only when a file holds a PET_ name

@@ -26,6 +26,7 @@ from tatu.data.demo.sources import CHAT_PRETRAIN_FILE, HELD_OUT_FILE
 from tatu.envfile import env_file_text, env_value
 from tatu.formats import fmt_pct
 from tatu.ops.cli import main as tatu
+from tatu.ops.known_runs import DEMO_OUT  # `tatu status` looks in its runs/
 from tatu.sweep.judge.sweep_report import SweepReport
 from tatu.sweep.run.printed import sweep_command
 from tatu.systemctl import SystemctlError, systemctl_user
@@ -229,7 +230,6 @@ def trunk_checkpoint(run_dir: Path, steps_total: int) -> Path:
     return files.final
 
 
-DEMO_OUT = Path("demo")  # `make demo`'s directory, under the one it runs in (`tatu status` looks in its runs/)
 SWEEP = "demo-replay"
 # Each configuration at these TATU_SEEDs (stream order, dropout): a verdict that holds across them,
 # not one run's luck (docs/metrics.md, "Two sources of noise").

@@ -22,11 +22,11 @@ from tatu.daemon.ci_covers import SweepOf
 from tatu.daemon.config import RunConfig
 from tatu.daemon.run.outcome import is_run_dir
 from tatu.envfile import EnvFileError, parse_env_file
-from tatu.ops.demo import DEMO_OUT
 from tatu.ops.units import installed_workdir
 from tatu.systemctl import unit_env_dir
 
 DEFAULT_OUT = Path(RunConfig.model_fields["out"].default)
+DEMO_OUT = Path("demo")  # `make demo`'s directory, under the one it runs in (ops/demo.py's --out default)
 # `tatu sweep`'s default --sweeps, here and under `make demo`'s directory
 SWEEPS_DIRS = (Path("sweeps"), DEMO_OUT / "sweeps")
 

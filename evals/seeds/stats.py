@@ -224,7 +224,8 @@ def crossed_ci(runs: list[RunLines], baseline: list[RunLines] | None = None, n_r
     variance, df = parts.variance(n_seeds), parts.df(n_seeds)
     se = math.sqrt(variance)
     line_means = line_changes(runs, baseline).mean(axis=0)
-    third = k_statistic_3(line_means) / n_lines ** 2
+    line_k3 = k_statistic_3(line_means)
+    third = line_k3 / n_lines ** 2
     gamma = skewness(third, variance)
     q = float(stdtrit(df, 0.5 + level / 2.0))
     within = float(np.mean(by_line.var(axis=1, ddof=1)))
@@ -236,7 +237,7 @@ def crossed_ci(runs: list[RunLines], baseline: list[RunLines] | None = None, n_r
         shared_line_se=math.sqrt(line_part), interaction_se=math.sqrt(inter_ms), df=df, n_seeds=n_seeds,
         mde=crossed_mde(parts, n_seeds) if n_seeds > 1 else math.inf, parts=parts if n_seeds > 1 else None,
         p_value=crossed_p(mean, se, df, gamma), line_third=third,
-        line_skew=k_statistic_3(line_means) / spread ** 3 if spread > 0 else 0.0,
+        line_skew=line_k3 / spread ** 3 if spread > 0 else 0.0,
     )
 
 

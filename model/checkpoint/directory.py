@@ -176,9 +176,9 @@ def _read_verified(ckpt: Path, name: str, expected: dict[str, str]) -> bytes:
 def load_directory(path: str | Path, map_location: str = "cpu") -> Checkpoint:
     """Read and verify a tatu checkpoint directory (or its `.old` copy after a save died mid-swap)."""
     ckpt = resolve_checkpoint(path)
-    if ckpt.is_dir() and not (ckpt / "manifest.json").exists() and checkpoints_in(ckpt):
-        inside = ", ".join(map(str, checkpoints_in(ckpt)))
-        raise CheckpointError(f"{ckpt}: not a checkpoint (no manifest.json) but a directory of them: {inside}")
+    inside = checkpoints_in(ckpt) if ckpt.is_dir() and not (ckpt / "manifest.json").exists() else []
+    if inside:
+        raise CheckpointError(f"{ckpt}: not a checkpoint (no manifest.json) but a directory of them: {', '.join(map(str, inside))}")
     try:
         manifest = json.loads((ckpt / "manifest.json").read_text())
         expected = manifest["files"]

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tatu.evals.seeds.guarantee import level_clause
 from tatu.evals.seeds.sequential import Design
 from tatu.sweep.judge import looks_log
-from tatu.sweep.judge.verdict import runs_line, verdict_sentence
+from tatu.sweep.judge.verdict import guarantee_clause, runs_line, verdict_sentence
 from tatu.sweep.judge.looks_text import configurations, looks_lines
 from tatu.sweep.judge.schedule import Schedule, schedule
 from tatu.sweep.plan.lock import LockedPlan
@@ -21,8 +20,8 @@ def plan_line(design: Design, n_configs: int) -> str:
             f"{design.max_seeds} seeds per configuration, alpha {design.alpha} spent over them; at most "
             f"{design.max_seeds} x {n_configs} = {design.max_seeds * n_configs} runs (the fixed design's), as few as "
             f"{design.min_seeds} when the first configuration tested decides the rule at its first look; "
-            # the level the design reaches, as measured (evals/seeds/guarantee.py: the bench command beside it)
-            f"{level_clause(design.shape, design.pools_seed_variance)}")
+            # the level the design reaches, as measured: the same clause the verdict ends with
+            f"{guarantee_clause(design)}")
     if design.pools_seed_variance:
         line += (f". Each look's seed variance is pooled across up to {configurations(n_configs)} (its own seeds and "
                  "each other configuration's first finished ones, as many at most), which assumes every "
