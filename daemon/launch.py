@@ -24,13 +24,17 @@ RUN_CODES = exitcodes.NOT_RESTARTED
 
 
 def run_exit_code(failures: dict) -> int:
-    """The launcher's exit code from torchrun's {global rank: ProcessFailure}."""
+    """The launcher's exit code from torchrun's {global rank: ProcessFailure}: rank 0's run code (the
+    contract's: its decision), else another rank's (the earliest): a rank that found bad data exits 65
+    while its peers, their collective cut, die with 1 (gloo: "Connection closed by peer"), and which of
+    those torchrun stamps first is a race; else the first failure."""
     def code(failure) -> int:
         return 128 - failure.exitcode if failure.exitcode < 0 else failure.exitcode or 1
 
     if 0 in failures and code(failures[0]) in RUN_CODES:
         return code(failures[0])
-    first = min(failures.values(), key=lambda f: f.timestamp)
+    decided = [f for f in failures.values() if code(f) in RUN_CODES]
+    first = min(decided or failures.values(), key=lambda f: f.timestamp)
     return code(first)
 
 
