@@ -30,9 +30,11 @@ from typing import Callable
 
 from tatu.daemon import memory, signals
 from tatu.daemon.config import ConfigError, RunConfig
+from tatu.daemon.control.access import SocketTaken
 from tatu.daemon.control.server import ControlServer, socket_path
 from tatu.daemon.notify import Notifier
 from tatu.daemon.status_snapshot import DISK_WARN_SAVES, HostSample, StatusSnapshot, disk_fields
+from tatu.daemon.run.lock import RunDirBusy
 from tatu.daemon.run.records import Best, EvalRecord
 from tatu.daemon.suite import best_set
 from tatu.formats import fmt_pct
@@ -117,10 +119,13 @@ class Supervisor:
         return {"queued": "graceful stop at the next step boundary"}
 
     def __enter__(self) -> "Supervisor":
-        # A second daemon for the same run stops here, before touching its files.
+        # A second daemon for the same run stops here, before touching its files: the run is already
+        # running (75, as when its run dir's lock stops it: which of the two it meets first is a race).
         try:
             self._server.start()
-        except RuntimeError as exc:  # not a crash to restart: the name is taken
+        except SocketTaken as exc:
+            raise RunDirBusy(f"TATU_RUN={self.config.run}: {exc}") from None
+        except RuntimeError as exc:  # not a crash to restart: no socket can be made there (a path too long, a foreign dir)
             raise ConfigError(f"TATU_RUN={self.config.run}: {exc}") from None
         return self
 

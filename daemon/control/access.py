@@ -4,9 +4,17 @@ The socket sits in a directory that is ours and 0700, is itself 0600 from the mo
 exists, and a live daemon's socket is never stolen. Who may connect: the daemon's own uid,
 and root (root can read the process's memory anyway, refusing it protects nothing), checked
 per connection with SO_PEERCRED.
+
+Never stolen, even by a daemon starting at the same moment: the socket's path is claimed by an
+exclusive flock on a hidden file beside it (`.<run>.sock.lock`), held from before the live-check
+until the socket is gone. Without it two daemons could both find no listener and bind in turn,
+the second replacing the first's socket; or one could find the other bound but not yet listening
+and take it for a killed daemon's. The kernel drops the flock when its process dies, kill -9
+included; the file itself stays (removing it would race the next claim).
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import stat
@@ -61,6 +69,26 @@ def ensure_private_dir(directory: Path) -> None:
         os.chmod(directory, 0o700)
 
 
+class SocketTaken(RuntimeError):
+    """Another daemon holds this socket path: it listens there, or is binding it now."""
+
+
+def claim_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.lock")  # hidden: never one of the `*.sock` a client lists
+
+
+def claim(path: Path) -> int:
+    """The flock that makes `path` this process's to bind (an fd; closing it releases the claim), or
+    SocketTaken when another daemon holds it."""
+    fd = os.open(claim_path(path), os.O_RDWR | os.O_CREAT, 0o600)  # non-inheritable: no child holds it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise SocketTaken(f"another daemon is already listening at {path}") from None
+    return fd
+
+
 def refuse_if_live(path: Path) -> None:
     """A socket left by a killed daemon is replaced; one with a listener is not stolen."""
     if not path.exists() and not path.is_symlink():
@@ -73,7 +101,7 @@ def refuse_if_live(path: Path) -> None:
         return  # stale: nobody listening
     finally:
         probe.close()
-    raise RuntimeError(f"another daemon is already listening at {path}")
+    raise SocketTaken(f"another daemon is already listening at {path}")
 
 def bind_private(path: Path) -> socket.socket:
     # Bind under a temporary name, chmod, then rename into place: the final path never

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from tatu.daemon.control.access import (  # noqa: F401  (socket_path, peer_allowed: the module's API)
-    bind_private, ensure_private_dir, peer_allowed, peer_credentials, refuse_if_live, socket_path,
+    bind_private, claim, ensure_private_dir, peer_allowed, peer_credentials, refuse_if_live, socket_path,
 )
 from tatu.daemon.control.connection import (
     IDLE_TIMEOUT_S, LINGER_MAX_BYTES, LINGER_S, MAX_PENDING_REPLY_BYTES, Connection, UidBuckets, on_resume_grid,
@@ -47,6 +47,7 @@ class ControlServer:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._wakeup_r, self._wakeup_w = -1, -1
+        self._claim = -1  # the flock that makes the path ours (access.claim)
         self._connections: dict[int, Connection] = {}
         self._served = 0  # connections counted against MAX_CONNECTIONS
         self._accepts: Listener | None = None  # the listener as the selector watches it
@@ -61,8 +62,13 @@ class ControlServer:
         if len(os.fsencode(self.path)) > _UNIX_PATH_MAX:
             raise RuntimeError(f"control socket path {self.path} is longer than {_UNIX_PATH_MAX} bytes")
         ensure_private_dir(self.path.parent)
-        refuse_if_live(self.path)
-        self._listener = bind_private(self.path)
+        self._claim = claim(self.path)  # SocketTaken: another daemon's, or being bound by one now
+        try:
+            refuse_if_live(self.path)  # a daemon that does not claim (an older tatu) is not robbed either
+            self._listener = bind_private(self.path)
+        except BaseException:
+            self._release_claim()
+            raise
         self._listener.setblocking(False)
         self._wakeup_r, self._wakeup_w = os.pipe()
         os.set_blocking(self._wakeup_r, False)
@@ -73,6 +79,11 @@ class ControlServer:
         self._thread = threading.Thread(target=self._serve, name="tatu-control", daemon=True)
         self._thread.start()
         return self
+
+    def _release_claim(self) -> None:
+        if self._claim >= 0:
+            os.close(self._claim)
+            self._claim = -1
 
     def close(self) -> None:
         self._stop.set()
@@ -97,6 +108,7 @@ class ControlServer:
             if fd >= 0:
                 os.close(fd)
         self._wakeup_r = self._wakeup_w = -1
+        self._release_claim()  # after the unlink: the next daemon's socket is never removed by this one
         self._listener = self._selector = self._thread = self._accepts = None
 
     def __enter__(self):

@@ -24,7 +24,9 @@ from tatu.daemon.run.paths import RunDir
 
 
 class RunDirBusy(RuntimeError):
-    """Another process holds this run dir (exit 75, not restarted)."""
+    """The run is already running (exit 75, not restarted): another process holds this run dir, or
+    (raised by the Supervisor) the run's control socket, which a starting daemon binds before it
+    creates a fresh run's dir."""
 
 
 def holder_pid(run_dir: Path) -> int | None:

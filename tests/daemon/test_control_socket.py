@@ -18,6 +18,7 @@ import pytest
 
 from strict import cannot_run
 
+from tatu.daemon.control.access import SocketTaken
 from tatu.daemon.control.server import MAX_REQUEST_DEPTH, ControlServer, error_reply, peer_allowed, socket_path
 from tatu.daemon.control.client import ControlError, request
 from tatu.ops.status import add_status_args, format_status, status_main
@@ -96,8 +97,9 @@ def test_socket_is_0600_in_a_0700_directory(server):
     assert stat.S_ISSOCK(info.st_mode)
     assert stat.S_IMODE(info.st_mode) == 0o600
     assert stat.S_IMODE(os.lstat(server.path.parent).st_mode) == 0o700
-    # No temporary bind name is left behind.
-    assert sorted(p.name for p in server.path.parent.iterdir()) == ["t.sock"]
+    # No temporary bind name is left behind; the claim beside the socket is 0600 too, and hidden.
+    assert sorted(p.name for p in server.path.parent.iterdir()) == [".t.sock.lock", "t.sock"]
+    assert stat.S_IMODE(os.lstat(server.path.parent / ".t.sock.lock").st_mode) == 0o600
 
 
 def test_existing_loose_directory_is_tightened(short_dir):
@@ -123,9 +125,46 @@ def test_stale_socket_is_replaced_but_a_live_one_is_not_stolen(short_dir):
     stale.close()  # the file stays, nobody listens: what a SIGKILLed daemon leaves
     with ControlServer(path, {"status": lambda r: {"who": "new"}}):
         assert request(path, "status")["who"] == "new"
-        with pytest.raises(RuntimeError, match="already listening"):
+        with pytest.raises(SocketTaken, match="already listening"):
             ControlServer(path, {}).start()
         assert request(path, "status")["who"] == "new"
+
+
+CLAIM_AND_WAIT = """
+import sys, time
+from pathlib import Path
+from tatu.daemon.control.access import claim
+claim(Path(sys.argv[1]))
+print("claimed", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_path_being_bound_by_another_daemon_is_not_taken(short_dir):
+    """Another daemon has claimed the path and not bound it yet (or bound it and not yet listening):
+    nobody answers there, yet the path is not this one's to bind. Without the claim both would bind
+    in turn, the second replacing the first's socket."""
+    path = short_dir / "s.sock"
+    other = subprocess.Popen([sys.executable, "-c", CLAIM_AND_WAIT, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "claimed"
+        assert not path.exists()
+        with pytest.raises(SocketTaken, match=f"another daemon is already listening at {path}"):
+            ControlServer(path, {}).start()
+        assert not path.exists()  # nothing bound
+    finally:
+        other.kill()
+        other.wait()
+    with ControlServer(path, {"status": lambda r: {"who": "next"}}):  # the claim died with its process (kill -9)
+        assert request(path, "status")["who"] == "next"
+
+
+def test_close_releases_the_claim_after_removing_the_socket(short_dir):
+    path = short_dir / "s.sock"
+    ControlServer(path, {}).start().close()
+    with ControlServer(path, {"status": lambda r: {"who": "second"}}):
+        assert request(path, "status")["who"] == "second"
+    assert not path.exists()
 
 
 # -- peer credentials ------------------------------------------------------------------

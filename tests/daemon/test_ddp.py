@@ -346,8 +346,8 @@ def test_forget_abort_on_two_ranks_exits_10_from_the_launcher(world):
 
 @pytest.mark.slow
 def test_rank0_alone_failing_ends_every_rank_with_its_code(world, tmp_path):
-    """The run's socket is taken (another daemon): rank 0 exits 78 before any collective; rank 1
-    must not hang and the launcher must say 78, not torchrun's 1."""
+    """The run's socket is taken (another daemon): rank 0 exits 75 (the run is already running)
+    before any collective; rank 1 must not hang and the launcher must say 75, not torchrun's 1."""
     env = sft_env(world, "taken")
     path = socket_path("taken")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -359,7 +359,7 @@ def test_rank0_alone_failing_ends_every_rank_with_its_code(world, tmp_path):
     finally:
         squatter.close()
         path.unlink(missing_ok=True)
-    assert proc.returncode == 78, proc.stdout + proc.stderr
+    assert proc.returncode == 75, proc.stdout + proc.stderr
     assert "already listening" in proc.stdout + proc.stderr
 
 

@@ -1,7 +1,9 @@
 """One daemon per run dir (daemon/run/lock.py): a second daemon exits 75 naming the dir and the
-holder's pid and writes nothing; the lock dies with its process (kill -9); a fresh start that
-finds a resume state appeared meanwhile does not start over it; the foreground sweep backend
-sees a member whose daemon holds its run dir as running. Real processes, real flocks."""
+holder's pid and writes nothing; so does one that finds the run's control socket held (a fresh run
+still loading has a socket and no dir yet), the same code whichever of the two it meets first; the
+lock dies with its process (kill -9); a fresh start that finds a resume state appeared meanwhile
+does not start over it; the foreground sweep backend sees a member whose daemon holds its run dir
+as running. Real processes, real flocks."""
 from __future__ import annotations
 
 import os
@@ -64,6 +66,22 @@ def test_a_second_daemon_on_a_held_run_dir_exits_75_and_writes_nothing(tiny_trun
     assert len(errors) == 1 and f"run dir {run_dir} is in use by another daemon (pid {proc.pid})" in errors[0]
     assert "Traceback" not in result.stdout + result.stderr
     assert sorted(p.name for p in run_dir.iterdir()) == ["state"]  # no run.log, no events: nothing written
+
+
+def test_a_second_daemon_on_a_held_socket_exits_75_and_writes_nothing(tiny_trunk, tmp_path):
+    """A first daemon of a fresh run binds its socket before it creates its run dir: a second one
+    started meanwhile meets the socket, not the lock. The run is already running: 75, as for the
+    lock (it was 78, a configuration error, which made a foreground sweep's member fatal)."""
+    from tatu.daemon.control.server import ControlServer, socket_path
+
+    env = sft_env(tiny_trunk, tmp_path / "out")
+    with ControlServer(socket_path(env["TATU_RUN"]), {"status": lambda request: {}}):  # the first daemon's
+        result = daemon(env)
+    assert result.returncode == exitcodes.RUN_DIR_BUSY, result.stdout[-2000:] + result.stderr[-2000:]
+    errors = [line for line in (result.stdout + result.stderr).splitlines() if "already listening" in line]
+    assert len(errors) == 1 and f"TATU_RUN=run: another daemon is already listening at {socket_path('run')}" in errors[0]
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not (tmp_path / "out").exists()  # nothing written
 
 
 def test_a_smoke_never_deletes_the_run_dir_of_a_smoke_still_running(tiny_trunk, tmp_path):

@@ -7,7 +7,8 @@ import socket
 
 import pytest
 
-from tatu.daemon.config import ConfigError, load_config
+from tatu.daemon.config import load_config
+from tatu.daemon.run.lock import RunDirBusy
 from tatu.daemon.run.state import RunState
 
 from run_records import eval_record
@@ -35,7 +36,7 @@ def test_supervisor_requests_replies_and_one_daemon_per_run():
             client.sendall(b'{"v":1,"cmd":"status"}\n')
             reply = json.loads(client.makefile().readline())
         assert reply["ok"] and reply["run"] == "parts" and reply["config_hash"] == cfg.hash
-        with pytest.raises(ConfigError, match="TATU_RUN=parts: another daemon is already listening"):
+        with pytest.raises(RunDirBusy, match="TATU_RUN=parts: another daemon is already listening"):  # 75
             Supervisor(cfg, {}).__enter__()
 
 
