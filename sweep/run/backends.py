@@ -16,8 +16,9 @@ reboot, derives the same thing. The Ray backend (tatu.sweep.run.ray) implements 
 - foreground: members are child processes of the coordinator (`python -m tatu.daemon`); a
   crash is restarted here, at most CRASH_RESTARTS times; a child gets SIGTERM when the
   coordinator dies (PR_SET_PDEATHSIG), saves and exits, and a restarted coordinator waits for
-  a member whose daemon still holds its run dir's lock (tatu.daemon.run.lock) or answers on its
-  control socket instead of starting it twice.
+  a member whose daemon still holds its run dir's lock (tatu.daemon.run.lock) or its control
+  socket instead of starting it twice. One it started anyway (the first had neither yet) exits
+  75 on meeting either, and is watched like that: the holder runs, then the member resumes.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from typing import Protocol
 from tatu import exitcodes, systemctl
 from tatu.atomic import write_atomic
 from tatu.daemon.config import PREFIXES as RUN_PREFIXES
+from tatu.daemon.control.access import claim_path
 from tatu.daemon.control.client import ControlError, answers, request, resolve_socket
 from tatu.daemon.run.lock import holder_pid
 from tatu.envfile import env_file_text
@@ -121,8 +123,9 @@ class ForegroundBackend:
                     return UnitState("absent", detail=f"crashed with {code}; restarting")
                 return UnitState("exited", code)
         # A member of an earlier coordinator: its daemon holds the run dir's lock from its start to
-        # its death (loading and shutting down too, when its socket does not answer).
-        holder = holder_pid(member.run_dir)
+        # its death (loading and shutting down too, when its socket does not answer); a fresh run
+        # still loading has no dir yet, only its socket, claimed from before it binds (75 said which).
+        holder = holder_pid(member.run_dir) or holder_pid(claim_path(resolve_socket(member.run)))
         if holder is not None or _socket_answers(member.run):
             return UnitState("running", detail="started by an earlier coordinator" + (f" (pid {holder})" if holder else ""))
         return UnitState("absent")

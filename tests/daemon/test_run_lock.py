@@ -153,3 +153,32 @@ def test_the_foreground_backend_watches_the_holder_when_its_own_child_exits_75(h
     proc.kill()
     proc.wait()
     assert backend.poll(member).kind == after
+
+
+CLAIM = """
+import sys, time
+from tatu.daemon.control.access import claim
+from tatu.daemon.control.client import resolve_socket
+claim(resolve_socket(sys.argv[1]))
+print("claimed", flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_foreground_backend_sees_a_member_binding_its_socket_as_running(tmp_path):
+    """A fresh member still loading has no run dir yet, and its socket may not answer yet (claimed,
+    not bound): its claim says it runs, and a second daemon's 75 is watched, not a fresh start."""
+    member = Member("m-s1", "claimed-run", "compare", "m", {}, 1, {"TATU_OUT": str(tmp_path / "out")})
+    proc = subprocess.Popen([sys.executable, "-c", CLAIM, member.run], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "claimed"
+        backend = ForegroundBackend(tmp_path / "sweep")
+        child = subprocess.Popen([sys.executable, "-c", f"raise SystemExit({exitcodes.RUN_DIR_BUSY})"])
+        child.wait()
+        backend.children[member.run] = child
+        state = backend.poll(member)
+        assert state.kind == "running" and f"pid {proc.pid}" in state.detail, state
+    finally:
+        proc.kill()
+        proc.wait()
+    assert backend.poll(member).kind == "absent"
