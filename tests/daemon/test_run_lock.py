@@ -157,9 +157,11 @@ def test_the_foreground_backend_watches_the_holder_when_its_own_child_exits_75(h
 
 CLAIM = """
 import sys, time
-from tatu.daemon.control.access import claim
+from tatu.daemon.control.access import claim, ensure_private_dir
 from tatu.daemon.control.client import resolve_socket
-claim(resolve_socket(sys.argv[1]))
+path = resolve_socket(sys.argv[1])
+ensure_private_dir(path.parent)
+claim(path)
 print("claimed", flush=True)
 time.sleep(600)
 """
