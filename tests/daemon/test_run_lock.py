@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tiny_world import daemon, sft_env
+from tiny_world import clean_environ, daemon, sft_env
 
 from tatu import exitcodes
 from tatu.daemon.run.lock import RunDirBusy, RunDirLock, holder_pid
@@ -82,6 +82,22 @@ def test_a_second_daemon_on_a_held_socket_exits_75_and_writes_nothing(tiny_trunk
     assert len(errors) == 1 and f"TATU_RUN=run: another daemon is already listening at {socket_path('run')}" in errors[0]
     assert "Traceback" not in result.stdout + result.stderr
     assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_two_daemons_of_one_fresh_run_started_together_one_runs_and_the_other_exits_75(tiny_trunk, tmp_path):
+    """Whichever check the second meets first (the socket, the run dir's lock, a resume state that
+    appeared meanwhile), it exits 75 and writes nothing; the first runs to its verdict."""
+    env = {**clean_environ(), **sft_env(tiny_trunk, tmp_path / "out", MIX_STEPS_LIMIT=2, EVAL_EVERY=2)}
+    both = [subprocess.Popen([sys.executable, "-m", "tatu.daemon"], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outputs = [proc.communicate(timeout=300)[0] for proc in both]
+    codes = [proc.returncode for proc in both]
+    assert sorted(codes) == [exitcodes.OK, exitcodes.RUN_DIR_BUSY], "\n".join(o[-1500:] for o in outputs)
+    second = outputs[codes.index(exitcodes.RUN_DIR_BUSY)]
+    assert "Traceback" not in second and not any(line.startswith("VERDICT") for line in second.splitlines())
+    run_dir = tmp_path / "out" / "run"
+    assert (run_dir / "verdict.json").is_file()
+    assert (run_dir / "events.jsonl").read_text().count('"event": "config"') == 1  # one daemon ran there
 
 
 def test_a_smoke_never_deletes_the_run_dir_of_a_smoke_still_running(tiny_trunk, tmp_path):
