@@ -5,7 +5,7 @@ session's tiny trunk, tests/sweep_world.py's sequential plan, one member at a ti
 
 Each moment is reached by events, never by sleeping: a daemon's SIGTERM handler is in (its
 /proc status: from then on the coordinator's death asks it to save and stop instead of killing
-it), its socket answers, its run dir exists, its resume state is saved; a daemon is held at such
+it), its socket answers, its resume state is saved mid-run; a daemon is held at such
 a point with SIGSTOP and let go with SIGCONT. The test process is its descendants' subreaper
 meanwhile: a daemon whose coordinator it killed is adopted here, not by init, so its process group
 (its own, sweep/run/backends.py) is not orphaned while stopped, which the kernel would answer with
@@ -14,8 +14,8 @@ SIGHUP (the daemon's death) and SIGCONT.
 - starting: the first member's daemon (a) has not bound its socket when its coordinator dies.
   The restarted coordinator finds nothing that runs and starts the member again (b); a binds its
   socket first, then b meets it. b exits 75, the run is already running, and the coordinator
-  waits for a, then resumes the member. (b exited 78, a configuration error: the member was
-  "fatal" and the sweep stopped.)
+  waits for a, then starts the member again. (Before, b exited 78, a configuration error: the
+  member was "fatal" and the sweep stopped.)
 - stopping: the second member's daemon has saved mid-run when its coordinator dies; it holds the
   SIGTERM (saving, exiting) while the next coordinator starts and finds it running.
 """
@@ -180,8 +180,9 @@ class KilledSweep:
 
         # stopping: the second member's daemon has saved mid-run and holds its coordinator's SIGTERM
         wait_for(f"{SECOND} saved mid-run", lambda: saved_mid_run(second_dir), c2)
-        stopping = self.held(daemon_of(c2, SECOND))
-        stopping.suspend()
+        stopping = daemon_of(c2, SECOND)
+        assert stopping is not None, f"{SECOND} ended before it could be held mid-run"
+        self.held(stopping).suspend()
         assert not (second_dir / "verdict.json").exists()
         c2.kill()
         c3 = self.coordinator()
