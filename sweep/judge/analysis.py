@@ -17,6 +17,7 @@ import dataclasses
 import itertools
 from pathlib import Path
 
+from tatu.daemon.run.paths import SweepDir
 from tatu.sweep.plan.interpolated import InterpolatedMember, interpolated_members
 from tatu.sweep.judge.interpolated import interpolated_result
 from tatu.sweep.judge.vs_parent import vs_parent
@@ -46,7 +47,7 @@ def member_result(member: Member, sweep_dir: Path, required: tuple[str, ...] = (
                           state=status.state, verdict=status.verdict)
     if status.state not in ("done", "aborted"):
         return result
-    cache = Path(sweep_dir) / "scores"
+    cache = SweepDir(sweep_dir).scores
     end = end_checkpoint(directory)
     lines = {"base": score_checkpoint(Path(member.env["TATU_SEED_CKPT"]), member.env, cache, required),
              "end": score_checkpoint(end, member.env, cache, required)}

@@ -7,6 +7,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from tatu.daemon.run.paths import SweepDir
 from tatu.exitcodes import BAD_CONFIG, BAD_DATA
 from tatu.sweep.errors import SweepError
 from tatu.sweep.plan.interpolated import InterpolatedMember
@@ -87,7 +88,7 @@ def interpolated_result(member: InterpolatedMember, sweep_dir: Path, required: t
     ckpt = write_checkpoint(sweep_dir, member) if end is not None else None
     if ckpt is None:
         return result
-    cache = Path(sweep_dir) / "scores"
+    cache = SweepDir(sweep_dir).scores
     lines = {"base": score_checkpoint(Path(member.env["TATU_SEED_CKPT"]), member.env, cache, required),
              "end": score_checkpoint(ckpt, member.env, cache, required)}
     parent_config = member.config_key.removesuffix(f"-a{member.alpha:g}")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tatu.daemon.config import ConfigError, RunConfig, known_variables, load_config
-from tatu.daemon.run.paths import RunDir
+from tatu.daemon.run.paths import RunDir, SweepDir
 from tatu.sweep.plan.member import Member
 
 
@@ -160,6 +160,6 @@ def wall_estimate(plan, out: Path, shown: list[Member], k: int) -> float | None:
 
 def unfinished_estimate(plan, sweep_dir: Path, k: int) -> float | None:
     """Wall seconds the members without a verdict take at K at a time, as `tatu sweep plan` estimates."""
-    out = sweep_dir.absolute() / "runs"
+    out = SweepDir(sweep_dir.absolute()).runs
     shown = plan.tune_members(out) + plan.compare_members(out, {plan.tune_var: plan.tune_values[0]} if plan.tune_var else None)
     return wall_estimate(plan, out, [m for m in shown if not RunDir(out / m.run).verdict_file.exists()], k)
