@@ -230,10 +230,10 @@ class Coordinator:
     def say_verdict(self, statuses: list[MemberStatus]) -> None:
         from tatu.sweep.judge.verdict import runs_line, verdict_sentence
 
-        rule = read_lock(self.sweep_dir).plan.rule
+        plan = read_lock(self.sweep_dir).plan
         states = {s.member.run: s.state for s in statuses}
         self.say(runs_line(self.schedule, states))
-        self.say(verdict_sentence(self.schedule, rule.text, rule.axis))
+        self.say(verdict_sentence(plan, self.schedule))
 
     def took(self, started: float) -> str:
         """This coordinator's wall time beside the estimate `tatu sweep start` made for it."""
