@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tatu.daemon.run.paths import EVENTS, FINAL, RUN_LOG, STATE, TB, VERDICT, RunDir
+from tatu.daemon.run.paths import EVENTS, FINAL, RUN_LOG, STATE, TB, VERDICT, RunDir, SweepDir
 from tatu.data.demo.sources import CHAT_PRETRAIN_FILE, HELD_OUT_FILE
 from tatu.envfile import env_file_text, env_value
 from tatu.formats import fmt_pct
@@ -177,7 +177,7 @@ def sweep_members(out: Path) -> list:
     """The sweep's members as its plan lists them (written before the trunk trains: it does not depend on it)."""
     from tatu.sweep.plan.load import load_plan
 
-    return load_plan(out / "demo-plan.toml").compare_members(out / "sweeps" / SWEEP / "runs", None)
+    return load_plan(out / "demo-plan.toml").compare_members(SweepDir(out / "sweeps" / SWEEP).runs, None)
 
 
 def sweep_k() -> int:
@@ -337,8 +337,8 @@ def where_things_are(out: Path, data: Path, trunk: Path, sweep_dir: Path, sweep_
 Where things are:
   data            {data}
   trunk           {trunk}
-  the plan        {out / 'demo-plan.toml'} (locked: {sweep_dir / 'plan.lock.json'})
-  member runs     {sweep_dir / 'runs'}/<member>/ ({RUN_LOG}, {EVENTS}, {STATE}/, {FINAL}/, {VERDICT})
+  the plan        {out / 'demo-plan.toml'} (locked: {SweepDir(sweep_dir).lock_file})
+  member runs     {SweepDir(sweep_dir).runs}/<member>/ ({RUN_LOG}, {EVENTS}, {STATE}/, {FINAL}/, {VERDICT})
   sweep report    {sweep_page} (report.json and plots beside it)
   run report      {out / 'report' / 'index.html'} (a verdict sentence per run, learning vs forgetting, the word-category tables)
   TensorBoard     tensorboard --logdir {out}      (every run's curves: <run>/{TB}; the members' HParams: {sweep_dir / 'tb'})
@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     say("reports: the sweep's (tables over seeds, plots) and every member's run report")
     print(reports_estimate(runs / "trunk", len(sweep_members(out))).line(), flush=True)
     report, _, sweep_page = write_report(sweep_dir)
-    members = sorted(p for p in (sweep_dir / "runs").iterdir() if p.is_dir())
+    members = sorted(p for p in SweepDir(sweep_dir).runs.iterdir() if p.is_dir())
     check(tatu(["report", *map(str, members), "--out", str(out / "report")]), "report")
 
     say(f"done in {time.time() - started:.0f}s: SFT without vs with replay over seeds {', '.join(map(str, SEEDS))}, "

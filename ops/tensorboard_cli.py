@@ -19,9 +19,8 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from tatu.daemon.run.paths import EVENTS, RunDir
+from tatu.daemon.run.paths import EVENTS, RunDir, SweepDir
 from tatu.exitcodes import BAD_CONFIG, BAD_DATA, IO_ERROR, TatuExit
-from tatu.sweep.plan.lock import LOCK_NAME
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
@@ -37,11 +36,11 @@ class Curves:
 
 
 def _kind(path: Path) -> str:
-    if (path / LOCK_NAME).is_file():
+    if SweepDir(path).lock_file.is_file():
         return "sweep"
     if RunDir(path).events_file.is_file():
         return "run"
-    raise TatuExit(BAD_DATA, f"{path}: neither a run dir (no {EVENTS}) nor a sweep dir (no {LOCK_NAME})")
+    raise TatuExit(BAD_DATA, f"{path}: neither a run dir (no {EVENTS}) nor a sweep dir (no {SweepDir(path).lock_file.name})")
 
 
 def _write_curves(curves: Curves, warn) -> str:
@@ -64,7 +63,7 @@ def _sweep(path: Path, out: Path | None, warn) -> list[str]:
     for member in locked.members_of():
         run = RunDir(member.run_dir)
         if run.events_file.is_file():
-            log_dir = base / "runs" / member.run if base else run.tb
+            log_dir = SweepDir(base).runs / member.run if base else run.tb
             lines.append(_write_curves(Curves(run, log_dir), warn))
     root = base / SESSIONS if base else path / SESSIONS
     written = write_sessions(path, locked, warn, root)

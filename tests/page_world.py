@@ -8,6 +8,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+from meta_only import write_meta
 from run_records import rule_plan, sweep_report
 
 from tatu.ops.report.page import build_report
@@ -54,8 +55,7 @@ def write_run(run_dir: Path, events: list[dict], config: dict | None, torn_tail:
     text = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events) + torn_tail
     (run_dir / "events.jsonl").write_text(text, encoding="utf-8")
     if config is not None:
-        (run_dir / "state").mkdir()
-        (run_dir / "state" / "meta.json").write_text(json.dumps({"config": config, "step": 8}))
+        write_meta(run_dir / "state", {"config": config, "step": 8})
     return run_dir
 
 

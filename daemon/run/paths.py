@@ -1,5 +1,7 @@
 """A run dir's files, named here and nowhere else: the daemon writes them, and the sweep, the
-report, `tatu tensorboard` and `tatu doctor` read them through `RunDir`.
+report, `tatu tensorboard` and `tatu doctor` read them through `RunDir`. A sweep's directory,
+sweeps/<name>/, is laid out here too (`SweepDir`): its members' run dirs are under its runs/, and
+the coordinator, the judge, the sweep report and the run report find its files through it.
 
 Torch-free on purpose: the sweep's coordinator and common step read run dirs without loading
 the training code (daemon/actions.py imports torch and the checkpoint writers)."""
@@ -22,6 +24,12 @@ EVALS = "evals"
 TB = "tb"
 REPORT = "report"
 FISHER = "fisher.safetensors"
+# A sweep's directory (SweepDir)
+RUNS = "runs"
+SCORES = "scores"
+LOOKS = "looks.jsonl"
+PLAN_LOCK = "plan.lock.json"
+ENV = "env"
 # The checkpoint writer's swap leaves the previous copy as NAME.old for a moment (model/checkpoint/directory.py).
 OLD_SUFFIX = ".old"
 
@@ -140,3 +148,56 @@ class RunDir:
             return Verdict.from_json(payload, str(self.verdict_file))
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{self.verdict_file}: malformed ({type(exc).__name__}: {exc})") from None
+
+
+@dataclass(frozen=True)
+class SweepDir:
+    """One sweep's directory, sweeps/<name>/ (`tatu sweep start` makes it): its plan's lock, its
+    members' run dirs (runs/<run>, their TATU_OUT), their env files, the looks log of a sequential
+    design, the scoring cache and `tatu sweep report`'s page and report.json."""
+
+    path: Path
+
+    def __post_init__(self):
+        object.__setattr__(self, "path", Path(self.path))
+
+    @classmethod
+    def of_member(cls, run_dir: Path) -> "SweepDir | None":
+        """The sweep whose runs/ holds `run_dir` (resolved: a link to a member is its member), beside the
+        sweep's lock; None for a run dir that is no sweep's member."""
+        runs = Path(run_dir).resolve().parent
+        sweep = cls(runs.parent)
+        return sweep if runs.name == RUNS and sweep.lock_file.is_file() else None
+
+    @property
+    def lock_file(self) -> Path:
+        """The locked plan (sweep/plan/lock.py), written before any member starts."""
+        return self.path / PLAN_LOCK
+
+    @property
+    def runs(self) -> Path:
+        """The members' TATU_OUT: each member's run dir is runs/<run>."""
+        return self.path / RUNS
+
+    @property
+    def env_dir(self) -> Path:
+        """The env files a foreground or Ray coordinator started its members from."""
+        return self.path / ENV
+
+    def env_file(self, run: str) -> Path:
+        return self.env_dir / f"{run}.env"
+
+    @property
+    def looks_file(self) -> Path:
+        """A sequential design's looks log (sweep/judge/looks_log.py)."""
+        return self.path / LOOKS
+
+    @property
+    def scores(self) -> Path:
+        """The scoring cache: one file per checkpoint and eval sets scored (sweep/judge/scores.py)."""
+        return self.path / SCORES
+
+    @property
+    def report(self) -> Path:
+        """`tatu sweep report`'s page, plots and report.json (without --out)."""
+        return self.path / REPORT

@@ -11,15 +11,12 @@ from typing import Any, Callable, NamedTuple
 import torch
 
 from tatu.model.adapters import is_adapter_key, merge_state
+from tatu.model.checkpoint.files import CheckpointError
 from tatu.model.gpt import GPT, GPTConfig
 from tatu.model.tokenizer import Tokenizer
 from tatu.model.tokenizer_json import tokenizer_from_dict
 
 TIED_KEYS = ("lm_head.weight",)
-
-
-class CheckpointError(ValueError):
-    pass
 
 
 class DirectoryFormat(NamedTuple):

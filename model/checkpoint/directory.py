@@ -35,10 +35,11 @@ from tatu.atomic import fsync_dir
 from tatu.storage import check_room, is_storage_error, needed_bytes, storage_error
 from tatu.model.checkpoint.contents import (Checkpoint, CheckpointError, check_vocab, model_state_for_saving,
                                             parse_config, parse_tokenizer)
+from tatu.model.checkpoint.files import (FORMAT, MANIFEST, META, checkpoints_in, read_document, read_manifest,
+                                         read_verified, resolve_checkpoint)
 from tatu.model.gpt import GPTConfig
 from tatu.model.tokenizer import Tokenizer
 
-FORMAT = "tatu-ckpt-1"
 _RESERVED = {"model", "config", "tokenizer", "meta", "manifest"}
 
 
@@ -91,7 +92,7 @@ def _documents(state: dict[str, torch.Tensor], model_config: GPTConfig, tokenize
         "model.safetensors": st_save({k: v.contiguous() for k, v in state.items()}),
         "config.json": json.dumps(model_config.to_dict(), sort_keys=True).encode(),
         "tokenizer.json": tokenizer.to_json().encode("utf-8"),
-        "meta.json": json.dumps(meta, sort_keys=True, allow_nan=False).encode(),
+        META: json.dumps(meta, sort_keys=True, allow_nan=False).encode(),
     }
     for name in [*extra_tensors, *extra_json]:
         if name in _RESERVED:
@@ -117,7 +118,7 @@ def _write_complete(tmp: Path, documents: dict[str, bytes], path: Path) -> None:
         tmp.mkdir()
         hashes = {name: _write_file(tmp / name, data) for name, data in documents.items()}
         manifest = {"format": FORMAT, "files": hashes}
-        _write_file(tmp / "manifest.json", json.dumps(manifest, sort_keys=True, indent=1).encode())
+        _write_file(tmp / MANIFEST, json.dumps(manifest, sort_keys=True, indent=1).encode())
         fsync_dir(tmp)
     except OSError as exc:  # a full disk mid-write: no half-written copy stays on it
         shutil.rmtree(tmp, ignore_errors=True)
@@ -143,52 +144,16 @@ def _swap_into_place(tmp: Path, path: Path) -> None:
         shutil.rmtree(old)
 
 
-def resolve_checkpoint(path: str | Path) -> Path:
-    """The checkpoint directory to read: `path`, or `path.old` when a save died mid-swap."""
-    path = Path(path)
-    if path.exists():
-        return path
-    old = path.parent / f"{path.name}.old"
-    if old.is_dir():
-        return old
-    raise CheckpointError(f"{path}: no such checkpoint")
-
-
-def checkpoints_in(path: Path) -> list[Path]:
-    """The checkpoint directories directly in `path` (a run's directory holds best/, final/ and its
-    resume state/), as paths that work from wherever `path` was given."""
-    return sorted(p for p in path.iterdir() if p.is_dir() and not p.name.endswith(".old") and (p / "manifest.json").is_file())
-
-
-def _read_verified(ckpt: Path, name: str, expected: dict[str, str]) -> bytes:
-    file = ckpt / name
-    if name not in expected:
-        raise CheckpointError(f"{file}: not listed in manifest.json")
-    try:
-        data = file.read_bytes()
-    except OSError as exc:
-        raise CheckpointError(f"{file}: missing or unreadable ({exc.strerror})") from exc
-    if hashlib.sha256(data).hexdigest() != expected[name]:
-        raise CheckpointError(f"{file}: sha256 mismatch with manifest.json (corrupted or truncated)")
-    return data
-
-
 def load_directory(path: str | Path, map_location: str = "cpu") -> Checkpoint:
     """Read and verify a tatu checkpoint directory (or its `.old` copy after a save died mid-swap)."""
     ckpt = resolve_checkpoint(path)
-    inside = checkpoints_in(ckpt) if ckpt.is_dir() and not (ckpt / "manifest.json").exists() else []
+    inside = checkpoints_in(ckpt) if ckpt.is_dir() and not (ckpt / MANIFEST).exists() else []
     if inside:
         raise CheckpointError(f"{ckpt}: not a checkpoint (no manifest.json) but a directory of them: {', '.join(map(str, inside))}")
-    try:
-        manifest = json.loads((ckpt / "manifest.json").read_text())
-        expected = manifest["files"]
-    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"{ckpt / 'manifest.json'}: missing or invalid ({exc})") from exc
-    if manifest.get("format") != FORMAT:
-        raise CheckpointError(f"{ckpt / 'manifest.json'}: unknown format {manifest.get('format')!r}")
+    expected = read_manifest(ckpt)
 
     def tensors(name: str) -> dict[str, torch.Tensor]:
-        data = _read_verified(ckpt, name, expected)
+        data = read_verified(ckpt, name, expected)
         try:
             loaded = st_load(data)
         except Exception as exc:  # safetensors raises its own error types
@@ -196,11 +161,7 @@ def load_directory(path: str | Path, map_location: str = "cpu") -> Checkpoint:
         return {k: v.to(map_location) for k, v in loaded.items()}
 
     def document(name: str) -> Any:
-        data = _read_verified(ckpt, name, expected)
-        try:
-            return json.loads(data)
-        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
-            raise CheckpointError(f"{ckpt / name}: invalid JSON ({exc})") from exc
+        return read_document(ckpt, name, expected)
 
     extra_tensors, extra_json = {}, {}
     for name in expected:
@@ -219,7 +180,7 @@ def load_directory(path: str | Path, map_location: str = "cpu") -> Checkpoint:
         model_config=model_config,
         model_state=tensors("model.safetensors"),
         tokenizer=tokenizer,
-        meta=document("meta.json"),
+        meta=document(META),
         extra_tensors=extra_tensors,
         extra_json=extra_json,
     )

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from tatu.model.checkpoint.files import CheckpointError, read_meta
 from tatu.exitcodes import BAD_DATA, USAGE, TatuExit
 from tatu.ops.eval.tasks import task_specs
 
@@ -64,10 +65,9 @@ def peek_meta(path: Path) -> dict:
 
     if path.is_dir():
         try:
-            meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+            return read_meta(path)
+        except CheckpointError:  # no tatu checkpoint (a GPT-2 directory) or a corrupt one: refused when loaded
             return {}
-        return meta if isinstance(meta, dict) else {}
     try:  # a legacy single file keeps its meta inside
         return load_checkpoint(path).meta
     except ValueError:

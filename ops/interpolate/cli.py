@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from tatu.model.checkpoint.files import META
 from tatu.exitcodes import BAD_CONFIG, NO_CHOICE, USAGE, TatuExit
 from tatu.ops.eval.inputs import add_bootstrap_args, check_device, resolve_bootstrap, set_specs
 from tatu.ops.interpolate.output import payload, table, write_checkpoint, write_report
@@ -88,5 +89,5 @@ def main(args: argparse.Namespace) -> int:
         provenance = {"rule": args.pick, "line": choice.line, "data": str(args.data.absolute()),
                       "bootstrap": bootstrap, "metrics": metrics}
         write_checkpoint(args.out, seed, finetuned, choice.alpha, provenance)
-        print(f"wrote {args.out} (alpha {choice.alpha:g}; parents' sha256 in its meta.json)")
+        print(f"wrote {args.out} (alpha {choice.alpha:g}; parents' sha256 in its {META})")
     return 0

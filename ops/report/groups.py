@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tatu.daemon.run.paths import SweepDir
 from tatu.evals.seeds.stats import RunLines, crossed_ci
 from tatu.ops.report.runs import RunRecord
 
@@ -56,11 +57,11 @@ def sweep_membership(run_dir: Path) -> Membership | None:
     from tatu.sweep.plan.lock import read_lock
 
     run_dir = Path(run_dir).resolve()
-    runs = run_dir.parent
-    if runs.name != "runs" or not (runs.parent / "plan.lock.json").is_file():
+    sweep = SweepDir.of_member(run_dir)
+    if sweep is None:
         return None
     try:
-        locked = read_lock(runs.parent)
+        locked = read_lock(sweep.path)
     except SweepError:
         return None
     found = next((m for m in locked.members_of() if m.run == run_dir.name), None)

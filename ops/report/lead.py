@@ -16,7 +16,9 @@ from pathlib import Path
 
 from tatu import formats
 from tatu.daemon.ci_covers import ENV_FILE_PLACEHOLDER
+from tatu.daemon.run.paths import SweepDir
 from tatu.daemon.run.records import Verdict
+from tatu.exitcodes import BAD_DATA, TatuExit
 from tatu.ops.report.groups import RunGroup, crossed_band, group_runs
 from tatu.ops.report.runs import RunRecord, fmt_pct
 from tatu.pages.figures import PlotFile
@@ -131,19 +133,21 @@ def _plural(verb: str, n: int) -> str:
 
 def sweep_stats(group: RunGroup, step: int) -> dict | None:
     """The configuration's changes over seeds at `step` as its sweep's report.json holds them
-    (sweeps/<name>/report/report.json, written by `tatu sweep report` before the run report in the
-    demo): at the members' ends where every member ended at `step`, else at the common step where that
-    is `step`, on the same seeds; None without such a report (the run report computes its own then).
-    One computation per number: the sentence shows the CI the sweep page and report.json show."""
-    if not group.is_configuration:
-        return None
-    path = Path(group.runs[0].run_dir).resolve().parent.parent / "report" / REPORT_FILE
-    if not path.is_file():
+    (SweepDir.report, written by `tatu sweep report` before the run report in the demo): at the
+    members' ends where every member ended at `step`, else at the common step where that is `step`,
+    on the same seeds; None where report.json holds no such number: a run that is no sweep's member,
+    a sweep not reported yet, a report of other seeds or of other steps (the run report computes its
+    own then). One computation per number: the sentence shows the CI the sweep page and report.json
+    show, and a report.json the run report cannot read is refused (65), never replaced by a second CI."""
+    sweep = SweepDir.of_member(group.runs[0].run_dir) if group.is_configuration else None
+    path = sweep.report / REPORT_FILE if sweep else None
+    if path is None or not path.is_file():
         return None
     try:
         report = read_report_json(path)
-    except (ValueError, KeyError, OSError):
-        return None  # an unreadable or foreign report: the run report's own numbers stand
+    except (ValueError, KeyError, TypeError, OSError) as exc:
+        raise TatuExit(BAD_DATA, f"{path}: unreadable sweep report ({type(exc).__name__}: {exc}); "
+                                 f"`tatu sweep report` writes it again") from None
     config = next((c for c in (report.compare.configs if report.compare else ()) if c.key == group.name), None)
     if config is None or len(config.results) != len(group.runs):
         return None
@@ -162,9 +166,9 @@ def _group_numbers(group: RunGroup) -> str:
     common, said = min(ends), []
     swept = sweep_stats(group, common)
     for label, set_name in (("drift", "enRuler"), ("sftHeld", "sftHeld")):
-        stat = (swept or {}).get(label)
-        if stat:
-            said.append(f"{label} {stat.change.text()}")
+        if swept is not None:  # the sweep's numbers, or none for a label it has none of: never a second CI
+            if swept.get(label):
+                said.append(f"{label} {swept[label].change.text()}")
             continue
         band = crossed_band(group, set_name, "change")
         if band is None or common not in band.steps:

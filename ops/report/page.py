@@ -2,7 +2,7 @@
 
 Three parts: runs.py reads the runs (events, stored config), plots.py draws
 them, this module writes the page. Every number on the page is read from the runs' events files
-(eval and verdict events) or their stored config (`state/meta.json`); nothing is recomputed, so
+(eval and verdict events) or their stored config (the resume state's metadata); nothing is recomputed, so
 the page shows exactly what the daemon measured and decided. Each number cell carries
 `data-path` (where in the events it comes from) and `data-value` (the JSON value itself), so a
 test or a script can check the page against the events file cell by cell.

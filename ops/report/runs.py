@@ -14,6 +14,7 @@ from pathlib import Path
 from tatu.daemon.run.paths import BEST, FINAL, STATE, RunDir, event_kind, read_events
 from tatu.daemon.run.records import EvalRecord, Verdict
 from tatu.exitcodes import BAD_DATA, TatuExit
+from tatu.model.checkpoint.files import META, CheckpointError, read_meta, resolve_checkpoint
 from tatu.formats import fmt_p as shared_fmt_p
 from tatu.formats import fmt_pct as shared_fmt_pct
 from tatu.formats import fmt_ppl as shared_fmt_ppl
@@ -105,36 +106,36 @@ def number(value) -> float | None:
 
 
 
-def _read_trainable(config_note: str) -> str:
-    """The "trainable" line of the meta.json the config came from ("" when it has none), with the
+def _trainable(meta: dict) -> str:
+    """The "trainable" line of the metadata the config came from ("" when it has none), with the
     retention terms (TATU_ANCHOR / TATU_DISTILL) after it, as `tatu status` shows them."""
     try:
-        meta = json.loads(Path(config_note).read_text(encoding="utf-8"))
         terms = meta.get("seed_terms")
         return str(meta["trainable"]["line"]) + (f"; {terms['line']}" if terms else "")
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         return ""
 
 
-def _read_config(run_dir: Path) -> tuple[dict | None, str]:
-    from tatu.model.checkpoint import CheckpointError, resolve_checkpoint
-
+def _read_config(run_dir: Path) -> tuple[dict | None, dict, str]:
+    """(the run's config, the metadata it came from, the file's path or why there is none): the first
+    of CONFIG_CHECKPOINTS with metadata, read verified (a corrupt one is said, not read)."""
     for name in CONFIG_CHECKPOINTS:
         try:
-            path = resolve_checkpoint(run_dir / name) / "meta.json"
+            ckpt = resolve_checkpoint(run_dir / name)
         except CheckpointError:
             continue
+        path = ckpt / META
         if not path.is_file():
             continue
         try:
-            meta = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            return None, f"{path}: unreadable ({exc})"
-        config = meta.get("config") if isinstance(meta, dict) else None
+            meta = read_meta(ckpt)
+        except CheckpointError as exc:
+            return None, {}, f"{path}: unreadable ({exc})"
+        config = meta.get("config")
         if not isinstance(config, dict):
-            return None, f"{path}: no 'config' object"
-        return config, str(path)
-    return None, f"no {CONFIG_CHECKPOINTS[0]}/meta.json in {run_dir}"
+            return None, {}, f"{path}: no 'config' object"
+        return config, meta, str(path)
+    return None, {}, f"no {CONFIG_CHECKPOINTS[0]}/{META} in {run_dir}"
 
 
 def _record(read, event: dict, where: str):
@@ -186,11 +187,11 @@ def load_run(run_dir: Path | str) -> RunRecord:
             last_step = event["step"]
         elif kind == "resumed":
             resumes += 1
-    config, note = _read_config(run_dir)
+    config, meta, note = _read_config(run_dir)
     return RunRecord(
         name=run_dir.resolve().name, run_dir=run_dir, evals=[by_step[s] for s in sorted(by_step)], verdict=verdict,
         verdict_step=verdict_step, aborts=aborts, config=config, config_note=note, last_step=last_step, resumes=resumes,
-        trainable=_read_trainable(note) if config is not None else "",
+        trainable=_trainable(meta) if config is not None else "",
     )
 
 

@@ -17,10 +17,12 @@ import dataclasses
 import itertools
 from pathlib import Path
 
+from tatu.daemon.run.paths import SweepDir
+from tatu.model.checkpoint.files import CheckpointError, read_meta
 from tatu.sweep.plan.interpolated import InterpolatedMember, interpolated_members
 from tatu.sweep.judge.interpolated import interpolated_result
 from tatu.sweep.judge.vs_parent import vs_parent
-from tatu.sweep.judge.outcome import outcome, read_json
+from tatu.sweep.judge.outcome import outcome
 from tatu.sweep.plan.member import Member
 from tatu.sweep.plan.lock import LockedPlan, read_lock
 from tatu.sweep.plan.rule import held_out_set
@@ -46,12 +48,12 @@ def member_result(member: Member, sweep_dir: Path, required: tuple[str, ...] = (
                           state=status.state, verdict=status.verdict)
     if status.state not in ("done", "aborted"):
         return result
-    cache = Path(sweep_dir) / "scores"
+    cache = SweepDir(sweep_dir).scores
     end = end_checkpoint(directory)
     lines = {"base": score_checkpoint(Path(member.env["TATU_SEED_CKPT"]), member.env, cache, required),
              "end": score_checkpoint(end, member.env, cache, required)}
     # what trained, as the daemon said it ("trainable 1.3M of 27.1M (4.8%): h.6-7, ln_f"); None for older runs
-    trainable = ((read_json(end / "meta.json") or {}).get("trainable") or {}).get("line") if end else None
+    trainable = (_end_meta(end).get("trainable") or {}).get("line") if end else None
     evals = {}
     for record in RunDir(directory).eval_records():
         if record.step > 0:
@@ -61,6 +63,14 @@ def member_result(member: Member, sweep_dir: Path, required: tuple[str, ...] = (
                         daemon_drift=evals[max(evals)].drift.value if evals else None,
                         eval_drifts=tuple((step, e.drift.value, e.drift.hi) for step, e in sorted(evals.items())))
     return dataclasses.replace(result, steps=max(evals) if evals else 0, trainable=trainable, evals=drifts, lines=lines)
+
+
+def _end_meta(end: Path) -> dict:
+    """The end checkpoint's metadata, verified (SweepError 65 naming the file when it is not what its manifest says)."""
+    try:
+        return read_meta(end)
+    except CheckpointError as exc:
+        raise SweepError(BAD_DATA, str(exc)) from None
 
 
 def _metrics(stats: dict[str, ConfigStat | None] | None, results: tuple[MemberResult, ...],

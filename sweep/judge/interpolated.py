@@ -7,10 +7,12 @@ import dataclasses
 import json
 from pathlib import Path
 
+from tatu.daemon.run.paths import SweepDir
 from tatu.exitcodes import BAD_CONFIG, BAD_DATA
+from tatu.model.checkpoint.files import CheckpointError, read_meta
 from tatu.sweep.errors import SweepError
 from tatu.sweep.plan.interpolated import InterpolatedMember
-from tatu.sweep.judge.outcome import TERMINAL, outcome, read_json
+from tatu.sweep.judge.outcome import TERMINAL, outcome
 from tatu.sweep.judge.records import MemberResult
 from tatu.sweep.judge.scores import end_checkpoint, score_checkpoint
 
@@ -40,7 +42,10 @@ def write_checkpoint(sweep_dir: Path, member: InterpolatedMember) -> Path | None
         return None
     target = member.directory(sweep_dir)
     if (target / "manifest.json").is_file():
-        recorded = ((read_json(target / "meta.json") or {}).get("interpolation") or {}).get("finetuned", {}).get("sha256")
+        try:
+            recorded = (read_meta(target).get("interpolation") or {}).get("finetuned", {}).get("sha256")
+        except CheckpointError as exc:
+            raise SweepError(BAD_DATA, f"{exc}: remove {target} and report again") from None
         if recorded != _sha256(end):
             raise SweepError(BAD_DATA, f"{target}: interpolated from another end than {end} (sha256 {str(recorded)[:12]}.. "
                                        f"vs {_sha256(end)[:12]}..): remove it and report again")
@@ -87,7 +92,7 @@ def interpolated_result(member: InterpolatedMember, sweep_dir: Path, required: t
     ckpt = write_checkpoint(sweep_dir, member) if end is not None else None
     if ckpt is None:
         return result
-    cache = Path(sweep_dir) / "scores"
+    cache = SweepDir(sweep_dir).scores
     lines = {"base": score_checkpoint(Path(member.env["TATU_SEED_CKPT"]), member.env, cache, required),
              "end": score_checkpoint(ckpt, member.env, cache, required)}
     parent_config = member.config_key.removesuffix(f"-a{member.alpha:g}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tatu.daemon.run.paths import SweepDir
 from tatu.exitcodes import BAD_DATA
 from tatu.sweep.errors import SweepError
 from tatu.sweep.judge import looks_log
@@ -52,7 +53,7 @@ def recompute(locked: LockedPlan, configs: list[ConfigResult], logged: list[Logg
 
 def check_looks(locked: LockedPlan, sweep_dir: Path, configs: list[ConfigResult]) -> list[LoggedLook]:
     """The logged looks, once they agree with the files (SweepError 65 otherwise)."""
-    path = Path(sweep_dir) / looks_log.FILE
+    path = SweepDir(sweep_dir).looks_file
     logged = looks_log.read(sweep_dir)
     recomputed = {look_key(l): l for l in recompute(locked, configs, logged)}
     seen: dict[tuple, int] = {}

@@ -20,12 +20,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from tatu.daemon.run.paths import LOOKS, SweepDir
 from tatu.evals.seeds.sequential import Look
 from tatu.exitcodes import BAD_DATA
 from tatu.sweep.errors import SweepError
 
 VERSION = 1
-FILE = "looks.jsonl"
+FILE = LOOKS  # the log's name, as SweepDir lays it out
 TOLERANCE = 1e-9  # recomputed numbers are the same arithmetic on the same files: only float printing differs
 
 
@@ -82,7 +83,7 @@ def append(sweep_dir: Path, entry: LoggedLook) -> None:
     """One line, written whole and fsynced before the caller schedules anything from it. A torn
     last line (a kill mid-write: never acted on, read() drops it) is cut off first, or the new line
     would be glued to it."""
-    path = Path(sweep_dir) / FILE
+    path = SweepDir(sweep_dir).looks_file
     line = (json.dumps(entry.to_json(), sort_keys=True) + "\n").encode()
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -104,7 +105,7 @@ def _cut_torn_tail(fd: int) -> None:
 def read(sweep_dir: Path) -> list[LoggedLook]:
     """Every complete line; a last line without its newline (a kill mid-write) is dropped, anything
     else unreadable is 65 naming the file and the line."""
-    path = Path(sweep_dir) / FILE
+    path = SweepDir(sweep_dir).looks_file
     if not path.exists():
         return []
     text = path.read_text(encoding="utf-8")

@@ -54,7 +54,7 @@ def outcome(run_dir: Path) -> Outcome:
 
 
 def read_json(path: Path) -> dict | None:
-    """A JSON file's object, or None when it is missing or unreadable (a member's meta.json, a sweep's stop file)."""
+    """A JSON file's object, or None when it is missing or unreadable (a sweep's stop file)."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):

@@ -72,8 +72,7 @@ class Schedule:
     configs: tuple[ConfigSchedule, ...]
     to_log: tuple[LoggedLook, ...]   # looks the files allow that the log lacks: append before starting anything
     allowed: frozenset[str]          # member runs that may run (or keep running)
-    decided: bool                    # the rule's verdict is decided: nothing new starts
-    chosen: str | None               # the value chosen (None: none, or not decided yet)
+    decided: bool                    # the rule's verdict is decided: nothing new starts (the choice: judge/verdict.py)
     order: str                       # which order the rule's values are tested in, and why
 
     def spent(self, states: dict[str, str]) -> int:
@@ -225,8 +224,8 @@ def schedule(locked: LockedPlan, states: dict[str, str], logged: list[LoggedLook
             failed = end_failures(end_conditions, locked.effective_config(members[0].run), [read(m) for m in looked_on])
             decision = "fail" if failed else decision
         decisions[key] = (kept, decision, failed)
-    active, decided, chosen, order = _rule_order(rule, list(locked.plan.configs), grouped,
-                                                 {k: d for k, (_, d, _) in decisions.items()})
+    active, decided, order = _rule_order(rule, list(locked.plan.configs), grouped,
+                                         {k: d for k, (_, d, _) in decisions.items()})
     configs, allowed = [], set()
     for key, members in grouped.items():
         kept, decision, failed = decisions[key]
@@ -237,7 +236,7 @@ def schedule(locked: LockedPlan, states: dict[str, str], logged: list[LoggedLook
                 allowed.add(member.run)
         configs.append(ConfigSchedule(key, _value(rule, members[0]), tuple(members), tuple(kept), decision,
                                       key in active, budget, failed))
-    return Schedule(design, tuple(configs), tuple(to_log), frozenset(allowed), decided, chosen, order)
+    return Schedule(design, tuple(configs), tuple(to_log), frozenset(allowed), decided, order)
 
 
 def _finished_result(states: dict[str, str], results_of: Callable[[Member], MemberResult]
@@ -267,8 +266,9 @@ def _value(rule: Rule, member: Member) -> str:
 
 
 def _rule_order(rule: Rule, named: list[str], grouped: dict[str, list[Member]], decision: dict[str, str]):
-    """(configurations under test, the verdict is decided, the chosen value, the order in words).
-    `named`: the plan's configurations, in its order."""
+    """(configurations under test, the verdict is decided, the order in words): which configurations
+    get seeds next. Which value is chosen once it is decided is the verdict's (judge/verdict.py
+    sequential_choice, the fixed design's rule). `named`: the plan's configurations, in its order."""
     values: dict[str, list[str]] = {}
     for key, members in grouped.items():
         values.setdefault(_value(rule, members[0]), []).append(key)
@@ -277,10 +277,10 @@ def _rule_order(rule: Rule, named: list[str], grouped: dict[str, list[Member]], 
         for name in order:
             keys = values[name]
             if any(decision[k] == "pass" for k in keys):
-                return set(), True, name, _FIRST_CONFIG
+                return set(), True, _FIRST_CONFIG
             if not all(decision[k] in STOPS for k in keys):
-                return set(keys), False, None, _FIRST_CONFIG
-        return set(), True, None, _FIRST_CONFIG
+                return set(keys), False, _FIRST_CONFIG
+        return set(), True, _FIRST_CONFIG
     sequence_order = testing_order(rule.choose, list(values))
     by_value = {}
     for value, keys in values.items():
@@ -292,8 +292,8 @@ def _rule_order(rule: Rule, named: list[str], grouped: dict[str, list[Member]], 
              f"{'largest' if rule.choose == 'smallest' else 'smallest'} value, the one presumed best, each at the full "
              "alpha; the values past the first failure are not run)")
     if sequence.decided:
-        return set(), True, sequence.chosen, words
-    return {k for k in values[sequence.active] if decision[k] in UNDECIDED}, False, None, words
+        return set(), True, words
+    return {k for k in values[sequence.active] if decision[k] in UNDECIDED}, False, words
 
 
 _FIRST_CONFIG = ("the configurations in the plan's order, one at a time (`first config`: the first that passes is "

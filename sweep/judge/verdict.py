@@ -14,8 +14,9 @@ also says what more seeds could settle (`would_change`).
 A sequential design (`sequential_verdict`): the schedule (judge/schedule.py) from the looks log,
 whose every look the report has just recomputed from the run dirs (judge/looks_check.py): the rule's
 order is the schedule's (a fixed sequence over an axis, or `first config`), a configuration's
-conditions are decided by its looks (and the end criteria once they pass), and the choice is the
-schedule's. Its sentence states the design's error guarantee beside the false pass measured at few
+conditions are decided by its looks (and the end criteria once they pass), and once the schedule
+says the rule is decided the choice is the fixed design's rule over those checks (`choose`: the
+schedule plans looks and seeds, it chooses nothing). Its sentence states the design's error guarantee beside the false pass measured at few
 seeds (measured_false_pass.txt, the bench's own lines); "more seeds would ..." is no advice a locked
 sequential design can take (max_seeds is in the plan's hash).
 
@@ -28,6 +29,7 @@ import math
 import re
 from functools import cache
 from pathlib import Path
+from typing import Callable
 
 from tatu.evals.seeds import power as seeds_power
 from tatu.evals.seeds.guarantee import skew_note
@@ -63,7 +65,7 @@ def decide(plan: Plan, configs: list[ConfigResult], complete: bool = False) -> S
     ordered = judged_order(plan, configs)
     labels = _labels(rule, ordered)
     checks = [condition_check(rule, config, labels[config.key]) for config in ordered]
-    chosen = next((c for c in checks if c.passes), None)
+    chosen = choose(checks)
     if rule.axis == CONFIG and len(checks) == 1:  # one configuration (--env-file --seeds): nothing to choose among
         line = one_config_line(rule, checks[0], sum(r.has("end") for r in ordered[0].results))
     elif chosen:
@@ -76,17 +78,34 @@ def decide(plan: Plan, configs: list[ConfigResult], complete: bool = False) -> S
                         notes=skew_notes(rule, ordered, labels))
 
 
+def choose(checks: list[RuleCheck]) -> RuleCheck | None:
+    """Both designs' choice: the first configuration, in the rule's order (judged_order), that passes
+    it. A fixed design's checks are its conditions at the judged step; a sequential design's are its
+    looks' decisions (looks_check: a configuration passes when its looks and end criteria did), asked
+    once the schedule says the rule is decided. For `smallest|largest AXIS` the first that passes in
+    the rule's order is the last pass of the fixed sequence tested from the other end (judge/order.py:
+    every value tested before the first failure passed, and none past it ran)."""
+    return next((c for c in checks if c.passes), None)
+
+
 def judged_order(plan: Plan, configs: list[ConfigResult]) -> list[ConfigResult]:
     """The configurations in the order the rule judges them."""
+    return rule_order(plan, configs, lambda c: c.key, lambda c: c.values[plan.rule.axis])
+
+
+def rule_order(plan: Plan, items: list, key_of: Callable, value_of: Callable) -> list:
+    """`items` (configurations' results or their schedules) in the rule's order, by their key and their
+    value of the rule's axis: `first config` the plan's order, else the axis's values from the one the
+    rule chooses first (`smallest`: ascending)."""
     rule = plan.rule
     if rule.axis == CONFIG:  # `first config`: the plan's order of its configurations
         order = list(plan.configs) + plan.interpolated_keys()  # interpolated ones after the named
-        return sorted(configs, key=lambda c: order.index(c.values[CONFIG]))
+        return sorted(items, key=lambda c: order.index(value_of(c)))
     axis_values = plan.axes[rule.axis]
     # an interpolated configuration has its parent's value: judged after the parent's own (a stable sort)
-    configs = sorted(configs, key=lambda c: c.key in plan.interpolated_keys())
-    return sorted(configs, key=lambda c: float(c.values[rule.axis]) if _is_number(c.values[rule.axis])
-                  else axis_values.index(c.values[rule.axis]), reverse=rule.choose == "largest")
+    items = sorted(items, key=lambda c: key_of(c) in plan.interpolated_keys())
+    return sorted(items, key=lambda c: float(value_of(c)) if _is_number(value_of(c))
+                  else axis_values.index(value_of(c)), reverse=rule.choose == "largest")
 
 
 def _labels(rule: Rule, ordered: list[ConfigResult]) -> dict[str, str]:
@@ -227,7 +246,8 @@ def _would_change(rule: Rule, ordered: list[ConfigResult], checks: list[RuleChec
 
 def sequential_verdict(locked: LockedPlan, configs: list[ConfigResult], sweep_dir: Path) -> SweepVerdict:
     """The verdict from the looks (the log, once judge/looks_check.py found it agrees with the run
-    dirs): `chosen` and `line` (the verdict with its guarantee and the runs spent) are the schedule's;
+    dirs): `chosen` is `choose` over the looks' checks once the schedule says the rule is decided (the
+    fixed design's rule), `line` the verdict with its guarantee and the runs spent;
     `checks` (in the rule's order) each configuration's failed criteria as its looks and end criteria
     decided them (not judged: not run, or undecided); `looks` per configuration its decision and
     looks, a line each; `complete`: the looks decided the rule and every member the schedule let run
@@ -241,8 +261,10 @@ def sequential_verdict(locked: LockedPlan, configs: list[ConfigResult], sweep_di
     labels = _labels(rule, ordered)
     checks = tuple(looks_check(by_config[c.key], c.values[rule.axis], labels[c.key]) if c.key in by_config
                    else condition_check(rule, c, labels[c.key]) for c in ordered)
-    return SweepVerdict(rule=rule.text, axis=rule.axis, at=rule.at, at_step=_at_step(rule, configs), at_tokens=_at_tokens(rule, configs), chosen=looked.chosen,
-                        line=f"{verdict_clause(looked, rule.text, rule.axis)}; {runs_line(looked, states)}",
+    chosen = choose(list(checks)) if looked.decided else None
+    chosen = chosen and chosen.value
+    return SweepVerdict(rule=rule.text, axis=rule.axis, at=rule.at, at_step=_at_step(rule, configs), at_tokens=_at_tokens(rule, configs), chosen=chosen,
+                        line=f"{verdict_clause(looked, chosen, rule.text, rule.axis)}; {runs_line(looked, states)}",
                         checks=checks, would_change=(),
                         complete=looked.decided and all(states.get(run) in TERMINAL for run in looked.allowed),
                         looks=tuple(looks_lines(looked, states)), notes=skew_notes(rule, ordered, labels))
@@ -269,13 +291,24 @@ def looks_check(config: ConfigSchedule, value: str, label: str) -> RuleCheck:
     return RuleCheck(config.config, value, label, tuple(failed), tuple(missing), False)
 
 
+def sequential_choice(plan: Plan, looked: Schedule) -> str | None:
+    """The value a sequential design chose, from its schedule alone (`tatu sweep status`, the
+    coordinator): `choose` over each configuration's looks in the rule's order; None before the
+    schedule is decided (sequential_verdict asks the same of the run dirs' results)."""
+    if not looked.decided:
+        return None
+    ordered = rule_order(plan, list(looked.configs), lambda c: c.config, lambda c: c.value)
+    chosen = choose([looks_check(c, c.value, c.value) for c in ordered])
+    return chosen and chosen.value
+
+
 def runs_line(plan: Schedule, states: dict[str, str]) -> str:
     spent, fixed = plan.spent(states), plan.fixed_runs
     return (f"runs: {spent} of the fixed design's {fixed} ({plan.design.max_seeds} seeds x {len(plan.configs)} "
             f"configurations, {spent / fixed:.0%})" if fixed else "runs: none planned")
 
 
-def verdict_clause(plan: Schedule, rule_text: str, axis: str) -> str:
+def verdict_clause(plan: Schedule, chosen: str | None, rule_text: str, axis: str) -> str:
     """`config=b (RULE); sequential obf, 3 to 5 seeds: ...the guarantee...` (or `no config satisfies
     ...`, `not decided yet: ...`): the verdict and its error guarantee, for status and the report."""
     design = plan.design
@@ -287,9 +320,9 @@ def verdict_clause(plan: Schedule, rule_text: str, axis: str) -> str:
     if not plan.decided:
         active = [f"{c.config} ({c.seeds_looked} seeds looked)" for c in plan.configs if c.active]
         return f"not decided yet: {', '.join(active) or 'nothing'} under test; {guarantee}"
-    if plan.chosen is None:
+    if chosen is None:
         return f"no {axis} satisfies the rule ({rule_text}); {guarantee}"
-    return f"{axis}={plan.chosen} ({rule_text}); {guarantee}"
+    return f"{axis}={chosen} ({rule_text}); {guarantee}"
 
 
 def guarantee_clause(design: Design) -> str:
@@ -302,8 +335,9 @@ def guarantee_clause(design: Design) -> str:
             f"({measured:.1%} measured at few seeds{': ' + command if command else ''}; docs/sweeps.md)")
 
 
-def verdict_sentence(plan: Schedule, rule_text: str, axis: str) -> str:
-    clause = verdict_clause(plan, rule_text, axis)
+def verdict_sentence(locked_plan: Plan, plan: Schedule) -> str:
+    rule = locked_plan.rule
+    clause = verdict_clause(plan, sequential_choice(locked_plan, plan), rule.text, rule.axis)
     return f"verdict {clause}" if not plan.decided else f"verdict: {clause}"
 
 

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tatu.daemon.run.paths import SweepDir
 from tatu.atomic import write_json_atomic
 from tatu.exitcodes import BAD_CONFIG
 from tatu.sweep.errors import SweepError
@@ -24,14 +25,13 @@ from tatu.sweep.plan.load import Plan, configs_json
 from tatu.sweep.plan.member import Member
 from tatu.sweep.plan.rule import parse_rule
 
-LOCK_NAME = "plan.lock.json"
 VERSION = 1
 # The tune stage selects on one half of the held-out pairs; the comparison judges on the other.
 SPLIT = {"set": "sftHeld", "dev": "even line indices (0, 2, 4, ...)", "judge": "odd line indices (1, 3, 5, ...)"}
 
 
 def lock_path(sweep_dir: Path) -> Path:
-    return Path(sweep_dir) / LOCK_NAME
+    return SweepDir(sweep_dir).lock_file
 
 
 def _now() -> str:
@@ -208,7 +208,7 @@ def _write(sweep_dir: Path, locked: LockedPlan) -> LockedPlan:
 
 
 def new_lock(plan: Plan, sweep_dir: Path) -> LockedPlan:
-    out = Path(sweep_dir).absolute() / "runs"
+    out = SweepDir(Path(sweep_dir).absolute()).runs
     listed = plan.tune_members(out) + plan.compare_members(out, None)
     return LockedPlan(replace(plan, path=plan.path.absolute()), plan.hash, plan.portable_hash, _now(),
                       tuple(LockedMember.of(m) for m in listed), tune_split=SPLIT if plan.tune_var else None)
@@ -240,7 +240,7 @@ def reconcile(plan: Plan, sweep_dir: Path) -> tuple[LockedPlan, str]:
 
 
 def add_seeds(locked: LockedPlan, added: list[int], sweep_dir: Path) -> LockedPlan:
-    out = Path(sweep_dir).absolute() / "runs"
+    out = SweepDir(Path(sweep_dir).absolute()).runs
     new = locked.plan.compare_members(out, locked.tuned_values(), seeds=added)
     return replace(locked, plan=replace(locked.plan, seeds=locked.plan.seeds + added),
                    members=locked.members + tuple(LockedMember.of(m) for m in new),
@@ -249,7 +249,7 @@ def add_seeds(locked: LockedPlan, added: list[int], sweep_dir: Path) -> LockedPl
 
 def record_tuned(sweep_dir: Path, locked: LockedPlan, tuned: Tuned) -> LockedPlan:
     """Write the tune stage's choice and the comparison members it defines into the lock."""
-    out = Path(sweep_dir).absolute() / "runs"
+    out = SweepDir(Path(sweep_dir).absolute()).runs
     new = locked.plan.compare_members(out, {tuned.var: tuned.value}, seeds=locked.plan.seeds)
     tune = tuple(m for m in locked.members if m.member.stage == "tune")
     return _write(sweep_dir, replace(locked, tuned=tuned, members=tune + tuple(LockedMember.of(m) for m in new)))

@@ -33,5 +33,4 @@ def sweep_status(locked: LockedPlan, sweep_dir: Path, states: dict[str, str]) ->
     """(the schedule, the block to print) from the looks log alone: status scores nothing, so a look
     the coordinator has not logged yet shows (and counts) on its next pass."""
     plan = schedule(locked, states, looks_log.read(sweep_dir), None)
-    rule = locked.plan.rule
-    return plan, looks_lines(plan, states) + [runs_line(plan, states), verdict_sentence(plan, rule.text, rule.axis)]
+    return plan, looks_lines(plan, states) + [runs_line(plan, states), verdict_sentence(locked.plan, plan)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tatu.daemon.run.paths import SweepDir
 from tatu.sweep.judge.analysis import analyze
 from tatu.sweep.report.page import write_page
 from tatu.sweep.report.plots import render_plots
@@ -17,7 +18,7 @@ from tatu.sweep.report.tables import closing_text
 
 def write_report(sweep_dir: Path, out_dir: Path | None = None) -> tuple[SweepReport, str, Path]:
     data = analyze(sweep_dir)
-    out_dir = Path(out_dir or Path(sweep_dir) / "report")
+    out_dir = Path(out_dir or SweepDir(sweep_dir).report)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_report_json(out_dir, data)
     text = closing_text(data)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tatu import exitcodes, systemctl
+from tatu.daemon.run.paths import SweepDir
 from tatu.atomic import write_atomic
 from tatu.daemon.config import PREFIXES as RUN_PREFIXES
 from tatu.daemon.control.access import claim_path
@@ -94,7 +95,7 @@ class ForegroundBackend:
         self.crashes: dict[str, int] = {}
 
     def env_path(self, member: Member) -> Path:
-        return self.sweep_dir / "env" / f"{member.run}.env"
+        return SweepDir(self.sweep_dir).env_file(member.run)
 
     def start(self, member: Member, device: str | None) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith(RUN_PREFIXES) and k not in _NOT_INHERITED}

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from tatu import exitcodes
+from tatu.daemon.run.paths import SweepDir
 from tatu.sweep.errors import SweepError
 from tatu.sweep.run.printed import sweep_command
 
@@ -81,7 +82,7 @@ def plan_main(args) -> int:
     from tatu.sweep.plan.env_seeds import plan_or_env_file
 
     plan, generated = plan_or_env_file(args)
-    out = _sweep_dir(args, plan.name) / "runs"
+    out = SweepDir(_sweep_dir(args, plan.name)).runs
     tune = plan.tune_members(out)
     # With a tune stage the comparison members exist once the value is chosen: shown with the first.
     compare = plan.compare_members(out, {plan.tune_var: plan.tune_values[0]} if plan.tune_var else None)
@@ -187,7 +188,7 @@ def start_main(args) -> int:
     if generated:  # once the lock accepts it: a changed env file leaves the locked sweep's plan file as it was
         write_generated(generated)
         print(f"plan file: {generated.path} (from {args.env_file}; `{sweep_command('plan', sweep_dir, shlex.quote(str(generated.path)))}` shows it)")
-    print(f"sweep {plan.name}: plan {what} ({sweep_dir / 'plan.lock.json'}, hash {plan.portable_hash}; "
+    print(f"sweep {plan.name}: plan {what} ({SweepDir(sweep_dir).lock_file}, hash {plan.portable_hash}; "
           f"with this checkout's paths {locked.plan_hash})")
     print(threads_note(plan.base_env, kind))
     backend = backend_for(kind, sweep_dir, args.ray_cpus)

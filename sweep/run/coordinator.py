@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from tatu import exitcodes
+from tatu.daemon.run.paths import SweepDir
 from tatu.atomic import write_json_atomic
 from tatu.envfile import EnvFileError, parse_env_file
 from tatu.formats import fmt_duration
@@ -116,7 +117,7 @@ class Coordinator:
         from tatu.sweep.judge.looks_text import look_line
 
         plan = schedule(locked, {s.member.run: s.state for s in statuses}, looks_log.read(self.sweep_dir),
-                        lambda member: self.member_result(locked, member), self.sweep_dir / looks_log.FILE)
+                        lambda member: self.member_result(locked, member), SweepDir(self.sweep_dir).looks_file)
         for entry in plan.to_log:
             looks_log.append(self.sweep_dir, entry)
             self.say(look_line(entry))
@@ -229,10 +230,10 @@ class Coordinator:
     def say_verdict(self, statuses: list[MemberStatus]) -> None:
         from tatu.sweep.judge.verdict import runs_line, verdict_sentence
 
-        rule = read_lock(self.sweep_dir).plan.rule
+        plan = read_lock(self.sweep_dir).plan
         states = {s.member.run: s.state for s in statuses}
         self.say(runs_line(self.schedule, states))
-        self.say(verdict_sentence(self.schedule, rule.text, rule.axis))
+        self.say(verdict_sentence(plan, self.schedule))
 
     def took(self, started: float) -> str:
         """This coordinator's wall time beside the estimate `tatu sweep start` made for it."""

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tatu.daemon.config import ConfigError, RunConfig, known_variables, load_config
-from tatu.daemon.run.paths import RunDir
+from tatu.daemon.run.paths import RunDir, SweepDir
+from tatu.model.checkpoint.files import CheckpointError, read_meta
 from tatu.sweep.plan.member import Member
 
 
@@ -62,16 +63,17 @@ def _run_threads(config: dict) -> int:
 
 def measured_cost(runs: list[Path], threads: int | None = None) -> StepCost | None:
     """Step and eval times measured by earlier runs of this machine (their events and the
-    config in their checkpoints' meta.json); those that ran at `threads` when there are any."""
+    config in their checkpoints' metadata); those that ran at `threads` when there are any."""
     measured = []  # (threads, seconds per slot, eval seconds, name)
     for run_dir in runs:
         files = RunDir(run_dir)
         config = None
         for ckpt in (files.final, files.state, files.best):
-            meta = ckpt / "meta.json"
-            if meta.is_file():
-                config = json.loads(meta.read_text()).get("config")
-                break
+            try:
+                config = read_meta(ckpt).get("config")
+            except CheckpointError:  # not written yet (or refused: a measurement is not worth a corrupt file)
+                continue
+            break
         if not files.events_file.is_file() or not config:
             continue
         steps = [e["seconds"] for e in files.events("step") if e.get("seconds")]
@@ -101,7 +103,7 @@ def slot_tokens(config: RunConfig) -> int:
 
 
 def saved_config(saved: dict) -> RunConfig | None:
-    """A checkpoint's meta.json "config" (RunConfig.to_json) parsed as the daemon parses its environment:
+    """A checkpoint's metadata's "config" (RunConfig.to_json) parsed as the daemon parses its environment:
     a value equal to its default is left to it (as if unset: a TATU_EWC_BATCHES the run never set is
     not "set"), as is a variable this version does not know; None when it is not a run's."""
     known, defaults = set(known_variables()), RunConfig.defaults_json()
@@ -160,6 +162,6 @@ def wall_estimate(plan, out: Path, shown: list[Member], k: int) -> float | None:
 
 def unfinished_estimate(plan, sweep_dir: Path, k: int) -> float | None:
     """Wall seconds the members without a verdict take at K at a time, as `tatu sweep plan` estimates."""
-    out = sweep_dir.absolute() / "runs"
+    out = SweepDir(sweep_dir.absolute()).runs
     shown = plan.tune_members(out) + plan.compare_members(out, {plan.tune_var: plan.tune_values[0]} if plan.tune_var else None)
     return wall_estimate(plan, out, [m for m in shown if not RunDir(out / m.run).verdict_file.exists()], k)

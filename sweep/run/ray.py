@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 from tatu import exitcodes
+from tatu.daemon.run.paths import SweepDir
 from tatu.sweep.run.backends import (_NOT_INHERITED, CRASH_RESTARTS, RUN_PREFIXES, UnitState, _last_error_line,
                                      member_env, write_private)
 from tatu.sweep.errors import SweepError
@@ -241,7 +242,7 @@ class RayBackend:
         self.tasks: dict = {}  # run -> the ObjectRef of its task, for the tasks this coordinator started
 
     def env_path(self, member: Member) -> Path:
-        return self.sweep_dir / "env" / f"{member.run}.env"
+        return SweepDir(self.sweep_dir).env_file(member.run)
 
     def lock_path(self, member: Member) -> Path:
         return self.sweep_dir / "ray" / f"{member.run}.lock"

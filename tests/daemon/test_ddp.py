@@ -124,6 +124,14 @@ def test_launcher_exit_code_prefers_rank0s_run_code_then_any_ranks_then_the_firs
     # suite once lost (tests/daemon/test_ddp.py::test_bad_data_ends_every_rank_with_65 exited 1)
     assert run_exit_code({0: failure(1, 1), 1: failure(65, 5)}) == 65
     assert run_exit_code({0: failure(0, 2), 1: failure(-15, 1)}) == 128 + 15  # never 0 when a rank failed
+    # rank 0's contract code wins over an earlier rank's (its decision, not the first stamped)
+    assert run_exit_code({0: failure(10, 5), 1: failure(65, 1)}) == 10
+    # an exit 0 stamped after a rank that failed with no contract code: the failure's code, never 0
+    # (nor the 1 a cleanly exited rank counts as)
+    assert run_exit_code({1: failure(-9, 1), 0: failure(0, 3)}) == 128 + 9
+    assert run_exit_code({0: failure(0, 1), 1: failure(-9, 3)}) == 1  # an exit 0 stamped first counts as 1
+    # two ranks with contract codes, rank 0 without: the earliest stamped, whatever the dict's order
+    assert run_exit_code({0: failure(1, 9), 2: failure(78, 4), 1: failure(65, 2)}) == 65
 
 
 def test_model_and_evals_never_import_torch_distributed():

@@ -1,7 +1,7 @@
-"""RunDir: the one place a run dir's file names live, and its events reader."""
+"""RunDir and SweepDir: the one place a run dir's and a sweep dir's file names live, and the events reader."""
 import json
 
-from tatu.daemon.run.paths import RunDir, event_kind
+from tatu.daemon.run.paths import RunDir, SweepDir, event_kind
 
 
 def test_every_file_of_a_run_has_its_name(tmp_path):
@@ -12,6 +12,28 @@ def test_every_file_of_a_run_has_its_name(tmp_path):
     assert {attr: getattr(run, attr).relative_to(run.path).as_posix() for attr in names} == names
     assert run.eval_lines(8) == run.path / "evals" / "step-000008.json"
     assert run.env_file == tmp_path / "runs" / "run5.env"  # beside the run dir, not in it
+
+
+def test_every_file_of_a_sweep_has_its_name(tmp_path):
+    sweep = SweepDir(tmp_path / "sweeps" / "s")
+    names = {"lock_file": "plan.lock.json", "runs": "runs", "env_dir": "env", "looks_file": "looks.jsonl",
+             "scores": "scores", "report": "report"}
+    assert {attr: getattr(sweep, attr).relative_to(sweep.path).as_posix() for attr in names} == names
+    assert sweep.env_file("s.a-s1") == sweep.path / "env" / "s.a-s1.env"
+
+
+def test_a_run_dir_is_a_members_only_in_runs_beside_a_lock(tmp_path):
+    sweep = SweepDir(tmp_path / "s")
+    member = sweep.runs / "s.a-s1"
+    member.mkdir(parents=True)
+    assert SweepDir.of_member(member) is None  # no lock yet: not a sweep
+    sweep.lock_file.write_text("{}")
+    assert SweepDir.of_member(member) == sweep
+    other = sweep.path / "elsewhere" / "s.a-s1"  # beside the lock, but not under runs/
+    other.mkdir(parents=True)
+    assert SweepDir.of_member(other) is None
+    (tmp_path / "link").symlink_to(member)  # a link to a member is that member
+    assert SweepDir.of_member(tmp_path / "link") == sweep
 
 
 def test_a_resume_state_is_found_mid_swap(tmp_path):

@@ -326,3 +326,33 @@ def test_a_refused_pickle_says_why_in_one_line_without_advising_an_unsafe_load(t
         load_checkpoint(pt)
     message = str(excinfo.value)
     assert "\n" not in message and "getcwd" in message and "weights_only" not in message, message
+
+
+def test_the_metadata_alone_reads_verified_as_load_checkpoint_reads_it(tmp_path, model, tok):
+    """read_meta: what the sweep and the run report read of a checkpoint, without its weights, hashed
+    against the manifest as every load is (once read raw, a meta.json edited or torn after the save
+    gave the sweep's cost estimate and the run report a config nobody saved)."""
+    from tatu.model.checkpoint import read_meta
+
+    meta = {"step": 12, "config": {"TATU_SEED": "1"}}
+    path = save(tmp_path / "ck", model, tok, meta=meta)
+    assert read_meta(path) == load_checkpoint(path).meta == meta
+    os.rename(path, tmp_path / "ck.old")  # a save that died mid-swap: its previous copy is read
+    assert read_meta(path) == meta
+    os.rename(tmp_path / "ck.old", path)
+    (path / "meta.json").write_text(json.dumps({**meta, "step": 13}))
+    with pytest.raises(CheckpointError, match=r"meta\.json: sha256 mismatch with manifest\.json"):
+        read_meta(path)
+    with pytest.raises(CheckpointError, match="no such checkpoint"):
+        read_meta(tmp_path / "none")
+
+
+def test_the_run_reports_config_is_the_verified_metadata(tmp_path, model, tok):
+    from tatu.ops.report.runs import _read_config
+
+    run = tmp_path / "run"
+    save(run / "state", model, tok, meta={"config": {"TATU_SEED": "1"}, "trainable": {"line": "all"}})
+    assert _read_config(run)[0] == {"TATU_SEED": "1"}
+    (run / "state" / "meta.json").write_text(json.dumps({"config": {"TATU_SEED": "2"}}))
+    config, note = _read_config(run)[0], _read_config(run)[-1]  # (config, metadata, where or why not)
+    assert config is None and note.startswith(f"{run / 'state' / 'meta.json'}: unreadable (") and "sha256 mismatch" in note

@@ -1,6 +1,7 @@
 """One computation per number (issue 43 item 5): a configuration's sentence in the run report shows
 the CI its sweep's report.json holds for that configuration at that step (the sweep page's), not a
-second resampling of the same lines; without a report.json it computes its own, as before."""
+second resampling of the same lines; without a report.json it computes its own, as before; one it cannot
+read is refused (65), never replaced by its own."""
 from __future__ import annotations
 
 import html
@@ -8,8 +9,11 @@ import math
 import re
 from dataclasses import replace
 
+import pytest
+
 from page_world import SWEEP_NAME, seed_member_runs, sweep_data, stats
 from run_records import sweep_report
+from tatu.exitcodes import BAD_DATA, TatuExit
 from tatu.ops.report.page import build_report
 from tatu.sweep.judge.sweep_report import write_report_json
 
@@ -38,3 +42,27 @@ def test_the_run_reports_configuration_sentence_reads_the_sweeps_ci(tmp_path):
     moved = replace(base, end_steps=(8,), common_step=8, stats_common=None)
     write_report_json(tmp_path / "sweeps" / SWEEP_NAME / "report", sweep_report(sweep_data().verdict, [moved, replay]))
     assert _sentence(build_report(runs, tmp_path / "again"), "replay-n0") == own
+
+
+def test_a_sweep_report_the_run_report_cannot_read_is_refused_not_replaced_by_its_own_ci(tmp_path):
+    """Where report.json is there but unreadable (torn by hand, or another tatu's), the number it holds
+    is not recomputed here (it once was, silently: a second CI beside the sweep page's): exit 65 naming it."""
+    runs = seed_member_runs(tmp_path)
+    report = tmp_path / "sweeps" / SWEEP_NAME / "report"
+    report.mkdir()
+    (report / "report.json").write_text('{"compare": {"configs": [')
+    with pytest.raises(TatuExit) as err:
+        build_report(runs, tmp_path / "out")
+    assert err.value.code == BAD_DATA and str(err.value).startswith(f"{report / 'report.json'}: unreadable sweep report")
+
+
+def test_a_label_the_sweeps_report_lacks_at_that_step_gets_no_ci_of_the_run_reports_own(tmp_path):
+    runs = seed_member_runs(tmp_path)
+    base, replay = sweep_data().compare.configs
+    drift = stats({"1": 0.031, "2": 0.034, "3": 0.037})
+    base = replace(base, stats={"drift": drift}, end_steps=(4, 8), common_step=4, common_tokens=None,
+                   stats_common={"drift": drift})
+    (tmp_path / "sweeps" / SWEEP_NAME / "report").mkdir()
+    write_report_json(tmp_path / "sweeps" / SWEEP_NAME / "report", sweep_report(sweep_data().verdict, [base, replay]))
+    read = _sentence(build_report(runs, tmp_path / "read"), "replay-n0")
+    assert f"drift {drift.change.text()} over seeds x lines at step 4" in read and "sftHeld" not in read

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from meta_only import write_meta
 
 from tatu.daemon.config import RunConfig, load_config
 from tatu.sweep.run.cost import StepCost, measured_cost, member_seconds
@@ -37,8 +38,7 @@ def test_a_members_seconds_are_its_run_configs_steps_micro_batches_and_evals(env
 
 def saved_run(root, name, config: dict, step_seconds: float):
     run = root / name
-    (run / "final").mkdir(parents=True)
-    (run / "final" / "meta.json").write_text(json.dumps({"config": config}))
+    write_meta(run / "final", {"config": config})
     events = [{"event": "step", "step": i, "seconds": step_seconds} for i in (1, 2, 3)]
     (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     return run
@@ -49,7 +49,7 @@ def test_the_measured_seconds_per_slot_divide_by_the_runs_own_micro_batches(tmp_
     """A saved config as the run wrote it (RunConfig.to_json, nulls and all), or one that leaves the
     variables out: either way the slot is what the run drew, SFT_GE + REPLAY_N micro-batches."""
     config = load_config({**REQUIRED, **env})[0]
-    saved = config.to_json() if env else {**REQUIRED}  # an older meta.json: only what was set
+    saved = config.to_json() if env else {**REQUIRED}  # an older checkpoint's config: only what was set
     slot = (config.sft_ge + config.replay_n) * config.micro_batch * config.seq_len
     cost = measured_cost([saved_run(tmp_path, "r", saved, 2.0)])
     assert cost.seconds_per_slot == pytest.approx(2.0 / slot)

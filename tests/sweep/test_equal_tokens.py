@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tatu.sweep.judge.common_step import ComparedAt, ComparisonPoint, comparison_point, compared_at, sft_tokens_per_step
+from tatu.sweep.judge.common_step import (ComparedAt, ComparisonPoint, comparison_point, compared_at, equal_ends,
+                                          sft_tokens_per_step)
 from tatu.sweep.judge.records import ConfigResult, EvalDrifts, MemberResult
 from tatu.sweep.report import tables
 
@@ -40,6 +41,24 @@ def test_unequal_tokens_per_step_compare_at_the_most_tokens_every_member_saw_at_
     assert point.text() == "at equal SFT tokens: 65,536"
     # with no eval step of one reaching a token count another reaches, nothing is comparable: said, not guessed
     assert comparison_point({"x": [_result("x", 1, (3,))], "y": [_result("y", 1, (2,))]}, {"x": 5, "y": 7}) is None
+
+
+def test_of_two_token_counts_every_member_reaches_the_most_is_the_comparison_point():
+    # ge8 trains twice ge4's tokens a step; ge8's evals reach 8t, 16t and 24t (t = ge4's tokens a step),
+    # ge4's reach 8t and 16t (one seed ended at 16): two shared counts, and the most of them is where
+    # they compare (the fewest, 8t, would be a comparison before every member's last common eval)
+    grouped = {"ge8": [_result("ge8", s, (4, 8, 12)) for s in (1, 2)],
+               "ge4": [_result("ge4", 1, (8, 16, 24)), _result("ge4", 2, (8, 16))]}
+    point = comparison_point(grouped, {"ge8": 8192, "ge4": 4096})
+    assert point.steps == {"ge8": 8, "ge4": 16} and point.tokens == 16 * 4096
+
+
+def test_equal_ends_means_one_step_for_every_member_of_both():
+    ends = replace(_config("a", 8, None, 8), end_steps=(8, 24))  # one seed aborted at 8, one ran to 24
+    assert not equal_ends(ends, replace(_config("b", 8, None, 8), end_steps=(8, 24)))  # the same ends, not one end
+    assert equal_ends(replace(ends, end_steps=(24,)), replace(ends, key="b", end_steps=(24,)))
+    assert not equal_ends(replace(ends, end_steps=(24,)), replace(ends, key="b", end_steps=(8,)))
+    assert not equal_ends(replace(ends, end_steps=()), replace(ends, key="b", end_steps=()))
 
 
 def _config(key: str, step: int, tokens: int | None, sft_ge: int) -> ConfigResult:

@@ -36,17 +36,17 @@ def test_the_verdict_quotes_the_lines_the_docs_print():
 
 
 def _decided(design: Design) -> Schedule:
-    return Schedule(design, (), (), frozenset(), True, "b", "")
+    return Schedule(design, (), (), frozenset(), True, "")
 
 
 def test_the_sentence_follows_the_file_and_says_so_when_nothing_was_measured(tmp_path, monkeypatch):
-    before = verdict.verdict_clause(_decided(Design("obf", 3, 5)), "first config such that drift_hi < 5%", "config")
+    before = verdict.verdict_clause(_decided(Design("obf", 3, 5)), "b", "first config such that drift_hi < 5%", "config")
     assert ("(2.4% measured at few seeds: nice -n 10 .venv/bin/python bench/sequential.py --scenario at_threshold "
             "--reps 2000 --record; docs/sweeps.md)") in before
     measured = tmp_path / "measured.txt"
     measured.write_text(verdict.MEASURED.read_text().replace("false_pass=0.024", "false_pass=0.052"))
     monkeypatch.setattr(verdict, "MEASURED", measured)
-    after = verdict.verdict_clause(_decided(Design("obf", 3, 5)), "first config such that drift_hi < 5%", "config")
+    after = verdict.verdict_clause(_decided(Design("obf", 3, 5)), "b", "first config such that drift_hi < 5%", "config")
     assert after == before.replace("2.4% measured", "5.2% measured")
     empty = tmp_path / "empty.txt"
     empty.write_text("# nothing measured yet\n")

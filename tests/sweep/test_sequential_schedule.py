@@ -20,6 +20,7 @@ from tatu.sweep.errors import SweepError
 from tatu.sweep.plan.lock import read_lock
 from tatu.sweep.judge import looks_log
 from tatu.sweep.judge.schedule import schedule
+from tatu.sweep.judge.verdict import sequential_choice
 
 # d sits near the 5% limit (its looks continue), a is far over it, b and c far under it
 FIRST_CONFIG = ("first config such that drift_hi < 5%",
@@ -82,7 +83,7 @@ def test_the_log_alone_gives_the_schedule_and_a_contradicted_look_is_refused(run
     lock = read_lock(sweep_dir)
     states = {p.parent.name: "done" for p in (sweep_dir / "runs").glob("*/verdict.json")}
     from_log = schedule(lock, states, looks_log.read(sweep_dir), None)  # what `tatu sweep status` reads
-    assert from_log.decided and from_log.chosen == "b" and not from_log.to_log
+    assert from_log.decided and sequential_choice(lock.plan, from_log) == "b" and not from_log.to_log
     assert [c.decision for c in from_log.configs] == ["fail", "fail", "pass", "waiting"]
     # d's look at 4 seeds (line 2) with another statistic, its look at 5 not logged yet: recomputing d
     # to log it finds the logged one contradicted, and refuses (65, the file's line) rather than act on it
