@@ -76,11 +76,12 @@ class RunEnd:
 class RunView:
     run_dir: Path
     state: RunState
+    ended: RunState | None  # the end its files show, a holder or not: finished, aborted, diverged, fatal (None: none)
     step: int  # the last step trained (0 before the first)
     limit: int | None  # MIX_STEPS_LIMIT
     saved_step: int | None  # the resume state's step (its last save)
-    code: int | None  # the exit code the files show the run ended with (None: stopped, running, unknown)
-    reason: str | None  # one line: an end's reason, the verdict's line without what its CIs cover
+    code: int | None  # the exit code the files show the run ended with (None: no end)
+    reason: str | None  # one line: the end's reason, the verdict's line without what its CIs cover
     verdict: Verdict | None
     holder: int | None  # the pid of the daemon holding the run directory
     started: Started | None
@@ -99,7 +100,7 @@ class RunView:
     def ended_by(self) -> RunEnd | None:
         """What ended the run when it aborted or diverged: its last end not followed by a restart, else the
         verdict's abort (at the verdict's step); None otherwise."""
-        if self.state not in (ABORTED, DIVERGED, FATAL):
+        if self.ended not in (ABORTED, DIVERGED, FATAL):
             return None
         last = next((end for end in reversed(self.ends) if not end.resumed), None)
         if last is not None:
@@ -109,9 +110,14 @@ class RunView:
             return RunEnd(numbers.step, str(numbers.aborted), exitcodes.FORGET_ABORT, False)
         return None
 
+    def _end_json(self) -> dict[str, Any]:
+        """The end's code and reason; none while a daemon holds the run (its files may still change)."""
+        running = self.state == RUNNING
+        return {"code": None if running else self.code, "reason": None if running else self.reason}
+
     def to_json(self) -> dict[str, Any]:
         return {"run": self.run, "run_dir": str(self.run_dir), "state": str(self.state), "step": self.step,
-                "limit": self.limit, "saved_step": self.saved_step, "code": self.code, "reason": self.reason,
+                "limit": self.limit, "saved_step": self.saved_step, **self._end_json(),
                 "verdict": None if self.verdict is None else self.verdict.to_json(), "pid": self.holder}
 
 
@@ -240,21 +246,19 @@ def read_run(run_dir: Path) -> RunView:
     holder = holder_pid(files.path)
     step = max(parsed.steps, default=0)
     final = next((end for end in reversed(parsed.ends) if not end.resumed), None)
-    state, code, reason = NOT_STARTED, None, None
-    if holder is not None:
-        state = RUNNING
-    elif verdict is not None and verdict.numbers is not None and verdict.numbers.aborted:
-        state, code, reason = ABORTED, exitcodes.FORGET_ABORT, verdict.numbers.aborted
+    ended, code, reason = None, None, None
+    if verdict is not None and verdict.numbers is not None and verdict.numbers.aborted:
+        ended, code, reason = ABORTED, exitcodes.FORGET_ABORT, verdict.numbers.aborted
         step = max(step, verdict.numbers.step)
     elif verdict is not None:
-        state, code, reason = FINISHED, exitcodes.OK, verdict_reason(verdict)
+        ended, code, reason = FINISHED, exitcodes.OK, verdict_reason(verdict)
         step = max(step, verdict.numbers.step if verdict.numbers else 0)
     elif final is not None and final.code in END_STATE:
-        state, code = END_STATE[final.code], final.code
+        ended, code = END_STATE[final.code], final.code
         reason = f"{final.reason} at step {final.step if final.step is not None else step}"
-    elif files.has_resume():
-        state = STOPPED
-    return RunView(Path(run_dir), state, step, limit, max(parsed.saves, default=None), code, reason, verdict, holder,
+    # a daemon in it: running, whatever its files say (a member exiting after its verdict: `ended` says so)
+    state = RUNNING if holder is not None else ended or (STOPPED if files.has_resume() else NOT_STARTED)
+    return RunView(Path(run_dir), state, ended, step, limit, max(parsed.saves, default=None), code, reason, verdict, holder,
                    started, parsed.evals, parsed.ends, parsed.verdict_step, parsed.steps[-1] if parsed.steps else None,
                    parsed.resumes, parsed.times)
 

@@ -334,7 +334,7 @@ def test_an_aborted_run_is_marked_on_every_plot_and_on_the_page(tmp_path):
 def test_a_run_that_did_not_abort_has_no_abort():
     from tatu.daemon.run.view import FINISHED, RunView
 
-    view = RunView(Path("ok"), FINISHED, 8, None, None, 0, None, verdict("holds"), None, None, verdict_step=8)
+    view = RunView(Path("ok"), FINISHED, FINISHED, 8, None, None, 0, None, verdict("holds"), None, None, verdict_step=8)
     record = report.RunRecord(name="ok", run_dir=Path("ok"), view=view)
     assert record.abort is None and record.status == "finished"
 
