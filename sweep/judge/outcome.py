@@ -32,7 +32,8 @@ class Outcome:
 def outcome_of(view: RunView) -> Outcome:
     """The member's result as its run's view holds it (pending: none yet)."""
     state = RESULTS.get(view.ended)
-    if state is None:
+    if state is None or state != "diverged" and view.verdict is None:
+        # a forget abort logged and its verdict not written yet (the daemon saves in between): no result yet
         return Outcome("pending")
     if state == "diverged":
         return Outcome(state, "diverged", view.code, view.ended_by.reason)
