@@ -253,6 +253,13 @@ def test_the_states_a_run_directory_shows_without_a_verdict(tmp_path):
     assert outcome.reason == "non-finite loss at step 8"
     _events(nan, {"event": "abort", "step": 8, "reason": "non-finite loss"}, {"event": "resumed", "step": 5})
     assert read_run(nan).state == "stopped"  # started again from its saved state: not an end
+    # by the end's exit code, never its words: a contract exit the daemon logged (65, 78) is fatal
+    _events(nan, {"event": "ready", "step": 0}, {"event": "exit", "code": 65, "reason": "eval set sftHeld: bad line 3"})
+    outcome = read_run(nan)
+    assert (outcome.state, outcome.code, outcome.reason) == ("fatal", 65, "eval set sftHeld: bad line 3 at step 0")
+    # a forget abort logged and its verdict not yet written says exit 10, not a non-finite 11
+    _events(nan, {"event": "ready", "step": 0}, {"event": "abort", "step": 4, "reason": "drift +40%", "code": 10})
+    assert (read_run(nan).state, read_run(nan).code) == ("aborted", 10)
     early = tmp_path / "early"
     _events(early)
     assert read_run(early).state == "not started"
