@@ -9,6 +9,7 @@ import math
 import time
 from contextlib import contextmanager
 
+from tatu import exitcodes
 from tatu.atomic import write_json_atomic
 from tatu.daemon import distributed, judge, ranks
 from tatu.daemon.resume import save_resume
@@ -110,7 +111,7 @@ class RunActions:
 
     def non_finite_eval(self, ppl: dict[str, float], where: list[str] | None = None) -> None:
         step = self.state.step
-        self.log.event("abort", step=step, reason="non-finite eval", ppl={k: str(v) for k, v in ppl.items()})
+        self.log.event("abort", step=step, reason="non-finite eval", code=exitcodes.NONFINITE_LOSS, ppl={k: str(v) for k, v in ppl.items()})
         self.supervisor.phase("aborted")
         detail = f"; not finite: {', '.join(where[:3])}" if where else ""
         raise NonFiniteError(f"eval at step {step}: ppl {ppl} (the model's outputs are not finite, or so far off "
@@ -125,7 +126,8 @@ class RunActions:
             yield
         except NonFiniteTensorError as exc:
             self.supervisor.phase("aborted")
-            self.log.event("abort", step=self.state.step, reason="non-finite tensor", detail=str(exc))
+            self.log.event("abort", step=self.state.step, reason="non-finite tensor", code=exitcodes.NONFINITE_LOSS,
+                           detail=str(exc))
             raise NonFiniteError(f"step {self.state.step}: {exc}; the last saved state "
                                  f"(step {self.last_saved_step}) is intact") from None
         except StorageError:

@@ -181,7 +181,7 @@ def _evaluate(actions: RunActions, step: int) -> int | None:
     if not decision.abort_reason:
         return None
     actions.log.error(f"ABORT at step {step}: {decision.abort_reason}")
-    actions.log.event("abort", step=step, reason=decision.abort_reason)
+    actions.log.event("abort", step=step, reason=decision.abort_reason, code=exitcodes.FORGET_ABORT)
     actions.state.aborted = Abort(step, decision.abort_reason, exitcodes.FORGET_ABORT)
     actions.save("forget abort")
     return actions.finish(exitcodes.FORGET_ABORT, decision.abort_reason)
@@ -253,7 +253,7 @@ def train(actions: RunActions) -> int:
             value = stats.loss if what == "loss" else stats.grad_norm
             log.error(f"non-finite {what} {value} at step {stats.step} (not applied): stopping; "
                       f"the last saved state (step {actions.last_saved_step}) is intact")
-            log.event("abort", step=stats.step, reason=f"non-finite {what}", loss=str(stats.loss),
+            log.event("abort", step=stats.step, reason=f"non-finite {what}", code=exitcodes.NONFINITE_LOSS, loss=str(stats.loss),
                       grad_norm=str(stats.grad_norm))
             supervisor.phase("aborted")
             return exitcodes.NONFINITE_LOSS

@@ -147,6 +147,13 @@ def _main(environ, overrides, smoke, layers, instance, env_file: str | None) -> 
                 log.error(line)
             return exitcodes.CRASH
         log.error(str(exc))
+        if code in (exitcodes.BAD_DATA, exitcodes.BAD_CONFIG):
+            # the run's end in its events, by exit class, for whoever reads the run dir (daemon/run/view.py);
+            # a non-finite end logged its abort with its code already, a busy run dir is another daemon's
+            try:
+                log.event("exit", code=code, reason=str(exc))
+            except StorageError:
+                pass
         return code
     finally:
         log.close()

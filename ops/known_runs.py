@@ -20,7 +20,7 @@ from typing import Mapping
 
 from tatu.daemon.ci_covers import SweepOf
 from tatu.daemon.config import RunConfig
-from tatu.daemon.run.outcome import is_run_dir
+from tatu.daemon.run.view import is_run_dir
 from tatu.envfile import EnvFileError, parse_env_file
 from tatu.ops.units import installed_workdir
 from tatu.systemctl import unit_env_dir

@@ -1,4 +1,4 @@
-"""`tatu status` when no daemon answers: what a run's directory says happened (daemon/run/outcome.py),
+"""`tatu status` when no daemon answers: what a run's directory says happened (daemon/run/view.py),
 in a few lines, with the command that goes on from there, and the list of the runs tatu knows
 (ops/known_runs.py).
 
@@ -14,19 +14,19 @@ from typing import TextIO
 
 from tatu.daemon.ci_covers import sweep_of
 from tatu.daemon.config import ConfigError, RunConfig, load_config
-from tatu.daemon.run.outcome import (ABORTED, FINISHED, NOT_STARTED, RUNNING, STOPPED, RunOutcome, read_outcome,
-                                     verdict_reason)
+from tatu.daemon.run.view import (ABORTED, DIVERGED, FATAL, FINISHED, NOT_STARTED, RUNNING, STOPPED, RunView,
+                                  read_run, verdict_reason)
 from tatu.daemon.run.paths import RunDir
 from tatu.envfile import EnvFileError, env_value, parse_env_file
-from tatu.exitcodes import FORGET_ABORT, NO_ANSWER, TatuExit
+from tatu.exitcodes import NO_ANSWER, TatuExit
 from tatu.ops.known_runs import DEFAULT_OUT, RunsDir, find_run, run_dirs, runs_dirs
 
 
-def _progress(outcome: RunOutcome) -> str:
+def _progress(outcome: RunView) -> str:
     return f"step {outcome.step}/{outcome.limit if outcome.limit is not None else '?'}"
 
 
-def _matching_env_file(outcome: RunOutcome) -> Path | None:
+def _matching_env_file(outcome: RunView) -> Path | None:
     """An env file that gives exactly this run's configuration: the one the run was started with, or
     the one written beside its directory (TATU_OUT/<run>.env, the demo's)."""
     started = outcome.started
@@ -53,7 +53,7 @@ def _set_flags(config: dict) -> str:
     return " ".join(flags)
 
 
-def _from_where(outcome: RunOutcome, cwd: Path) -> str:
+def _from_where(outcome: RunView, cwd: Path) -> str:
     """`cd DIR && ` when the run's TATU_OUT is relative to a directory other than `cwd`."""
     out = Path(str(outcome.started.config.get("TATU_OUT") or DEFAULT_OUT))
     if out.is_absolute():
@@ -63,7 +63,7 @@ def _from_where(outcome: RunOutcome, cwd: Path) -> str:
     return "" if base == cwd.absolute() else f"cd {shlex.quote(str(base))} && "
 
 
-def next_command(outcome: RunOutcome, cwd: Path) -> str | None:
+def next_command(outcome: RunView, cwd: Path) -> str | None:
     """The command that goes on from here: a stopped run's resume (the way it was started), a smoke's
     start-over, a sweep member's sweep status; None when there is none to print."""
     started = outcome.started
@@ -83,7 +83,7 @@ def next_command(outcome: RunOutcome, cwd: Path) -> str | None:
     return _from_where(outcome, cwd) + run
 
 
-def describe(outcome: RunOutcome, cwd: Path) -> list[str]:
+def describe(outcome: RunView, cwd: Path) -> list[str]:
     """A few lines: the state, why, what the verdict said, what goes on from here, where the files are."""
     run, files = outcome.run, RunDir(outcome.run_dir)
     command = next_command(outcome, cwd)
@@ -93,8 +93,8 @@ def describe(outcome: RunOutcome, cwd: Path) -> list[str]:
                      f"answer yet (loading, or saving); `tatu status {run}` again in a moment")
     elif outcome.state == FINISHED:
         lines.append(f"{run}  finished at {_progress(outcome)} (exit 0): its verdict is in {files.verdict_file}")
-    elif outcome.state == ABORTED:
-        lines.append(f"{run}  aborted at {_progress(outcome)} (exit {outcome.code}): {outcome.reason}")
+    elif outcome.state in (ABORTED, DIVERGED, FATAL):
+        lines.append(f"{run}  {outcome.state} at {_progress(outcome)} (exit {outcome.code}): {outcome.reason}")
     elif outcome.state == STOPPED:
         saved = f", its resume state saved at step {outcome.saved_step}" if outcome.saved_step is not None else ""
         lines.append(f"{run}  stopped at {_progress(outcome)}{saved}: resumable")
@@ -106,10 +106,12 @@ def describe(outcome: RunOutcome, cwd: Path) -> list[str]:
         if covers:
             lines.append(f"covers  {covers}")
     if outcome.state == ABORTED:
-        lines.append("next    an abort by MIX_FORGET_LIMIT is final (a restart exits 10 again): start a new TATU_RUN"
-                     if outcome.code == FORGET_ABORT else
-                     f"next    the last saved state (step {outcome.saved_step}) is intact; a restart meets the same "
+        lines.append("next    an abort by MIX_FORGET_LIMIT is final (a restart exits 10 again): start a new TATU_RUN")
+    elif outcome.state == DIVERGED:
+        lines.append(f"next    the last saved state (step {outcome.saved_step}) is intact; a restart meets the same "
                      "numbers: start a new TATU_RUN with another configuration")
+    elif outcome.state == FATAL:
+        lines.append("next    fix what the reason names (its data or configuration), then start it again")
     if command is not None:
         member = sweep_of(run, outcome.run_dir.parent) is not None
         label = "sweep  " if member else "again  " if outcome.started.by == "smoke" else "resume "
@@ -122,11 +124,11 @@ def describe(outcome: RunOutcome, cwd: Path) -> list[str]:
     return lines
 
 
-def outcome_json(outcome: RunOutcome, cwd: Path) -> dict:
+def outcome_json(outcome: RunView, cwd: Path) -> dict:
     return {**outcome.to_json(), "next": next_command(outcome, cwd), "source": "run directory"}
 
 
-def list_lines(outcomes: list[RunOutcome], dirs: list[RunsDir], live: list[str]) -> list[str]:
+def list_lines(outcomes: list[RunView], dirs: list[RunsDir], live: list[str]) -> list[str]:
     """The runs tatu knows: the live daemons' and each known run directory's, one line each."""
     lines = [f"{name:<24} running   (its daemon answers: `tatu status {name}`)" for name in live]
     for outcome in outcomes:
@@ -151,7 +153,7 @@ def run_status(run: str, out_dir: Path | None, as_json: bool, out: TextIO, socke
         where = f"no daemon answers at {socket}, and " if socket is not None else ""
         raise TatuExit(NO_ANSWER, f"tatu: no run {run}: {where}no run directory {run} in {_looked(dirs)}; "
                                   "`tatu status` lists the runs it knows, `--out DIR` looks in DIR")
-    outcome = read_outcome(found)
+    outcome = read_run(found)
     cwd = Path.cwd()
     text = json.dumps(outcome_json(outcome, cwd), indent=2, sort_keys=True) if as_json else "\n".join(describe(outcome, cwd))
     print(text, file=out)
@@ -162,7 +164,7 @@ def known_status(out_dir: Path | None, live: list[str], as_json: bool, out: Text
     """`tatu status` with no run named and not exactly one daemon answering: every run tatu knows;
     TatuExit(NO_ANSWER) when it knows none."""
     dirs = runs_dirs(out_dir)
-    outcomes = [read_outcome(path) for path in run_dirs(dirs)]
+    outcomes = [read_run(path) for path in run_dirs(dirs)]
     if not outcomes and not live:
         raise TatuExit(NO_ANSWER, f"tatu: no runs: no daemon answers and no run directory in {_looked(dirs)}; "
                                   "`--out DIR` looks in DIR")

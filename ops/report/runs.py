@@ -7,12 +7,12 @@ exactly what the daemon measured and decided.
 """
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from tatu.daemon.run.paths import BEST, FINAL, STATE, RunDir, event_kind, read_events
+from tatu.daemon.run.paths import BEST, FINAL, STATE, RunDir
 from tatu.daemon.run.records import EvalRecord, Verdict
+from tatu.daemon.run.view import FINISHED, RunView, read_run
 from tatu.exitcodes import BAD_DATA, TatuExit
 from tatu.model.checkpoint.files import META, CheckpointError, read_meta, resolve_checkpoint
 from tatu.formats import fmt_p as shared_fmt_p
@@ -34,37 +34,51 @@ def report_sets(runs) -> list[str]:
 
 @dataclass
 class RunRecord:
-    """One run as its events tell it."""
+    """One run as its events tell it: the run's one view (daemon/run/view.py read_run) and its stored config."""
 
     name: str
     run_dir: Path
-    evals: list[EvalRecord]  # one per step, ascending; a step evaluated twice (restart) keeps the later event
-    verdict: Verdict | None  # the last verdict event's; None while the run has not finished
-    verdict_step: int | None = None  # the step the run stood at when judged (the verdict event's step)
-    aborts: list[tuple[int | None, str]] = field(default_factory=list)  # (step, reason) of each abort event
+    view: RunView
     config: dict | None = None  # None: no readable stored config (config_note says why)
     config_note: str = ""
     trainable: str = ""  # what trained ("trainable 1.3M of 27.1M (4.8%): h.6-7, ln_f"); "" for older runs
-    last_step: int | None = None  # the last optimizer step logged
-    resumes: int = 0
+
+    @property
+    def evals(self) -> tuple[EvalRecord, ...]:
+        """One per step, ascending; a step evaluated twice (restart) keeps the later event."""
+        return self.view.evals
+
+    @property
+    def verdict(self) -> Verdict | None:
+        return self.view.verdict
+
+    @property
+    def verdict_step(self) -> int | None:
+        """The step the run stood at when judged (the verdict event's step)."""
+        return self.view.verdict_step
+
+    @property
+    def last_step(self) -> int | None:
+        """The last optimizer step logged."""
+        return self.view.last_step
+
+    @property
+    def resumes(self) -> int:
+        return self.view.resumes
 
     @property
     def abort(self) -> tuple[int | None, str] | None:
-        """(step, reason) of the run's abort: the last abort event, else the verdict's numbers.aborted
-        (at the verdict's step); None when the run did not abort."""
-        if self.aborts:
-            return self.aborts[-1]
-        numbers = self.verdict.numbers if self.verdict else None
-        if numbers and numbers.aborted:
-            return (numbers.step if isinstance(numbers.step, int) else None), str(numbers.aborted)
-        return None
+        """(step, reason) of what ended the run when it aborted or diverged; None otherwise."""
+        end = self.view.ended_by
+        return None if end is None else (end.step, end.reason)
 
     @property
     def status(self) -> str:
-        abort = self.abort
-        if abort is not None:
-            return f"aborted at step {fmt_int(abort[0])}: {abort[1]}" + ("" if self.verdict is not None else " (no verdict)")
-        if self.verdict is not None:
+        view = self.view
+        end = view.ended_by
+        if end is not None:
+            return f"{view.state} at step {fmt_int(end.step)}: {end.reason}" + ("" if view.verdict is not None else " (no verdict)")
+        if view.state == FINISHED:
             return "finished"
         return "running or stopped: no verdict yet"
 
@@ -138,61 +152,21 @@ def _read_config(run_dir: Path) -> tuple[dict | None, dict, str]:
     return None, {}, f"no {CONFIG_CHECKPOINTS[0]}/{META} in {run_dir}"
 
 
-def _record(read, event: dict, where: str):
-    """`read` (a record's from_json) of one event; what it refuses is one BAD_DATA line naming `where`."""
-    try:
-        return read(event, where)
-    except ValueError as exc:  # a format version this tatu does not read: the message names `where`
-        raise TatuExit(BAD_DATA, str(exc)) from None
-    except (KeyError, TypeError, AttributeError, StopIteration) as exc:
-        raise TatuExit(BAD_DATA, f"{where}: malformed ({type(exc).__name__}: {exc})") from None
-
-
-def _eval_record(event: dict, path: Path, index: int) -> EvalRecord:
-    """The eval event as the daemon's record, its step and the numbers every section reads checked first."""
-    where = f"{path}: eval event #{index + 1}"
-    if not isinstance(event.get("step"), int):
-        raise TatuExit(BAD_DATA, f"{where}: 'step' is missing or not an integer")
-    where += f" (step {event['step']})"
-    for key in ("sets", "drift"):
-        if not isinstance(event.get(key), dict):
-            raise TatuExit(BAD_DATA, f"{where}: '{key}' is missing or not an object")
-    return _record(EvalRecord.from_json, event, where)
-
-
 def load_run(run_dir: Path | str) -> RunRecord:
-    """Read the run's events (a torn last line ignored) and its stored config."""
+    """The run's one view (a torn last line ignored) and its stored config."""
     run_dir = Path(run_dir)
     path = RunDir(run_dir).events_file
     if not path.is_file():
         raise TatuExit(BAD_DATA, f"{path}: not found (is {run_dir} a run directory? the run writes it at its first eval)")
     try:
-        events = read_events(path)
+        view = read_run(run_dir)
     except (OSError, UnicodeDecodeError) as exc:
         raise TatuExit(BAD_DATA, f"{path}: cannot read ({exc})")
-    by_step: dict[int, EvalRecord] = {}
-    verdict, verdict_step, aborts, last_step, resumes = None, None, [], None, 0
-    for index, event in enumerate(events):
-        kind = event_kind(event)
-        if kind == "eval":
-            record = _eval_record(event, path, index)
-            by_step[record.step] = record  # after a restart the later eval of a step wins
-        elif kind == "verdict":
-            verdict = _record(Verdict.from_json, event, f"{path}: verdict event #{index + 1}")
-            verdict_step = event.get("step")
-        elif kind == "abort":
-            step = event.get("step")
-            aborts.append((step if isinstance(step, int) else None, str(event.get("reason") or "no reason logged")))
-        elif kind == "step" and isinstance(event.get("step"), int):
-            last_step = event["step"]
-        elif kind == "resumed":
-            resumes += 1
+    except ValueError as exc:  # a malformed event or a format this tatu does not read: the message names the file
+        raise TatuExit(BAD_DATA, str(exc)) from None
     config, meta, note = _read_config(run_dir)
-    return RunRecord(
-        name=run_dir.resolve().name, run_dir=run_dir, evals=[by_step[s] for s in sorted(by_step)], verdict=verdict,
-        verdict_step=verdict_step, aborts=aborts, config=config, config_note=note, last_step=last_step, resumes=resumes,
-        trainable=_trainable(meta) if config is not None else "",
-    )
+    return RunRecord(name=run_dir.resolve().name, run_dir=run_dir, view=view, config=config, config_note=note,
+                     trainable=_trainable(meta) if config is not None else "")
 
 
 

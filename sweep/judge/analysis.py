@@ -17,17 +17,20 @@ import dataclasses
 import itertools
 from pathlib import Path
 
-from tatu.daemon.run.paths import SweepDir
 from tatu.model.checkpoint.files import CheckpointError, read_meta
 from tatu.sweep.plan.interpolated import InterpolatedMember, interpolated_members
 from tatu.sweep.judge.interpolated import interpolated_result
 from tatu.sweep.judge.vs_parent import vs_parent
-from tatu.sweep.judge.outcome import outcome
+from tatu.daemon.run.paths import RunDir
+from tatu.daemon.run.view import read_run
+from tatu.exitcodes import BAD_CONFIG, BAD_DATA
+from tatu.sweep.errors import SweepError
+from tatu.sweep.judge.outcome import outcome_of
 from tatu.sweep.plan.member import Member
 from tatu.sweep.plan.lock import LockedPlan, read_lock
 from tatu.sweep.plan.rule import held_out_set
 from tatu.sweep.judge import common_step as common_step_
-from tatu.sweep.judge.scores import end_checkpoint, score_checkpoint
+from tatu.sweep.judge.scores import end_checkpoint
 from tatu.sweep.judge.power import seeds_for_effect, stated_effect
 from tatu.sweep.judge.sets import set_stats
 from tatu.sweep.judge.records import ConfigResult, ConfigStat, EvalDrifts, MemberResult, holm_adjusted
@@ -38,31 +41,36 @@ from tatu.sweep.judge.sweep_report import CompareStage, SweepReport, TuneStage
 from tatu.sweep.judge.answers import answer_metrics, config_answers, paired_answers
 
 def member_result(member: Member, sweep_dir: Path, required: tuple[str, ...] = ()) -> MemberResult:
-    """Status, verdict, per-line start/end scores (every set and category, sweep/judge/scores.py; the
-    held-out sets a rule names `required`), the worst drift over its evals."""
-    from tatu.daemon.run.paths import RunDir
-
-    status = outcome(member.run_dir)
+    """Status, verdict, the daemon's own per-line scores at its start (step 0) and its end (its last
+    eval: the limit, or its abort's), every set and category (the held-out sets a rule names
+    `required` must be there), the worst drift over its evals: its run's one view, read once."""
+    view = read_run(member.run_dir)
+    status = outcome_of(view)
     directory = member.run_dir
     result = MemberResult(member=member.run, config=member.config_key, seed=member.seed, values=member.values,
                           state=status.state, verdict=status.verdict)
     if status.state not in ("done", "aborted"):
         return result
-    cache = SweepDir(sweep_dir).scores
-    end = end_checkpoint(directory)
-    lines = {"base": score_checkpoint(Path(member.env["TATU_SEED_CKPT"]), member.env, cache, required),
-             "end": score_checkpoint(end, member.env, cache, required)}
+    evals = {record.step: record for record in view.evals if record.step > 0}
+    end_step = max(evals) if evals else 0
+    start, end_lines = common_step_.lines_at(directory, 0), common_step_.lines_at(directory, end_step)
+    if start is None or end_lines is None:
+        raise SweepError(BAD_DATA, f"{directory}: no per-line scores kept at step {0 if start is None else end_step} "
+                                   f"({RunDir(directory).eval_lines(0 if start is None else end_step)}): a sweep "
+                                   "member runs with TATU_EVAL_LINES=1 and keeps them at every eval")
+    for name in required:
+        if name not in end_lines:
+            raise SweepError(BAD_CONFIG, f"the decision rule names {name}_change, but {member.run}'s data has no "
+                                         f"eval set {name} (its eval lines: {', '.join(k for k in end_lines if '/' not in k)})")
+    lines = {"base": start, "end": end_lines}
     # what trained, as the daemon said it ("trainable 1.3M of 27.1M (4.8%): h.6-7, ln_f"); None for older runs
+    end = end_checkpoint(directory)
     trainable = (_end_meta(end).get("trainable") or {}).get("line") if end else None
-    evals = {}
-    for record in RunDir(directory).eval_records():
-        if record.step > 0:
-            evals[record.step] = record  # a re-run eval after a kill repeats the same numbers: last wins
     drifts = EvalDrifts(every_eval_drift=max((e.drift.value for e in evals.values()), default=0.0),
                         every_eval_drift_hi=max((e.drift.hi for e in evals.values()), default=0.0),
-                        daemon_drift=evals[max(evals)].drift.value if evals else None,
+                        daemon_drift=evals[end_step].drift.value if evals else None,
                         eval_drifts=tuple((step, e.drift.value, e.drift.hi) for step, e in sorted(evals.items())))
-    return dataclasses.replace(result, steps=max(evals) if evals else 0, trainable=trainable, evals=drifts, lines=lines)
+    return dataclasses.replace(result, steps=end_step, trainable=trainable, evals=drifts, lines=lines)
 
 
 def _end_meta(end: Path) -> dict:

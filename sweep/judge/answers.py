@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tatu.daemon.run.paths import RunDir
+from tatu.daemon.run.view import read_run
 from tatu.formats import fmt_interval, fmt_share
 from tatu.evals.exact import crossed_mean, crossed_rate, paired_difference
 from tatu.sweep.judge.common_step import compared_at
@@ -87,7 +87,7 @@ def _bits(text: str) -> list[float]:
 def member_answers(run_dir: Path, step: int | None = None) -> tuple[int, dict[str, tuple[list[float], list[float]]]]:
     """(the eval step read, {set: (step 0's right/wrong, that eval's)}) of one run's events: its last
     eval, or the one at `step`; {} without a step-0 eval or an eval at `step`."""
-    records = RunDir(run_dir).eval_records()
+    records = read_run(run_dir).evals
     first = next((r for r in records if r.step == 0), None)
     at = [r for r in records if step is None or r.step == step]
     if first is None or not at:

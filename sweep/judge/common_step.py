@@ -5,8 +5,9 @@ compared at their ends, the finished one has 16 more steps of training in its nu
 comparison is also made at the common step. Its per-line scores are the daemon's own, kept by
 TATU_EVAL_LINES=1 (which every sweep member runs with) in RUN_DIR/evals/step-N.json: the step-0
 eval's lines are the start and step N's the end, scored on the device the run used. The end
-comparison stays as it was (re-scored checkpoints, sweep/judge/scores.py). A member run without those
-files (a sweep locked before they existed) leaves the common-step comparison n/a, said so.
+comparison reads the same files at the member's last eval (sweep/judge/analysis.py member_result). A
+member run without those files (a sweep locked before they existed) leaves the common-step comparison
+n/a, said so.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tatu.daemon.run.paths import RunDir
+from tatu.daemon.run.view import read_run
 from tatu.sweep.plan.rule import Condition
 
 @dataclass(frozen=True)
@@ -26,9 +26,9 @@ class EndFacts:
 
 def member_end_facts(run_dir: Path) -> EndFacts:
     """From a member's run dir (tatu.sweep.plan.member.Member.run_dir)."""
-    run = RunDir(run_dir)
-    evals = [record for record in run.eval_records() if record.step > 0]
-    verdict = run.verdict()
+    run = read_run(run_dir)
+    evals = [record for record in run.evals if record.step > 0]
+    verdict = run.verdict
     return EndFacts(max((e.drift.value for e in evals), default=0.0), max((e.drift.hi for e in evals), default=0.0),
                     bool(verdict and verdict.numbers and verdict.numbers.aborted))
 

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from tatu.daemon.run.paths import SweepDir
+from tatu.daemon.run.view import read_run
 from tatu.exitcodes import BAD_CONFIG, BAD_DATA
 from tatu.model.checkpoint.files import CheckpointError, read_meta
 from tatu.sweep.errors import SweepError
@@ -76,9 +77,7 @@ def write_ready(sweep_dir: Path, members: list[InterpolatedMember], say) -> None
 
 
 def _end_step(run_dir: Path) -> int:
-    from tatu.daemon.run.paths import RunDir
-
-    steps = [record.step for record in RunDir(run_dir).eval_records()]
+    steps = [record.step for record in read_run(run_dir).evals]
     return max(steps, default=0)
 
 

@@ -1,10 +1,12 @@
-"""What a sweep member achieved, read from its run dir alone: never asked of a backend, so every
-reader (the coordinator, `tatu sweep status`, the report) derives the same thing from the same
-files, on any backend and after a reboot.
+"""What a sweep member achieved, in the sweep's words: its run's one view (daemon/run/view.py read_run,
+which decides the state by exit class) and nothing else, so every reader (the coordinator, `tatu
+sweep status`, the report, the verdict) says the same thing from the same files, on any backend and
+after a reboot.
 
-    its verdict                         done (its verdict), or aborted when the verdict says so
-    events: abort "non-finite loss"     diverged (exit 11: a result, there is no verdict)
-    neither                             no result yet (pending)
+    the run finished                    done (its verdict)
+    the run aborted (MIX_FORGET_LIMIT)  aborted (its verdict says forgets)
+    the run diverged (exit 11)          diverged: any non-finite loss, gradient norm, eval or tensor (no verdict)
+    anything else                       no result yet (pending)
 
 tatu.sweep.run.members puts the backend's unit state beside this (running, fatal, pending)."""
 from __future__ import annotations
@@ -13,10 +15,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tatu import exitcodes
-from tatu.daemon.run.paths import RunDir
+from tatu.daemon.run.view import ABORTED, DIVERGED, FINISHED, RunView, read_run
 
 TERMINAL = ("done", "aborted", "diverged")
+RESULTS = {FINISHED: "done", ABORTED: "aborted", DIVERGED: "diverged"}  # a run's end -> the member's result
 
 
 @dataclass(frozen=True)
@@ -27,30 +29,21 @@ class Outcome:
     detail: str = ""
 
 
-DIVERGED = Outcome("diverged", "diverged", exitcodes.NONFINITE_LOSS, "non-finite loss")
-
-
-def verdict_outcome(run_dir: Path) -> Outcome | None:
-    """done or aborted, from the member's verdict (None before it has one)."""
-    verdict = RunDir(run_dir).verdict()
-    if verdict is None:
-        return None
-    aborted = verdict.numbers.aborted if verdict.numbers else None
-    return Outcome("aborted" if aborted else "done", verdict.outcome,
-                   exitcodes.FORGET_ABORT if aborted else exitcodes.OK, aborted or "")
-
-
-def diverged(run_dir: Path) -> bool:
-    """Its events say the loss went non-finite (the daemon's abort; there is no verdict)."""
-    return any(e.get("reason") == "non-finite loss" for e in RunDir(run_dir).events("abort"))
+def outcome_of(view: RunView) -> Outcome:
+    """The member's result as its run's view holds it (pending: none yet)."""
+    state = RESULTS.get(view.ended)
+    if state is None or state != "diverged" and view.verdict is None:
+        # a forget abort logged and its verdict not written yet (the daemon saves in between): no result yet
+        return Outcome("pending")
+    if state == "diverged":
+        return Outcome(state, "diverged", view.code, view.ended_by.reason)
+    aborted = view.verdict.numbers.aborted if view.verdict.numbers else None
+    return Outcome(state, view.verdict.outcome, view.code, aborted or "")
 
 
 def outcome(run_dir: Path) -> Outcome:
     """The member's result as its run dir holds it (pending: none yet)."""
-    found = verdict_outcome(run_dir)
-    if found is not None:
-        return found
-    return DIVERGED if diverged(run_dir) else Outcome("pending")
+    return outcome_of(read_run(run_dir))
 
 
 def read_json(path: Path) -> dict | None:

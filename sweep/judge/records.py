@@ -163,7 +163,8 @@ class MemberResult:
     interpolated one's, sweep/judge/interpolated.py): status, verdict and, once it has an end,
     its steps, what trained, its drift at its own evals and its per-line scores.
 
-    `lines` holds the per-line scores by key: "base"/"end" (the seed and end checkpoints, re-scored)
+    `lines` holds the per-line scores by key: "base"/"end" (the daemon's lines at step 0 and
+    at its last eval; an interpolated member's re-scored seed and checkpoint)
     and the common step's (sweep/judge/common_step.py START, AT_COMMON), each {set: scores}. They stay in
     the scores cache and are not in report.json: a result read back has none."""
 

@@ -1,9 +1,13 @@
-"""Per-line scores of a member's start and end, re-scored from the checkpoints its run wrote.
+"""Per-line scores of an interpolated member's start and end, re-scored from its checkpoints: the
+one number the sweep still scores itself, because no daemon ever evaluated an interpolated
+checkpoint. Every daemon-run member is judged on the daemon's own per-line scores
+(TATU_EVAL_LINES=1, sweep/judge/common_step.py lines_at), at step 0, the common step and its end;
+on CPU fp32 this re-scorer gives the daemon's very numbers (tests/sweep/test_common_step.py,
+test_held_out_sets.py; LoRA's merged final/ differs in the last bits, tests/sweep/test_configs_run.py).
 
-The daemon's events hold each eval's totals and CIs, not its per-line sums; the crossed
-bootstrap needs those. So the sweep scores, with tatu.evals, the seed checkpoint (the run's
-step 0: every member of a sweep starts from it) and the member's end: final/ when it finished,
-state/ when it aborted (saved at the abort's eval). The same eval files, tokenizer and
+It scores, with tatu.evals, the seed checkpoint (every member of a sweep starts from it) and the
+interpolated checkpoint (`end_checkpoint` finds the parent's end it is made from: final/ when it
+finished, state/ when it aborted, saved at the abort's eval). The same eval files, tokenizer and
 subsampling the daemon used (the data manifest, EVAL_EN_ALL, TATU_SEED): sftHeld, enRuler,
 ptVal where the data has it, every held-out set of the data (any set beyond the three roles), and the word categories of each
 tagged set from the tags stored at data build (tatu.evals.categories). The results are

@@ -1,7 +1,7 @@
 """Per-configuration statistics over seeds from the members' per-line scores (tatu.evals.seeds.stats).
 
 A member result (sweep/judge/records.py MemberResult) holds its per-line scores under two keys, a start and an end: "base"/"end" (the
-re-scored seed and end checkpoints) or the common step's (sweep/judge/common_step.py). Every member of a
+daemon's lines at step 0 and at the member's last eval; an interpolated member's re-scored checkpoints) or the common step's (sweep/judge/common_step.py). Every member of a
 comparison must have scored the same lines (checked by line index): the design is crossed,
 seeds x shared lines. Resampling seeds are fixed per statistic, so the same files give the same
 numbers.

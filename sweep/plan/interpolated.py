@@ -11,7 +11,7 @@ atomically, as an ordinary checkpoint in sweeps/<name>/interpolated/<key>-s<seed
 has a result. It runs no daemon: its state is its parent's (an aborted parent's end is its state/,
 as for every aborted member, and the interpolated member counts as aborted too), it has no evals
 during training (no every_eval_drift, no common-step lines: a rule naming them leaves it unjudged,
-said so) and is re-scored like every member's end (sweep/judge/scores.py), so the report pairs it by
+said so) and is re-scored, start and end, on the CPU (sweep/judge/scores.py: no daemon evaluated it), so the report pairs it by
 seed and line with the baseline.
 """
 from __future__ import annotations

@@ -242,7 +242,7 @@ def _gpu_count() -> int:
 # --- status / stop / report --------------------------------------------------------------------------
 
 def status_main(args) -> int:
-    from tatu.daemon.run.paths import RunDir
+    from tatu.daemon.run.view import read_run
     from tatu.sweep.run.coordinator import STOP_FILE, Coordinator, backend_for, settings
     from tatu.sweep.run.members import summary
 
@@ -264,9 +264,8 @@ def status_main(args) -> int:
     if stop.exists():
         print(f"stopped: {stop.read_text().strip()}")
     for s in statuses:
-        steps = [e["step"] for e in RunDir(s.member.run_dir).events("step")]
         limit = s.member.env.get("MIX_STEPS_LIMIT", "?")
-        print(f"  {s.member.run:<32} {s.state:<9} {s.verdict or '':<13} step {max(steps, default=0)}/{limit}"
+        print(f"  {s.member.run:<32} {s.state:<9} {s.verdict or '':<13} step {read_run(s.member.run_dir).step}/{limit}"
               + (f"  {s.detail}" if s.detail else ""))
     for line in sequential:
         print(line)

@@ -1,11 +1,13 @@
-"""A sweep member's status, derived from its run dir and its backend's unit state alone.
+"""A sweep member's status, derived from its run's one view (daemon/run/view.py read_run) and its
+backend's unit state alone.
 
 The coordinator holds no state of its own; this is what it (and `tatu sweep status`) reads:
 
-    its verdict                         done (its verdict), or aborted when the verdict says so
-    events: abort "non-finite loss"     diverged (exit 11: a result, there is no verdict)
-                                        (these two: what the member achieved, tatu.sweep.judge.outcome)
+    its run finished or aborted         done / aborted (its verdict)
+    its run diverged (exit 11)          diverged (a result, there is no verdict)
+                                        (these: what the member achieved, tatu.sweep.judge.outcome)
     the unit/child is running           running
+    exited 11 before its files said so  diverged
     exited 65 or 78                     fatal: the sweep stops with the member's reason
     exited after its crash restarts     fatal (the member cannot run)
     anything else                       pending: started (again) when a slot is free; a
@@ -18,8 +20,9 @@ from pathlib import Path
 
 from tatu import exitcodes
 from tatu.daemon.run.paths import RunDir
+from tatu.daemon.run.view import read_run
 from tatu.formats import fmt_duration
-from tatu.sweep.judge.outcome import DIVERGED, TERMINAL, diverged, verdict_outcome
+from tatu.sweep.judge.outcome import TERMINAL, outcome_of
 from tatu.sweep.plan.member import Member
 from tatu.sweep.run.backends import UnitState
 
@@ -41,13 +44,13 @@ def member_status(member: Member, unit: UnitState) -> MemberStatus:
 
 def _member_status(member: Member, unit: UnitState) -> MemberStatus:
     directory = member.run_dir
-    found = verdict_outcome(directory)
-    if found is not None:
+    found = outcome_of(read_run(directory))
+    if found.state in TERMINAL:
         return MemberStatus(member, found.state, found.verdict, found.code, found.detail)
     if unit.kind == "running":
         return MemberStatus(member, "running", detail=unit.detail)
-    if unit.kind == "exited" and unit.code == exitcodes.NONFINITE_LOSS or diverged(directory):
-        return MemberStatus(member, DIVERGED.state, DIVERGED.verdict, DIVERGED.code, DIVERGED.detail)
+    if unit.kind == "exited" and unit.code == exitcodes.NONFINITE_LOSS:  # its abort event not read yet (a torn line)
+        return MemberStatus(member, "diverged", "diverged", unit.code, "non-finite (exit 11)")
     if unit.kind == "exited" and unit.code in (exitcodes.BAD_DATA, exitcodes.BAD_CONFIG):
         return MemberStatus(member, "fatal", code=unit.code, detail=_last_error(directory))
     if unit.kind == "exited" and unit.code not in (0, None):
@@ -80,5 +83,5 @@ def summary(statuses: list[MemberStatus], eta_s: float | None, stage: str | None
 
 
 def member_wall_seconds(member: Member) -> float | None:
-    times = [e["time"] for e in RunDir(member.run_dir).events() if "time" in e]
-    return times[-1] - times[0] if len(times) >= 2 else None
+    times = read_run(member.run_dir).times
+    return times[1] - times[0] if times and times[1] != times[0] else None

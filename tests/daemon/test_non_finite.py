@@ -81,6 +81,16 @@ def test_a_huge_lr_without_clipping_exits_11_and_the_saved_state_is_finite(tiny_
     state = load_checkpoint(tmp_path / "run" / "state")
     assert state.extra_json["resume"]["step"] == int(intact.group(1))
     assert all_finite(state) == []
+    # the abort is logged with its exit code, which the run's one view decides by (never by its words)
+    from tatu.daemon.run.view import read_run
+
+    aborts = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()
+              if '"abort"' in line]
+    assert [a["code"] for a in aborts] == [11] and aborts[0]["reason"].startswith("non-finite ")
+    view = read_run(tmp_path / "run")
+    assert (view.state, view.code, view.ended_by.reason) == ("diverged", 11, aborts[0]["reason"])
     # a restart resumes from it and stops the same way, cleanly (not a crash to restart)
     again = daemon(env)
     assert again.returncode == 11 and "Traceback" not in again.stdout + again.stderr
+    view = read_run(tmp_path / "run")
+    assert view.state == "diverged" and [e.resumed for e in view.ends] == [True, False]

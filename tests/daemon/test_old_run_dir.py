@@ -69,3 +69,12 @@ def test_a_newer_format_is_refused_naming_the_file(tmp_path):
     (run / "events.jsonl").write_text("\n".join(future) + "\n")
     with pytest.raises(ValueError, match=r"events.jsonl: eval event #1: format_version 3"):
         RunDir(run).eval_records()
+
+
+def test_the_runs_one_view_reads_an_old_run():
+    """read_run (daemon/run/view.py) on a run dir from before abort events carried an exit code."""
+    from tatu.daemon.run.view import read_run
+
+    view = read_run(OLD)
+    assert [r.step for r in view.evals] == [0, 2, 4] and view.verdict.outcome == "holds"
+    assert (view.state, view.code, view.ends) == ("finished", 0, ())

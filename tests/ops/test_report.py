@@ -308,7 +308,7 @@ def test_an_aborted_run_is_marked_on_every_plot_and_on_the_page(tmp_path):
     records = [report.load_run(d) for d in (by_event, by_verdict, nan_loss)]
     assert [r.abort for r in records] == [(4, reason), (4, reason), (6, "non-finite loss")]
     assert records[0].status == f"aborted at step 4: {reason}"
-    assert records[2].status == "aborted at step 6: non-finite loss (no verdict)"
+    assert records[2].status == "diverged at step 6: non-finite loss (no verdict)"
     for plot in report.render_plots(records, tmp_path / "plots"):
         assert f"by-event aborted at step 4: {reason}" in plot.legend, plot.name
         assert f"by-verdict aborted at step 4: {reason}" in plot.legend, plot.name
@@ -317,7 +317,7 @@ def test_an_aborted_run_is_marked_on_every_plot_and_on_the_page(tmp_path):
     rows = [r for r in _parse(tmp_path / "out" / "index.html").rows if r["texts"]]
     status = {r["run"]: r["texts"][1] for r in rows[:3]}
     assert status == {"by-event": f"aborted at step 4: {reason}", "by-verdict": f"aborted at step 4: {reason}",
-                      "nan-loss": "aborted at step 6: non-finite loss (no verdict)"}
+                      "nan-loss": "diverged at step 6: non-finite loss (no verdict)"}
     assert "aborts marked with an X in the run's colour" in html.unescape(page)
     # each run's X is filled with its own line's colour, not one red for every run
     from matplotlib.colors import to_hex
@@ -332,7 +332,10 @@ def test_an_aborted_run_is_marked_on_every_plot_and_on_the_page(tmp_path):
 
 
 def test_a_run_that_did_not_abort_has_no_abort():
-    record = report.RunRecord(name="ok", run_dir=Path("ok"), evals=[], verdict=verdict("holds"), verdict_step=8)
+    from tatu.daemon.run.view import FINISHED, RunView
+
+    view = RunView(Path("ok"), FINISHED, FINISHED, 8, None, None, 0, None, verdict("holds"), None, None, verdict_step=8)
+    record = report.RunRecord(name="ok", run_dir=Path("ok"), view=view)
     assert record.abort is None and record.status == "finished"
 
 

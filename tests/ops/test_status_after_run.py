@@ -20,7 +20,7 @@ from tiny_world import base_env, clean_environ, sft_env, wait_for
 
 from tatu.daemon.config import load_config
 from tatu.daemon.run.lock import holder_pid
-from tatu.daemon.run.outcome import Started, read_outcome
+from tatu.daemon.run.view import Started, read_run
 from tatu.daemon.run.paths import RunDir
 from tatu.envfile import env_file_text
 from tatu.ops.cli import main as tatu
@@ -189,7 +189,7 @@ def test_a_run_started_from_a_shells_variables_resumes_with_them_as_set_flags(tm
     (run_dir / "state").mkdir(parents=True)
     (run_dir / "events.jsonl").write_text(json.dumps({"event": "config", "step": 0, "config": config,
                                                       "origins": {"TATU_RUN": "env"}, "ranks": 1}) + "\n")
-    outcome = read_outcome(run_dir)
+    outcome = read_run(run_dir)
     assert outcome.state == "stopped" and outcome.started == Started("env", config, None, 1)
     command = next_command(outcome, tmp_path)
     argv = shlex.split(command)
@@ -203,7 +203,7 @@ def test_a_run_started_from_a_shells_variables_resumes_with_them_as_set_flags(tm
                             ("instance", 2, "systemctl --user start tatu-sft-ddp@shell")):
         (run_dir / "events.jsonl").write_text(json.dumps({"event": "config", "step": 0, "config": config,
                                                           "origins": {"TATU_RUN": by}, "ranks": ranks}) + "\n")
-        assert next_command(read_outcome(run_dir), tmp_path) == said
+        assert next_command(read_run(run_dir), tmp_path) == said
 
 
 def test_a_sweep_member_is_found_by_its_folders_name_and_points_to_its_sweep(tmp_path, monkeypatch):
@@ -227,7 +227,7 @@ def test_a_sweep_member_is_found_by_its_folders_name_and_points_to_its_sweep(tmp
 def test_a_run_directory_of_the_first_format_reads_as_finished():
     """tests/fixtures/run-v1, what tatu wrote before records had versions: `tatu status` reads it too."""
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "run-v1"
-    outcome = read_outcome(fixture)
+    outcome = read_run(fixture)
     saved = json.loads((fixture / "verdict.json").read_text())
     assert (outcome.state, outcome.step, outcome.limit, outcome.code) == ("finished", 4, 4, 0)
     assert outcome.verdict.outcome == saved["verdict"] == "holds" and outcome.started.ranks == 1
@@ -242,27 +242,34 @@ def _events(run_dir: Path, *events: dict) -> None:
 
 
 def test_the_states_a_run_directory_shows_without_a_verdict(tmp_path):
-    """A non-finite abort (exit 11) until the run starts again; a stop before the baseline; a daemon
+    """A non-finite abort (exit 11: diverged) until the run starts again; a stop before the baseline; a daemon
     that holds the directory (here this process's flock, as the daemon's run/lock.py takes it)."""
     nan = tmp_path / "nan"
     (nan / "state").mkdir(parents=True)
     _events(nan, {"event": "ready", "step": 0}, {"event": "step", "step": 7}, {"event": "checkpoint", "step": 5},
             {"event": "abort", "step": 8, "reason": "non-finite loss"})
-    outcome = read_outcome(nan)
-    assert (outcome.state, outcome.code, outcome.step, outcome.saved_step) == ("aborted", 11, 7, 5)
+    outcome = read_run(nan)
+    assert (outcome.state, outcome.code, outcome.step, outcome.saved_step) == ("diverged", 11, 7, 5)
     assert outcome.reason == "non-finite loss at step 8"
     _events(nan, {"event": "abort", "step": 8, "reason": "non-finite loss"}, {"event": "resumed", "step": 5})
-    assert read_outcome(nan).state == "stopped"  # started again from its saved state: not an end
+    assert read_run(nan).state == "stopped"  # started again from its saved state: not an end
+    # by the end's exit code, never its words: a contract exit the daemon logged (65, 78) is fatal
+    _events(nan, {"event": "ready", "step": 0}, {"event": "exit", "code": 65, "reason": "eval set sftHeld: bad line 3"})
+    outcome = read_run(nan)
+    assert (outcome.state, outcome.code, outcome.reason) == ("fatal", 65, "eval set sftHeld: bad line 3 at step 0")
+    # a forget abort logged and its verdict not yet written says exit 10, not a non-finite 11
+    _events(nan, {"event": "ready", "step": 0}, {"event": "abort", "step": 4, "reason": "drift +40%", "code": 10})
+    assert (read_run(nan).state, read_run(nan).code) == ("aborted", 10)
     early = tmp_path / "early"
     _events(early)
-    assert read_outcome(early).state == "not started"
+    assert read_run(early).state == "not started"
     held = tmp_path / "held"
     _events(held, {"event": "ready", "step": 0})
     fd = os.open(held, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        outcome = read_outcome(held)
+        outcome = read_run(held)
         assert (outcome.state, outcome.holder) == ("running", os.getpid())
     finally:
         os.close(fd)
-    assert read_outcome(held).state == "not started"
+    assert read_run(held).state == "not started"

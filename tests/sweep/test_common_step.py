@@ -3,8 +3,10 @@
 Two configurations that end at different steps (MIX_STEPS_LIMIT 4 and 6, an axis: their ends
 differ the way an aborted member's and a finished one's do), two seeds each. The report's
 per-configuration means and paired differences (with a p that agrees with their CI) are recomputed here with plain loops from the members'
-per-line scores: at the end from the re-scored checkpoints (sweeps/<name>/scores), at the common
-step from the daemon's own per-line files (RUN_DIR/evals/step-N.json)."""
+per-line scores: at the end from the checkpoints re-scored here on the CPU (the report reads the
+daemon's own per-line files at its last eval: on CPU fp32 the same numbers, so a second scorer that
+drifted from the daemon's would fail here), at the common step from the daemon's files
+(RUN_DIR/evals/step-N.json)."""
 from __future__ import annotations
 
 import json
@@ -100,7 +102,7 @@ def test_the_end_means_and_paired_differences_recompute_from_the_rescored_lines(
     per_seed = {}
     for m in lock.members_of("compare"):
         run = Path(m.env["TATU_OUT"]) / m.run
-        base = score_checkpoint(Path(m.env["TATU_SEED_CKPT"]), m.env, sweep / "scores")  # cache hits: what the report used
+        base = score_checkpoint(Path(m.env["TATU_SEED_CKPT"]), m.env, sweep / "scores")  # re-scored: equal to the daemon's lines the report reads (CPU fp32)
         end = score_checkpoint(run / "final", m.env, sweep / "scores")
         for set_name in ("enRuler", "sftHeld"):
             per_seed[m.config_key, set_name, m.seed] = _log_ratio(base[set_name], end[set_name])

@@ -2,7 +2,7 @@
 vs every weight with replay and another learning rate), 2 seeds, through the foreground backend:
 each member runs with its configuration's variables, says what trained, and the report compares
 the two: per configuration over seeds and paired by seed and line against the baseline, its
-numbers recomputed here with plain loops from the re-scored checkpoints. TensorBoard's HParams
+numbers recomputed here with plain loops from the daemon's own per-line scores. TensorBoard's HParams
 view gets one session per member, with its configuration and its last eval, read back here."""
 from __future__ import annotations
 
@@ -57,6 +57,7 @@ def test_the_report_compares_the_configurations_against_the_baseline(sweep, tmp_
     from tatu.pages.markup import esc
     from tatu.sweep.report.page import write_page
     from tatu.sweep.report.tables import closing_text
+    from tatu.sweep.judge.common_step import lines_at
     from tatu.sweep.judge.scores import score_checkpoint
 
     data = analyze(sweep)
@@ -65,10 +66,19 @@ def test_the_report_compares_the_configurations_against_the_baseline(sweep, tmp_
     assert configs["full-replay2"].is_baseline and not configs["lora-r2"].is_baseline
     per_seed = {}
     for m in read_lock(sweep).members_of("compare"):
-        base = score_checkpoint(Path(m.env["TATU_SEED_CKPT"]), m.env, sweep / "scores")  # cache hits: what the report used
-        end = score_checkpoint(Path(m.env["TATU_OUT"]) / m.run / "final", m.env, sweep / "scores")
+        # what the report uses: the daemon's own per-line scores at step 0 and at its last eval (step 4)
+        base, end = lines_at(m.run_dir, 0), lines_at(m.run_dir, 4)
         for set_name in ("enRuler", "sftHeld"):
             per_seed[m.config_key, set_name, m.seed] = _log_ratio(base[set_name], end[set_name])
+        # final/ re-scored on the CPU: every weight trained, the daemon's very numbers; LoRA's adapters
+        # merged into final/ round their sum once more, the last bits of a line's NLL
+        rescored = score_checkpoint(m.run_dir / "final", m.env, tmp_path / "scores")
+        for set_name in ("enRuler", "sftHeld"):
+            if m.config_key == "full-replay2":
+                assert rescored[set_name]["nll_sum"] == end[set_name]["nll_sum"]
+            else:
+                assert rescored[set_name]["nll_sum"] == pytest.approx(end[set_name]["nll_sum"], rel=1e-6)
+                assert rescored[set_name]["nll_sum"] != end[set_name]["nll_sum"]
     for metric, set_name in (("drift", "enRuler"), ("sftHeld", "sftHeld")):
         for key, config in configs.items():
             mean = (per_seed[key, set_name, 1] + per_seed[key, set_name, 2]) / 2

@@ -92,7 +92,7 @@ def report(sweep):
     naive, few = {"end": {}, "common": {}}, set()
     for m in lock.members_of("compare"):
         run = Path(m.env["TATU_OUT"]) / m.run
-        base = score_checkpoint(Path(m.env["TATU_SEED_CKPT"]), m.env, sweep / "scores")  # cache hits: what the report used
+        base = score_checkpoint(Path(m.env["TATU_SEED_CKPT"]), m.env, sweep / "scores")  # re-scored: equal to the daemon's lines the report reads (CPU fp32)
         end = score_checkpoint(run / "final", m.env, sweep / "scores")
         last = int(m.values["MIX_STEPS_LIMIT"])
         start, at_last, at_4 = _daemon_lines(run, 0), _daemon_lines(run, last), _daemon_lines(run, 4)

@@ -464,3 +464,30 @@ def test_two_sets_whose_names_have_the_same_length_get_their_own_resampling(tmp_
     ruler, held = config_stats(results, "enRuler", None, 0), config_stats(results, "sftHeld", None, 0)
     assert ruler.log_mean == held.log_mean  # the same per-line scores under both names...
     assert ruler.se != held.se  # ... but not the same bootstrap draws (both names have 7 letters)
+
+
+def test_a_forget_abort_is_a_result_once_its_verdict_is_written(tmp_path):
+    """The daemon logs a forget abort (exit 10), saves, then writes its verdict: in between, the
+    member has no result yet (the coordinator read its run dir there and fell over the missing verdict)."""
+    member, run_dir = _member(tmp_path)
+    (run_dir / "events.jsonl").write_text(json.dumps({"event": "abort", "reason": "drift +40% > 10%", "step": 4,
+                                                      "code": 10}) + "\n")
+    assert member_status(member, UnitState("running")).state == "running"
+    assert member_status(member, UnitState("absent")).state == "pending"
+    (run_dir / "verdict.json").write_text(json.dumps(finished_verdict("forgets", aborted="drift +40% > 10%").to_json()))
+    aborted = member_status(member, UnitState("absent"))
+    assert (aborted.state, aborted.verdict, aborted.code) == ("aborted", "forgets", 10)
+
+
+@pytest.mark.parametrize("reason", ["non-finite loss", "non-finite gradient norm", "non-finite eval", "non-finite tensor"])
+def test_a_member_that_went_non_finite_is_diverged_by_its_exit_code(tmp_path, reason):
+    """By the abort's exit code (11), whatever its words; an abort of a run from before events had a
+    code is non-finite when no verdict says it aborted; a restart after it ends nothing."""
+    member, run_dir = _member(tmp_path)
+    for event in ({"event": "abort", "reason": reason, "step": 3, "code": 11}, {"event": "abort", "reason": reason, "step": 3}):
+        (run_dir / "events.jsonl").write_text(json.dumps(event) + "\n")
+        status = member_status(member, UnitState("absent"))
+        assert (status.state, status.verdict, status.code, status.detail) == ("diverged", "diverged", 11, reason)
+    with open(run_dir / "events.jsonl", "a") as f:
+        f.write(json.dumps({"event": "resumed", "step": 2}) + "\n")
+    assert member_status(member, UnitState("absent")).state == "pending"
