@@ -9,6 +9,7 @@
     tatu sweep status NAME                    each member's state, and the coordinator's summary
     tatu sweep stop NAME                      stop the coordinator and its members (they save; start continues)
     tatu sweep report NAME                    the closing table, report.json, PNG plots, an HTML page
+    tatu sweep coordinate                     the coordinator itself (what tatu-sweep@NAME runs; SWEEP_DIR from its env file)
 
 Sweeps live in sweeps/<name>/ under the current directory (--sweeps DIR elsewhere).
 """
@@ -51,6 +52,7 @@ def add_args(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--sweeps", type=Path, default=Path("sweeps"))
         if action == "report":
             p.add_argument("--out", type=Path, help="report directory (default: sweeps/NAME/report)")
+    sub.add_parser("coordinate", help="the coordinator of the sweep in $SWEEP_DIR: what the unit tatu-sweep@NAME runs")
 
 
 def _plan_source_args(p: argparse.ArgumentParser) -> None:
@@ -64,7 +66,14 @@ def _plan_source_args(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     return {"plan": plan_main, "start": start_main, "status": status_main, "stop": stop_main,
-            "report": report_main}[args.action](args)
+            "report": report_main, "coordinate": coordinate_main}[args.action](args)
+
+
+def coordinate_main(args) -> int:
+    """The unit's entry point: a tatu subcommand, so an installed unit outlives the module's moves."""
+    from tatu.sweep.run.coordinator import main as coordinator_main
+
+    return coordinator_main()
 
 
 def _sweep_dir(args, name: str) -> Path:

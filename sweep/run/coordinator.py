@@ -6,7 +6,7 @@ started again -- by hand, by systemd, after a reboot -- continues where the file
 
 Exit 10 is a result like any other. With a [tune] stage the tune members run first; when all
 have results the value is chosen on the dev half of sftHeld and written into the lock, which
-then lists the comparison members. `python -m tatu.sweep.run.coordinator` (SWEEP_DIR from the
+then lists the comparison members. `tatu sweep coordinate` (SWEEP_DIR from the
 environment) is what units/tatu-sweep@.service runs; `tatu sweep start --foreground` runs the
 same loop in the terminal with child processes.
 """

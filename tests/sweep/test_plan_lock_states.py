@@ -271,7 +271,7 @@ def test_the_coordinator_unit_passes_systemd_analyze_verify(tmp_path):
     assert service["Type"] == ["notify"] and service["Restart"] == ["on-failure"]
     assert service["RestartPreventExitStatus"] == ["65 78"]
     assert service["EnvironmentFile"] == ["%E/tatu/sweeps/%i.env"]
-    assert service["ExecStart"] == ["@TATU_PYTHON@ -m tatu.sweep.run.coordinator"]
+    assert service["ExecStart"] == ["@TATU_BIN@ sweep coordinate"]
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
         from strict import cannot_run
