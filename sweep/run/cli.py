@@ -88,6 +88,7 @@ def plan_main(args) -> int:
     from tatu.sweep.plan.configs import describe_configs
     from tatu.sweep.run.cost import estimate
     from tatu.sweep.plan.env_seeds import plan_or_env_file
+    from tatu.sweep.plan.inputs import check_member_inputs
 
     plan, generated = plan_or_env_file(args)
     out = _sweep_dir(args, plan.name) / "runs"
@@ -95,6 +96,7 @@ def plan_main(args) -> int:
     # With a tune stage the comparison members exist once the value is chosen: shown with the first.
     compare = plan.compare_members(out, {plan.tune_var: plan.tune_values[0]} if plan.tune_var else None)
     shown = tune + compare
+    check_member_inputs(plan.path, shown)  # before a line is printed: what every member reads is there
     print(f"sweep {plan.name}  plan hash {plan.portable_hash}  ({plan.path}; with this checkout's absolute paths: {plan.hash})")
     if generated:
         print(f"generated from {args.env_file}: {'as' if generated.written() else '`tatu sweep start` writes it to'} {generated.path}")
@@ -181,6 +183,7 @@ def start_main(args) -> int:
     from tatu.sweep.run.cost import unfinished_estimate
     from tatu.atomic import write_json_atomic
     from tatu.sweep.plan.env_seeds import plan_or_env_file, write as write_generated
+    from tatu.sweep.plan.inputs import check_member_inputs
     from tatu.sweep.plan.lock import reconcile
 
     plan, generated = plan_or_env_file(args)
@@ -192,6 +195,11 @@ def start_main(args) -> int:
         from tatu.sweep.run.ray import connect
 
         connect(args.address)
+    # What every member reads, before the name is locked: a wrong path is the plan's problem (78), not
+    # a sweep whose members all fail and whose name is then used up.
+    runs = sweep_dir / "runs"
+    check_member_inputs(plan.path, plan.tune_members(runs) + plan.compare_members(
+        runs, {plan.tune_var: plan.tune_values[0]} if plan.tune_var else None))
     locked, what = reconcile(plan, sweep_dir)
     if generated:  # once the lock accepts it: a changed env file leaves the locked sweep's plan file as it was
         write_generated(generated)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from run_records import config_result, member_result, rule_plan
+from sweep_world import stand_in_inputs
 
 from tatu.exitcodes import BAD_CONFIG, USAGE
 from tatu.ops.cli import main as tatu
@@ -44,8 +45,7 @@ TATU_DEVICE=cpu
 @pytest.fixture
 def world(tmp_path, monkeypatch) -> Path:
     """tmp_path as the current directory, with data/, trunk/final/ and r5.env (ENV_TEXT)."""
-    (tmp_path / "data").mkdir()
-    (tmp_path / "trunk" / "final").mkdir(parents=True)
+    stand_in_inputs(tmp_path / "data", tmp_path / "trunk" / "final")
     (tmp_path / "r5.env").write_text(ENV_TEXT)
     monkeypatch.chdir(tmp_path)
     return tmp_path

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from run_records import config_result, rule_plan
-from sweep_world import plan_text
+from sweep_world import plan_text, stand_in_inputs
 
 from tatu.exitcodes import BAD_CONFIG
 from tatu.records import RelativeChange
@@ -38,6 +38,7 @@ BASELINE = 'baseline = { config = "full" }'
 def write_plan(directory: Path, configs: str = CONFIGS, baseline: str = BASELINE, **kw) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "methods.toml"
+    stand_in_inputs(directory / "data", directory / "runs" / "trunk" / "final")
     kw.setdefault("rule", RULE)
     path.write_text(plan_text("methods", Path("data"), Path("runs/trunk/final"), configs=configs, baseline=baseline, **kw))
     return path

@@ -11,7 +11,7 @@ import pytest
 
 from run_records import config_result, member_result, rejudged, rule_plan
 from run_records import verdict as finished_verdict
-from sweep_world import plan_text
+from sweep_world import plan_text, stand_in_inputs
 
 from tatu.evals.seeds.power import CrossedParts
 from tatu.exitcodes import BAD_CONFIG
@@ -30,6 +30,7 @@ TUNE = '[tune]\nTATU_LR = [1e-3, 3e-3]\nseeds = [1]\n'
 
 def write_plan(tmp_path: Path, name="dose", **kw) -> Path:
     path = tmp_path / f"{name}.toml"
+    stand_in_inputs(tmp_path / "data", tmp_path / "runs" / "trunk" / "final")
     path.write_text(plan_text(name, Path("data"), Path("runs/trunk/final"), **kw))
     return path
 
