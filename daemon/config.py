@@ -107,7 +107,8 @@ class _RunFields(BaseModel):
     beta2: float = Field(0.95, alias="TATU_BETA2", ge=0, lt=1)
     grad_clip: float = Field(1.0, alias="TATU_GRAD_CLIP", ge=0, le=1e6, description="0 disables clipping")
     micro_batch: int = Field(8, alias="TATU_MICRO_BATCH", ge=1, le=4096)
-    seq_len: int = Field(128, alias="TATU_SEQ_LEN", ge=2, le=65536)
+    seq_len: int = Field(128, alias="TATU_SEQ_LEN", ge=2, le=65536,
+                         description="unset: the data's --seq-len (its manifest), else 128")
     dropout: float = Field(0.0, alias="TATU_DROPOUT", ge=0, lt=1)
     # --- a trunk from scratch (TATU_MODE=pretrain without TATU_SEED_CKPT) ---
     n_layer: int = Field(4, alias="TATU_N_LAYER", ge=1, le=128)

@@ -70,7 +70,34 @@ def configure(layers: Layers, instance: str | None, smoke: bool) -> tuple[RunCon
                       if label == "override" and layer.get("MIX_STEPS_LIMIT")), "2")
         layers = [*layers, ("smoke", {"TATU_RUN": f"{config.run}-smoke", "EVAL_EVERY": "1", "MIX_STEPS_LIMIT": steps})]
         config, origins = load_layers(layers)
+    from_data = data_defaults(config, origins)
+    if from_data:
+        config, origins = load_layers([*layers, ("data", from_data)])
     return config, origins
+
+
+def data_defaults(config: RunConfig, origins: dict[str, str]) -> dict[str, str]:
+    """What the data decides unless a variable does: TATU_SEQ_LEN is the length the data was built
+    for (`tatu data build --seq-len`, its manifest's seq_len), so pairs the build accepted fit the
+    run; a trunk from scratch gets a TATU_BLOCK_SIZE that holds it. Labelled [data] where the run
+    prints its configuration. A manifest that cannot be read leaves the defaults: the start's own
+    check says what is wrong with it."""
+    import json
+
+    try:
+        built_for = json.loads((config.data / "manifest.json").read_text(encoding="utf-8")).get("seq_len")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    if not isinstance(built_for, int) or isinstance(built_for, bool) or built_for < 2:
+        return {}
+    derived = {}
+    seq_len = config.seq_len
+    if origins.get("TATU_SEQ_LEN") == "default" and built_for != config.seq_len:
+        derived["TATU_SEQ_LEN"] = str(built_for)
+        seq_len = built_for
+    if origins.get("TATU_BLOCK_SIZE") == "default" and config.seed_ckpt is None and seq_len > config.block_size:
+        derived["TATU_BLOCK_SIZE"] = str(seq_len)
+    return derived
 
 
 def check_start_paths(config: RunConfig, origins: dict[str, str], fresh: bool) -> None:
