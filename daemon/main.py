@@ -78,15 +78,15 @@ def configure(layers: Layers, instance: str | None, smoke: bool) -> tuple[RunCon
 
 def data_defaults(config: RunConfig, origins: dict[str, str]) -> dict[str, str]:
     """What the data decides unless a variable does: TATU_SEQ_LEN is the length the data was built
-    for (`tatu data build --seq-len`, its manifest's seq_len), so pairs the build accepted fit the
+    for (`tatu data build --seq-len`, its manifest's options.seq_len), so pairs the build accepted fit the
     run; a trunk from scratch gets a TATU_BLOCK_SIZE that holds it. Labelled [data] where the run
     prints its configuration. A manifest that cannot be read leaves the defaults: the start's own
     check says what is wrong with it."""
     import json
 
     try:
-        built_for = json.loads((config.data / "manifest.json").read_text(encoding="utf-8")).get("seq_len")
-    except (OSError, ValueError, AttributeError):
+        built_for = json.loads((config.data / "manifest.json").read_text(encoding="utf-8"))["options"]["seq_len"]
+    except (OSError, ValueError, LookupError, TypeError):
         return {}
     if not isinstance(built_for, int) or isinstance(built_for, bool) or built_for < 2:
         return {}

@@ -16,12 +16,18 @@ from tatu.daemon.main import configure
 def _data(tmp_path: Path, seq_len: int | None) -> Path:
     data = tmp_path / "data"
     data.mkdir()
-    (data / "manifest.json").write_text(json.dumps({"format": "tatu-data-1", "seq_len": seq_len}))
+    (data / "manifest.json").write_text(json.dumps({"format": "tatu-data-1", "options": {"seq_len": seq_len}}))
     return data
 
 
 def _configure(env: dict):
     return configure([("env", env)], None, False)
+
+
+def test_a_built_data_dirs_length_is_read(tiny_trunk):
+    """The manifest `tatu data build` writes (the tiny world's, built with --seq-len 192)."""
+    config, origins = _configure({"TATU_DATA": str(tiny_trunk["data"]), "TATU_SEED_CKPT": str(tiny_trunk["trunk"])})
+    assert (config.seq_len, origins["TATU_SEQ_LEN"]) == (192, "data")
 
 
 def test_an_unset_seq_len_is_the_datas_and_says_so(tmp_path):
@@ -46,7 +52,7 @@ def test_a_set_seq_len_wins_and_data_without_one_keeps_the_default(tmp_path):
     data = _data(tmp_path, 256)
     config, origins = _configure({"TATU_DATA": str(data), "TATU_SEED_CKPT": "seed", "TATU_SEQ_LEN": "64"})
     assert config.seq_len == 64 and origins["TATU_SEQ_LEN"] == "env"
-    (data / "manifest.json").write_text(json.dumps({"format": "tatu-data-1"}))  # text only: no pairs, no length
+    (data / "manifest.json").write_text(json.dumps({"format": "tatu-data-1", "options": {"seq_len": None}}))  # text only
     config, origins = _configure({"TATU_DATA": str(data), "TATU_SEED_CKPT": "seed"})
     assert config.seq_len == 128 and origins["TATU_SEQ_LEN"] == "default"
 
