@@ -179,13 +179,21 @@ def load_directory(path: str | Path, map_location: str = "cpu") -> Checkpoint:
     inside = checkpoints_in(ckpt) if ckpt.is_dir() and not (ckpt / "manifest.json").exists() else []
     if inside:
         raise CheckpointError(f"{ckpt}: not a checkpoint (no manifest.json) but a directory of them: {', '.join(map(str, inside))}")
+    if ckpt.is_dir() and not (ckpt / "manifest.json").exists():
+        raise CheckpointError(f"{ckpt}: not a checkpoint ({ckpt / 'manifest.json'} is missing): a run's final/ or "
+                              "best/ directory is one")
     try:
         manifest = json.loads((ckpt / "manifest.json").read_text())
-        expected = manifest["files"]
-    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (OSError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{ckpt / 'manifest.json'}: missing or invalid ({exc})") from exc
-    if manifest.get("format") != FORMAT:
-        raise CheckpointError(f"{ckpt / 'manifest.json'}: unknown format {manifest.get('format')!r}")
+    found = manifest.get("format") if isinstance(manifest, dict) else None
+    if found != FORMAT:
+        # a data dir (tatu-data-1) or another tool's directory, given where a checkpoint goes
+        raise CheckpointError(f"{ckpt}: not a checkpoint (its manifest.json is {found!r}, a checkpoint's is "
+                              f"{FORMAT!r}): a run's final/ or best/ directory is one")
+    expected = manifest.get("files")
+    if not isinstance(expected, dict):
+        raise CheckpointError(f"{ckpt / 'manifest.json'}: invalid (no 'files' list of the checkpoint's files)")
 
     def tensors(name: str) -> dict[str, torch.Tensor]:
         data = _read_verified(ckpt, name, expected)

@@ -71,7 +71,7 @@ def test_run_and_smoke_refuse_the_env_files_typo_with_78_in_one_line(tmp_path, m
     path = _env_file(tmp_path, "SFTGE=4")
     assert tatu([command, "--env-file", str(path)]) == 78
     assert capsys.readouterr().err.splitlines() == [
-        f"tatu: configuration error: {path.absolute()}:3: unknown variable SFTGE (did you mean SFT_GE?)"]
+        f"tatu {command}: {path.absolute()}:3: unknown variable SFTGE (did you mean SFT_GE?)"]
     assert list(tmp_path.iterdir()) == [path]  # nothing written
 
 
