@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tatu.atomic import write_atomic
-from tatu.daemon.config import check_env_file
+from tatu.daemon.config import ConfigError, check_env_file
 from tatu.exitcodes import BAD_CONFIG, CRASH, NO_MANAGER
 from tatu.systemctl import SystemctlError, config_home, systemctl_user, unit_env_dir
 
@@ -274,6 +274,9 @@ def units_main(args: argparse.Namespace) -> int:
     except UnitsError as exc:
         print(exc, file=sys.stderr)
         return exc.code
+    except ConfigError as exc:  # the env file's names, checked before anything is written (FILE:LINE)
+        print(f"{PREFIX}{exc}", file=sys.stderr)
+        return BAD_CONFIG
     except OSError as exc:
         print(f"{PREFIX}{exc.filename or ''}: {exc.strerror or exc}; nothing was reloaded", file=sys.stderr)
         return CRASH

@@ -128,7 +128,7 @@ def test_units_install_refuses_a_typo_before_installing_anything(tmp_path, capsy
     dest, env_dest = tmp_path / "units", tmp_path / "env"
     assert tatu(["units", "install", "--run", "run5", "--env-file", str(path), "--dest", str(dest),
                  "--env-dest", str(env_dest), "--no-reload"]) == 78
-    assert capsys.readouterr().err.splitlines() == [f"tatu units: {path}:3: unknown variable TATU_LRR (did you mean TATU_LR?)"]
+    assert capsys.readouterr().err.splitlines() == [f"tatu units install: {path}:3: unknown variable TATU_LRR (did you mean TATU_LR?)"]
     assert not dest.exists() and not env_dest.exists()
 
 
