@@ -243,8 +243,10 @@ class Coordinator:
     def fail(self, fatal: list[MemberStatus], statuses: list[MemberStatus]) -> int:
         first = fatal[0]
         code = first.code if first.code in (exitcodes.BAD_DATA, exitcodes.BAD_CONFIG) else exitcodes.BAD_CONFIG
-        detail = first.detail or self.backend.last_error(first.member) or "see its log"
-        reason = f"member {first.member.name} exited {first.code}: {detail}"
+        detail = first.detail or self.backend.last_error(first.member) or "no error line in its log"
+        log_of = getattr(self.backend, "log_of", None)  # a test's stand-in backend may have no log
+        log = f" (its log: {log_of(first.member)})" if log_of else ""
+        reason = f"member {first.member.name} exited {first.code}: {detail}{log}"
         write_json_atomic(self.sweep_dir / STOP_FILE, {"reason": reason, "code": code, "member": first.member.name},
                           sort_keys=True)
         for s in statuses:
