@@ -4,6 +4,7 @@
     tatu sweep start FILE [--foreground] [-K N]   lock the plan, then run it (tatu-sweep@NAME by default)
     tatu sweep start FILE --wait              under systemd, return when the coordinator unit ends (its status)
     tatu sweep start FILE --backend ray [--address ADDR]   members as Ray tasks on a cluster
+    tatu sweep start FILE --replace           a locked sweep whose members trained no step takes this plan
     tatu sweep plan|start --env-file RUN.env --seeds N [--name NAME]   instead of FILE: that run's exact
                                               configuration at N seeds by its own criteria (sweep/plan/env_seeds.py)
     tatu sweep status NAME                    each member's state, and the coordinator's summary
@@ -44,6 +45,8 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--poll", type=float, default=2.0, help="seconds between the coordinator's passes (--foreground, --backend ray)")
     p.add_argument("--wait", action="store_true", help="systemd: return when the coordinator unit has ended, with its exit status "
                                                          "(the other backends always wait)")
+    p.add_argument("--replace", action="store_true", help="a locked sweep none of whose members trained a step "
+                                                          "takes this plan (says what it discards; 78 if any trained)")
     p.add_argument("--sweeps", type=Path, default=Path("sweeps"))
     for action, text in (("status", "each member's state"), ("stop", "stop the coordinator and the members"),
                          ("report", "the closing table, plots and an HTML page")):
@@ -200,6 +203,12 @@ def start_main(args) -> int:
     runs = sweep_dir / "runs"
     check_member_inputs(plan.path, plan.tune_members(runs) + plan.compare_members(
         runs, {plan.tune_var: plan.tune_values[0]} if plan.tune_var else None))
+    if getattr(args, "replace", False):
+        from tatu.sweep.run.replace import discard_unstarted
+
+        said = discard_unstarted(sweep_dir)
+        if said:
+            print(said)
     locked, what = reconcile(plan, sweep_dir)
     if generated:  # once the lock accepts it: a changed env file leaves the locked sweep's plan file as it was
         write_generated(generated)

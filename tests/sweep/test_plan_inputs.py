@@ -85,3 +85,28 @@ def test_a_typed_name_gets_the_nearest_known_one(world, edit, said):
     with pytest.raises(SweepError) as refused:
         load_plan(path)
     assert refused.value.code == BAD_CONFIG and said in refused.value.message, refused.value.message
+
+
+def test_replace_gives_the_name_of_a_sweep_whose_members_trained_nothing_and_refuses_one_that_did(world, capsys):
+    from tatu.sweep.plan.lock import lock_path, reconcile
+    from tatu.sweep.run.replace import discard_unstarted
+
+    sweep_dir = world / "sweeps" / "dose"
+    reconcile(load_plan(world / "dose.toml"), sweep_dir)  # locked, as a start whose members then all failed
+    changed = world / "dose.toml"
+    changed.write_text(changed.read_text().replace("MIX_STEPS_LIMIT = 4", "MIX_STEPS_LIMIT = 6"))
+    # the corrected plan under the same name: refused, pointing at --replace
+    assert tatu(["sweep", "start", "dose.toml", "--foreground"]) == BAD_CONFIG
+    assert "or --replace, where no member trained a step" in capsys.readouterr().err
+    # one member trained a step: --replace refuses too, naming it, and the lock stays
+    member_dir = sweep_dir / "runs" / "dose.replay-n0-s1"
+    member_dir.mkdir(parents=True)
+    (member_dir / "events.jsonl").write_text(json.dumps({"event": "step", "step": 1}) + "\n")
+    line = _refused(["sweep", "start", "dose.toml", "--foreground", "--replace"], capsys)
+    assert "--replace: sweep dose has members that trained (replay-n0-s1)" in line and lock_path(sweep_dir).exists()
+    # none trained: what it discards is said, and the name is free for the new plan
+    (member_dir / "events.jsonl").write_text(json.dumps({"event": "eval", "step": 0}) + "\n")
+    said = discard_unstarted(sweep_dir)
+    assert said.startswith("--replace: discarded the lock of sweep dose") and "4 members, none of which trained" in said
+    assert not sweep_dir.exists()
+    assert reconcile(load_plan(changed), sweep_dir)[1] == "locked"
