@@ -72,6 +72,9 @@ def own_run() -> str:
 def test_the_blocks_are_found_and_hold_the_walk():
     """Without a manager: what the walk below pastes is there (and this fails where it drifts)."""
     assert activation().strip() == ". .venv/bin/activate"
+    # make demo's last line says the same, where the demo's own "Next:" commands are printed
+    demo_target = (ROOT / "Makefile").read_text().split("\ndemo:", 1)[1].split("\n\n", 1)[0]
+    assert "`. .venv/bin/activate`" in demo_target.replace("\\`", "`")
     script = own_run()
     for command in ("tatu tokenizer train", "tatu data build", "tatu units install --run run5 --env-file run5.env",
                     "tatu smoke --env-file ~/.config/tatu/run5.env", "systemctl --user start tatu-sft@run5",
