@@ -29,6 +29,7 @@ $(STAMP): pyproject.toml Makefile $(TORCH_PIN)
 
 demo: $(STAMP)
 	$(PY) -m tatu.ops.demo
+	@echo "tatu is in .venv/bin: \`. .venv/bin/activate\` puts it on your PATH for the commands above (README.md, Two commands)"
 
 # Apertium's taggers (category metrics) and Chromium (the page tests' browser): installed with
 # apt-get when root, else the command is printed. The tests run on TEST_WORKERS pytest-xdist

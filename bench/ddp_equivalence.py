@@ -16,12 +16,15 @@ each run evals at step 0 and at its end. Printed per row:
   digits, else how many printed numbers differ and the pair that differs most.
 
     .venv/bin/python -u bench/ddp_equivalence.py [--per-rank 1,3,7] [--steps 4,8,16,24] [--shape tests|demo]
-                                                 [--anchor-weight W] [--data DIR --trunk CKPT]
+                                                 [--anchor-weight W] [--data DIR --trunk CKPT] [--precision fp32,bf16]
 
 --shape demo runs the demo's model and micro-batches (ops/demo.py's SCALES["demo"]: 4 layers x 128,
 8 x 128 tokens a micro-batch) on the same tiny world; --anchor-weight adds TATU_ANCHOR=l2sp with
 that weight (L2-SP toward the trunk) to every row. After `make demo`, the demo's own data and
 trunk: `--data demo/data --trunk demo/runs/trunk/final --shape demo --per-rank 7 --steps 24`.
+--precision: the SFT runs' TATU_PRECISION, one row per value (default fp32, the tests' exact setting;
+bf16 is what TATU_PRECISION=auto picks on a GPU and on a CPU with avx512_bf16/AMX: the bound an
+operator moving to torchrun meets there). The trunk is fp32 either way.
 Prints numbers; asserts nothing (exit 0 unless a run fails).
 """
 from __future__ import annotations
@@ -120,7 +123,9 @@ def main() -> None:
     parser.add_argument("--data", type=Path, help="a built data dir (with --trunk): instead of the tiny world")
     parser.add_argument("--trunk", type=Path, help="the seed checkpoint the SFT runs start from (with --data)")
     parser.add_argument("--anchor-weight", type=float, default=None, help="TATU_ANCHOR=l2sp with this weight")
+    parser.add_argument("--precision", default="fp32", help="the SFT runs' TATU_PRECISION, comma-separated: fp32, bf16")
     args = parser.parse_args()
+    precisions = args.precision.split(",")
     if (args.data is None) != (args.trunk is None):
         parser.error("--data and --trunk go together")
     per_rank = [int(n) for n in args.per_rank.split(",")]
@@ -138,17 +143,18 @@ def main() -> None:
         data, seed = (args.data.absolute(), args.trunk.absolute()) if args.data else trunk(root, seq_len, model)
         for p in per_rank:
             sft_ge, replay_n = SPLITS[p]
-            for n in steps:
+            for n, precision in ((n, precision) for n in steps for precision in precisions):
                 env = base_env(data, root / "runs", TATU_SEED_CKPT=seed, SFT_GE=sft_ge, REPLAY_N=replay_n,
                                MIX_STEPS_LIMIT=n, EVAL_EVERY=n, TATU_CKPT_EVERY=n, TATU_LR="1e-3", TATU_GEN_PROMPTS=0,
-                               **model, **anchor)
-                name = f"p{p}-n{n}"
+                               **model, **anchor, TATU_PRECISION=precision)
+                name = f"p{p}-n{n}-{precision}"
                 daemon({**env, "TATU_RUN": f"{name}-one"}, root, [sys.executable, "-m", "tatu.daemon"], f"{name} on 1 process")
                 daemon({**env, "TATU_RUN": f"{name}-two"}, root,
                        [sys.executable, "-m", "tatu.daemon.launch", "--nproc-per-node=2", "--monitor-interval=0.2"],
                        f"{name} on 2 ranks")
                 runs = root / "runs"
-                print(f"{p} per rank (SFT_GE={sft_ge} + REPLAY_N={replay_n}), {n:2d} steps: "
+                shown_precision = f" {precision}" if precisions != ["fp32"] else ""  # the fp32 rows as they always read
+                print(f"{p} per rank (SFT_GE={sft_ge} + REPLAY_N={replay_n}), {n:2d} steps{shown_precision}: "
                       f"{compare(runs / f'{name}-one', runs / f'{name}-two')}", flush=True)
 
 

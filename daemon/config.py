@@ -18,7 +18,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Literal, Mapping, Sequence
+from typing import Literal, Mapping, Sequence, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -107,7 +107,8 @@ class _RunFields(BaseModel):
     beta2: float = Field(0.95, alias="TATU_BETA2", ge=0, lt=1)
     grad_clip: float = Field(1.0, alias="TATU_GRAD_CLIP", ge=0, le=1e6, description="0 disables clipping")
     micro_batch: int = Field(8, alias="TATU_MICRO_BATCH", ge=1, le=4096)
-    seq_len: int = Field(128, alias="TATU_SEQ_LEN", ge=2, le=65536)
+    seq_len: int = Field(128, alias="TATU_SEQ_LEN", ge=2, le=65536,
+                         description="unset: the data's --seq-len (its manifest), else 128")
     dropout: float = Field(0.0, alias="TATU_DROPOUT", ge=0, lt=1)
     # --- a trunk from scratch (TATU_MODE=pretrain without TATU_SEED_CKPT) ---
     n_layer: int = Field(4, alias="TATU_N_LAYER", ge=1, le=128)
@@ -283,11 +284,17 @@ def load_config(environ: Mapping[str, str] | None = None, **overrides) -> tuple[
     return load_layers([("env", os.environ if environ is None else environ), ("override", overrides)])
 
 
-def load_layers(layers: Sequence[tuple[str, Mapping[str, str]]]) -> tuple[RunConfig, dict[str, str]]:
+Locate = Callable[[str, str], "str | None"]
+
+
+def load_layers(layers: Sequence[tuple[str, Mapping[str, str]]],
+                locate: Locate | None = None) -> tuple[RunConfig, dict[str, str]]:
     """(config, origins) from (label, variables) layers, later layers winning, or ConfigError in one line.
 
     origins says where each setting came from: a layer's label ('env', 'env-file', 'unit',
-    'override', ...) or 'default'. An empty value unsets the variable (systemd's `VAR=`)."""
+    'override', ...) or 'default'. An empty value unsets the variable (systemd's `VAR=`).
+    `locate(variable, label)`: the FILE:LINE that set it, where one did (an env file), for the
+    message of a bad value."""
     values: dict[str, str] = {}
     origins = {alias: "default" for alias in known_variables()}
     for label, layer in layers:
@@ -305,17 +312,54 @@ def load_layers(layers: Sequence[tuple[str, Mapping[str, str]]]) -> tuple[RunCon
     try:
         config = RunConfig.model_validate(values)
     except ValidationError as exc:
-        raise ConfigError(_one_line(exc)) from None
+        raise ConfigError(_one_line(exc, origins, locate)) from None
     return config, origins
 
 
-def _one_line(exc: ValidationError) -> str:
+def _reason(err: dict) -> str:
+    """pydantic's error as the operator's reason: what the value is not, and what is allowed."""
+    ctx, kind = err.get("ctx") or {}, err["type"]
+    if kind in ("int_parsing", "int_type", "int_from_float"):
+        return "not a whole number"
+    if kind in ("float_parsing", "float_type"):
+        return "not a number"
+    if kind in ("bool_parsing", "bool_type"):
+        return "not 1 or 0 (true, false, yes, no)"
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        bound = {"greater_than_equal": ("at least", "ge"), "greater_than": ("above", "gt"),
+                 "less_than_equal": ("at most", "le"), "less_than": ("below", "lt")}[kind]
+        return f"must be {bound[0]} {ctx[bound[1]]}"
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected')}"
+    if kind == "value_error":
+        return str(ctx.get("error", err["msg"]))
+    if kind == "missing":
+        return "is not set"
+    if kind == "string_pattern_mismatch":
+        return f"must be of the form {ctx.get('pattern')}"
+    return err["msg"][:1].lower() + err["msg"][1:]
+
+
+def _one_line(exc: ValidationError, origins: dict[str, str] | None = None, locate: Locate | None = None) -> str:
+    """Every bad value as `[FILE:LINE: ]VAR=VALUE [origin]: reason (default: D)`; a problem of
+    several variables together (the coherence checks) in its own words, which name them."""
+    fields = {f.alias: f for f in RunConfig.model_fields.values()}
     problems = []
     for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "config"
-        value = err.get("input")
-        shown = f" (got {value!r})" if where != "config" and not isinstance(value, dict) else ""
-        problems.append(f"{where}: {err['msg']}{shown}")
+        alias = str(err["loc"][0]) if err["loc"] else ""
+        if alias not in fields:
+            problems.append(_reason(err))
+            continue
+        if err["type"] == "missing":
+            description = fields[alias].description
+            problems.append(f"{alias} is not set" + (f": the {description}" if description else ""))
+            continue
+        label = (origins or {}).get(alias, "")
+        at = locate(alias, label) if locate and label else None
+        field = fields[alias]
+        default = "" if field.is_required() or field.default is None else f" (default: {field.default})"
+        problems.append(f"{at + ': ' if at else ''}{alias}={err.get('input')}{'' if at or not label else f' [{label}]'}: "
+                        f"{_reason(err)}{default}")
     return "; ".join(problems)
 
 

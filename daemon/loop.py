@@ -74,7 +74,13 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
     except TrainSpecError as exc:
         raise ConfigError(f"{exc}") from None
     if config.seq_len > start.gpt_config.block_size:
-        raise ConfigError(f"TATU_SEQ_LEN={config.seq_len} exceeds the model's block_size {start.gpt_config.block_size}")
+        source = origins.get("TATU_SEQ_LEN", "?")
+        why = (f"the data's manifest ({config.data}, built with --seq-len {config.seq_len})" if source == "data"
+               else f"[{source}]")
+        raise ConfigError(f"TATU_SEQ_LEN={config.seq_len} from {why} exceeds the seed's block_size "
+                          f"{start.gpt_config.block_size}: set TATU_SEQ_LEN={start.gpt_config.block_size} "
+                          f"(pairs longer than it are then refused, naming the pair) or rebuild the data with "
+                          f"--seq-len {start.gpt_config.block_size}")
 
     with ranks.supervisor_for(world, config, origins) as supervisor:
         stream = MixedStream(config.data, mix=config.mix, micro_batch=config.micro_batch, seq_len=config.seq_len,

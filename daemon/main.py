@@ -54,23 +54,67 @@ def exit_code_for(exc: BaseException) -> int | None:
     return next((code for kind, code in exit_codes() if isinstance(exc, kind)), None)
 
 
-def configure(layers: Layers, instance: str | None, smoke: bool) -> tuple[RunConfig, dict[str, str]]:
-    config, origins = load_layers(layers)
+def env_file_locator(env_file: str | Path | None):
+    """locate(variable, label) for load_layers: `FILE:LINE` where the run's env file set the value
+    (read by `--env-file`, or by the unit's EnvironmentFile=, which reaches the process as its
+    environment), None elsewhere."""
+    from tatu.envfile import EnvFileError, parse_env_file_lines
+
+    try:
+        lines = parse_env_file_lines(Path(env_file)) if env_file and Path(env_file).is_file() else {}
+    except EnvFileError:
+        lines = {}
+
+    def locate(variable: str, label: str) -> str | None:
+        return f"{env_file}:{lines[variable][1]}" if variable in lines and label in ("env-file", "env") else None
+
+    return locate
+
+
+def configure(layers: Layers, instance: str | None, smoke: bool, locate=None) -> tuple[RunConfig, dict[str, str]]:
+    config, origins = load_layers(layers, locate)
     if instance is not None:
         if origins["TATU_RUN"] != "default" and config.run != instance:
             raise ConfigError(f"TATU_RUN={config.run} [{origins['TATU_RUN']}] contradicts the unit's instance "
                               f"{instance} (tatu-sft@{instance}): the instance names the run; remove TATU_RUN "
                               f"from the env file or set it to {instance}")
         layers = [*layers, ("instance", {"TATU_RUN": instance})]
-        config, origins = load_layers(layers)
+        config, origins = load_layers(layers, locate)
     if smoke:
         # The operator's "did the variable reach the process" check: same config, a few
         # steps, an eval each step, a separate run dir that is always fresh.
         steps = next((layer["MIX_STEPS_LIMIT"] for label, layer in reversed(layers)
                       if label == "override" and layer.get("MIX_STEPS_LIMIT")), "2")
         layers = [*layers, ("smoke", {"TATU_RUN": f"{config.run}-smoke", "EVAL_EVERY": "1", "MIX_STEPS_LIMIT": steps})]
-        config, origins = load_layers(layers)
+        config, origins = load_layers(layers, locate)
+    from_data = data_defaults(config, origins)
+    if from_data:
+        config, origins = load_layers([*layers, ("data", from_data)], locate)
     return config, origins
+
+
+def data_defaults(config: RunConfig, origins: dict[str, str]) -> dict[str, str]:
+    """What the data decides unless a variable does: TATU_SEQ_LEN is the length the data was built
+    for (`tatu data build --seq-len`, its manifest's options.seq_len), so pairs the build accepted fit the
+    run; a trunk from scratch gets a TATU_BLOCK_SIZE that holds it. Labelled [data] where the run
+    prints its configuration. A manifest that cannot be read leaves the defaults: the start's own
+    check says what is wrong with it."""
+    import json
+
+    try:
+        built_for = json.loads((config.data / "manifest.json").read_text(encoding="utf-8"))["options"]["seq_len"]
+    except (OSError, ValueError, LookupError, TypeError):
+        return {}
+    if not isinstance(built_for, int) or isinstance(built_for, bool) or built_for < 2:
+        return {}
+    derived = {}
+    seq_len = config.seq_len
+    if origins.get("TATU_SEQ_LEN") == "default" and built_for != config.seq_len:
+        derived["TATU_SEQ_LEN"] = str(built_for)
+        seq_len = built_for
+    if origins.get("TATU_BLOCK_SIZE") == "default" and config.seed_ckpt is None and seq_len > config.block_size:
+        derived["TATU_BLOCK_SIZE"] = str(seq_len)
+    return derived
 
 
 def check_start_paths(config: RunConfig, origins: dict[str, str], fresh: bool) -> None:
@@ -91,21 +135,23 @@ def check_start_paths(config: RunConfig, origins: dict[str, str], fresh: bool) -
 
 
 def main(environ: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None, smoke: bool = False,
-         *, layers: Layers | None = None, instance: str | None = None, env_file: Path | None = None) -> int:
+         *, layers: Layers | None = None, instance: str | None = None, env_file: Path | None = None,
+         command: str = "tatu") -> int:
     """The daemon. Its variables: `layers` ((label, mapping), later wins), else `environ`
     (default: the process environment) then `overrides`; `env_file`, the file one layer was read
-    from (`tatu run/smoke --env-file`), else the unit's own when `instance` names one."""
+    from (`tatu run/smoke --env-file`), else the unit's own when `instance` names one. `command`
+    begins each line it refuses with (`tatu run`, `tatu smoke`)."""
     signals.install()
     try:
-        return _main(environ, overrides, smoke, layers, instance, run_env_file(instance, env_file))
+        return _main(environ, overrides, smoke, layers, instance, run_env_file(instance, env_file), command)
     except KeyboardInterrupt:
-        print("tatu: interrupted twice: exiting without saving (the last saved state stays)", file=sys.stderr)
+        print(f"{command}: interrupted twice: exiting without saving (the last saved state stays)", file=sys.stderr)
         return exitcodes.INTERRUPTED
     finally:
         signals.uninstall()
 
 
-def _main(environ, overrides, smoke, layers, instance, env_file: str | None) -> int:
+def _main(environ, overrides, smoke, layers, instance, env_file: str | None, command: str = "tatu") -> int:
     import os
 
     from tatu.daemon.logs import priority_prefix
@@ -117,15 +163,15 @@ def _main(environ, overrides, smoke, layers, instance, env_file: str | None) -> 
             # Every name in it is tatu's (file and line named), before the layers it fed are read. A file
             # not here (a Ray member's, written on another node) leaves the environment's own check.
             check_env_file(Path(env_file))
-        config, origins = configure(layers, instance, smoke)
+        config, origins = configure(layers, instance, smoke, env_file_locator(env_file))
     except ConfigError as exc:
-        print(f"{priority_prefix('error', sys.stderr)}tatu: configuration error: {exc}", file=sys.stderr)
+        print(f"{priority_prefix('error', sys.stderr)}{command}: {exc}", file=sys.stderr)
         return exitcodes.BAD_CONFIG
     try:
         check_start_paths(config, origins, fresh=smoke)
     except DataError as exc:
         print("\n".join(describe(config, origins)))  # where each value came from, as a started run prints it
-        print(f"{priority_prefix('error', sys.stderr)}tatu: {exc}", file=sys.stderr)
+        print(f"{priority_prefix('error', sys.stderr)}{command}: {exc}", file=sys.stderr)
         return exitcodes.BAD_DATA
 
     from tatu.daemon.notify import Notifier

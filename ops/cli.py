@@ -93,10 +93,10 @@ def _main(argv: list[str] | None) -> int:
     try:
         return int(getattr(module, main_name)(args) or 0)
     except TatuExit as exc:
-        print(f"tatu {name}: {exc.message}", file=sys.stderr)
+        print(f"tatu {name}: {exc.message.removeprefix('tatu: ')}", file=sys.stderr)
         return exc.code
     except (EnvFileError, SweepError) as exc:  # the library layers' errors that carry their exit code
-        print(f"tatu {name}: {exc}", file=sys.stderr)
+        print(f"tatu {name}: {str(exc).removeprefix('tatu: ')}", file=sys.stderr)
         return exc.code
     except Exception as exc:  # a layer's expected failure has its exit code; anything else is a bug
         from tatu.daemon.main import exit_code_for
@@ -104,7 +104,7 @@ def _main(argv: list[str] | None) -> int:
         code = exit_code_for(exc)
         if code is None:
             raise
-        print(f"tatu {name}: {exc}", file=sys.stderr)
+        print(f"tatu {name}: {str(exc).removeprefix('tatu: ')}", file=sys.stderr)
         return code
 
 

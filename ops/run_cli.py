@@ -62,7 +62,7 @@ def main(args: argparse.Namespace) -> int:
     layers = [("env", dict(os.environ))]
     if args.env_file:
         layers.append(("env-file", parse_env_file(args.env_file)))
-    return daemon_main(layers=[*layers, ("override", _overrides(args))], env_file=args.env_file)
+    return daemon_main(layers=[*layers, ("override", _overrides(args))], env_file=args.env_file, command="tatu run")
 
 
 def smoke_main(args: argparse.Namespace) -> int:
@@ -72,7 +72,7 @@ def smoke_main(args: argparse.Namespace) -> int:
     if args.steps is not None:
         overrides["MIX_STEPS_LIMIT"] = str(args.steps)
     if not args.env_file:  # the terminal's own configuration, as `tatu run` would take it
-        return daemon_main(layers=[("env", dict(os.environ)), ("override", overrides)], smoke=True)
+        return daemon_main(layers=[("env", dict(os.environ)), ("override", overrides)], smoke=True, command="tatu smoke")
     instance = args.instance or args.env_file.name.removesuffix(".env")
     layers = [("unit", unit_environment(instance)), ("env-file", parse_env_file(args.env_file)), ("override", overrides)]
-    return daemon_main(layers=layers, smoke=True, instance=instance, env_file=args.env_file)
+    return daemon_main(layers=layers, smoke=True, instance=instance, env_file=args.env_file, command="tatu smoke")

@@ -124,7 +124,7 @@ def add_status_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def status_main(args: argparse.Namespace, out=None) -> int:
     out = out or sys.stdout
     if args.watch is not None and not args.watch > 0:
-        print(f"tatu: --watch interval must be > 0, got {args.watch}", file=sys.stderr)
+        print(f"tatu status: --watch interval must be > 0, got {args.watch}", file=sys.stderr)
         return 2
     run = args.run
     try:
@@ -138,10 +138,10 @@ def status_main(args: argparse.Namespace, out=None) -> int:
             run = live[0]
         path = resolve_socket(run, args.socket)
     except (ControlError, ValueError) as exc:
-        print(exc, file=sys.stderr)
+        print(f"tatu status: {str(exc).removeprefix('tatu: ')}", file=sys.stderr)
         return 1
     except exitcodes.TatuExit as exc:
-        print(exc.message, file=sys.stderr)
+        print(f"tatu status: {exc.message}", file=sys.stderr)
         return exc.code
     try:
         return _status_loop(path, args, out)

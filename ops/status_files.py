@@ -151,7 +151,7 @@ def run_status(run: str, out_dir: Path | None, as_json: bool, out: TextIO, socke
     found = find_run(run, dirs)
     if found is None:
         where = f"no daemon answers at {socket}, and " if socket is not None else ""
-        raise TatuExit(NO_ANSWER, f"tatu: no run {run}: {where}no run directory {run} in {_looked(dirs)}; "
+        raise TatuExit(NO_ANSWER, f"no run {run}: {where}no run directory {run} in {_looked(dirs)}; "
                                   "`tatu status` lists the runs it knows, `--out DIR` looks in DIR")
     outcome = read_run(found)
     cwd = Path.cwd()
@@ -166,7 +166,7 @@ def known_status(out_dir: Path | None, live: list[str], as_json: bool, out: Text
     dirs = runs_dirs(out_dir)
     outcomes = [read_run(path) for path in run_dirs(dirs)]
     if not outcomes and not live:
-        raise TatuExit(NO_ANSWER, f"tatu: no runs: no daemon answers and no run directory in {_looked(dirs)}; "
+        raise TatuExit(NO_ANSWER, f"no runs: no daemon answers and no run directory in {_looked(dirs)}; "
                                   "`--out DIR` looks in DIR")
     cwd = Path.cwd()
     if as_json:

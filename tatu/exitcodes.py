@@ -9,6 +9,7 @@ IO_ERROR = 74  # EX_IOERR: the disk refused a save or a log write (full, read-on
 BAD_CONFIG = 78  # EX_CONFIG
 USAGE = 2
 NO_CHOICE = 1  # a command's decision rule that nothing satisfies: said, nothing written (`tatu interpolate --pick`)
+NO_MANAGER = 1  # `tatu units install`: everything written, but no user manager read it (the line names the fix)
 NO_ANSWER = 1  # `tatu status`: no daemon answers and no run directory holds the run (a run that never existed)
 # A command's ends that are not a run's outcome (no unit lists them), the shell's 128 + signal:
 INTERRUPTED = 130  # SIGINT: a second Ctrl-C on a foreground `tatu run` (the first saves, exit 0); Ctrl-C on `tatu status`

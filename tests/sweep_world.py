@@ -13,6 +13,18 @@ import pytest
 from tiny_world import clean_environ
 
 
+def stand_in_inputs(data: Path, *checkpoints: Path) -> None:
+    """A data dir and checkpoint dirs as `tatu sweep plan` checks them before anything runs (the
+    manifest's format, the checkpoints' existence), for tests that plan without training: empty
+    otherwise, so a member started on them still fails at its first read."""
+    from tatu.data.manifest import FORMAT
+
+    data.mkdir(parents=True, exist_ok=True)
+    (data / "manifest.json").write_text(json.dumps({"format": FORMAT}))
+    for checkpoint in checkpoints:
+        checkpoint.mkdir(parents=True, exist_ok=True)
+
+
 def plan_text(name: str, data: Path, trunk: Path, seeds=(1, 2), replay=(0, 2), steps: int = 4, tune: str = "",
               rule: str = "smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT and sftHeld_change_hi < 0",
               extra: str = "", configs: str = "", baseline: str = "") -> str:

@@ -39,14 +39,23 @@ def checkpoints_in(path: Path) -> list[Path]:
 
 
 def read_manifest(ckpt: Path) -> dict[str, str]:
-    """The manifest's sha256 by file name; a missing, unreadable or foreign one is a CheckpointError."""
+    """The manifest's sha256 by file name; a missing, unreadable or foreign one is a CheckpointError
+    that says what was given where a checkpoint goes."""
+    if ckpt.is_dir() and not (ckpt / MANIFEST).exists():
+        raise CheckpointError(f"{ckpt}: not a checkpoint ({ckpt / MANIFEST} is missing): a run's final/ or "
+                              "best/ directory is one")
     try:
         manifest = json.loads((ckpt / MANIFEST).read_text())
-        expected = manifest["files"]
-    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (OSError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{ckpt / MANIFEST}: missing or invalid ({exc})") from exc
-    if manifest.get("format") != FORMAT:
-        raise CheckpointError(f"{ckpt / MANIFEST}: unknown format {manifest.get('format')!r}")
+    found = manifest.get("format") if isinstance(manifest, dict) else None
+    if found != FORMAT:
+        # a data dir (tatu-data-1) or another tool's directory, given where a checkpoint goes
+        raise CheckpointError(f"{ckpt}: not a checkpoint (its {MANIFEST} is {found!r}, a checkpoint's is "
+                              f"{FORMAT!r}): a run's final/ or best/ directory is one")
+    expected = manifest.get("files")
+    if not isinstance(expected, dict):
+        raise CheckpointError(f"{ckpt / MANIFEST}: invalid (no 'files' list of the checkpoint's files)")
     return expected
 
 

@@ -18,7 +18,7 @@ from tatu.daemon.run.paths import RunDir
 from tatu.envfile import EnvFileError, parse_env_file
 from tatu.exitcodes import USAGE, TatuExit
 from tatu import systemctl
-from tatu.ops.doctor.checks import CAP_SYS_RESOURCE, diagnose, format_findings, int_or_none, unreachable_manager
+from tatu.ops.doctor.checks import CAP_SYS_RESOURCE, Finding, diagnose, format_findings, int_or_none, unreachable_manager
 
 # -- live facts ----------------------------------------------------------------------
 
@@ -147,6 +147,23 @@ def _linger(user: str) -> bool | None:
     return (marker_dir / user).exists() if marker_dir.is_dir() else None
 
 
+def units_finding() -> Finding:
+    """Whether the installed units are the ones this checkout installs: a `git pull` that changed a
+    template (or what it runs) leaves the installed copy running the old text."""
+    from tatu.ops.units import UnitsError, installed_workdir, outdated_units
+
+    if installed_workdir() is None:
+        return Finding("WARN", "units", "tatu-sft@.service is not installed for this user", "tatu units install")
+    try:
+        outdated = outdated_units()
+    except (UnitsError, OSError) as exc:
+        return Finding("WARN", "units", f"cannot compare the installed units with this checkout's ({exc})")
+    if outdated:
+        return Finding("WARN", "units", f"installed {', '.join(outdated)} older than this checkout's (differs from what "
+                                        "`tatu units install` writes now)", "tatu units install")
+    return Finding("OK", "units", "the installed units are this checkout's")
+
+
 def add_doctor_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("run", nargs="?", default=None, help="run name (default: the only installed run)")
     parser.add_argument("--json", action="store_true", help="findings as JSON")
@@ -172,6 +189,7 @@ def doctor_main(args: argparse.Namespace) -> int:
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
         # No user manager to ask: say so, and still report what the host itself tells.
         findings = unreachable_manager(str(exc), host_facts(check_gpu=not args.no_gpu))
+    findings.append(units_finding())
     if args.json:
         print(json.dumps([asdict(f) for f in findings], indent=2))
     else:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tatu.names import nearest
 from tatu.sweep.plan.file import PlanFile
 from tatu.sweep.plan.rule import CONFIG, plan_error
 from tatu.sweep.plan.values import SWEEP_OWNED, env_value, resolve_paths
@@ -41,7 +42,10 @@ def read_configs(doc: PlanFile, path: Path, known: set[str], axes: dict) -> dict
             if var in axes:
                 raise plan_error(path, f"{where}.{var}", "is an axis of the plan: a configuration may not set it too "
                                                          "(every configuration runs at every value of the axes)")
-            if var not in known or var in SWEEP_OWNED or var == "TATU_SEED":
+            if var not in known:
+                meant = nearest(var, sorted(known - set(SWEEP_OWNED) - {"TATU_SEED"}))
+                raise plan_error(path, f"{where}.{var}", "is not a run variable" + (f" (did you mean {meant}?)" if meant else ""))
+            if var in SWEEP_OWNED or var == "TATU_SEED":
                 raise plan_error(path, f"{where}.{var}", "is not a run variable a configuration may set (seeds go in `seeds`)")
             sets[var] = env_value(value, path, f"{where}.{var}")
         configs[name] = resolve_paths(sets, path.parent)

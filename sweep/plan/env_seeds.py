@@ -102,7 +102,7 @@ def _problem(env_file: Path, line: int | None, message: str) -> SweepError:
 
 def _run_env(env_file: Path) -> tuple[dict[str, str], dict[str, int]]:
     """The env file's run variables (values as written) and each one's line; one line per problem."""
-    from tatu.daemon.config import ConfigError, check_unknown, known_variables, load_config
+    from tatu.daemon.config import ConfigError, check_unknown, known_variables, load_layers
 
     try:
         numbered = parse_env_file_lines(env_file)
@@ -119,11 +119,11 @@ def _run_env(env_file: Path) -> tuple[dict[str, str], dict[str, int]]:
                 raise _problem(env_file, number, str(exc))
             raise _problem(env_file, number, f"{key} is not a run variable: a seeds sweep gives its members the run's "
                                              "variables only (the thread count is TATU_THREADS)")
-    try:
-        config, _ = load_config(env)
+    try:  # a bad value is named at its line (FILE:LINE: VAR=VALUE: reason)
+        config, _ = load_layers([("env-file", env)], lambda variable, _: f"{env_file}:{lines[variable]}"
+                                if variable in lines else None)
     except ConfigError as exc:
-        named = str(exc).split(":", 1)[0]
-        raise _problem(env_file, lines.get(named), str(exc))
+        raise SweepError(BAD_CONFIG, str(exc) if str(exc).startswith(f"{env_file}:") else f"{env_file}: {exc}")
     if config.mode != "sft":
         raise _problem(env_file, lines.get("TATU_MODE"), f"TATU_MODE={config.mode}: a seeds sweep judges an SFT run's "
                                                          "criteria (drift, the sftHeld change)")

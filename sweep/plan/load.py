@@ -46,6 +46,13 @@ from tatu.sweep.plan.member import Member
 from tatu.sweep.plan.rule import CONFIG, Rule, parse_rule, plan_error
 from tatu.sweep.plan.design import read_design
 from tatu.sweep.plan.values import PATH_VARIABLES, SWEEP_OWNED, config_label, env_value as _env_value, resolve_paths as _resolve_paths
+from tatu.names import nearest
+
+
+def _not_a_run_variable(name: str, known: set[str], what: str) -> str:
+    """`what`, and the run variable the name is a typo of (REPLY_N -> REPLAY_N), where one is near."""
+    meant = nearest(name, sorted(known - set(SWEEP_OWNED) - {"TATU_SEED"}))
+    return what + (f" (did you mean {meant}?)" if meant else "")
 
 
 @dataclass(frozen=True)
@@ -182,7 +189,7 @@ def _base_env(doc: PlanFile, path: Path, known: set[str]) -> dict[str, str]:
         if key in SWEEP_OWNED:
             raise plan_error(path, f"[base] {key}", "is set by the sweep (members run as <sweep>.<member> in sweeps/<name>/runs)")
         if key not in known:
-            raise plan_error(path, f"[base] {key}", "is not a run variable")
+            raise plan_error(path, f"[base] {key}", _not_a_run_variable(key, known, "is not a run variable"))
     env.pop("TATU_SEED", None)  # the seeds list says which
     return _resolve_paths(env, path.parent)
 
@@ -193,7 +200,8 @@ def _axes(doc: PlanFile, path: Path, known: set[str]) -> dict[str, list[str]]:
     axes: dict[str, list[str]] = {}
     for var, values in doc.axes.items():
         if var not in known or var in SWEEP_OWNED or var == "TATU_SEED":
-            raise plan_error(path, f"[axes] {var}", "is not a run variable a sweep may vary (seeds go in `seeds`)")
+            raise plan_error(path, f"[axes] {var}", _not_a_run_variable(var, known, "is not a run variable")
+                             if var not in known else "is not a run variable a sweep may vary (seeds go in `seeds`)")
         if not values:
             raise plan_error(path, f"[axes] {var}", "expected a non-empty list of values")
         shown = [_env_value(v, path, f"[axes] {var}") for v in values]
@@ -227,7 +235,8 @@ def _tune(plan: Plan, tune: dict, path: Path, known: set[str]) -> Plan:
         raise plan_error(path, "[tune]", "exactly one variable to tune, e.g. TATU_LR = [1e-3, 3e-3]")
     (var, values), = tune.items()
     if var not in known or var in SWEEP_OWNED or var == "TATU_SEED" or var in plan.axes:
-        raise plan_error(path, f"[tune] {var}", "must be a run variable that is not an axis")
+        raise plan_error(path, f"[tune] {var}", _not_a_run_variable(var, known, "is not a run variable")
+                         if var not in known else "must be a run variable that is not an axis")
     setting = [name for name, sets in plan.configs.items() if var in sets]
     if setting:
         raise plan_error(path, f"[tune] {var}", f"is set by the configuration {setting[0]}: the tuned value would not reach it")

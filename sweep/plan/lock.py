@@ -229,7 +229,7 @@ def reconcile(plan: Plan, sweep_dir: Path) -> tuple[LockedPlan, str]:
         changed = [k for k, v in plan.core().items() if core.get(k) != v]
         raise SweepError(BAD_CONFIG, f"{plan.path}: sweep {plan.name!r} is locked ({path}) with another plan "
                                    f"(changed: {', '.join(changed) or 'hash'}); only adding seeds is allowed. "
-                                   f"Use a new name for a new plan")
+                                   f"Use a new name for a new plan (or --replace, where no member trained a step)")
     removed = [s for s in locked.plan.seeds if s not in plan.seeds]
     if removed:
         raise SweepError(BAD_CONFIG, f"{plan.path}: seeds {removed} are locked in {path} and cannot be removed")

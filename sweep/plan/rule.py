@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tatu.exitcodes import BAD_CONFIG
 from tatu.formats import SET_NAMES, eval_name_problem
+from tatu.names import nearest
 from tatu.sweep.errors import SweepError
 
 METRICS = ("drift", "drift_lo", "drift_hi", "sftHeld_change", "sftHeld_change_lo", "sftHeld_change_hi",
@@ -89,7 +90,9 @@ def parse_rule(text: str, axes: dict, path: Path, configs=(), where: str = "[dec
         raise plan_error(path, where, "'first config' chooses among [configs], and the plan has none")
     if axis != CONFIG and axis not in axes:
         also = " or 'first config'" if configs else ""
-        raise plan_error(path, where, f"{axis} is not an axis of the plan (axes: {', '.join(axes) or 'none'}){also}")
+        meant = nearest(axis, list(axes))
+        raise plan_error(path, where, f"{axis} is not an axis of the plan" + (f" (did you mean {meant}?)" if meant else "")
+                         + f" (axes: {', '.join(axes) or 'none'}){also}")
     conditions = []
     for part in re.split(r"\s+and\s+", rest):
         cond = CONDITION.match(part)
@@ -98,13 +101,17 @@ def parse_rule(text: str, axes: dict, path: Path, configs=(), where: str = "[dec
                                           "(or 'SET_exact_change_lo > VALUE')")
         metric, op, value = cond.groups()
         if metric not in METRICS and held_out_set(metric) is None and not EXACT_METRIC.match(metric):
-            raise plan_error(path, where, f"unknown metric {metric!r} (known: {', '.join(METRICS)}, "
+            meant = nearest(metric, METRICS)
+            raise plan_error(path, where, f"unknown metric {metric!r}" + (f" (did you mean {meant}?)" if meant else "")
+                                          + f" (known: {', '.join(METRICS)}, "
                                           "or SET_change[_lo|_hi] of a held-out set of the data dir: not ptVal, shown and not judged; enRuler is drift; "
                                           "or SET_exact_change[_lo|_hi]: a set's change in answers right)")
         if op.startswith(">") and not EXACT_METRIC.match(metric):
             raise plan_error(path, where, f"condition {part.strip()!r}: '>' bounds a change in answers right "
                                           "(SET_exact_change[_lo|_hi]); bound the others from above with '<'")
         if value[0].isalpha() and value not in known_variables():
-            raise plan_error(path, where, f"{value} is neither a number nor a run variable")
+            meant = nearest(value, known_variables())
+            raise plan_error(path, where, f"{value} is neither a number nor a run variable"
+                             + (f" (did you mean {meant}?)" if meant else ""))
         conditions.append(Condition(metric, op, value))
     return Rule(text.strip(), choose, axis, tuple(conditions), "common" if at and at.startswith("common") else "end")

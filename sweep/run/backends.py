@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -62,6 +63,7 @@ class Backend(Protocol):
     def stop(self, member: Member) -> None: ...
     def env_path(self, member: Member) -> Path: ...
     def last_error(self, member: Member) -> str: ...
+    def log_of(self, member: Member) -> str: ...  # where its output is: a file, or the command that shows it
 
 
 def member_env(member: Member, device: str | None) -> dict[str, str]:
@@ -144,6 +146,9 @@ class ForegroundBackend:
     def last_error(self, member: Member) -> str:
         return _last_error_line((self.sweep_dir / "logs" / f"{member.name}.out"))
 
+    def log_of(self, member: Member) -> str:
+        return str(self.sweep_dir / "logs" / f"{member.name}.out")
+
     def wait_all(self, timeout: float = 600) -> None:
         for child in list(self.children.values()):
             try:
@@ -153,8 +158,14 @@ class ForegroundBackend:
                 child.wait()
 
 
+# A refusal in tatu's voice ("tatu: TATU_DATA=...: no such data directory", "tatu run: FILE:LINE: ..."),
+# after the journal's priority prefix if any: the reason a member ended before its first step.
+REFUSAL = re.compile(r"^(?:<[0-7]>)?tatu(?: [a-z]+)?: ")
+
+
 def _pick_error(lines: list[str]) -> str:
-    errors = [line.strip() for line in lines if "error" in line.lower()]
+    errors = [REFUSAL.sub("", line.strip()) for line in lines
+              if "error" in line.lower() or REFUSAL.match(line.strip())]
     return errors[-1].removeprefix("ERROR: ") if errors else ""
 
 
@@ -212,6 +223,9 @@ class SystemdBackend:
         proc = subprocess.run([binary, "--user", "--no-pager", "-o", "cat", "-n", "50", "-t", f"tatu-sft-{member.run}"],
                               capture_output=True, text=True, timeout=30)
         return _pick_error(proc.stdout.splitlines())
+
+    def log_of(self, member: Member) -> str:
+        return f"journalctl --user -t tatu-sft-{member.run}"
 
 
 def _quiet(*args: str) -> None:

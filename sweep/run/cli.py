@@ -4,11 +4,13 @@
     tatu sweep start FILE [--foreground] [-K N]   lock the plan, then run it (tatu-sweep@NAME by default)
     tatu sweep start FILE --wait              under systemd, return when the coordinator unit ends (its status)
     tatu sweep start FILE --backend ray [--address ADDR]   members as Ray tasks on a cluster
+    tatu sweep start FILE --replace           a locked sweep whose members trained no step takes this plan
     tatu sweep plan|start --env-file RUN.env --seeds N [--name NAME]   instead of FILE: that run's exact
                                               configuration at N seeds by its own criteria (sweep/plan/env_seeds.py)
     tatu sweep status NAME                    each member's state, and the coordinator's summary
     tatu sweep stop NAME                      stop the coordinator and its members (they save; start continues)
     tatu sweep report NAME                    the closing table, report.json, PNG plots, an HTML page
+    tatu sweep coordinate                     the coordinator itself (what tatu-sweep@NAME runs; SWEEP_DIR from its env file)
 
 Sweeps live in sweeps/<name>/ under the current directory (--sweeps DIR elsewhere).
 """
@@ -44,6 +46,8 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--poll", type=float, default=2.0, help="seconds between the coordinator's passes (--foreground, --backend ray)")
     p.add_argument("--wait", action="store_true", help="systemd: return when the coordinator unit has ended, with its exit status "
                                                          "(the other backends always wait)")
+    p.add_argument("--replace", action="store_true", help="a locked sweep none of whose members trained a step "
+                                                          "takes this plan (says what it discards; 78 if any trained)")
     p.add_argument("--sweeps", type=Path, default=Path("sweeps"))
     for action, text in (("status", "each member's state"), ("stop", "stop the coordinator and the members"),
                          ("report", "the closing table, plots and an HTML page")):
@@ -52,6 +56,7 @@ def add_args(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--sweeps", type=Path, default=Path("sweeps"))
         if action == "report":
             p.add_argument("--out", type=Path, help="report directory (default: sweeps/NAME/report)")
+    sub.add_parser("coordinate", help="the coordinator of the sweep in $SWEEP_DIR: what the unit tatu-sweep@NAME runs")
 
 
 def _plan_source_args(p: argparse.ArgumentParser) -> None:
@@ -65,7 +70,14 @@ def _plan_source_args(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     return {"plan": plan_main, "start": start_main, "status": status_main, "stop": stop_main,
-            "report": report_main}[args.action](args)
+            "report": report_main, "coordinate": coordinate_main}[args.action](args)
+
+
+def coordinate_main(args) -> int:
+    """The unit's entry point: a tatu subcommand, so an installed unit outlives the module's moves."""
+    from tatu.sweep.run.coordinator import main as coordinator_main
+
+    return coordinator_main()
 
 
 def _sweep_dir(args, name: str) -> Path:
@@ -80,6 +92,7 @@ def plan_main(args) -> int:
     from tatu.sweep.plan.configs import describe_configs
     from tatu.sweep.run.cost import estimate
     from tatu.sweep.plan.env_seeds import plan_or_env_file
+    from tatu.sweep.plan.inputs import check_member_inputs
 
     plan, generated = plan_or_env_file(args)
     out = SweepDir(_sweep_dir(args, plan.name)).runs
@@ -87,6 +100,7 @@ def plan_main(args) -> int:
     # With a tune stage the comparison members exist once the value is chosen: shown with the first.
     compare = plan.compare_members(out, {plan.tune_var: plan.tune_values[0]} if plan.tune_var else None)
     shown = tune + compare
+    check_member_inputs(plan.path, shown)  # before a line is printed: what every member reads is there
     print(f"sweep {plan.name}  plan hash {plan.portable_hash}  ({plan.path}; with this checkout's absolute paths: {plan.hash})")
     if generated:
         print(f"generated from {args.env_file}: {'as' if generated.written() else '`tatu sweep start` writes it to'} {generated.path}")
@@ -173,6 +187,7 @@ def start_main(args) -> int:
     from tatu.sweep.run.cost import unfinished_estimate
     from tatu.atomic import write_json_atomic
     from tatu.sweep.plan.env_seeds import plan_or_env_file, write as write_generated
+    from tatu.sweep.plan.inputs import check_member_inputs
     from tatu.sweep.plan.lock import reconcile
 
     plan, generated = plan_or_env_file(args)
@@ -184,6 +199,17 @@ def start_main(args) -> int:
         from tatu.sweep.run.ray import connect
 
         connect(args.address)
+    # What every member reads, before the name is locked: a wrong path is the plan's problem (78), not
+    # a sweep whose members all fail and whose name is then used up.
+    runs = sweep_dir / "runs"
+    check_member_inputs(plan.path, plan.tune_members(runs) + plan.compare_members(
+        runs, {plan.tune_var: plan.tune_values[0]} if plan.tune_var else None))
+    if getattr(args, "replace", False):
+        from tatu.sweep.run.replace import discard_unstarted
+
+        said = discard_unstarted(sweep_dir)
+        if said:
+            print(said)
     locked, what = reconcile(plan, sweep_dir)
     if generated:  # once the lock accepts it: a changed env file leaves the locked sweep's plan file as it was
         write_generated(generated)

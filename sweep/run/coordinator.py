@@ -6,7 +6,7 @@ started again -- by hand, by systemd, after a reboot -- continues where the file
 
 Exit 10 is a result like any other. With a [tune] stage the tune members run first; when all
 have results the value is chosen on the dev half of sftHeld and written into the lock, which
-then lists the comparison members. `python -m tatu.sweep.run.coordinator` (SWEEP_DIR from the
+then lists the comparison members. `tatu sweep coordinate` (SWEEP_DIR from the
 environment) is what units/tatu-sweep@.service runs; `tatu sweep start --foreground` runs the
 same loop in the terminal with child processes.
 """
@@ -244,8 +244,10 @@ class Coordinator:
     def fail(self, fatal: list[MemberStatus], statuses: list[MemberStatus]) -> int:
         first = fatal[0]
         code = first.code if first.code in (exitcodes.BAD_DATA, exitcodes.BAD_CONFIG) else exitcodes.BAD_CONFIG
-        detail = first.detail or self.backend.last_error(first.member) or "see its log"
-        reason = f"member {first.member.name} exited {first.code}: {detail}"
+        detail = first.detail or self.backend.last_error(first.member) or "no error line in its log"
+        log_of = getattr(self.backend, "log_of", None)  # a test's stand-in backend may have no log
+        log = f" (its log: {log_of(first.member)})" if log_of else ""
+        reason = f"member {first.member.name} exited {first.code}: {detail}{log}"
         write_json_atomic(self.sweep_dir / STOP_FILE, {"reason": reason, "code": code, "member": first.member.name},
                           sort_keys=True)
         for s in statuses:

@@ -295,6 +295,9 @@ class RayBackend:
     def last_error(self, member: Member) -> str:
         return _last_error_line(self.log_path(member))
 
+    def log_of(self, member: Member) -> str:
+        return str(self.log_path(member))
+
     def wait_all(self, timeout: float = 600) -> None:
         refs = list(self.tasks.values())
         if refs:

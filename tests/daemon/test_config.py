@@ -4,6 +4,7 @@ refused with 78 (a typo, a value out of range, a percent typed as a fraction, an
 contradicts TATU_RUN) before torch (or scipy, the sweep statistics' t) loads or anything is written."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -186,7 +187,7 @@ def test_a_rejected_start_leaves_no_trace(tiny_trunk, tmp_path, bad):
 @pytest.mark.parametrize("name, value, meant", [("MIX_FORGET_LIMIT", "5", "0.05"), ("TATU_TRUNK_LIMIT", "15", "0.15"),
                                                 ("TATU_VERDICT_MIN_GAIN", "2", "0.02"), ("TATU_DROPOUT", "10", "0.1")])
 def test_a_percent_typed_as_a_fraction_is_refused(name, value, meant):
-    with pytest.raises(ConfigError, match=rf"{name}: .*did you mean {re.escape(meant)}\?"):
+    with pytest.raises(ConfigError, match=rf"{name}={value} \[env\]: a fraction .*did you mean {re.escape(meant)}\?"):
         load_config({"TATU_DATA": "d", "TATU_SEED_CKPT": "s", name: value})
     config, _ = load_config({"TATU_DATA": "d", "TATU_SEED_CKPT": "s", name: meant})
     assert getattr(config, {"MIX_FORGET_LIMIT": "mix_forget_limit", "TATU_TRUNK_LIMIT": "trunk_limit",
@@ -210,3 +211,24 @@ def test_a_bad_env_file_line_is_78_in_one_line_naming_file_and_line(tmp_path, ca
     env_file.write_text("TATU_RUN=run5\nnot a line\n")
     assert tatu([command, "--env-file", str(env_file)]) == 78
     assert capsys.readouterr().err.splitlines() == [f"tatu {command}: {env_file}:2: expected KEY=VALUE"]
+
+
+@pytest.mark.parametrize("command", ["run", "smoke"])
+def test_a_bad_value_in_an_env_file_is_one_line_in_tatus_voice_naming_its_line(tmp_path, capsys, monkeypatch, command):
+    """`tatu <command>: FILE:LINE: VAR=VALUE: reason (default: D)`, not pydantic's wording
+    ("Input should be a valid integer, unable to parse string as an integer")."""
+    from tatu.ops.cli import main as tatu
+
+    for name in list(os.environ):
+        if name.startswith(("SFT_", "REPLAY_", "MIX_", "EVAL_", "TATU_")):
+            monkeypatch.delenv(name)
+    path = tmp_path / "run5.env"
+    path.write_text(f"TATU_DATA={tmp_path}\nTATU_SEED_CKPT={tmp_path}\nMIX_STEPS_LIMIT=ten\n")
+    assert tatu([command, "--env-file", str(path)]) == 78
+    assert capsys.readouterr().err.splitlines() == [
+        f"tatu {command}: {path}:3: MIX_STEPS_LIMIT=ten: not a whole number (default: 200)"]
+    # from the shell instead: the variable and where it came from
+    monkeypatch.setenv("MIX_STEPS_LIMIT", "0")
+    path.write_text(f"TATU_DATA={tmp_path}\nTATU_SEED_CKPT={tmp_path}\n")
+    assert tatu(["run", "--env-file", str(path)]) == 78
+    assert capsys.readouterr().err.splitlines()[-1].endswith("MIX_STEPS_LIMIT=0 [env]: must be at least 1 (default: 200)")

@@ -71,7 +71,7 @@ def test_run_and_smoke_refuse_the_env_files_typo_with_78_in_one_line(tmp_path, m
     path = _env_file(tmp_path, "SFTGE=4")
     assert tatu([command, "--env-file", str(path)]) == 78
     assert capsys.readouterr().err.splitlines() == [
-        f"tatu: configuration error: {path.absolute()}:3: unknown variable SFTGE (did you mean SFT_GE?)"]
+        f"tatu {command}: {path.absolute()}:3: unknown variable SFTGE (did you mean SFT_GE?)"]
     assert list(tmp_path.iterdir()) == [path]  # nothing written
 
 
@@ -128,7 +128,7 @@ def test_units_install_refuses_a_typo_before_installing_anything(tmp_path, capsy
     dest, env_dest = tmp_path / "units", tmp_path / "env"
     assert tatu(["units", "install", "--run", "run5", "--env-file", str(path), "--dest", str(dest),
                  "--env-dest", str(env_dest), "--no-reload"]) == 78
-    assert capsys.readouterr().err.splitlines() == [f"tatu units: {path}:3: unknown variable TATU_LRR (did you mean TATU_LR?)"]
+    assert capsys.readouterr().err.splitlines() == [f"tatu units install: {path}:3: unknown variable TATU_LRR (did you mean TATU_LR?)"]
     assert not dest.exists() and not env_dest.exists()
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from run_records import set_summary
+from sweep_world import stand_in_inputs
 from tiny_world import clean_environ, sft_env
 from tatu.daemon.ci_covers import ci_covers, run_env_file
 from tatu.daemon.config import load_config
@@ -46,8 +47,7 @@ def demo(tmp_path, monkeypatch) -> dict:
     env file as the foreground backend writes it (sweeps/demo-replay/env/<run>.env). The data and the
     trunk's checkpoint are empty directories: nothing here trains."""
     out = tmp_path / "demo"
-    (out / "data").mkdir(parents=True)
-    (out / "runs" / "trunk" / "final").mkdir(parents=True)
+    stand_in_inputs(out / "data", out / "runs" / "trunk" / "final")
     scale = SCALES["tiny"]
     common = {"TATU_DATA": str(out / "data"), "TATU_OUT": str(out / "runs"), "TATU_DEVICE": "cpu", "TATU_SEED": "0",
               "TATU_MICRO_BATCH": str(scale.micro_batch), "TATU_SEQ_LEN": str(scale.seq_len),

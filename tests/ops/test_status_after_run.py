@@ -144,7 +144,7 @@ def test_a_run_that_never_existed_is_one_line_and_exit_1(runs):
     proc = _status(runs, "nosuchrun", cwd=runs["work"])
     assert proc.returncode == 1 and proc.stdout == ""
     lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("tatu: no run nosuchrun: no daemon answers at ")
+    assert len(lines) == 1 and lines[0].startswith("tatu status: no run nosuchrun: no daemon answers at ")
     assert f"no run directory nosuchrun in {runs['work'] / 'runs'}, {runs['work'] / 'demo' / 'runs'}" in lines[0]
 
 

@@ -22,7 +22,7 @@ from tatu.ops.units import TEMPLATE, UnitsError, dedicated_unit, install_units, 
 def installed(tmp_path):
     dest, env_dest, workdir = tmp_path / "user", tmp_path / "tatu", tmp_path / "work"
     workdir.mkdir()
-    result = install_units(run="run5", dest=dest, env_dest=env_dest, reload=False, workdir=workdir)
+    result = install_units(run="run5", dest=dest, env_dest=env_dest, reload=False, workdir=workdir, example=True)
     return result, dest, env_dest, workdir
 
 
@@ -38,7 +38,8 @@ def test_install_renders_every_unit_and_copies_the_env_file(installed):
         assert "@TATU_" not in text
         service = parse_unit(text)["Service"]
         if unit.name.startswith("tatu-sweep@"):
-            assert service["ExecStart"] == [f"{sys.executable} -m tatu.sweep.run.coordinator"]
+            # a tatu subcommand: it stays valid when the module behind it moves
+            assert service["ExecStart"] == [f"{Path(sys.executable).parent / 'tatu'} sweep coordinate"]
         else:  # the DDP unit: torchrun through tatu's launcher
             module = "tatu.daemon.launch" if unit.name == "tatu-sft-ddp@.service" else "tatu.daemon"
             assert service["ExecStart"][0].startswith(f"{sys.executable} -m {module} --instance ")
@@ -122,11 +123,11 @@ def test_user_edited_env_file_is_kept_unless_forced(installed):
     _, dest, env_dest, workdir = installed
     edited = env_dest / "run5.env"
     edited.write_text("TATU_RUN=run5\nSFT_GE=4\n")
-    result = install_units(run="run5", dest=dest, env_dest=env_dest, reload=False, workdir=workdir)
+    result = install_units(run="run5", dest=dest, env_dest=env_dest, reload=False, workdir=workdir, example=True)
     assert result.kept == [edited] and edited.read_text() == "TATU_RUN=run5\nSFT_GE=4\n"
     assert result.written == []  # units unchanged, nothing rewritten
     result = install_units(run="run5", dest=dest, env_dest=env_dest, reload=False, workdir=workdir,
-                           overwrite_env=True)
+                           overwrite_env=True, example=True)
     assert result.written == [edited] and "SFT_GE=8" in edited.read_text()
 
 
@@ -139,8 +140,9 @@ def test_given_env_file_and_missing_env_file(tmp_path):
     assert tmp_path / "e" / "tiny.env" in result.written
     # a run of one's own is the template's instance: no second unit that could start it twice
     assert sorted(p.name for p in (tmp_path / "u").iterdir()) == ["tatu-sft-ddp@.service", "tatu-sft@.service", "tatu-sweep@.service"]  # no run unit for an --env-file run
-    with pytest.raises(UnitsError, match="no env file for run 'nosuch'"):
+    with pytest.raises(UnitsError, match="--run nosuch: no env file .*e/nosuch.env: write the run's variables there") as refused:
         install_units(run="nosuch", dest=tmp_path / "u", env_dest=tmp_path / "e", reload=False)
+    assert refused.value.code == exitcodes.BAD_CONFIG
 
 
 def test_reload_calls_systemctl_user_daemon_reload(tmp_path, monkeypatch):
@@ -153,8 +155,8 @@ def test_reload_calls_systemctl_user_daemon_reload(tmp_path, monkeypatch):
     result = install_units(dest=tmp_path / "u", env_dest=tmp_path / "e", workdir=tmp_path)
     assert result.reloaded and log.read_text() == "--user daemon-reload\n"
     (fake_bin / "systemctl").write_text("#!/bin/sh\necho 'Failed to connect to bus' >&2\nexit 1\n")
-    with pytest.raises(SystemctlError, match="daemon-reload failed \\(1\\): Failed to connect to bus"):
-        install_units(dest=tmp_path / "u", env_dest=tmp_path / "e", workdir=tmp_path)
+    result = install_units(dest=tmp_path / "u", env_dest=tmp_path / "e", workdir=tmp_path)
+    assert not result.reloaded and "daemon-reload failed (1): Failed to connect to bus" in result.reload_error
 
 
 def test_render_rejects_paths_systemd_would_split_and_escapes_percent(tmp_path):
@@ -196,6 +198,77 @@ def test_env_file_of_another_run_is_installed_with_the_instance_name(tmp_path, c
 
 
 def test_shipped_run5_env_installs_unchanged_for_run5(tmp_path):
-    result = install_units(run="run5", dest=tmp_path / "u", env_dest=tmp_path / "e", reload=False, workdir=tmp_path)
+    result = install_units(run="run5", dest=tmp_path / "u", env_dest=tmp_path / "e", reload=False, workdir=tmp_path,
+                           example=True)
     assert (tmp_path / "e" / "run5.env").read_text() == (units_dir() / "runs" / "run5.env").read_text()
     assert result.notes == []
+
+
+def _args(tmp_path, **given) -> argparse.Namespace:
+    values = dict(action="install", run=None, env_file=None, example=False, force_env=False, workdir=tmp_path,
+                  dest=tmp_path / "u", env_dest=tmp_path / "e", no_reload=True)
+    return argparse.Namespace(**{**values, **given})
+
+
+def test_run_without_env_file_installs_the_operators_own_never_the_repositorys(tmp_path, capsys):
+    """`--run run5` is the operator's ~/.config/tatu/run5.env, not units/runs/run5.env (which seeds
+    from runs/run2/sft_best.pt, a checkpoint only the repository's author has)."""
+    own = tmp_path / "e" / "run5.env"
+    own.parent.mkdir()
+    own.write_text("TATU_DATA=data/build\nTATU_SEED_CKPT=runs/trunk/final\nSFT_GE=8\nREPLAY_N=6\n")
+    assert units_main(_args(tmp_path, run="run5")) == 0
+    assert own.read_text() == "TATU_DATA=data/build\nTATU_SEED_CKPT=runs/trunk/final\nSFT_GE=8\nREPLAY_N=6\n"
+    out = capsys.readouterr().out
+    assert "systemctl --user start tatu-sft@run5" in out
+    assert not (tmp_path / "u" / "tatu-sft-run5.service").exists()  # one unit per run: the template's instance
+    # with none there: refused, naming the file it looked for, nothing installed
+    own.unlink()
+    assert units_main(_args(tmp_path, run="run5", dest=tmp_path / "u2")) == exitcodes.BAD_CONFIG
+    err = capsys.readouterr().err
+    assert err.startswith("tatu units install: --run run5: no env file ") and str(own) in err
+    assert not (tmp_path / "u2").exists() and not own.exists()
+    # the repository's example only when asked by name
+    assert units_main(_args(tmp_path, run="run5", example=True)) == 0
+    assert own.read_text() == (units_dir() / "runs" / "run5.env").read_text()
+
+
+def test_no_user_manager_writes_everything_and_names_what_failed_and_the_fix(tmp_path, monkeypatch, capsys):
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "systemctl").write_text("#!/bin/sh\necho 'Failed to connect to bus: No medium found' >&2\nexit 1\n")
+    (fake_bin / "systemctl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_bin}:{os.environ['PATH']}")
+    mine = tmp_path / "mine.env"
+    mine.write_text("TATU_DATA=data/build\nSFT_GE=8\n")
+    code = units_main(_args(tmp_path, run="mine", env_file=mine, no_reload=False))
+    assert code == exitcodes.NO_MANAGER == 1  # README's exit-code table: `tatu units install`
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    line = err[0]
+    assert line.startswith("tatu units install: wrote ")
+    for written in (tmp_path / "u" / "tatu-sft@.service", tmp_path / "e" / "mine.env"):
+        assert written.is_file() and str(written) in line
+    assert "daemon-reload failed (1): Failed to connect to bus" in line
+    assert "fix: `systemctl --user daemon-reload` in a login session" in line
+
+
+def test_doctor_names_installed_units_older_than_the_code(tmp_path):
+    from tatu.ops.units import outdated_units
+
+    dest = tmp_path / "u"
+    install_units(dest=dest, env_dest=tmp_path / "e", reload=False, workdir=tmp_path)
+    assert outdated_units(dest) == []
+    sweep_unit = dest / "tatu-sweep@.service"
+    # as installed before the coordinator moved: the module path an update broke
+    old = sweep_unit.read_text().replace(f"{Path(sys.executable).parent / 'tatu'} sweep coordinate",
+                                         f"{sys.executable} -m tatu.sweep.run.coordinator")
+    assert old != sweep_unit.read_text()
+    sweep_unit.write_text(old)
+    assert outdated_units(dest) == ["tatu-sweep@.service"]
+
+
+def test_the_sweep_units_command_is_a_tatu_subcommand():
+    proc = subprocess.run([str(Path(sys.executable).parent / "tatu"), "sweep", "coordinate"], capture_output=True,
+                          text=True, env={k: v for k, v in os.environ.items() if k != "SWEEP_DIR"}, timeout=120)
+    assert proc.returncode == exitcodes.BAD_CONFIG, proc.stderr
+    assert "SWEEP_DIR is not set" in proc.stderr

@@ -343,7 +343,8 @@ def test_exit_10_is_a_result_and_exit_78_stops_the_sweep(world):
     assert "replay-n0-seq-len192-s1: aborted (forgets)" in proc.stdout
     stop = json.loads((sweep_dir / "stop.json").read_text())
     assert stop["code"] == 78 and stop["member"] == "replay-n0-seq-len256-s1"
-    assert "TATU_SEQ_LEN=256 exceeds the model's block_size 192" in stop["reason"]
+    assert "TATU_SEQ_LEN=256 from [env] exceeds the seed's block_size 192" in stop["reason"]
+    assert str(sweep_dir / "logs" / "replay-n0-seq-len256-s1.out") in stop["reason"]  # the line names its log
     assert "sweep stopped: member replay-n0-seq-len256-s1 exited 78" in proc.stdout
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from run_records import config_result, member_result, rejudged, rule_plan
 from run_records import verdict as finished_verdict
-from sweep_world import plan_text
+from sweep_world import plan_text, stand_in_inputs
 
 from tatu.evals.seeds.power import CrossedParts
 from tatu.exitcodes import BAD_CONFIG
@@ -30,6 +30,7 @@ TUNE = '[tune]\nTATU_LR = [1e-3, 3e-3]\nseeds = [1]\n'
 
 def write_plan(tmp_path: Path, name="dose", **kw) -> Path:
     path = tmp_path / f"{name}.toml"
+    stand_in_inputs(tmp_path / "data", tmp_path / "runs" / "trunk" / "final")
     path.write_text(plan_text(name, Path("data"), Path("runs/trunk/final"), **kw))
     return path
 
@@ -271,7 +272,7 @@ def test_the_coordinator_unit_passes_systemd_analyze_verify(tmp_path):
     assert service["Type"] == ["notify"] and service["Restart"] == ["on-failure"]
     assert service["RestartPreventExitStatus"] == ["65 78"]
     assert service["EnvironmentFile"] == ["%E/tatu/sweeps/%i.env"]
-    assert service["ExecStart"] == ["@TATU_PYTHON@ -m tatu.sweep.run.coordinator"]
+    assert service["ExecStart"] == ["@TATU_BIN@ sweep coordinate"]
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
         from strict import cannot_run
