@@ -201,7 +201,7 @@ def start_main(args) -> int:
         connect(args.address)
     # What every member reads, before the name is locked: a wrong path is the plan's problem (78), not
     # a sweep whose members all fail and whose name is then used up.
-    runs = sweep_dir / "runs"
+    runs = SweepDir(sweep_dir).runs
     check_member_inputs(plan.path, plan.tune_members(runs) + plan.compare_members(
         runs, {plan.tune_var: plan.tune_values[0]} if plan.tune_var else None))
     if getattr(args, "replace", False):
