@@ -84,8 +84,8 @@ def test_a_huge_lr_without_clipping_exits_11_and_the_saved_state_is_finite(tiny_
     # the abort is logged with its exit code, which the run's one view decides by (never by its words)
     from tatu.daemon.run.view import read_run
 
-    aborts = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()
-              if '"abort"' in line]
+    events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    aborts = [event for event in events if event["event"] == "abort"]
     assert [a["code"] for a in aborts] == [11] and aborts[0]["reason"].startswith("non-finite ")
     view = read_run(tmp_path / "run")
     assert (view.state, view.code, view.ended_by.reason) == ("diverged", 11, aborts[0]["reason"])
