@@ -43,7 +43,7 @@ class MicroBatch:
     channel: str  # its slot in the mix: "sft", "replay", "pretrain"
     x: np.ndarray  # int64 (B, T)
     y: np.ndarray  # int64 (B, T), IGNORE_INDEX where nothing is predicted
-    source: str = ""  # the data channel it was read from ("" : the channel of its slot's name)
+    source: str = ""  # the data channel it was read from (a replay source, or the slot's own channel)
 
     @property
     def n_targets(self) -> int:
@@ -135,7 +135,7 @@ class _TextChannel(_Channel):
             windows[r] = self.tokens[start:start + self.seq_len + 1]
         x, y = windows[:, :-1], windows[:, 1:].copy()
         y[y == self.bos_id] = IGNORE_INDEX
-        return MicroBatch(slot or self.name, np.ascontiguousarray(x), y, self.name if slot else "")
+        return MicroBatch(slot or self.name, np.ascontiguousarray(x), y, self.name)
 
 
 class _SFTChannel(_Channel):
@@ -171,7 +171,7 @@ class _SFTChannel(_Channel):
                 self.advance()
         x = row_ids[:, :-1]
         y = np.where(row_target[:, 1:], row_ids[:, 1:], IGNORE_INDEX)
-        return MicroBatch(self.name, np.ascontiguousarray(x), y)
+        return MicroBatch(self.name, np.ascontiguousarray(x), y, self.name)
 
 
 class MixedStream:
@@ -198,7 +198,9 @@ class MixedStream:
                 raise DataConfigError(f"mix channel {name!r} is not in {self.data_dir}/manifest.json "
                                            f"(channels: {', '.join(sorted(channels)) or 'none'})")
         for name in self.replay_sources.names if self.replay_sources else ():
-            problem = source_problem(name, channels)
+            problem = source_problem(name, channels) or (
+                f"replay source {name!r} is also a channel of the mix: its windows would be counted twice"
+                if name in self.mix and name != replay_channel else None)
             if problem:
                 raise DataConfigError(f"{self.data_dir}/manifest.json: {problem}")
         self.micro_batch, self.seq_len, self.seed = micro_batch, seq_len, seed

@@ -118,3 +118,14 @@ def test_the_verdict_refuses_a_configuration_that_loses_portuguese(tmp_path):
     verdict = decide(rule_plan(rule, axes), configs)
     assert verdict.chosen == "6"
     assert [c.failed[0].condition.split()[0] for c in verdict.checks[:2]] == ["ptVal_change_hi", "ptVal_change_hi"]
+
+
+def test_a_sequential_plan_tests_an_axis_of_sources_in_the_plan_order():
+    """`smallest REPLAY_SOURCES` is the first the plan lists that passes (as the fixed verdict orders it):
+    the fixed sequence tests them from the last listed (a float() of a word would crash the coordinator)."""
+    from tatu.sweep.judge.order import testing_order
+
+    listed = ["replay", "replay:0.5,ptReplay:0.5", "ptReplay"]
+    assert testing_order("smallest", listed) == ("ptReplay", "replay:0.5,ptReplay:0.5", "replay")
+    assert testing_order("largest", listed) == tuple(listed)
+    assert testing_order("smallest", ["0", "10", "2"]) == ("10", "2", "0")  # numbers as before
