@@ -31,6 +31,12 @@ def test_a_run_draws_its_replay_from_its_sources_and_says_so(tiny_trunk, tmp_pat
         assert sum(e["replay_tokens"].values()) == e["tokens"]["replay"] > 0
     shown = format_status(dict(supervisors[-1]._snapshot.progress))  # what `tatu status` prints
     assert "replay  replay 1/3 drew 2 (33.3%)  pretrain 2/3 drew 4 (66.7%) micro-batches" in shown.splitlines()
+    # and once no daemon answers, from the run's directory
+    from tatu.daemon.run.outcome import read_outcome
+    from tatu.ops.status_files import describe
+
+    said = describe(read_outcome(run_dir), tmp_path)
+    assert "replay  replay 33.33%, pretrain 66.67% of the replay micro-batches (REPLAY_SOURCES)" in said
 
 
 def test_a_run_without_sources_writes_the_events_it_always_wrote(tiny_trunk, tmp_path):
