@@ -66,10 +66,10 @@ def job_estimate(progress: TrunkProgress, members: list, k: int) -> JobEstimate 
     return JobEstimate(trunk, sweep, reports)
 
 
-def reports_estimate(trunk_dir, n_members: int) -> JobEstimate:
+def reports_estimate(run_dirs, n_members: int) -> JobEstimate:
     """What is left once the sweep has run: its report's re-scoring and the run report, at the
-    trunk's median eval time."""
+    median eval time of `run_dirs` (the sweep's members: the sets the report scores)."""
     from tatu.daemon.run.paths import RunDir
 
-    evals = [e["seconds"] for e in RunDir(trunk_dir).events("eval") if e.get("seconds")]
+    evals = [e["seconds"] for run_dir in run_dirs for e in RunDir(run_dir).events("eval") if e.get("seconds")]
     return JobEstimate(0.0, 0.0, (n_members + 1) * (statistics.median(evals) if evals else 0.0) + RUN_REPORT_SECONDS)

@@ -77,7 +77,7 @@ def _advice(env_path: Path) -> tuple[str, str]:
 
 def test_the_demo_members_run_names_are_not_configuration_names(demo):
     # what makes the advice worth testing: the members' TATU_RUN is <sweep>.<member>
-    assert "demo-replay.replay-n2-s1" in demo["members"] and len(demo["members"]) == 6
+    assert "demo-replay.replay-pt-en-s1" in demo["members"] and len(demo["members"]) == 9
 
 
 def _lone_copy(member_env: Path, runs: Path) -> Path:
