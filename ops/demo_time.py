@@ -39,6 +39,7 @@ class JobEstimate:
     trunk_s: float
     sweep_s: float
     reports_s: float
+    source: str = "the trunk's measured step and eval times, sweep/run/cost.py's model"  # what the seconds come from
 
     @property
     def total_s(self) -> float:
@@ -46,8 +47,7 @@ class JobEstimate:
 
     def line(self) -> str:
         return (f"time left: ~{fmt_duration(self.total_s)} (trunk {fmt_duration(self.trunk_s)}, sweep "
-                f"{fmt_duration(self.sweep_s)}, reports {fmt_duration(self.reports_s)}; from the trunk's measured "
-                "step and eval times, sweep/run/cost.py's model)")
+                f"{fmt_duration(self.sweep_s)}, reports {fmt_duration(self.reports_s)}; from {self.source})")
 
 
 def job_estimate(progress: TrunkProgress, members: list, k: int) -> JobEstimate | None:
@@ -72,4 +72,5 @@ def reports_estimate(run_dirs, n_members: int) -> JobEstimate:
     from tatu.daemon.run.paths import RunDir
 
     evals = [e["seconds"] for run_dir in run_dirs for e in RunDir(run_dir).events("eval") if e.get("seconds")]
-    return JobEstimate(0.0, 0.0, (n_members + 1) * (statistics.median(evals) if evals else 0.0) + RUN_REPORT_SECONDS)
+    return JobEstimate(0.0, 0.0, (n_members + 1) * (statistics.median(evals) if evals else 0.0) + RUN_REPORT_SECONDS,
+                       "the sweep's members' measured eval times")
