@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 TORCH_PIN := $(VENV)/.torch-pin
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo test bench clean
+.PHONY: venv demo trunk test bench clean
 
 venv: $(STAMP)
 
@@ -30,6 +30,11 @@ $(STAMP): pyproject.toml Makefile $(TORCH_PIN)
 demo: $(STAMP)
 	$(PY) -m tatu.ops.demo
 	@echo "tatu is in .venv/bin: \`. .venv/bin/activate\` puts it on your PATH for the commands above (README.md, Two commands)"
+
+# The trunk `make demo` starts from, shipped in data/demo/trunk/ with its run.log and manifest:
+# rebuilt here by tatu's own recipe (demo sources, tokenizer, data, the daemon's pretraining; ops/trunk.py).
+trunk: $(STAMP)
+	$(PY) -m tatu.ops.trunk
 
 # Apertium's taggers (category metrics) and Chromium (the page tests' browser): installed with
 # apt-get when root, else the command is printed. The tests run on TEST_WORKERS pytest-xdist

@@ -23,6 +23,7 @@ from typing import Literal, Mapping, Sequence, Callable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tatu.daemon.retention.spec import RetentionConfig, RunFacts, check_retention
+from tatu.data.replay import ReplaySources
 from tatu.envfile import EnvFileError, parse_env_file_lines
 from tatu.names import nearest, one_edit_from
 from tatu.model.train_spec import LoraSpec, TrainSpec, TrainSpecError, check_layers, parse_targets, parse_train
@@ -64,7 +65,12 @@ class _RunFields(BaseModel):
     # --- the mix (the operator's run 5: SFT_GE 8 + REPLAY_N 6 = 43% English tokens) ---
     sft_ge: int = Field(8, alias="SFT_GE", ge=0, le=1024,
                         description="SFT micro-batches per optimizer step (TATU_MODE=pretrain: pretraining micro-batches)")
-    replay_n: int = Field(0, alias="REPLAY_N", ge=0, le=1024, description="English replay micro-batches per step")
+    replay_n: int = Field(0, alias="REPLAY_N", ge=0, le=1024, description="replay micro-batches per step")
+    # tatu.data.replay: a share is the fraction of the run's replay micro-batches read from that text channel
+    replay_sources_text: str | None = Field(
+        None, alias="REPLAY_SOURCES",
+        description="text channels of TATU_DATA the replay micro-batches come from, with shares of them summing "
+                    "to 1: replay:0.5,ptReplay:0.5 (unset: the channel replay)")
     mix_steps_limit: int = Field(200, alias="MIX_STEPS_LIMIT", ge=1, le=10_000_000, description="optimizer steps")
     mix_forget_limit: float = Field(0.10, alias="MIX_FORGET_LIMIT", gt=0, description="abort when drift exceeds this")
     mix_forget_ci: bool = Field(False, alias="MIX_FORGET_CI", description="abort only when drift's CI lower bound exceeds the limit")
@@ -152,6 +158,13 @@ class RunConfig(RetentionConfig, _RunFields):
             raise ValueError(f"a fraction (0.05 = 5%) is at most 1: did you mean {number / 100:g}?")
         return value
 
+    @field_validator("replay_sources_text")
+    @classmethod
+    def _sources(cls, value: str | None) -> str | None:
+        if value is not None:
+            ReplaySources.parse(value)  # its problem, in one line; the value stays as the operator wrote it
+        return value
+
     @model_validator(mode="after")
     def _coherent(self) -> "RunConfig":
         if self.mode == "sft" and self.seed_ckpt is None:
@@ -160,6 +173,9 @@ class RunConfig(RetentionConfig, _RunFields):
             raise ValueError("SFT_GE + REPLAY_N must be at least 1 (a step needs micro-batches)")
         if self.mode == "pretrain" and self.replay_n:
             raise ValueError("REPLAY_N must be 0 when TATU_MODE=pretrain (one channel)")
+        if self.replay_sources_text is not None and not (self.mode == "sft" and self.replay_n):
+            raise ValueError("REPLAY_SOURCES is set but there is no replay to draw (it needs REPLAY_N >= 1 and "
+                             "TATU_MODE=sft): it would change nothing")
         if self.train != "all" and self.seed_ckpt is None:
             raise ValueError(f"TATU_TRAIN={self.train} trains part of a model and needs TATU_SEED_CKPT "
                              "(a trunk from scratch trains every weight: TATU_TRAIN=all)")
@@ -184,7 +200,12 @@ class RunConfig(RetentionConfig, _RunFields):
     @property
     def retention_facts(self) -> RunFacts:
         return RunFacts(seed_ckpt=self.seed_ckpt, run_dir=self.run_dir, data=self.data, micro_batch=self.micro_batch,
-                        seq_len=self.seq_len, seed=self.seed, mix=self.mix)
+                        seq_len=self.seq_len, seed=self.seed, mix=self.mix, replay_sources=self.replay_sources)
+
+    @property
+    def replay_sources(self) -> ReplaySources | None:
+        """REPLAY_SOURCES parsed (None: the replay micro-batches read the channel `replay`)."""
+        return None if self.replay_sources_text is None else ReplaySources.parse(self.replay_sources_text)
 
     @property
     def mix(self) -> dict[str, int]:

@@ -84,7 +84,7 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
 
     with ranks.supervisor_for(world, config, origins) as supervisor:
         stream = MixedStream(config.data, mix=config.mix, micro_batch=config.micro_batch, seq_len=config.seq_len,
-                             seed=config.seed, tokenizer_hash=start.tokenizer.hash)
+                             seed=config.seed, tokenizer_hash=start.tokenizer.hash, replay_sources=config.replay_sources)
         suite = load_suite(config, manifest, start.tokenizer)
         # The step's parts, built in order: the model, the retention terms on it (TATU_ANCHOR / TATU_DISTILL:
         # daemon/retention/), then the Trainer that steps it, given the terms.
@@ -99,6 +99,7 @@ def _run(config: RunConfig, origins: dict[str, str], log: RunLog, world: distrib
                           distiller=terms.distiller if terms is not None else None)
         log.info(f"model {trainer.model.num_params() / 1e6:.2f}M params on {device}; "
                  f"mix {config.mix} x {config.micro_batch} x {config.seq_len}"
+                 + (f"; replay from {config.replay_sources.describe()} of its micro-batches" if config.replay_sources else "")
                  + (f"; {world.size} ranks (torchrun)" if world.distributed else ""))
         trainable = trainer.summary
         log.info(trainable["line"])
@@ -269,7 +270,8 @@ def train(actions: RunActions) -> int:
         mem = supervisor.tick(stats)
         log.event("step", step=step, loss=stats.loss, lr=stats.lr, grad_norm=stats.grad_norm, tokens=stats.target_tokens,
                   tokens_per_s=stats.tokens_per_s, replay_fraction=stats.replay_fraction,
-                  seconds=round(stats.seconds, 4), memory=mem, **stats.retention)
+                  seconds=round(stats.seconds, 4), memory=mem, **stats.retention,
+                  **({"replay_tokens": stats.replay_tokens} if stats.replay_tokens else {}))
         if not swamp_said and _swamps(stats):
             swamp_said = True
             line = _swamp_line(stats, config)

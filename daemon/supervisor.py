@@ -279,6 +279,8 @@ class Supervisor:
         self.status.update(step=stats.step, limit=limit, loss=stats.loss, lr=stats.lr,
                            tokens_per_s=tokens_per_s, eta_s=round(eta_s, 1),
                            replay_fraction=stats.replay_fraction, memory=self.memory)
+        if stats.replay_drawn:  # REPLAY_SOURCES: each source's share and what the run has drawn of it
+            self.status["replay_sources"] = {"shares": self.config.replay_sources.to_json(), "drawn": stats.replay_drawn}
         self._publish()
         # `step 37/200 sftHeld 9.07 drift +1.2% 1830 tok/s ETA 12m`
         disk = " DISK LOW" if self.status.get("disk", {}).get("disk_low") else ""

@@ -48,7 +48,7 @@ class StepStats:
     loss: float  # token-weighted mean NLL of the step (nan/inf: the update was not applied)
     lr: float
     target_tokens: dict[str, int]  # channel -> target tokens in this step
-    replay_fraction: float  # share of the step's target tokens from the replay channel
+    replay_fraction: float  # share of the step's target tokens from replay (every source of it)
     grad_norm: float | None  # before clipping; None when no update was computed
     input_tokens: int  # tokens fed to the model (padding included): what tok/s counts
     seconds: float
@@ -58,6 +58,8 @@ class StepStats:
     # TATU_DISTILL's term when on) before the penalty's is added, and the penalty's own.
     grad_norm_data: float | None = None
     grad_norm_penalty: float | None = None
+    replay_tokens: dict[str, int] | None = None  # with REPLAY_SOURCES: source -> its target tokens in this step
+    replay_drawn: dict[str, int] | None = None  # with REPLAY_SOURCES: source -> micro-batches drawn since the start
 
     @property
     def retention(self) -> dict[str, float]:
@@ -196,7 +198,8 @@ class Trainer:
                          replay_fraction=batch.replay_fraction, grad_norm=grad_norm,
                          input_tokens=sum(m.x.size for m in batch.micro_batches),
                          seconds=time.perf_counter() - started, penalty=penalty, distill=distill,
-                         grad_norm_data=data_norm, grad_norm_penalty=penalty_norm)
+                         grad_norm_data=data_norm, grad_norm_penalty=penalty_norm,
+                         replay_tokens=dict(batch.replay_tokens) or None, replay_drawn=dict(batch.replay_drawn) or None)
 
     def _grad_norm(self) -> float:
         """The gradients' total L2 norm, clipped to TATU_GRAD_CLIP when that is set (not 0)."""

@@ -13,8 +13,14 @@ SFT channel: pairs, in a permutation drawn the same way, packed whole and greedi
 of seq_len + 1 ids; the rest of a row is PAD. Only response tokens (and their EOS) are
 targets; PAD and prompt targets are IGNORE_INDEX.
 
+Replay sources (tatu.data.replay, REPLAY_SOURCES): the mix's `replay` micro-batches are drawn
+from several text channels by their shares; each micro-batch says its slot in the mix (`channel`:
+"replay") and the data channel it was read from (`source`). Without sources the slot reads the
+channel `replay`, and the stream, its state and its batches are what they were before sources.
+
 Because each epoch's order is recomputed from (seed, channel, epoch), a channel's position
-is two integers (epoch, cursor) and no permutation is ever stored.
+is two integers (epoch, cursor) and no permutation is ever stored; a replay source's count of
+micro-batches drawn is its position too (windows taken / micro_batch).
 """
 from __future__ import annotations
 
@@ -25,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from tatu.data.manifest import DataConfigError, DataError, check_tokenizer, load_manifest
+from tatu.data.replay import ReplaySources, source_problem
 
 IGNORE_INDEX = -100  # the same value as tatu.model.gpt.IGNORE_INDEX (kept torch-free here)
 STATE_VERSION = 2  # 2: the state pins the data (build_key), micro_batch and the mix
@@ -33,9 +40,10 @@ REPLAY_CHANNEL = "replay"
 
 @dataclass
 class MicroBatch:
-    channel: str
+    channel: str  # its slot in the mix: "sft", "replay", "pretrain"
     x: np.ndarray  # int64 (B, T)
     y: np.ndarray  # int64 (B, T), IGNORE_INDEX where nothing is predicted
+    source: str = ""  # the data channel it was read from (a replay source, or the slot's own channel)
 
     @property
     def n_targets(self) -> int:
@@ -48,7 +56,10 @@ class StepBatch:
     target_tokens: dict[str, int]  # channel -> target tokens in this step
     replay_fraction: float  # replay targets / all targets of the step (0.0 when there are none)
     step: int = 0  # index of this step in the stream (0 for the first)
-    epochs: dict[str, int] = field(default_factory=dict)  # channel -> epoch the step ended in
+    epochs: dict[str, int] = field(default_factory=dict)  # data channel -> epoch the step ended in
+    # with replay sources: source -> its target tokens in this step (in `target_tokens` they are "replay")
+    replay_tokens: dict[str, int] = field(default_factory=dict)
+    replay_drawn: dict[str, int] = field(default_factory=dict)  # source -> micro-batches drawn since the start, this step's too
 
     @property
     def total_targets(self) -> int:
@@ -90,6 +101,11 @@ class _Channel:
         self.advance()
         return item
 
+    @property
+    def taken(self) -> int:
+        """Items taken since the stream began (every epoch's)."""
+        return self.epoch * self.n_items + self.cursor
+
     def state(self) -> dict:
         return {"epoch": self.epoch, "cursor": self.cursor}
 
@@ -112,14 +128,14 @@ class _TextChannel(_Channel):
         super().__init__(name, n_windows, seed)
         self.tokens, self.seq_len, self.bos_id = tokens, seq_len, bos_id
 
-    def micro_batch(self, rows: int) -> MicroBatch:
+    def micro_batch(self, rows: int, slot: str | None = None) -> MicroBatch:
         windows = np.empty((rows, self.seq_len + 1), dtype=np.int64)
         for r in range(rows):
             start = self.take() * self.seq_len
             windows[r] = self.tokens[start:start + self.seq_len + 1]
         x, y = windows[:, :-1], windows[:, 1:].copy()
         y[y == self.bos_id] = IGNORE_INDEX
-        return MicroBatch(self.name, np.ascontiguousarray(x), y)
+        return MicroBatch(slot or self.name, np.ascontiguousarray(x), y, self.name)
 
 
 class _SFTChannel(_Channel):
@@ -155,12 +171,13 @@ class _SFTChannel(_Channel):
                 self.advance()
         x = row_ids[:, :-1]
         y = np.where(row_target[:, 1:], row_ids[:, 1:], IGNORE_INDEX)
-        return MicroBatch(self.name, np.ascontiguousarray(x), y)
+        return MicroBatch(self.name, np.ascontiguousarray(x), y, self.name)
 
 
 class MixedStream:
     def __init__(self, data_dir: str | Path, mix: dict[str, int], micro_batch: int, seq_len: int, seed: int = 0,
-                 tokenizer_hash: str | None = None, replay_channel: str = REPLAY_CHANNEL):
+                 tokenizer_hash: str | None = None, replay_channel: str = REPLAY_CHANNEL,
+                 replay_sources: ReplaySources | None = None):
         self.data_dir = Path(data_dir)
         self.manifest = load_manifest(self.data_dir)
         if tokenizer_hash is not None:
@@ -174,15 +191,30 @@ class MixedStream:
         if not self.mix:
             raise DataConfigError(f"mix {mix}: every channel has 0 micro-batches")
         channels = self.manifest["channels"]
+        # the replay slot reads its sources only where it is in the mix
+        self.replay_sources = replay_sources if replay_channel in self.mix else None
         for name in self.mix:
-            if name not in channels:
+            if name not in channels and not (name == replay_channel and self.replay_sources):
                 raise DataConfigError(f"mix channel {name!r} is not in {self.data_dir}/manifest.json "
                                            f"(channels: {', '.join(sorted(channels)) or 'none'})")
+        for name in self.replay_sources.names if self.replay_sources else ():
+            problem = source_problem(name, channels) or (
+                f"replay source {name!r} is also a channel of the mix: its windows would be counted twice"
+                if name in self.mix and name != replay_channel else None)
+            if problem:
+                raise DataConfigError(f"{self.data_dir}/manifest.json: {problem}")
         self.micro_batch, self.seq_len, self.seed = micro_batch, seq_len, seed
         self.replay_channel = replay_channel
         self.step = 0
         self._bos_id, self._pad_id = self._special_ids()
-        self.channels = {name: self._open(name, channels[name]) for name in self.mix}
+        self.channels = {name: self._open(name, channels[name]) for name in self._data_channels()}
+
+    def _data_channels(self) -> list[str]:
+        """The data channels the mix reads, in its order: the replay slot's sources in theirs."""
+        out: list[str] = []
+        for name in self.mix:
+            out += list(self.replay_sources.names) if name == self.replay_channel and self.replay_sources else [name]
+        return out
 
     def _special_ids(self) -> tuple[int, int]:
         from tatu.model.tokenizer_json import load_tokenizer
@@ -210,23 +242,38 @@ class MixedStream:
     def next_step(self) -> StepBatch:
         micro_batches: list[MicroBatch] = []
         targets = {name: 0 for name in self.mix}
+        by_source = {name: 0 for name in self.replay_sources.names} if self.replay_sources else {}
         for name, count in self.mix.items():
-            channel = self.channels[name]
             for _ in range(count):
-                batch = channel.micro_batch(self.micro_batch)
+                if name == self.replay_channel and self.replay_sources:
+                    source = self.replay_sources.next_source(self.replay_drawn())
+                    batch = self.channels[source].micro_batch(self.micro_batch, slot=name)
+                    by_source[source] += batch.n_targets
+                else:
+                    batch = self.channels[name].micro_batch(self.micro_batch)
                 targets[name] += batch.n_targets
                 micro_batches.append(batch)
         total = sum(targets.values())
         replay = targets.get(self.replay_channel, 0)
         step = StepBatch(micro_batches, targets, replay / total if total else 0.0, self.step,
-                         {name: ch.epoch for name, ch in self.channels.items()})
+                         {name: ch.epoch for name, ch in self.channels.items()}, by_source, self.replay_drawn())
         self.step += 1
         return step
 
+    def replay_drawn(self) -> dict[str, int]:
+        """Replay source -> micro-batches drawn from it since the stream began (its channel's position:
+        a source's windows are taken micro_batch at a time, by the replay slot alone)."""
+        if not self.replay_sources:
+            return {}
+        return {name: self.channels[name].taken // self.micro_batch for name in self.replay_sources.names}
+
     def _pinned(self) -> dict:
         """What a saved position is only meaningful with: the data, the window and row sizes, the order."""
-        return {"seed": self.seed, "seq_len": self.seq_len, "micro_batch": self.micro_batch, "mix": dict(self.mix),
-                "tokenizer_hash": self.manifest["tokenizer_hash"], "build_key": self.manifest.get("build_key")}
+        pinned = {"seed": self.seed, "seq_len": self.seq_len, "micro_batch": self.micro_batch, "mix": dict(self.mix),
+                  "tokenizer_hash": self.manifest["tokenizer_hash"], "build_key": self.manifest.get("build_key")}
+        if self.replay_sources:  # absent without sources: a state saved before them reads as it did
+            pinned["replay_sources"] = self.replay_sources.to_json()
+        return pinned
 
     def state_dict(self) -> dict:
         return {"version": STATE_VERSION, **self._pinned(), "step": self.step,
@@ -239,13 +286,15 @@ class MixedStream:
         if state.get("version") != STATE_VERSION:
             raise DataConfigError(f"stream state version {state.get('version')!r}, expected {STATE_VERSION}")
         pinned = self._pinned()
-        missing = [key for key in (*pinned, "step", "channels") if key not in state]
+        # replay_sources is there only with sources: its absence from either side is a difference, not damage
+        missing = [key for key in (*pinned, "step", "channels") if key not in state and key != "replay_sources"]
         if missing:
             raise DataError(f"stream state: malformed, missing {', '.join(missing)}")
         if type(state["step"]) is not int or state["step"] < 0 or not isinstance(state["channels"], dict):
             raise DataError(f"stream state: malformed, step {state['step']!r}, "
                                      f"channels of type {type(state['channels']).__name__}")
-        differs = [f"{key} {state[key]!r} (now {ours!r})" for key, ours in pinned.items() if state[key] != ours]
+        differs = [f"{key} {state.get(key)!r} (now {pinned.get(key)!r})" for key in dict.fromkeys([*pinned, "replay_sources"])
+                   if state.get(key) != pinned.get(key)]
         if differs:
             raise DataConfigError(f"stream state cannot continue this stream, it differs in: {'; '.join(differs)}")
         lacking = sorted(set(self.channels) - set(state["channels"]))

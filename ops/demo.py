@@ -1,20 +1,23 @@
 """`make demo`: from nothing to a finished experiment, on the embedded default data.
 
-    demo sources (Debian packages + generated pairs) -> BPE tokenizer -> data build (word categories
-    by Apertium's taggers) -> a trunk pretrained from scratch (the daemon, TATU_MODE=pretrain)
-    -> a sweep from that trunk, same steps: SFT without replay and with replay, each at 3 seeds,
-       judged by a rule written in its plan before it runs -> the sweep's report and the runs' report
+    demo sources (Debian packages + generated pairs) -> the trunk `make trunk` shipped (data/demo/trunk/,
+    verified against its manifest; ops/trunk.py) -> data build with its tokenizer (word categories by
+    Apertium's taggers) -> a sweep from that trunk, same steps: SFT with no replay, with English
+    replay and with Portuguese + English replay, each at 3 seeds, judged by a rule written in its
+    plan before it runs -> the sweep's report and the runs' report
     -> a closing table over seeds x lines, each seed's own verdict, the machine it ran on
 
 Every stage is a tatu command an operator could type; the runs go through the daemon under
 `systemd --user` when a user manager answers, in the foreground otherwise.
-`python -m tatu.ops.demo --scale tiny` is the seconds-long version the tests run.
+`python -m tatu.ops.demo --scale tiny` is the seconds-long version the tests run: it pretrains its
+own trunk (TATU_MODE=pretrain) by the same recipe `make trunk` runs at the demo's scale.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -36,8 +39,12 @@ from tatu.systemctl import SystemctlError, systemctl_user
 class Scale:
     vocab: int
     model: dict[str, int]  # TATU_N_LAYER etc.
+    # the trunk's recipe (trunk_env): `make trunk` runs it at the demo scale, the tiny demo itself
     pretrain_steps: int
     pretrain_lr: float
+    pretrain_min_lr: float  # the cosine schedule's end
+    pretrain_warmup: int
+    pretrain_eval_every: int
     micro_batch: int
     seq_len: int
     pretrain_micro: int
@@ -47,14 +54,24 @@ class Scale:
     replay_n: int
     eval_every: int
     resamples: int
+    # True: the demo starts from the trunk `make trunk` shipped (data/demo/trunk/, ops/shipped_trunk.py)
+    # instead of training one; its recipe is the fields above all the same
+    shipped_trunk: bool = False
+    # steps after the cosine's end, at TATU_MIN_LR (ops/trunk.py resumes the run with MIX_STEPS_LIMIT
+    # raised by this much: the daemon keeps the curve, daemon/start.py lr_schedule_end): the trunk's last
+    # quarter then shows whether more steps at its final LR still move it
+    pretrain_tail: int = 0
 
 
 SCALES = {
-    "demo": Scale(vocab=2048, model={"TATU_N_LAYER": 4, "TATU_N_HEAD": 4, "TATU_N_EMBD": 128, "TATU_BLOCK_SIZE": 128},
-                  pretrain_steps=500, pretrain_lr=3e-3, micro_batch=8, seq_len=128, pretrain_micro=4,
-                  sft_steps=24, sft_lr=1e-3, sft_ge=8, replay_n=6, eval_every=8, resamples=2000),
+    "demo": Scale(vocab=2048, model={"TATU_N_LAYER": 2, "TATU_N_HEAD": 4, "TATU_N_EMBD": 64, "TATU_BLOCK_SIZE": 128},
+                  pretrain_steps=3000, pretrain_lr=5e-3, pretrain_min_lr=1e-4, pretrain_warmup=100,
+                  pretrain_eval_every=250, micro_batch=8, seq_len=128, pretrain_micro=4,
+                  sft_steps=100, sft_lr=1e-3, sft_ge=2, replay_n=4, eval_every=20, resamples=2000, shipped_trunk=True,
+                  pretrain_tail=1000),
     "tiny": Scale(vocab=300, model={"TATU_N_LAYER": 1, "TATU_N_HEAD": 2, "TATU_N_EMBD": 32, "TATU_BLOCK_SIZE": 128},
-                  pretrain_steps=6, pretrain_lr=3e-3, micro_batch=4, seq_len=128, pretrain_micro=2,
+                  pretrain_steps=6, pretrain_lr=3e-3, pretrain_min_lr=3e-4, pretrain_warmup=1, pretrain_eval_every=2,
+                  micro_batch=4, seq_len=128, pretrain_micro=2,
                   sft_steps=4, sft_lr=1e-3, sft_ge=2, replay_n=2, eval_every=2, resamples=200),
 }
 
@@ -74,22 +91,34 @@ HELD_OUT = {"ptFaq": HELD_OUT_FILE}
 HELD_OUT_ABOUT = {"ptFaq": "European Portuguese Debian FAQ, read by no training source"}
 
 
-def prepare_data(sources: Path, work: Path, kind: str, vocab: int, seq_len: int) -> Path:
-    """Tokenizer + data dir (channels pretrain, replay, sft; evals sftHeld, ptVal, enRuler and the
-    HELD_OUT domains present in `sources`) + dictionary."""
+# The replay source of Portuguese text: the pretraining corpus's Portuguese, a text channel beside
+# `replay` (English) that a run names in REPLAY_SOURCES (docs/data.md).
+PT_REPLAY = "ptReplay"
+
+
+def prepare_data(sources: Path, work: Path, kind: str, vocab: int, seq_len: int, tokenizer: Path | None = None) -> Path:
+    """Tokenizer + data dir (channels pretrain, replay, ptReplay, sft; evals sftHeld, ptVal, enRuler and
+    the HELD_OUT domains present in `sources`) + dictionary. `tokenizer`: a trunk's own (a shipped
+    trunk's), copied to work/tokenizer.json instead of training one."""
     from tatu.evals.words import Dictionary
 
-    tokenizer = work / "tokenizer.json"
     data = work / "data"
     pt, en = sources / "pt_corpus.txt", sources / "en_corpus.txt"
     # The SFT tasks in other phrasings (data/demo/sources.py), in pretraining only: the trunk knows the
     # format and the tasks before SFT. A sources dir without them (the tests' own) pretrains on text alone.
     chat = [sources / CHAT_PRETRAIN_FILE] if (sources / CHAT_PRETRAIN_FILE).is_file() else []
-    vocab_args = ["--vocab", str(vocab)] if vocab else []
-    check(tatu(["tokenizer", "train", "--kind", kind, *vocab_args, "--out", str(tokenizer),
-                str(pt), str(en), str(sources / "sft_train.jsonl"), *map(str, chat)]), "tokenizer train")
+    if tokenizer is None:
+        tokenizer = work / "tokenizer.json"
+        vocab_args = ["--vocab", str(vocab)] if vocab else []
+        check(tatu(["tokenizer", "train", "--kind", kind, *vocab_args, "--out", str(tokenizer),
+                    str(pt), str(en), str(sources / "sft_train.jsonl"), *map(str, chat)]), "tokenizer train")
+    else:
+        work.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(tokenizer, work / "tokenizer.json")
+        tokenizer = work / "tokenizer.json"
     check(tatu(["data", "build", "--tokenizer", str(tokenizer), "--out", str(data),
-                "--text", "pretrain=" + ",".join(map(str, [pt, en, *chat])), "--text", f"replay={en}", "--sft", f"sft={sources / 'sft_train.jsonl'}",
+                "--text", "pretrain=" + ",".join(map(str, [pt, en, *chat])), "--text", f"replay={en}",
+                "--text", f"{PT_REPLAY}={pt}", "--sft", f"sft={sources / 'sft_train.jsonl'}",
                 "--eval", f"sftHeld={sources / 'sft_held.jsonl'}", "--eval", f"ptVal={sources / 'pt_val.txt'}",
                 "--eval", f"enRuler={sources / 'en_ruler.txt'}", *held_out_args(sources),
                 "--seq-len", str(seq_len)]), "data build")
@@ -147,9 +176,9 @@ def trunk_env(scale: Scale, common: dict[str, str]) -> dict[str, str]:
     """The trunk's run variables: pretraining from scratch, the run `trunk`."""
     return {**common, "TATU_RUN": "trunk", "TATU_MODE": "pretrain", "SFT_GE": str(scale.pretrain_micro),
             "MIX_STEPS_LIMIT": str(scale.pretrain_steps), "TATU_LR": env_value(scale.pretrain_lr),
-            "TATU_WARMUP_STEPS": str(max(1, scale.pretrain_steps // 20)), "TATU_SCHEDULE": "cosine",
+            "TATU_WARMUP_STEPS": str(scale.pretrain_warmup), "TATU_SCHEDULE": "cosine",
             # the run gets the string its env file holds: the file says what ran
-            "TATU_MIN_LR": env_value(scale.pretrain_lr / 10), "EVAL_EVERY": str(max(scale.eval_every, scale.pretrain_steps // 4)),
+            "TATU_MIN_LR": env_value(scale.pretrain_min_lr), "EVAL_EVERY": str(scale.pretrain_eval_every),
             "TATU_GEN_PROMPTS": "0", **{k: str(v) for k, v in scale.model.items()}}
 
 
@@ -217,6 +246,27 @@ def _train_trunk(scale: Scale, common: dict[str, str], use_systemd: bool, runs: 
     return final
 
 
+def install_shipped_trunk(runs: Path, data: Path) -> Path:
+    """The trunk `make trunk` shipped, verified byte for byte against its manifest and copied to
+    runs/trunk/ (its final checkpoint, run.log, env file); its final checkpoint. It says where it
+    was built and whether its run.log shows it finished. runs/trunk.env: its recipe on this demo's
+    data (what `tatu smoke --env-file` checks, as for a trunk the demo trained)."""
+    from tatu.envfile import parse_env_file
+    from tatu.ops import shipped_trunk
+
+    say(f"trunk: the one `make trunk` shipped ({shipped_trunk.SHIPPED}), every byte checked against its manifest")
+    try:
+        manifest = shipped_trunk.verify()
+    except shipped_trunk.ShippedTrunkError as exc:
+        raise SystemExit(f"demo: {exc}") from None
+    final = shipped_trunk.install(shipped_trunk.SHIPPED, runs / "trunk")
+    write_run_env({**parse_env_file(runs / "trunk" / shipped_trunk.ENV), "TATU_DATA": str(data), "TATU_OUT": str(runs)})
+    print(f"built by `{manifest.command}` on {manifest.machine.removeprefix('machine: ')}; "
+          f"model.safetensors sha256 {manifest.files['final/model.safetensors']}")
+    print(shipped_trunk.flat_end(runs / "trunk" / RUN_LOG).line(), flush=True)
+    return final
+
+
 def trunk_checkpoint(run_dir: Path, steps_total: int) -> Path:
     """The trunk's final checkpoint. A stopped daemon exits 0 with its resume state saved
     (`systemctl --user stop tatu-sft@trunk`), so a 0 alone does not say the trunk is there: without
@@ -234,20 +284,26 @@ SWEEP = "demo-replay"
 # Each configuration at these TATU_SEEDs (stream order, dropout): a verdict that holds across them,
 # not one run's luck (docs/metrics.md, "Two sources of noise").
 SEEDS = (1, 2, 3)
-# The demo's decision, written into its plan before any SFT run starts and locked by `tatu sweep start`:
-# the run's own criteria (MIX_FORGET_LIMIT at the end and at every eval; sftHeld improves), on the
-# seeds x lines CIs.
-RULE = ("smallest REPLAY_N such that drift_hi < MIX_FORGET_LIMIT and every_eval_drift_hi < MIX_FORGET_LIMIT "
-        "and sftHeld_change_hi < 0")
+# The demo's configurations, in the order the rule tries them: no replay (the baseline), English
+# replay, and replay drawn half from the pretraining corpus's Portuguese and half from English
+# (REPLAY_SOURCES, docs/data.md); every replaying one at the scale's REPLAY_N micro-batches a step.
+NO_REPLAY, ENGLISH, PT_EN = "no-replay", "replay-en", "replay-pt-en"
+REPLAY_SOURCES = f"replay:0.5,{PT_REPLAY}:0.5"
+# The demo's decision, written into its plan before any SFT run starts and locked by `tatu sweep start`,
+# on the seeds x lines CIs: the fine-tune taught answers (held-out answers right rose), English held
+# (drift under MIX_FORGET_LIMIT at the end and at every eval) and Portuguese held (ptVal's change
+# under the same limit).
+RULE = ("first config such that sftHeld_exact_change_lo > 0 and drift_hi < MIX_FORGET_LIMIT "
+        "and every_eval_drift_hi < MIX_FORGET_LIMIT and ptVal_change_hi < MIX_FORGET_LIMIT")
 
 
 def sweep_plan(scale: Scale, common: dict[str, str]) -> str:
-    """The demo's SFT comparison as a sweep plan (TOML): without replay and with it, from the one
-    trunk, the same steps and LR, each at SEEDS. Paths are relative to the plan, which lies in the
-    demo's directory."""
+    """The demo's SFT comparison as a sweep plan (TOML): no replay, English replay, Portuguese and
+    English replay, from the one trunk, the same steps and LR, each at SEEDS. Paths are relative to
+    the plan, which lies in the demo's directory."""
     base = {"TATU_DATA": "data", "TATU_SEED_CKPT": "runs/trunk/final", "TATU_DEVICE": common["TATU_DEVICE"],
             "TATU_PRECISION": common["TATU_PRECISION"], "TATU_MICRO_BATCH": scale.micro_batch, "TATU_SEQ_LEN": scale.seq_len,
-            "SFT_GE": scale.sft_ge, "MIX_STEPS_LIMIT": scale.sft_steps, "EVAL_EVERY": scale.eval_every,
+            "SFT_GE": scale.sft_ge, "REPLAY_N": 0, "MIX_STEPS_LIMIT": scale.sft_steps, "EVAL_EVERY": scale.eval_every,
             "TATU_CKPT_EVERY": scale.sft_steps, "TATU_LR": scale.sft_lr, "TATU_EVAL_RESAMPLES": scale.resamples,
             "TATU_MEM_FLOOR_MB": 0,
             # one thread per member: the same bits under --foreground and systemd, K members at once
@@ -257,17 +313,19 @@ def sweep_plan(scale: Scale, common: dict[str, str]) -> str:
     shown = ", ".join(f"{k} = {json.dumps(v)}" for k, v in base.items())
     return f"""# make demo's question (tatu.ops.demo), written before any SFT run starts; `tatu sweep start` locks it.
 name = "{SWEEP}"
-question = "Does English replay (REPLAY_N={scale.replay_n} per SFT_GE={scale.sft_ge}) keep enRuler drift under MIX_FORGET_LIMIT while sftHeld improves, across seeds?"
+question = "Which replay (none, English, Portuguese + English; REPLAY_N={scale.replay_n} per SFT_GE={scale.sft_ge}) holds English and Portuguese under MIX_FORGET_LIMIT while the held-out answers are learned, across seeds?"
 seeds = {json.dumps(list(SEEDS))}
 
 [base]
 vars = {{ {shown} }}
 
-[axes]
-REPLAY_N = [0, {scale.replay_n}]
+[configs]
+{NO_REPLAY} = {{}}
+{ENGLISH} = {{ REPLAY_N = {scale.replay_n} }}
+{PT_EN} = {{ REPLAY_N = {scale.replay_n}, REPLAY_SOURCES = "{REPLAY_SOURCES}" }}
 
 [decision]
-baseline = {{ REPLAY_N = 0 }}
+baseline = {{ config = "{NO_REPLAY}" }}
 rule = "{RULE}"
 """
 
@@ -279,7 +337,8 @@ def _compare_over_seeds(scale: Scale, common: dict[str, str], out: Path, use_sys
     sweeps = out / "sweeps"
     k = str(sweep_k())
     where = "members as tatu-sft@ units under systemd --user" if use_systemd else "members in the foreground"
-    say(f"SFT without and with replay (REPLAY_N=0, {scale.replay_n}), {scale.sft_steps} steps from the trunk, at seeds "
+    say(f"SFT without replay, with English replay and with Portuguese + English replay (REPLAY_N={scale.replay_n}), "
+        f"{scale.sft_steps} steps from the trunk, at seeds "
         f"{', '.join(map(str, SEEDS))}: the sweep {SWEEP} ({where}, {k} at a time); its rule, locked before it runs:\n    {RULE}")
     backend = ["--wait"] if use_systemd else ["--foreground"]
     code = tatu(["sweep", "start", str(plan), "--sweeps", str(sweeps), "-K", k, "--poll", "0.5", *backend])
@@ -344,7 +403,7 @@ Where things are:
   TensorBoard     tensorboard --logdir {out}      (every run's curves: <run>/{TB}; the members' HParams: {sweep_dir / 'tb'})
 Next:
   {sweep_command('report', sweep_dir)}      # the tables again, from the files
-  tatu generate {RunDir(members[-1]).final} --chat --prompt "Quanto é 12 mais 30?"
+  tatu generate {RunDir(members[-1]).final} --chat --prompt "Escreva a data 7/9/1822 por extenso."
   tatu smoke --env-file {RunDir(trunk.parent).env_file}      # the 2-step check an operator runs before a real run"""
 
 
@@ -372,11 +431,15 @@ def main(argv: list[str] | None = None) -> int:
     tagger_problem = ensure_tagger_packages()
     if tagger_problem:
         print(f"note: {tagger_problem}; the reports will have no word-category tables")
-    say("tokenizer (byte-level BPE) and data build")
-    data = prepare_data(sources, out, "bpe", scale.vocab, scale.seq_len)
-
     use_systemd = not args.foreground and user_manager_running()
     runs = out / "runs"
+    if scale.shipped_trunk:
+        trunk = install_shipped_trunk(runs, out / "data")
+        say("data build with the trunk's own tokenizer")
+        data = prepare_data(sources, out, "bpe", scale.vocab, scale.seq_len, tokenizer=trunk / "tokenizer.json")
+    else:
+        say("tokenizer (byte-level BPE) and data build")
+        data = prepare_data(sources, out, "bpe", scale.vocab, scale.seq_len)
     common = {"TATU_DATA": str(data), "TATU_OUT": str(runs), "TATU_DEVICE": os.environ.get("TATU_DEVICE", "auto"),
               "TATU_SEED": str(args.seed), "TATU_MICRO_BATCH": str(scale.micro_batch), "TATU_SEQ_LEN": str(scale.seq_len),
               "EVAL_EVERY": str(scale.eval_every), "TATU_EVAL_RESAMPLES": str(scale.resamples), "TATU_MEM_FLOOR_MB": "0",
@@ -385,19 +448,21 @@ def main(argv: list[str] | None = None) -> int:
               "TATU_PRECISION": os.environ.get("TATU_PRECISION", "fp32")}
     # the plan is written before the trunk trains, so the time left can count the sweep's members
     (out / "demo-plan.toml").write_text(sweep_plan(scale, common))
-    print(f"time left: unknown until the trunk has measured steps (then every {ESTIMATE_EVERY_S:.0f} s)", flush=True)
-    trunk = _train_trunk(scale, common, use_systemd, runs, out)
+    if not scale.shipped_trunk:
+        print(f"time left: unknown until the trunk has measured steps (then every {ESTIMATE_EVERY_S:.0f} s)", flush=True)
+        trunk = _train_trunk(scale, common, use_systemd, runs, out)
     sweep_dir = _compare_over_seeds(scale, common, out, use_systemd)
 
     from tatu.ops.demo_time import reports_estimate
 
     say("reports: the sweep's (tables over seeds, plots) and every member's run report")
-    print(reports_estimate(runs / "trunk", len(sweep_members(out))).line(), flush=True)
-    report, _, sweep_page = write_report(sweep_dir)
     members = sorted(p for p in SweepDir(sweep_dir).runs.iterdir() if p.is_dir())
+    print(reports_estimate(members, len(sweep_members(out))).line(), flush=True)
+    report, _, sweep_page = write_report(sweep_dir)
     check(tatu(["report", *map(str, members), "--out", str(out / "report")]), "report")
 
-    say(f"done in {time.time() - started:.0f}s: SFT without vs with replay over seeds {', '.join(map(str, SEEDS))}, "
+    say(f"done in {time.time() - started:.0f}s: SFT with no replay, English replay and Portuguese + English replay over "
+        f"seeds {', '.join(map(str, SEEDS))}, "
         f"CIs over seeds x lines\n{machine}")
     print(closing_table(report))
     print(f"\n{WHAT_IT_SAYS}\n{what_it_says(report)}")

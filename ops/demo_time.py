@@ -39,6 +39,7 @@ class JobEstimate:
     trunk_s: float
     sweep_s: float
     reports_s: float
+    source: str = "the trunk's measured step and eval times, sweep/run/cost.py's model"  # what the seconds come from
 
     @property
     def total_s(self) -> float:
@@ -46,8 +47,7 @@ class JobEstimate:
 
     def line(self) -> str:
         return (f"time left: ~{fmt_duration(self.total_s)} (trunk {fmt_duration(self.trunk_s)}, sweep "
-                f"{fmt_duration(self.sweep_s)}, reports {fmt_duration(self.reports_s)}; from the trunk's measured "
-                "step and eval times, sweep/run/cost.py's model)")
+                f"{fmt_duration(self.sweep_s)}, reports {fmt_duration(self.reports_s)}; from {self.source})")
 
 
 def job_estimate(progress: TrunkProgress, members: list, k: int) -> JobEstimate | None:
@@ -66,10 +66,11 @@ def job_estimate(progress: TrunkProgress, members: list, k: int) -> JobEstimate 
     return JobEstimate(trunk, sweep, reports)
 
 
-def reports_estimate(trunk_dir, n_members: int) -> JobEstimate:
+def reports_estimate(run_dirs, n_members: int) -> JobEstimate:
     """What is left once the sweep has run: its report's re-scoring and the run report, at the
-    trunk's median eval time."""
+    median eval time of `run_dirs` (the sweep's members: the sets the report scores)."""
     from tatu.daemon.run.paths import RunDir
 
-    evals = [e["seconds"] for e in RunDir(trunk_dir).events("eval") if e.get("seconds")]
-    return JobEstimate(0.0, 0.0, (n_members + 1) * (statistics.median(evals) if evals else 0.0) + RUN_REPORT_SECONDS)
+    evals = [e["seconds"] for run_dir in run_dirs for e in RunDir(run_dir).events("eval") if e.get("seconds")]
+    return JobEstimate(0.0, 0.0, (n_members + 1) * (statistics.median(evals) if evals else 0.0) + RUN_REPORT_SECONDS,
+                       "the sweep's members' measured eval times")

@@ -52,6 +52,16 @@ def _answers_line(name: str, answer) -> str:
     return text
 
 
+def _replay_line(sources: dict) -> str:
+    """`replay  replay 1/2 drew 12 (50.0%)  ptReplay 1/2 drew 12 (50.0%)`: each source's share (of the
+    replay micro-batches, REPLAY_SOURCES) beside the micro-batches the run has drawn from it."""
+    drawn = sources.get("drawn") or {}
+    total = sum(drawn.values())
+    parts = [f"{name} {share} drew {drawn.get(name, 0)}" + (f" ({100 * drawn.get(name, 0) / total:.1f}%)" if total else "")
+             for name, share in sources.get("shares") or []]
+    return "replay  " + "  ".join(parts) + " micro-batches"
+
+
 def format_status(status: dict) -> str:
     """A few readable lines from a status reply; missing fields show as n/a or are left out."""
     lines = []
@@ -99,6 +109,9 @@ def format_status(status: dict) -> str:
         lines.append(f"oom_score_adj {oom}{note}")
     if status.get("trainable"):
         lines.append(f"trains  {status['trainable']}")
+    sources = status.get("replay_sources")
+    if isinstance(sources, dict):
+        lines.append(_replay_line(sources))
     if status.get("warning"):
         lines.append(f"WARNING {status['warning']}")
     if status.get("config_hash"):

@@ -17,6 +17,7 @@ from tatu.daemon.config import ConfigError, RunConfig, load_config
 from tatu.daemon.run.view import (ABORTED, DIVERGED, FATAL, FINISHED, NOT_STARTED, RUNNING, STOPPED, RunView,
                                   read_run, verdict_reason)
 from tatu.daemon.run.paths import RunDir
+from tatu.data.replay import ReplaySources
 from tatu.envfile import EnvFileError, env_value, parse_env_file
 from tatu.exitcodes import NO_ANSWER, TatuExit
 from tatu.ops.known_runs import DEFAULT_OUT, RunsDir, find_run, run_dirs, runs_dirs
@@ -100,6 +101,9 @@ def describe(outcome: RunView, cwd: Path) -> list[str]:
         lines.append(f"{run}  stopped at {_progress(outcome)}{saved}: resumable")
     else:
         lines.append(f"{run}  not started: its directory holds nothing to resume (stopped before its baseline eval)")
+    sources = (outcome.started.config or {}).get("REPLAY_SOURCES") if outcome.started is not None else None
+    if sources:  # where its replay came from (the step events' replay_tokens say what each step read)
+        lines.append(f"replay  {ReplaySources.parse(sources).describe()} of the replay micro-batches (REPLAY_SOURCES)")
     if outcome.verdict is not None:
         lines.append(f"verdict {verdict_reason(outcome.verdict)}")
         covers = (outcome.verdict.ci_covers or {}).get("text")

@@ -1,7 +1,7 @@
 """EWC's F: the seed's diagonal Fisher information, estimated once at a run's start.
 
-On TATU_EWC_BATCHES micro-batches of the replay (English) channel, drawn by a stream of its own
-(the run's stream and RNGs are not touched), each sequence is one example:
+On TATU_EWC_BATCHES micro-batches of replay (the channel replay, or REPLAY_SOURCES by their shares),
+drawn by a stream of its own (the run's stream and RNGs are not touched), each sequence is one example:
 
     F_i = mean over sequences s of ( d/dtheta_i  sum_{t targets of s} log p_seed(label_t | s_<t) )^2
 

@@ -106,7 +106,7 @@ def _fisher(section: RetentionConfig, run: RunFacts, model, saved: dict | None, 
         found = fisher_mod.read_fisher(run.run_dir, saved["anchor"]["fisher"]["sha256"]).fisher
     else:
         stream = MixedStream(run.data, mix={"replay": 1}, micro_batch=run.micro_batch, seq_len=run.seq_len,
-                             seed=run.seed)
+                             seed=run.seed, replay_sources=run.replay_sources)
         batches = [stream.next_step().micro_batches[0] for _ in range(section.ewc_batches)]
         names = [n for n, _ in trainable_parameters(model)]
         found = fisher_mod.estimate_fisher(model, names, batches, section.ewc_fisher, run.seed, device)

@@ -19,6 +19,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tatu.data.replay import ReplaySources
+
 
 class RetentionConfig(BaseModel):
     """The retention terms' variables: stay near the seed checkpoint (TATU_ANCHOR), distill it (TATU_DISTILL)."""
@@ -56,6 +58,7 @@ class RunFacts:
     seq_len: int
     seed: int
     mix: dict[str, int]  # channel -> micro-batches per step (what distillation costs per step)
+    replay_sources: ReplaySources | None = None  # EWC's replay micro-batches come from these (None: channel replay)
 
 
 def check_retention(config) -> None:

@@ -65,13 +65,17 @@ class DemoScale:
     # (chat_pretrain.jsonl): it knows the format and the tasks before SFT, so sftHeld's change
     # measures learning the pairs, not the format
     chat_pretrain_pairs: int = 0
+    # tatu.data.sft_gen's task mix of the SFT pairs and of the pretraining pairs: "rules", tasks whose
+    # answer follows from the prompt by one rule (copy, a date's month in words, a number below 100 in
+    # words), which a small model learns in minutes (docs/answers.md)
+    task_mix: str = "rules"
 
 
 SCALES: dict[str, DemoScale] = {
     # the operator's eval sizes; corpora small enough to tokenize and train on 2 cores in minutes
     "demo": DemoScale(pt_corpus_max_chars=4_000_000, en_corpus_max_chars=2_500_000,
                       pt_val_lines=390, en_ruler_lines=166, sft_train_pairs=4000,
-                      sft_held_pairs=100, words=None, chat_pretrain_pairs=8000),
+                      sft_held_pairs=100, words=None, chat_pretrain_pairs=24000),
     # for tests: seconds
     "tiny": DemoScale(pt_corpus_max_chars=40_000, en_corpus_max_chars=40_000,
                       pt_val_lines=24, en_ruler_lines=16, sft_train_pairs=200,
@@ -242,12 +246,12 @@ def build_demo_sources(out_dir: Path, seed: int = 0, scale: str = "demo") -> dic
 
     # Pairs never repeat a question, so the first sft_held_pairs are disjoint from the rest.
     n_sft = sizes.sft_held_pairs + sizes.sft_train_pairs
-    pairs = generate_pairs(n_sft, seed)
+    pairs = generate_pairs(n_sft, seed, mix=sizes.task_mix)
     for name, part in (("sft_held.jsonl", pairs[:sizes.sft_held_pairs]),
                        ("sft_train.jsonl", pairs[sizes.sft_held_pairs:])):
         files[name] = _write(out_dir / name, "".join(
             json.dumps(pair, ensure_ascii=False) + "\n" for pair in part))
-        files[name] |= {"pairs": len(part), "source": "tatu.data.sft_gen.generate_pairs"}
+        files[name] |= {"pairs": len(part), "source": f"tatu.data.sft_gen.generate_pairs (mix {sizes.task_mix})"}
 
     files |= _held_out_outputs(out_dir, sizes, seed, versions)
 
@@ -260,7 +264,8 @@ def build_demo_sources(out_dir: Path, seed: int = 0, scale: str = "demo") -> dic
         "package": "wbrazilian", "version": versions["wbrazilian"], "path": WORDLIST_FILE,
         "lines_dropped_undecodable_or_control_chars": dropped}]}
 
-    chat = generate_pretraining_pairs(sizes.chat_pretrain_pairs, seed, after=n_sft)  # past every SFT pair's question
+    # past every SFT pair's question
+    chat = generate_pretraining_pairs(sizes.chat_pretrain_pairs, seed, after=n_sft, mix=sizes.task_mix)
     files[CHAT_PRETRAIN_FILE] = _write(out_dir / CHAT_PRETRAIN_FILE, "".join(
         json.dumps(pair, ensure_ascii=False) + "\n" for pair in chat))
     files[CHAT_PRETRAIN_FILE] |= {"pairs": len(chat), "source": "tatu.data.sft_gen.generate_pretraining_pairs",

@@ -16,10 +16,14 @@ STOPS = ("fail", "futility")
 
 
 def testing_order(choose: str, values: list[str]) -> tuple[str, ...]:
-    """The axis's values in the order they are tested: `smallest` from the largest, `largest` from the smallest."""
+    """The axis's values in the order they are tested: `smallest` from the largest, `largest` from the smallest.
+    An axis of words (REPLAY_SOURCES) is ordered as the plan lists it, as the verdict orders it."""
     if choose not in ("smallest", "largest"):
         raise ValueError(f"fixed-sequence testing orders an axis (smallest|largest), not {choose!r}")
-    return tuple(sorted(values, key=float, reverse=choose == "smallest"))
+    try:
+        return tuple(sorted(values, key=float, reverse=choose == "smallest"))
+    except ValueError:
+        return tuple(reversed(values) if choose == "smallest" else values)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from tatu.evals.seeds.sequential import Design
 from tatu.sweep.plan.configs import check_distinct, config_variables, read_configs
+from tatu.sweep.plan.data_check import check_members_data
 from tatu.sweep.plan.interpolate import InterpolateSpec, read_interpolate
 from tatu.sweep.plan.file import PlanFile, read_plan_file, seed_list
 from tatu.sweep.plan.member import Member
@@ -288,4 +289,5 @@ def load_plan(path: str | Path, text: str | None = None) -> Plan:
     if configs:
         first_seed = [m for m in compare if m.seed == plan.seeds[0]]
         check_distinct(path, [(m.config_key, m.env) for m in first_seed])
+    check_members_data(path, rule, plan.tune_members(out) + compare)  # the sets the rule names, the replay sources
     return plan

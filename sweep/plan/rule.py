@@ -8,13 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tatu.exitcodes import BAD_CONFIG
-from tatu.formats import SET_NAMES, eval_name_problem
+from tatu.formats import eval_name_problem
 from tatu.names import nearest
 from tatu.sweep.errors import SweepError
 
 METRICS = ("drift", "drift_lo", "drift_hi", "sftHeld_change", "sftHeld_change_lo", "sftHeld_change_hi",
            "every_eval_drift", "every_eval_drift_hi", "aborted")
-# A held-out eval set's change, named by its set: `ptNews_change_hi < 0.05` (tatu.formats' set names)
+# An eval set's change vs step 0, named by its set: `ptVal_change_hi < MIX_FORGET_LIMIT` (the model's own
+# language held), `ptNews_change_hi < 0.05` (any held-out set; tatu.formats' set names). sftHeld's is
+# sftHeld_change (METRICS) and enRuler's is drift.
 HELD_OUT_METRIC = re.compile(r"^([A-Za-z][A-Za-z0-9]*)_change(_lo|_hi)?$")
 # A set's change in answers right vs step 0 (exact match, SET_exact: docs/metrics.md), over seeds x
 # pairs: `sftHeld_exact_change_lo > 0` (more answers right, its CI above zero). A set without answers
@@ -65,13 +67,28 @@ class Rule:
     at: str = "end"  # "end" (each member's last step) | "common" (the last eval step every member reached)
 
 
+# The roles whose change has a name of its own in METRICS: a `<SET>_change` of theirs is that name.
+OWN_NAMES = {"sftHeld": "sftHeld_change", "enRuler": "drift"}
+
+
 def held_out_set(metric: str) -> str | None:
-    """The held-out set a `<SET>_change[_lo|_hi]` metric names (None if none): not one of the three
-    roles, whose judged metrics are sftHeld_change and drift (ptVal is shown, not judged)."""
+    """The eval set a `<SET>_change[_lo|_hi]` metric names beyond sftHeld and enRuler (None if none):
+    ptVal (the model's own language: protected like any held-out set) or a held-out set of the data.
+    sftHeld's and enRuler's changes are METRICS of their own: sftHeld_change and drift."""
     match = HELD_OUT_METRIC.match(metric)
-    if match is None or match.group(1) in (*SET_NAMES, "drift") or eval_name_problem(match.group(1)):
+    if match is None or match.group(1) in (*OWN_NAMES, "drift") or eval_name_problem(match.group(1)):
         return None
     return match.group(1)
+
+
+def named_sets(rule: Rule) -> tuple[str, ...]:
+    """Every eval set the rule names by itself (SET_change, SET_exact_change), in the rule's order:
+    what the members' data must hold (tatu.sweep.plan.data_check)."""
+    named = []
+    for condition in rule.conditions:
+        exact = EXACT_METRIC.match(condition.metric)
+        named.append(exact.group(1) if exact else held_out_set(condition.metric))
+    return tuple(dict.fromkeys(n for n in named if n))
 
 
 def parse_rule(text: str, axes: dict, path: Path, configs=(), where: str = "[decision] rule") -> Rule:
@@ -100,11 +117,15 @@ def parse_rule(text: str, axes: dict, path: Path, configs=(), where: str = "[dec
             raise plan_error(path, where, f"condition {part.strip()!r} is not 'METRIC < VALUE' "
                                           "(or 'SET_exact_change_lo > VALUE')")
         metric, op, value = cond.groups()
+        own = HELD_OUT_METRIC.match(metric)
+        if own and own.group(1) in OWN_NAMES and metric not in METRICS:
+            named = OWN_NAMES[own.group(1)] + (own.group(2) or "")
+            raise plan_error(path, where, f"unknown metric {metric!r}: {own.group(1)}'s change is {named}")
         if metric not in METRICS and held_out_set(metric) is None and not EXACT_METRIC.match(metric):
             meant = nearest(metric, METRICS)
             raise plan_error(path, where, f"unknown metric {metric!r}" + (f" (did you mean {meant}?)" if meant else "")
                                           + f" (known: {', '.join(METRICS)}, "
-                                          "or SET_change[_lo|_hi] of a held-out set of the data dir: not ptVal, shown and not judged; enRuler is drift; "
+                                          "or SET_change[_lo|_hi] of ptVal or a held-out set of the data dir; "
                                           "or SET_exact_change[_lo|_hi]: a set's change in answers right)")
         if op.startswith(">") and not EXACT_METRIC.match(metric):
             raise plan_error(path, where, f"condition {part.strip()!r}: '>' bounds a change in answers right "

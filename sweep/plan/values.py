@@ -35,9 +35,14 @@ def resolve_paths(env: dict[str, str], base_dir: Path) -> dict[str, str]:
 
 
 def config_label(values: dict[str, str]) -> str:
-    """REPLAY_N=6 -> replay-n6; TATU_LR=0.001 -> lr0.001; several joined with '-'."""
+    """REPLAY_N=6 -> replay-n6; TATU_LR=0.001 -> lr0.001; REPLAY_SOURCES=en:0.5,pt:1/2 -> sources-en0.5-pt1of2;
+    several joined with '-'."""
     parts = []
     for var, value in values.items():
+        if var == "REPLAY_SOURCES":  # each source beside its share, as written
+            value = "-".join(part.strip().replace(":", "").replace("/", "of") for part in value.split(","))
+            parts.append(re.sub(r"[^A-Za-z0-9.-]", "-", f"sources-{value}"))
+            continue
         label = var.lower().removeprefix("tatu_").replace("_", "-")
         parts.append(re.sub(r"[^A-Za-z0-9.-]", "-", f"{label}{value}"))
     return "-".join(parts)

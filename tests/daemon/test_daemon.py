@@ -267,18 +267,21 @@ SEED_TERMS = {"l2sp": {"TATU_ANCHOR": "l2sp", "TATU_ANCHOR_WEIGHT": "100"},
 # A cosine with warmup: the learning rate a resumed step uses comes from the step and the curve's end
 # its state stored, so a resume that lost either would leave other weights behind.
 SCHEDULES = {"cosine": {"TATU_SCHEDULE": "cosine", "TATU_WARMUP_STEPS": "4", "TATU_MIN_LR": "1e-5"}}
+# Replay from two sources (tatu.data.replay): a resume that gave a source another's position, or a
+# schedule that forgot what each had drawn, would train on other lines.
+SOURCES = {"sources": {"REPLAY_SOURCES": "replay:1/3,pretrain:2/3"}}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("train,precision,n_kills,steps",
                          [(train, "fp32", 5, 24) for train in PARTIAL] + [("all", "bf16", 2, 12)]
-                         + [(variant, "fp32", 3, 16) for variant in (*SEED_TERMS, *SCHEDULES)])
+                         + [(variant, "fp32", 3, 16) for variant in (*SEED_TERMS, *SCHEDULES, *SOURCES)])
 def test_sigkill_at_random_moments_then_resume_is_bit_identical(tiny_trunk, tmp_path, train, precision, n_kills, steps):
     """bf16 (explicit, so it runs on any CPU: emulated where it is not native) with fewer kills:
     what it adds is that the resume is exact within a bf16 run, not more moments to strike."""
     # A checkpoint every step, so a good share of the run is spent writing state.
     settings = dict(MIX_STEPS_LIMIT=steps, EVAL_EVERY=4, TATU_CKPT_EVERY=1, TATU_DROPOUT="0.1", TATU_PRECISION=precision,
-                    **{**PARTIAL, **SEED_TERMS, **SCHEDULES}[train])
+                    **{**PARTIAL, **SEED_TERMS, **SCHEDULES, **SOURCES}[train])
     reference = tmp_path / "reference"
     assert daemon(sft_env(tiny_trunk, reference, **settings)).returncode == 0
 

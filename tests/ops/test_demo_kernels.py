@@ -56,10 +56,10 @@ def test_demo_conclusions_hold_under_another_cpus_kernels(tiny_demo, tmp_path):
     passed = conclusions(here).passed
     if passed:  # the first passing configuration's drift CI straddles the new threshold: it fails
         drift = next(c for c in configs if c.key == passed[0]).stats["drift"]
-        rule = f"smallest REPLAY_N such that drift_hi < {drift.change.value:.6f}"
+        rule = f"first config such that drift_hi < {drift.change.value:.6f}"
     else:  # none passed: a threshold inside the highest CI lets every lower bound under it
         drift = max((c.stats["drift"] for c in configs), key=lambda d: d.change.lo)
-        rule = f"smallest REPLAY_N such that drift_lo < {drift.change.value:.6f}"
+        rule = f"first config such that drift_lo < {drift.change.value:.6f}"
     assert drift.change.lo < drift.change.value < drift.change.hi
     rejudged = dataclasses.replace(there, verdict=decide(other_rule(plan, rule), list(configs)))
     assert disagreements(conclusions(here), conclusions(rejudged))

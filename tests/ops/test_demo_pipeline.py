@@ -26,9 +26,9 @@ from tiny_world import RUN_PREFIXES
 from tatu.daemon.logs import read_events
 from tatu.data.tags import tagger_versions
 from tatu.formats import fmt_p_formula, fmt_pct
-from tatu.ops.demo import RULE, SEEDS, SWEEP
+from tatu.ops.demo import ENGLISH, NO_REPLAY, PT_EN, RULE, SEEDS, SWEEP
 
-CONFIGS = ("replay-n0", "replay-n2")  # REPLAY_N 0 and the tiny scale's replay_n
+CONFIGS = (NO_REPLAY, ENGLISH, PT_EN)  # the plan's order: no replay (the baseline), English, Portuguese + English
 
 
 def _members(sweep_dir):
@@ -51,10 +51,13 @@ def test_tiny_demo_end_to_end(tiny_demo):
         steps = [e for e in events if e["event"] == "step"]
         assert steps, name
         # one trunk, one seed checkpoint; only the mix differs between the configurations
-        if name.startswith("replay-n0"):
+        if name.startswith(NO_REPLAY):
             assert all(e["replay_fraction"] == 0.0 for e in steps), name
         else:
             assert all(e["replay_fraction"] > 0.0 for e in steps), name
+        # the Portuguese + English members draw both sources, the English ones English alone
+        drawn = {source for e in steps for source, tokens in (e.get("replay_tokens") or {}).items() if tokens}
+        assert drawn == ({"replay", "ptReplay"} if name.startswith(PT_EN) else set()), (name, drawn)
         evals = [e for e in events if e["event"] == "eval"]
         assert evals[0]["drift"]["value"] == 0.0 and evals[-1]["drift_tronco"] is not None, name
     created = datetime.datetime.strptime(lock["created"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
@@ -71,14 +74,15 @@ def test_tiny_demo_end_to_end(tiny_demo):
             st = config["stats"][metric]
             assert f"{fmt_pct(st['value'])} [{fmt_pct(st['lo'])},{fmt_pct(st['hi'])}]" in row, (row, metric)
             assert st["n_seeds"] == len(SEEDS)
-    # the difference paired by seed and line
-    paired_row = next(line for line in lines if line.startswith("replay-n2 ") and "3/3" not in line)
-    for metric in ("drift", "sftHeld"):
-        p = configs["replay-n2"]["paired"][metric]
-        assert p["n_seeds"] == len(SEEDS)
-        diff = f"{fmt_pct(math.expm1(p['diff']))} [{fmt_pct(math.expm1(p['lo']))},{fmt_pct(math.expm1(p['hi']))}]"
-        assert diff in paired_row, (paired_row, diff)
-        assert paired_row.split(diff, 1)[1].split()[0] == fmt_p_formula(p['p_value']), (paired_row, p)  # its p, beside its CI
+    # the difference paired by seed and line, each replaying configuration against no replay
+    for key in (ENGLISH, PT_EN):
+        paired_row = next(line for line in lines if line.startswith(f"{key} ") and "3/3" not in line)
+        for metric in ("drift", "sftHeld"):
+            p = configs[key]["paired"][metric]
+            assert p["n_seeds"] == len(SEEDS)
+            diff = f"{fmt_pct(math.expm1(p['diff']))} [{fmt_pct(math.expm1(p['lo']))},{fmt_pct(math.expm1(p['hi']))}]"
+            assert diff in paired_row, (paired_row, diff)
+            assert paired_row.split(diff, 1)[1].split()[0] == fmt_p_formula(p['p_value']), (paired_row, p)  # its p, beside its CI
     assert assert_every_p_agrees_with_its_ci(report) >= 2
     verdict_line = next(line for line in lines if line.startswith("VERDICT (locked rule): "))
     assert report["verdict"]["line"] in verdict_line and report["verdict"]["complete"]

@@ -77,7 +77,7 @@ def _advice(env_path: Path) -> tuple[str, str]:
 
 def test_the_demo_members_run_names_are_not_configuration_names(demo):
     # what makes the advice worth testing: the members' TATU_RUN is <sweep>.<member>
-    assert "demo-replay.replay-n2-s1" in demo["members"] and len(demo["members"]) == 6
+    assert "demo-replay.replay-pt-en-s1" in demo["members"] and len(demo["members"]) == 9
 
 
 def _lone_copy(member_env: Path, runs: Path) -> Path:
@@ -167,7 +167,8 @@ def test_the_demos_env_file_writes_numbers_as_a_person_would_and_says_what_ran(t
     path = write_run_env(env)
     written = {key: value for key, (value, _) in parse_env_file_lines(path).items()}
     assert written == env  # what ran is what the file says
-    assert written["TATU_MIN_LR"] == "0.0003" and written["TATU_LR"] == "0.003"
+    # the scales' own numbers, as a person writes them (tiny: 3e-3 to 3e-4; demo: 5e-3 to 1e-4)
+    assert (written["TATU_LR"], written["TATU_MIN_LR"]) == {"tiny": ("0.003", "0.0003"), "demo": ("0.005", "0.0001")}[scale_name]
     for key, value in written.items():
         try:
             float(value)

@@ -30,11 +30,12 @@ def test_the_rule_accepts_a_held_out_set_and_refuses_a_malformed_name():
     assert held_out_set("sftHeld_change_hi") is None and held_out_set("ptNews_change") == "ptNews"
     with pytest.raises(SweepError, match="unknown metric 'pt_news_change_hi'"):
         parse_rule("smallest REPLAY_N such that pt_news_change_hi < 0.05", AXES, Path("plan.toml"))
-    # the roles' own sets are not held-out sets: ptVal is shown, not judged, and enRuler is drift; a
-    # rule naming them would find no such statistic and fail every configuration
-    for metric in ("ptVal_change_hi", "enRuler_change"):
+    # ptVal's change is judged like a held-out set's (the model's own language); enRuler's is drift and
+    # sftHeld's sftHeld_change, their own names, which the refusal gives
+    assert held_out_set("ptVal_change_hi") == "ptVal"
+    for metric, own in (("enRuler_change", "drift"), ("sftHeld_change_top", None)):
         assert held_out_set(metric) is None
-        with pytest.raises(SweepError, match=f"unknown metric '{metric}'"):
+        with pytest.raises(SweepError, match=f"unknown metric '{metric}'" + (f": enRuler's change is {own}" if own else "")):
             parse_rule(f"smallest REPLAY_N such that {metric} < 0.05", AXES, Path("plan.toml"))
 
 
