@@ -13,14 +13,22 @@ import pytest
 from tiny_world import clean_environ
 
 
+# What the demo's data holds, as far as a plan's check reads it: the sets its rule names (sftHeld with
+# answers) and the text channels its members replay.
+STAND_IN_EVALS = {"sftHeld": {"answers": True}, "ptVal": {}, "enRuler": {}, "ptFaq": {}}
+STAND_IN_CHANNELS = {"pretrain": {"kind": "text"}, "replay": {"kind": "text"}, "ptReplay": {"kind": "text"},
+                     "sft": {"kind": "sft"}}
+
+
 def stand_in_inputs(data: Path, *checkpoints: Path) -> None:
     """A data dir and checkpoint dirs as `tatu sweep plan` checks them before anything runs (the
-    manifest's format, the checkpoints' existence), for tests that plan without training: empty
-    otherwise, so a member started on them still fails at its first read."""
+    manifest's format, its eval sets and channels, the checkpoints' existence), for tests that plan
+    without training: empty otherwise, so a member started on them still fails at its first read."""
     from tatu.data.manifest import FORMAT
 
     data.mkdir(parents=True, exist_ok=True)
-    (data / "manifest.json").write_text(json.dumps({"format": FORMAT}))
+    (data / "manifest.json").write_text(json.dumps({"format": FORMAT, "evals": STAND_IN_EVALS,
+                                                    "channels": STAND_IN_CHANNELS}))
     for checkpoint in checkpoints:
         checkpoint.mkdir(parents=True, exist_ok=True)
 
