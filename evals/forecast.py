@@ -8,20 +8,22 @@ The quantity is the ruler's log perplexity ratio against step 0,
 a sum over lines, so a resample of the lines is a resample of y at every eval at once (the same
 lines are scored at every eval: the resample is paired over time).
 
-The curve (docs/forecast.md says why this family): a power law through the origin in a clock x,
+The curve (docs/forecast.md says why this family): a local linear trend of y in the log of a clock,
 
-    y(s) = c * x(s)^b,   x(s) = clock(s) / clock(end),   b on a grid in [B_MIN, B_MAX]
+    y(s) = a + beta * log x(s),   x(s) = clock(s) / clock(end),
 
-so c is the forecast at the end itself. y(0) = 0 by definition, which is what makes two trained
-evals enough for a first forecast. The clock is the run's cumulative learning rate (given by the
-caller; steps when the learning rate is constant): forgetting follows how far the weights moved.
+fitted by least squares to the last WINDOW evals after step 0, so a is the forecast at the end
+itself. Growth that slows down (what forgetting does) is followed by the window moving on; a
+power law would carry the early steepness to the end. The clock is the run's cumulative learning
+rate (given by the caller; the step when the learning rate is constant): forgetting follows how
+far the weights moved, and a cosine schedule's last steps move them little.
 
 The interval is a bootstrap of curves, each one:
   1. the ruler's line sampling: the lines drawn again with replacement (the same draw at every eval);
-  2. the curve's own uncertainty: every eval's y moved by a normal draw of sd `sigma`, the curve
-     refitted (c and b), and its end moved by one more such draw (the last step is one more noisy
-     eval, not the smooth curve). `sigma` is the residual sd of the fit (n - 2 degrees of freedom),
-     and never below the ruler's resolution of one eval from the next (the line-bootstrap sd of
+  2. the curve's own uncertainty: every eval's y moved by a normal draw of sd `sigma`, the line
+     refitted, and its end moved by one more such draw (the last step is one more noisy eval, not
+     the smooth curve). `sigma` is the residual sd of the fit (m - 2 degrees of freedom), and never
+     below the ruler's resolution of one eval from the next (the line-bootstrap sd of
      y(last) - y(previous)): with two or three evals a residual says nothing yet.
 `lines=False` drops 1 and that floor: what a forecast that ignores line sampling would say (the
 tests show its interval too narrow).
@@ -40,8 +42,7 @@ from tatu.formats import fmt_interval, fmt_pct
 
 LEVEL = 0.90  # the prediction interval's coverage
 MIN_EVALS = 3  # the step-0 baseline and two trained evals: the first eval that forecasts is the third
-B_MIN, B_MAX = 0.1, 1.2  # the power's range: from nearly flat to slightly accelerating forgetting
-B_GRID = np.linspace(B_MIN, B_MAX, 45)
+WINDOW = 4  # the trained evals the trend is fitted to: the last ones (all of them while fewer)
 RESAMPLES = 1000
 _CHUNK = 200  # replicates whose line weights are held at once (memory: _CHUNK x lines)
 BAND_POINTS = 8  # steps from the current eval to the end that a forecast's band keeps
@@ -159,7 +160,7 @@ class Forecast:
         """What the EVAL line appends (after everything else on it):
         ` forecast@200=+6.1% forecast_ci=[+3.2%,+9.8%] forecast_cross=140[110,>200]`, the crossing
         `not-before-the-end` when the median curve stays under the limit."""
-        crossing = self.crossing.text(self.end).replace(" ", "" if self.crossing.step is not None else "-")
+        crossing = self.crossing.text(self.end).replace("not before the end", "not-before-the-end").replace(" ", "")
         return (f" forecast@{self.end}={fmt_pct(self.value)} forecast_ci={fmt_interval(self.lo, self.hi)}"
                 f" forecast_cross={crossing}")
 
@@ -189,27 +190,28 @@ class Forecast:
 
 @dataclass(frozen=True)
 class CurveFit:
-    """The fitted curve and its bootstrap curves: y(s) = c * x(s)^b, the replicates' c (their end
-    moved by the curve term) and b."""
+    """The fitted trend and its bootstrap curves: y(s) = a + beta * log x(s), the replicates' a (their
+    end moved by the curve term) and beta."""
 
-    c: float
-    b: float
-    c_reps: np.ndarray
-    b_reps: np.ndarray
+    a: float
+    beta: float
+    a_reps: np.ndarray
+    beta_reps: np.ndarray
     sigma: float  # the curve term's sd (log-ratio units)
     clock: Callable[[np.ndarray], np.ndarray]
     end: int
 
-    def x(self, steps) -> np.ndarray:
-        return np.asarray(self.clock(np.asarray(steps, dtype=np.int64)), dtype=np.float64) / float(self.clock(np.asarray([self.end]))[0])
+    def log_x(self, steps) -> np.ndarray:
+        total = float(self.clock(np.asarray([self.end]))[0])
+        return np.log(np.asarray(self.clock(np.asarray(steps, dtype=np.int64)), dtype=np.float64) / total)
 
     def log_ratio_at(self, steps) -> tuple[np.ndarray, np.ndarray]:
         """(the fitted curve's y at `steps`, the replicates' y: (resamples, len(steps)))."""
-        x = np.clip(self.x(steps), 0.0, None)
-        return self.c * x ** self.b, self.c_reps[:, None] * x[None, :] ** self.b_reps[:, None]
+        u = self.log_x(steps)
+        return self.a + self.beta * u, self.a_reps[:, None] + self.beta_reps[:, None] * u[None, :]
 
     def drift_at(self, steps, level: float = LEVEL) -> list[BandPoint]:
-        """Drift forecast at `steps` (any step asked), with its `level` interval."""
+        """Drift forecast at `steps` (any step asked after step 0), with its `level` interval."""
         point, reps = self.log_ratio_at(steps)
         tail = (1 - level) / 2
         lo, hi = np.quantile(reps, [tail, 1 - tail], axis=0)
@@ -224,27 +226,23 @@ class CurveFit:
             return Crossing(None, None, None)
         _, reps = self.log_ratio_at(steps)
         over = reps > math.log1p(limit)
-        first = np.where(over.any(axis=1), steps[np.argmax(over, axis=1)], np.iinfo(np.int64).max).astype(np.float64)
-        first[first == np.iinfo(np.int64).max] = np.inf
+        first = np.where(over.any(axis=1), steps[np.argmax(over, axis=1)].astype(np.float64), np.inf)
         tail = (1 - level) / 2
         lo, mid, hi = np.quantile(first, [tail, 0.5, 1 - tail], method="inverted_cdf")
         as_step = lambda q: None if not math.isfinite(q) else int(q)  # noqa: E731
         return Crossing(as_step(mid), as_step(lo), as_step(hi))
 
 
-def _fit_grid(y: np.ndarray, xb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Least squares of y (replicates, n) on c * x^b for each b of the grid (xb: (grid, n)):
-    the best (c, b) per replicate."""
-    c = (y @ xb.T) / (xb ** 2).sum(axis=1)[None, :]  # (replicates, grid)
-    rss = ((y[:, None, :] - c[:, :, None] * xb[None, :, :]) ** 2).sum(axis=2)
-    best = np.argmin(rss, axis=1)
-    rows = np.arange(len(y))
-    return c[rows, best], B_GRID[best]
+def _trend(y: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Least squares of y (replicates, m) on a + beta * u: (a, beta) per replicate."""
+    centred = u - u.mean()
+    beta = ((y - y.mean(axis=1, keepdims=True)) @ centred) / (centred ** 2).sum()
+    return y.mean(axis=1) - beta * u.mean(), beta
 
 
 def fit(trajectory: Trajectory, end: int, clock: Callable[[np.ndarray], np.ndarray] | None = None,
         lines: bool = True, resamples: int = RESAMPLES, seed: int = 0) -> CurveFit:
-    """The curve through a run's evals and its bootstrap curves (module docstring)."""
+    """The trend through a run's last evals and its bootstrap curves (module docstring)."""
     if len(trajectory.steps) < MIN_EVALS:
         raise ForecastError(f"a forecast needs {MIN_EVALS} evals (step 0 and two more), got {len(trajectory.steps)}")
     if trajectory.steps[-1] > end:
@@ -252,25 +250,25 @@ def fit(trajectory: Trajectory, end: int, clock: Callable[[np.ndarray], np.ndarr
     clock = clock or (lambda steps: np.asarray(steps, dtype=np.float64))
     total = float(clock(np.asarray([end]))[0])
     x = np.asarray(clock(trajectory.steps[1:]), dtype=np.float64) / total
-    if not (total > 0 and np.all(x > 0)):
-        raise ForecastError("the clock must be positive after step 0")
-    xb = x[None, :] ** B_GRID[:, None]
+    if not (total > 0 and np.all(x > 0) and np.all(np.diff(x) > 0)):
+        raise ForecastError("the clock must be positive and increasing after step 0")
+    window = slice(max(0, len(x) - WINDOW), len(x))
+    u = np.log(x[window])
     y = trajectory.log_ratio()
-    n = len(y)
-    c_hat, b_hat = (v[0] for v in _fit_grid(y[None, :], xb))
-    residual = y - c_hat * x ** b_hat
-    sigma = math.sqrt(float((residual ** 2).sum()) / (n - 2)) if n > 2 else 0.0
+    a_hat, beta_hat = (v[0] for v in _trend(y[None, window], u))
+    m = len(u)
+    residual = y[window] - (a_hat + beta_hat * u)
+    sigma = math.sqrt(float((residual ** 2).sum()) / (m - 2)) if m > 2 else 0.0
     rng = np.random.default_rng(seed)
     if lines:
         ys = trajectory.resampled_log_ratio(rng, resamples)
-        step_apart = ys[:, -1] - ys[:, -2] if n >= 2 else ys[:, -1]
-        sigma = max(sigma, float(np.std(step_apart, ddof=1)))
+        sigma = max(sigma, float(np.std(ys[:, -1] - ys[:, -2], ddof=1)))
     else:
         ys = np.repeat(y[None, :], resamples, axis=0)
-    ys = ys + rng.normal(0.0, sigma, size=ys.shape)
-    c_reps, b_reps = _fit_grid(ys, xb)
-    c_reps = c_reps + rng.normal(0.0, sigma, size=c_reps.shape)  # the last step: one more noisy eval
-    return CurveFit(float(c_hat), float(b_hat), c_reps, b_reps, sigma, clock, end)
+    ys = ys[:, window] + rng.normal(0.0, sigma, size=(resamples, m))
+    a_reps, beta_reps = _trend(ys, u)
+    a_reps = a_reps + rng.normal(0.0, sigma, size=a_reps.shape)  # the last step: one more noisy eval
+    return CurveFit(float(a_hat), float(beta_hat), a_reps, beta_reps, sigma, clock, end)
 
 
 def forecast(trajectory: Trajectory, end: int, limit: float, clock: Callable[[np.ndarray], np.ndarray] | None = None,

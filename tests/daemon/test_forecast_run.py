@@ -1,0 +1,74 @@
+"""The drift forecast through a real (tiny) run: on the EVAL line from the third eval on, in the
+eval events and the resume state, and MIX_FORECAST_ABORT=1 ending a run before drift itself
+crosses MIX_FORGET_LIMIT (exit 10, the forecast's own reason in the abort, the journal and the verdict)."""
+from __future__ import annotations
+
+import json
+import re
+
+from tiny_world import sft_env
+
+from tatu.daemon.logs import read_events
+from tatu.daemon.main import main as daemon_main
+from tatu.evals.forecast import Forecast
+
+# English only from the trunk's own data, no replay: drift about +21% at step 4, +37% at 8, +52% at 12
+FORGETS = dict(REPLAY_N=0, TATU_LR="1e-2", MIX_STEPS_LIMIT=40, EVAL_EVERY=4, TATU_GEN_PROMPTS=0, MIX_FORGET_LIMIT=0.5)
+
+
+def evals_of(run_dir):
+    return [e for e in read_events(run_dir / "events.jsonl") if e["event"] == "eval"]
+
+
+def test_the_forecast_is_on_every_eval_from_the_third_and_appended_last(tiny_trunk, tmp_path):
+    env = sft_env(tiny_trunk, tmp_path, MIX_STEPS_LIMIT=8, EVAL_EVERY=2, MIX_FORGET_LIMIT=1)
+    assert daemon_main(env) == 0
+    run_dir = tmp_path / "run"
+    evals = evals_of(run_dir)
+    assert [e["step"] for e in evals] == [0, 2, 4, 6, 8]
+    assert [("forecast" in e) for e in evals] == [False, False, True, True, True]
+    for record in evals[2:]:
+        forecast = Forecast.from_json(record["forecast"])
+        assert forecast.step == record["step"] and forecast.end == 8 and forecast.n_evals == evals.index(record) + 1
+        assert forecast.lo <= forecast.hi and forecast.band[-1].step == 8
+        # the contract line as it was, then the forecast: nothing before it moved
+        before, _, after = record["line"].partition(" forecast@8=")
+        assert re.fullmatch(r"EVAL \d+: sftHeld .* drift_ci=\S+ mde=\S+.*", before)
+        assert after.startswith(record["line"].split("forecast@8=")[1].split()[0])
+        assert "forecast_ci=[" in after and "forecast_cross=" in after
+    assert all("forecast@" not in e["line"] for e in evals[:2])
+    log = (run_dir / "run.log").read_text()
+    assert sum(" forecast@8=" in line for line in log.splitlines() if "EVAL " in line) == 3
+    saved = json.loads((run_dir / "state" / "resume.json").read_text())
+    assert sorted(map(int, saved["ruler_lines"])) == [2, 4, 6, 8]
+
+
+def test_forecast_abort_ends_the_run_before_drift_crosses_and_is_off_by_default(tiny_trunk, tmp_path):
+    """The same forgetting run twice. Off (the default): its third eval already forecasts a lower bound
+    over the limit, and the run trains on until drift itself crosses. On: it ends at that third eval
+    (none before: the first two have no forecast), with drift still under the limit."""
+    plain = tmp_path / "plain"
+    assert daemon_main(sft_env(tiny_trunk, plain, **FORGETS)) == 10
+    plain_evals = evals_of(plain / "run")
+    third = plain_evals[2]
+    assert third["forecast"]["lo"] > 0.5 and third["drift"]["value"] <= 0.5
+    crossed = plain_evals[-1]
+    assert crossed["step"] > third["step"] and crossed["drift"]["value"] > 0.5
+    (plain_abort,) = [e for e in read_events(plain / "run" / "events.jsonl") if e["event"] == "abort"]
+    assert plain_abort["reason"].startswith("drift ") and "by" not in plain_abort
+
+    early = tmp_path / "early"
+    assert daemon_main(sft_env(tiny_trunk, early, MIX_FORECAST_ABORT=1, **FORGETS)) == 10
+    run_dir = early / "run"
+    evals = evals_of(run_dir)
+    assert [e["step"] for e in evals] == [0, 4, 8]
+    assert [("forecast" in e) for e in evals] == [False, False, True]
+    last = evals[-1]
+    assert last["drift"]["value"] <= 0.5 and last["forecast"]["lo"] > 0.5
+    (abort,) = [e for e in read_events(run_dir / "events.jsonl") if e["event"] == "abort"]
+    assert abort["step"] == 8 and abort["by"] == "forecast"
+    assert abort["reason"].startswith("forecast: drift at step 40 ") and "MIX_FORECAST_ABORT=1" in abort["reason"]
+    assert abort["forecast"] == last["forecast"]
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    assert verdict["verdict"] == "forgets" and "(aborted: forecast: drift at step 40" in verdict["line"]
+    assert "ABORT at step 8: forecast: drift at step 40" in (run_dir / "run.log").read_text()
