@@ -72,3 +72,28 @@ def test_forecast_abort_ends_the_run_before_drift_crosses_and_is_off_by_default(
     verdict = json.loads((run_dir / "verdict.json").read_text())
     assert verdict["verdict"] == "forgets" and "(aborted: forecast: drift at step 40" in verdict["line"]
     assert "ABORT at step 8: forecast: drift at step 40" in (run_dir / "run.log").read_text()
+
+
+def test_tatu_status_shows_the_last_evals_forecast_and_its_json_holds_it():
+    """The status reply (as `tatu status --json` prints it) carries the eval's forecast record, and
+    the readable status says it in one line."""
+    from run_records import eval_record
+
+    from tatu.daemon.config import load_config
+    from tatu.daemon.run.records import Best
+    from tatu.daemon.supervisor import Supervisor
+    from tatu.evals.forecast import BandPoint, Crossing
+    from tatu.ops.status import format_status
+
+    forecast = Forecast(16, 200, 0.061, 0.032, 0.098, 0.08, Crossing(None, 150, None),
+                        [BandPoint(16, 0.02, 0.015, 0.025), BandPoint(200, 0.061, 0.032, 0.098)], 3)
+    cfg, _ = load_config({"TATU_DATA": "d", "TATU_SEED_CKPT": "s", "TATU_RUN": "forecast-status"})
+    with Supervisor(cfg, {}) as supervisor:
+        supervisor.publish_eval(eval_record(16, 0.02, forecast=forecast), Best(16, "sftHeld", 9.0))
+        reply = supervisor.reply_status({})
+    assert reply["last_eval"]["forecast"] == forecast.to_json()
+    shown = format_status(json.loads(json.dumps(reply)))
+    assert ("        forecast drift at step 200 +6.1% [+3.2%,+9.8%] (90%, 3 evals); crosses 8.0%: "
+            "not before the end [150,>200]") in shown.splitlines()
+    supervisor_less = format_status({**reply, "last_eval": {**reply["last_eval"], "forecast": None}})
+    assert "forecast drift" not in supervisor_less
