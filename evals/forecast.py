@@ -8,25 +8,28 @@ The quantity is the ruler's log perplexity ratio against step 0,
 a sum over lines, so a resample of the lines is a resample of y at every eval at once (the same
 lines are scored at every eval: the resample is paired over time).
 
-The curve (docs/forecast.md says why this family): a local linear trend of y in the log of a clock,
+The curve (docs/forecast.md says why): a local trend of y against a clock x, in two shapes,
 
-    y(s) = a + beta * log x(s),   x(s) = clock(s) / clock(end),
+    y(s) = a + beta * g(x(s)),   x(s) = clock(s) / clock(end),   g = log x (slowing down) or x - 1 (steady)
 
-fitted by least squares to the last WINDOW evals after step 0, so a is the forecast at the end
-itself. Growth that slows down (what forgetting does) is followed by the window moving on; a
-power law would carry the early steepness to the end. The clock is the run's cumulative learning
-rate (given by the caller; the step when the learning rate is constant): forgetting follows how
-far the weights moved, and a cosine schedule's last steps move them little.
+each fitted by least squares to the last WINDOW evals after step 0; g(1) = 0, so a is the forecast
+at the end itself, and the point forecast is the mean of the two. Forgetting that slows down is
+followed by the log shape; forgetting at a steady rate by the other; which one a run follows is
+not known from its first evals, so half the bootstrap curves take each. The clock is the run's
+cumulative learning rate (given by the caller; the step when the learning rate is constant):
+forgetting follows how far the weights moved, and a cosine schedule's last steps move them little.
 
 The interval is a bootstrap of curves, each one:
   1. the ruler's line sampling: the lines drawn again with replacement (the same draw at every eval);
-  2. the curve's own uncertainty: every eval's y moved by a normal draw of sd `sigma`, the line
-     refitted, and its end moved by one more such draw (the last step is one more noisy eval, not
-     the smooth curve). `sigma` is the residual sd of the fit (m - 2 degrees of freedom), and never
-     below the ruler's resolution of one eval from the next (the line-bootstrap sd of
-     y(last) - y(previous)): with two or three evals a residual says nothing yet.
-`lines=False` drops 1 and that floor: what a forecast that ignores line sampling would say (the
-tests show its interval too narrow).
+  2. the curve's own uncertainty: its shape (above); every eval's y moved by a normal draw of sd
+     `sigma` and the trend refitted; its end moved by one more such draw (the last step is one more
+     noisy eval, not the smooth curve). `sigma` is the residual sd of the better-fitting shape
+     (m - 2 degrees of freedom), and never below the ruler's resolution of one eval from the next
+     (the line-bootstrap sd of y(last) - y(previous)) nor below what y moved between those two
+     evals: with two or three evals a residual says nothing yet, and a curve is not known better
+     than it moves from one eval to the next.
+`lines=False` drops 1 and the ruler's resolution: what a forecast that ignores line sampling would
+say (the tests show its interval too narrow).
 
 numpy only; no torch, no daemon: a notebook can forecast a run's curve from its evals/ files.
 """
@@ -43,6 +46,7 @@ from tatu.formats import fmt_interval, fmt_pct
 LEVEL = 0.90  # the prediction interval's coverage
 MIN_EVALS = 3  # the step-0 baseline and two trained evals: the first eval that forecasts is the third
 WINDOW = 4  # the trained evals the trend is fitted to: the last ones (all of them while fewer)
+FAMILIES = ("log", "linear")  # the trend's shapes: slowing down (log x) and steady (x); half the curves each
 RESAMPLES = 1000
 _CHUNK = 200  # replicates whose line weights are held at once (memory: _CHUNK x lines)
 BAND_POINTS = 8  # steps from the current eval to the end that a forecast's band keeps
@@ -188,27 +192,39 @@ class Forecast:
                    payload["n_evals"], payload.get("level", LEVEL), payload.get("lines", True))
 
 
+def _basis(family: str, x: np.ndarray) -> np.ndarray:
+    """g(x) of a family's trend y = a + beta * g(x); g(1) = 0, so a is the forecast at the end."""
+    return np.log(x) if family == "log" else x - 1.0
+
+
 @dataclass(frozen=True)
 class CurveFit:
-    """The fitted trend and its bootstrap curves: y(s) = a + beta * log x(s), the replicates' a (their
-    end moved by the curve term) and beta."""
+    """The fitted trends and their bootstrap curves: y(s) = a + beta * g(x(s)) for each family in
+    FAMILIES, the replicates' a (their end moved by the curve term), beta and family."""
 
-    a: float
-    beta: float
+    a: float  # the point forecast at the end (log-ratio units): the mean of the families' fits
+    a_fits: dict[str, float]
+    beta_fits: dict[str, float]
     a_reps: np.ndarray
     beta_reps: np.ndarray
+    family_reps: np.ndarray  # index into FAMILIES, per replicate
     sigma: float  # the curve term's sd (log-ratio units)
     clock: Callable[[np.ndarray], np.ndarray]
     end: int
 
-    def log_x(self, steps) -> np.ndarray:
+    def x(self, steps) -> np.ndarray:
         total = float(self.clock(np.asarray([self.end]))[0])
-        return np.log(np.asarray(self.clock(np.asarray(steps, dtype=np.int64)), dtype=np.float64) / total)
+        return np.asarray(self.clock(np.asarray(steps, dtype=np.int64)), dtype=np.float64) / total
 
     def log_ratio_at(self, steps) -> tuple[np.ndarray, np.ndarray]:
-        """(the fitted curve's y at `steps`, the replicates' y: (resamples, len(steps)))."""
-        u = self.log_x(steps)
-        return self.a + self.beta * u, self.a_reps[:, None] + self.beta_reps[:, None] * u[None, :]
+        """(the point forecast's y at `steps`, the replicates' y: (resamples, len(steps)))."""
+        x = self.x(steps)
+        point = np.mean([self.a_fits[f] + self.beta_fits[f] * _basis(f, x) for f in self.a_fits], axis=0)
+        reps = np.empty((len(self.a_reps), len(x)))
+        for i, family in enumerate(FAMILIES):
+            mine = self.family_reps == i
+            reps[mine] = self.a_reps[mine, None] + self.beta_reps[mine, None] * _basis(family, x)[None, :]
+        return point, reps
 
     def drift_at(self, steps, level: float = LEVEL) -> list[BandPoint]:
         """Drift forecast at `steps` (any step asked after step 0), with its `level` interval."""
@@ -242,7 +258,7 @@ def _trend(y: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def fit(trajectory: Trajectory, end: int, clock: Callable[[np.ndarray], np.ndarray] | None = None,
         lines: bool = True, resamples: int = RESAMPLES, seed: int = 0) -> CurveFit:
-    """The trend through a run's last evals and its bootstrap curves (module docstring)."""
+    """The trends through a run's last evals and their bootstrap curves (module docstring)."""
     if len(trajectory.steps) < MIN_EVALS:
         raise ForecastError(f"a forecast needs {MIN_EVALS} evals (step 0 and two more), got {len(trajectory.steps)}")
     if trajectory.steps[-1] > end:
@@ -253,22 +269,30 @@ def fit(trajectory: Trajectory, end: int, clock: Callable[[np.ndarray], np.ndarr
     if not (total > 0 and np.all(x > 0) and np.all(np.diff(x) > 0)):
         raise ForecastError("the clock must be positive and increasing after step 0")
     window = slice(max(0, len(x) - WINDOW), len(x))
-    u = np.log(x[window])
-    y = trajectory.log_ratio()
-    a_hat, beta_hat = (v[0] for v in _trend(y[None, window], u))
-    m = len(u)
-    residual = y[window] - (a_hat + beta_hat * u)
-    sigma = math.sqrt(float((residual ** 2).sum()) / (m - 2)) if m > 2 else 0.0
+    y = trajectory.log_ratio()[window]
+    m = len(y)
+    bases = {family: _basis(family, x[window]) for family in FAMILIES}
+    fits = {family: tuple(v[0] for v in _trend(y[None, :], u)) for family, u in bases.items()}
+    # the residual of the family that fits best: the other's misfit is the shape's uncertainty, not noise
+    rss = min(float(((y - (a + beta * bases[f])) ** 2).sum()) for f, (a, beta) in fits.items())
+    sigma = math.sqrt(rss / (m - 2)) if m > 2 else 0.0
     rng = np.random.default_rng(seed)
     if lines:
         ys = trajectory.resampled_log_ratio(rng, resamples)
         sigma = max(sigma, float(np.std(ys[:, -1] - ys[:, -2], ddof=1)))
     else:
-        ys = np.repeat(y[None, :], resamples, axis=0)
+        ys = np.repeat(trajectory.log_ratio()[None, :], resamples, axis=0)
+    sigma = max(sigma, abs(float(y[-1] - y[-2])))  # never surer of the curve than it moved since the last eval
     ys = ys[:, window] + rng.normal(0.0, sigma, size=(resamples, m))
-    a_reps, beta_reps = _trend(ys, u)
-    a_reps = a_reps + rng.normal(0.0, sigma, size=a_reps.shape)  # the last step: one more noisy eval
-    return CurveFit(float(a_hat), float(beta_hat), a_reps, beta_reps, sigma, clock, end)
+    family_reps = np.arange(resamples) % len(FAMILIES)
+    a_reps, beta_reps = np.empty(resamples), np.empty(resamples)
+    for i, family in enumerate(FAMILIES):
+        mine = family_reps == i
+        a_reps[mine], beta_reps[mine] = _trend(ys[mine], bases[family])
+    a_reps = a_reps + rng.normal(0.0, sigma, size=resamples)  # the last step: one more noisy eval
+    a_point = float(np.mean([a for a, _ in fits.values()]))
+    return CurveFit(a_point, {f: a for f, (a, _) in fits.items()}, {f: b for f, (_, b) in fits.items()},
+                    a_reps, beta_reps, family_reps, sigma, clock, end)
 
 
 def forecast(trajectory: Trajectory, end: int, limit: float, clock: Callable[[np.ndarray], np.ndarray] | None = None,
