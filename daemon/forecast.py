@@ -37,7 +37,7 @@ class RunForecaster:
 
     def at_eval(self, step: int, results: dict[str, SetResult], state: RunState) -> Forecast | None:
         """Keep this eval's ruler lines; the forecast once the run has MIN_EVALS evals (None before,
-        for a trunk, or when the ruler's lines differ from step 0's)."""
+        at the last step, for a trunk, or when the ruler's lines differ from step 0's)."""
         if self.config.mode != "sft" or RULER not in results or state.baseline is None or step == 0:
             return None
         ruler, base = results[RULER], state.baseline[RULER]
@@ -45,7 +45,7 @@ class RunForecaster:
             return None
         state.ruler_lines[step] = ruler.scores.nll_sum.tolist()
         steps = sorted(s for s in state.ruler_lines if s <= step)
-        if len(steps) + 1 < MIN_EVALS:
+        if len(steps) + 1 < MIN_EVALS or step == self.end:  # at the last step drift is measured, not forecast
             return None
         nll = [base.scores.nll_sum.tolist()] + [state.ruler_lines[s] for s in steps]
         try:
