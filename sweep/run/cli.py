@@ -243,7 +243,7 @@ def _gpu_count() -> int:
 def status_main(args) -> int:
     from tatu.daemon.run.paths import RunDir
     from tatu.sweep.run.coordinator import STOP_FILE, Coordinator, backend_for, settings
-    from tatu.sweep.run.members import summary
+    from tatu.sweep.run.members import forecast_cell, summary
 
     sweep_dir = _sweep_dir(args, args.name)
     conf = settings(sweep_dir)
@@ -265,8 +265,9 @@ def status_main(args) -> int:
     for s in statuses:
         steps = [e["step"] for e in RunDir(s.member.run_dir).events("step")]
         limit = s.member.env.get("MIX_STEPS_LIMIT", "?")
+        forecast = forecast_cell(s)
         print(f"  {s.member.run:<32} {s.state:<9} {s.verdict or '':<13} step {max(steps, default=0)}/{limit}"
-              + (f"  {s.detail}" if s.detail else ""))
+              + (f"  {forecast}" if forecast else "") + (f"  {s.detail}" if s.detail else ""))
     for line in sequential:
         print(line)
     return 0
