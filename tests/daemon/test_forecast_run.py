@@ -97,3 +97,15 @@ def test_tatu_status_shows_the_last_evals_forecast_and_its_json_holds_it():
             "not before the end [150,>200]") in shown.splitlines()
     supervisor_less = format_status({**reply, "last_eval": {**reply["last_eval"], "forecast": None}})
     assert "forecast drift" not in supervisor_less
+
+
+def test_the_ruler_lines_survive_the_resume_state_and_an_older_state_has_none():
+    """What a restart forecasts from: the per-line sums of every eval, through the state's JSON."""
+    from tatu.daemon.run.state import RunState
+
+    state = RunState(step=16, ruler_lines={8: [1.5, 2.25], 16: [1.75, 2.5]})
+    payload = json.loads(json.dumps(state.to_json()))
+    assert RunState.from_json(payload, 100, 0).ruler_lines == {8: [1.5, 2.25], 16: [1.75, 2.5]}
+    older = {k: v for k, v in payload.items() if k != "ruler_lines"}
+    assert RunState.from_json(older, 100, 0).ruler_lines == {}
+    assert "ruler_lines" not in RunState(step=3).to_json()  # a trunk's state (no forecast) stays as it was
