@@ -22,12 +22,13 @@ forgetting follows how far the weights moved, and a cosine schedule's last steps
 The interval is a bootstrap of curves, each one:
   1. the ruler's line sampling: the lines drawn again with replacement (the same draw at every eval);
   2. the curve's own uncertainty: its shape (above); every eval's y moved by a normal draw of sd
-     `sigma` and the trend refitted; its end moved by one more such draw (the last step is one more
-     noisy eval, not the smooth curve). `sigma` is the residual sd of the better-fitting shape
-     (m - 2 degrees of freedom), and never below the ruler's resolution of one eval from the next
-     (the line-bootstrap sd of y(last) - y(previous)) nor below what y moved between those two
-     evals: with two or three evals a residual says nothing yet, and a curve is not known better
-     than it moves from one eval to the next.
+     `sigma`, the trend refitted, and its end moved by one more such draw (the last step is one more
+     noisy eval, not the smooth curve). `sigma` is the residual sd of the better-fitting shape, never
+     below the ruler's resolution of one eval from the next (the line-bootstrap sd of y(last) -
+     y(previous)); estimated from m evals it has m - 2 degrees of freedom, so each curve draws its
+     own sigma from that estimate's distribution (scaled inverse chi-square: Student's t overall).
+     With two evals there is no residual: sigma is then what y moved between them (a curve is not
+     known better than it moved from one eval to the next).
 `lines=False` drops 1 and the ruler's resolution: what a forecast that ignores line sampling would
 say (the tests show its interval too narrow).
 
@@ -208,7 +209,7 @@ class CurveFit:
     a_reps: np.ndarray
     beta_reps: np.ndarray
     family_reps: np.ndarray  # index into FAMILIES, per replicate
-    sigma: float  # the curve term's sd (log-ratio units)
+    sigma: float  # the curve term's sd (log-ratio units; the median over the curves)
     clock: Callable[[np.ndarray], np.ndarray]
     end: int
 
@@ -275,21 +276,26 @@ def fit(trajectory: Trajectory, end: int, clock: Callable[[np.ndarray], np.ndarr
     fits = {family: tuple(v[0] for v in _trend(y[None, :], u)) for family, u in bases.items()}
     # the residual of the family that fits best: the other's misfit is the shape's uncertainty, not noise
     rss = min(float(((y - (a + beta * bases[f])) ** 2).sum()) for f, (a, beta) in fits.items())
-    sigma = math.sqrt(rss / (m - 2)) if m > 2 else 0.0
+    residual_sd = math.sqrt(rss / (m - 2)) if m > 2 else 0.0
     rng = np.random.default_rng(seed)
+    resolution = 0.0
     if lines:
         ys = trajectory.resampled_log_ratio(rng, resamples)
-        sigma = max(sigma, float(np.std(ys[:, -1] - ys[:, -2], ddof=1)))
+        resolution = float(np.std(ys[:, -1] - ys[:, -2], ddof=1))
     else:
         ys = np.repeat(trajectory.log_ratio()[None, :], resamples, axis=0)
-    sigma = max(sigma, abs(float(y[-1] - y[-2])))  # never surer of the curve than it moved since the last eval
-    ys = ys[:, window] + rng.normal(0.0, sigma, size=(resamples, m))
+    if m > 2:  # the residual sd has m - 2 degrees of freedom: each curve draws its own sigma (Student's t)
+        sigmas = np.maximum(residual_sd * np.sqrt((m - 2) / rng.chisquare(m - 2, size=resamples)), resolution)
+    else:  # two evals: no residual yet; the curve is not known better than it moved between them
+        sigmas = np.full(resamples, max(resolution, abs(float(y[-1] - y[-2]))))
+    sigma = float(np.median(sigmas))
+    ys = ys[:, window] + rng.normal(0.0, 1.0, size=(resamples, m)) * sigmas[:, None]
     family_reps = np.arange(resamples) % len(FAMILIES)
     a_reps, beta_reps = np.empty(resamples), np.empty(resamples)
     for i, family in enumerate(FAMILIES):
         mine = family_reps == i
         a_reps[mine], beta_reps[mine] = _trend(ys[mine], bases[family])
-    a_reps = a_reps + rng.normal(0.0, sigma, size=resamples)  # the last step: one more noisy eval
+    a_reps = a_reps + rng.normal(0.0, 1.0, size=resamples) * sigmas  # the last step: one more noisy eval
     a_point = float(np.mean([a for a, _ in fits.values()]))
     return CurveFit(a_point, {f: a for f, (a, _) in fits.items()}, {f: b for f, (_, b) in fits.items()},
                     a_reps, beta_reps, family_reps, sigma, clock, end)
