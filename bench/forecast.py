@@ -190,10 +190,10 @@ def main(argv=None) -> int:
     parser.add_argument("--data", type=Path, required=True, help="the data dir the trunk was trained on")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--replay", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2, 4])
-    parser.add_argument("--lr", type=lambda s: [float(x) for x in s.split(",")], default=[1e-3, 2e-3])
+    parser.add_argument("--lr", type=lambda s: [float(x) for x in s.split(",")], default=[3e-4, 1e-3])
     parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--sft-ge", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=32)
+    parser.add_argument("--sft-ge", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=64)
     parser.add_argument("--every", type=int, default=4)
     parser.add_argument("--schedule", choices=("constant", "cosine"), default="constant")
     parser.add_argument("--limit", type=lambda s: [float(x) for x in s.split(",")], default=[0.08],
