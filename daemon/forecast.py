@@ -3,7 +3,9 @@ curve and what it assumes: docs/forecast.md).
 
 What the run keeps for it: the ruler's per-line NLL sums of every eval after step 0
 (RunState.ruler_lines, saved in the resume state, so a restart forecasts from the whole run);
-with the step-0 baseline's, they are the trajectory the curve is fitted to. The clock is the
+with the step-0 baseline's, they are the trajectory the curve is fitted to. Which evals: the
+ones the run's history records (evals_through), so a forecast is a function of the restored
+state alone; a state without some eval's lines (saved before they were kept) forecasts nothing. The clock is the
 run's cumulative learning rate (daemon/trainer.py's lr_at): under a cosine the weights move less
 and less, and a curve in steps would forecast forgetting the schedule does not allow.
 
@@ -21,6 +23,15 @@ from tatu.daemon.suite import RULER
 from tatu.daemon.trainer import lr_at
 from tatu.evals.forecast import MIN_EVALS, Forecast, ForecastError, Trajectory, forecast
 from tatu.evals.scoring import SetResult
+
+
+def evals_through(step: int, state: RunState) -> list[int] | None:
+    """The steps after 0 a forecast at `step` is fitted to: every eval the run's history records up to
+    it, and this one (not yet in the history); None when one of them has no kept lines (a state saved
+    before they were kept). The list is the run's, not what this process saw: a restart forecasts from
+    the evals an uninterrupted run does, or not at all."""
+    steps = sorted({record.step for record in state.history if 0 < record.step < step} | {step})
+    return steps if all(s in state.ruler_lines for s in steps) else None
 
 
 class RunForecaster:
@@ -44,8 +55,8 @@ class RunForecaster:
         if not np.array_equal(ruler.line_index, base.line_index) or step > self.end:
             return None
         state.ruler_lines[step] = ruler.scores.nll_sum.tolist()
-        steps = sorted(s for s in state.ruler_lines if s <= step)
-        if len(steps) + 1 < MIN_EVALS or step == self.end:  # at the last step drift is measured, not forecast
+        steps = evals_through(step, state)
+        if steps is None or len(steps) + 1 < MIN_EVALS or step == self.end:  # at the last step drift is measured
             return None
         nll = [base.scores.nll_sum.tolist()] + [state.ruler_lines[s] for s in steps]
         try:

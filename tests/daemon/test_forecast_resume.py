@@ -67,3 +67,77 @@ def test_killed_around_a_forecasting_eval_resumes_to_the_same_history(tiny_trunk
     assert [h["step"] for h in resumed] == [0, 4, 8, 12, 16]
     assert [h["step"] for h in resumed if "forecast" in h] == [8, 12]
     assert resumed == reference
+
+
+# --- the list of evals a forecast is fitted to, without a run ----------------------------------
+
+N_LINES = 30
+
+
+def ruler(forgetting: float, seed: int):
+    """The ruler scored by a model that forgets: per-line sums over shared line difficulties."""
+    import numpy as np
+
+    from tatu.evals.scoring import SetResult
+
+    tokens = np.random.default_rng(0).integers(10, 60, N_LINES)
+    difficulty = np.random.default_rng(1).uniform(2.0, 5.0, N_LINES)
+    nll = tokens * (difficulty + forgetting + np.random.default_rng(seed).normal(0, 0.02, N_LINES))
+    lines = {"index": list(range(N_LINES)), "nll_sum": nll.tolist(), "n_tokens": tokens.tolist(),
+             "n_chars": tokens.tolist(), "n_bytes": tokens.tolist()}
+    payload = {"name": "enRuler", "kind": "text", "n_lines_total": N_LINES, "lines_sha256": "ruler",
+               "lines": lines, "extra": {"file_sha256": None}}
+    return {"enRuler": SetResult.from_json(payload, n_resamples=100, seed=0)}
+
+
+def forecasts(state, steps, limit=40):
+    """The forecast at each eval in `steps`, each eval then recorded in the history as the run does."""
+    from run_records import eval_record
+
+    from tatu.daemon.config import load_config
+    from tatu.daemon.forecast import RunForecaster
+
+    config, _ = load_config({"TATU_DATA": "d", "TATU_SEED_CKPT": "s", "MIX_STEPS_LIMIT": str(limit)})
+    forecaster = RunForecaster(config, limit)
+    out = {}
+    for step in steps:
+        out[step] = forecaster.at_eval(step, ruler(0.002 * step, step), state)
+        state.history.append(eval_record(step))
+    return out
+
+
+def test_a_state_without_some_evals_lines_forecasts_nothing_rather_than_from_fewer_evals():
+    """A restart whose state lacks the lines of an eval its history records (saved by a tatu that kept
+    none) must not forecast from the evals after the restart alone: that is another list of evals than
+    the uninterrupted run's, so another forecast at the same step. It forecasts nothing instead."""
+    from run_records import eval_record
+
+    from tatu.daemon.run.state import RunState
+
+    whole = RunState(step=0, baseline=ruler(0.0, 0), history=[eval_record(0)])
+    uninterrupted = forecasts(whole, [4, 8, 12, 16, 20])
+    assert [s for s, f in uninterrupted.items() if f is not None] == [8, 12, 16, 20]
+    assert uninterrupted[20].n_evals == 6
+
+    # the same run restarted at step 8 from a state that kept no lines: its history has evals 4 and 8
+    older = RunState(step=8, baseline=ruler(0.0, 0), history=[eval_record(s) for s in (0, 4, 8)])
+    restarted = forecasts(older, [12, 16, 20])
+    assert restarted == {12: None, 16: None, 20: None}
+
+
+def test_the_forecast_is_the_same_from_the_state_as_a_restart_reads_it():
+    """The state through its JSON (sorted keys: lines kept as "12", "4", "8") forecasts exactly what
+    the live state does: nothing of the process (dict order, earlier forecasts) enters it."""
+    import json
+
+    from tatu.daemon.run.state import RunState
+
+    live = RunState(step=0, baseline=ruler(0.0, 0))
+    before = forecasts(live, [4, 8, 12])
+    live.step = 12
+    restored = RunState.from_json(json.loads(json.dumps(live.to_json(), sort_keys=True)), 100, 0)
+    assert list(restored.ruler_lines) == [12, 4, 8]
+    after = forecasts(restored, [16])
+    again = forecasts(live, [16])
+    assert after[16] is not None and after[16] == again[16] and after[16].n_evals == 5
+    assert before[12].n_evals == 4
