@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from tatu import exitcodes
 from tatu.atomic import write_json_atomic
 from tatu.daemon import distributed, judge, ranks
+from tatu.daemon.forecast import RunForecaster
 from tatu.daemon.resume import save_resume
 from tatu.daemon.run.paths import RunDir
 from tatu.daemon.run.state import RunState, results_to_json
@@ -50,6 +51,7 @@ class RunActions:
         self.files = RunDir(config.run_dir)
         self.last_saved_step = state.step
         self.latest_results: dict = {}  # the last eval's results (a trunk stores them)
+        self.forecaster = RunForecaster(config, state.lr_schedule_end)
 
     def meta(self, **extra) -> dict:
         return {**self.meta_base, "step": self.state.step, "trunk_reference": results_to_json(self.state.trunk_reference),
@@ -82,8 +84,9 @@ class RunActions:
                 state.baseline, state.category_baseline = results, categories
                 state.task_baseline = {name: judge.task_items(r) for name, r in tasks.items()}
                 state.answer_baseline = {name: judge.answer_bits(r) for name, r in answers.items()}
+            forecast = self.forecaster.at_eval(state.step, results, state)
             decision = judge.decide(state.step, results, state, self.suite, config, time.perf_counter() - started, samples,
-                                    categories, tasks, env_file=self.env_file, answers=answers)
+                                    categories, tasks, env_file=self.env_file, answers=answers, forecast=forecast)
         where = non_finite_paths(decision.record.to_json())
         if where:  # a statistic of the eval overflowed: the record could not be saved, nor trusted
             self.non_finite_eval({name: r.ppl for name, r in results.items()}, where)

@@ -74,6 +74,9 @@ class _RunFields(BaseModel):
     mix_steps_limit: int = Field(200, alias="MIX_STEPS_LIMIT", ge=1, le=10_000_000, description="optimizer steps")
     mix_forget_limit: float = Field(0.10, alias="MIX_FORGET_LIMIT", gt=0, description="abort when drift exceeds this")
     mix_forget_ci: bool = Field(False, alias="MIX_FORGET_CI", description="abort only when drift's CI lower bound exceeds the limit")
+    mix_forecast_abort: bool = Field(False, alias="MIX_FORECAST_ABORT",
+                                     description="abort when the drift forecast's 90% lower bound at MIX_STEPS_LIMIT "
+                                                 "exceeds the limit (from the third eval)")
     # --- evaluation ---
     eval_every: int = Field(8, alias="EVAL_EVERY", ge=1, le=1_000_000)
     eval_en_all: bool = Field(True, alias="EVAL_EN_ALL", description="score every enRuler line (0: a subsample)")

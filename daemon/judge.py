@@ -30,6 +30,7 @@ from tatu.daemon.run.records import (AnswerChange, AnswerSummary, Best, Category
 from tatu.daemon.run.state import RunState
 from tatu.daemon.suite import REFERENCE_SETS, RULER, Suite, best_set
 from tatu.evals.choice import mcnemar_exact
+from tatu.evals.forecast import Forecast
 from tatu.evals.scoring import SetResult, compare_results
 from tatu.formats import SET_NAMES, fmt_ci, fmt_interval, fmt_pct, fmt_ppl, fmt_share
 
@@ -93,12 +94,23 @@ def _value(change_: Change | None) -> float | None:
     return None if change_ is None else change_.value
 
 
+def forecast_abort_reason(forecast: Forecast | None, config: RunConfig) -> str | None:
+    """MIX_FORECAST_ABORT=1: why the run ends now: the forecast's lower bound at the last step passes
+    MIX_FORGET_LIMIT (a forecast exists from the third eval on: daemon/forecast.py)."""
+    if not config.mix_forecast_abort or forecast is None or not forecast.over_limit:
+        return None
+    return (f"forecast: drift at step {forecast.end} {fmt_pct(forecast.value)} {fmt_interval(forecast.lo, forecast.hi)} "
+            f"({forecast.level:.0%}), lower bound > MIX_FORGET_LIMIT {config.mix_forget_limit * 100:.1f}% "
+            f"(MIX_FORECAST_ABORT=1)")
+
+
 @dataclass
 class Decision:
     record: EvalRecord  # the eval event (every number)
     line: str
     best: bool
     abort_reason: str | None
+    by_forecast: bool = False  # the abort is MIX_FORECAST_ABORT's: drift itself is still under the limit
 
 
 def category_record(baseline: dict | None, categories: dict[str, dict[str, SetResult]], config: RunConfig
@@ -154,8 +166,10 @@ def answer_record(baseline: dict[str, str] | None, answers: dict) -> dict[str, A
 
 def decide(step: int, results: dict[str, SetResult], state: RunState, suite: Suite, config: RunConfig,
            seconds: float, samples, categories: dict[str, dict[str, SetResult]] | None = None,
-           tasks: dict | None = None, env_file: str | None = None, answers: dict | None = None) -> Decision:
-    """Compare with the run's baseline and the trunk; pick best; decide abort (not warn)."""
+           tasks: dict | None = None, env_file: str | None = None, answers: dict | None = None,
+           forecast: Forecast | None = None) -> Decision:
+    """Compare with the run's baseline and the trunk; pick best; decide abort (not warn): drift over
+    MIX_FORGET_LIMIT, or (MIX_FORECAST_ABORT=1) `forecast`'s lower bound at the last step over it."""
     baseline = state.baseline
     changes = {name: change(baseline[name], results[name], config) for name in results if name in baseline}
     drift = changes[RULER]
@@ -167,14 +181,19 @@ def decide(step: int, results: dict[str, SetResult], state: RunState, suite: Sui
         trunk_ok = None if drift_tronco is None else drift_tronco.value <= config.trunk_limit
     key = best_set(config.mode)
     best = state.best is None or results[key].ppl < state.best.ppl
-    abort_reason = None
+    abort_reason, by_forecast = None, False
     if config.mode == "sft":
         measured = drift.lo if config.mix_forget_ci else drift.value
         if measured > config.mix_forget_limit:
             which = "drift CI lower bound" if config.mix_forget_ci else "drift"
             abort_reason = f"{which} {fmt_pct(measured)} > MIX_FORGET_LIMIT {config.mix_forget_limit * 100:.1f}%"
+        else:
+            abort_reason = forecast_abort_reason(forecast, config)
+            by_forecast = abort_reason is not None
     answered = answer_record(state.answer_baseline, answers or {})
     line = eval_line(step, results, drift, drift_tronco, trunk_ok, best, seconds, suite.notes, changes, answered)
+    if forecast is not None:  # last on the line: nothing before it moves
+        line += forecast.line_extras()
     sets = {name: summary(result) for name, result in results.items()}
     record = EvalRecord(
         step=step,
@@ -196,8 +215,9 @@ def decide(step: int, results: dict[str, SetResult], state: RunState, suite: Sui
         ci_covers=ci_covers(sets, list(sets), config, env_file).to_json(),
         line=line,
         answers=answered,
+        forecast=forecast,
     )
-    return Decision(record, line, best, abort_reason)
+    return Decision(record, line, best, abort_reason, by_forecast)
 
 
 def best_of(decision: Decision, results: dict[str, SetResult]) -> Best:

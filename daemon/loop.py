@@ -183,12 +183,14 @@ def _precision_source(precision, origins: dict[str, str]) -> str:
 
 
 def _evaluate(actions: RunActions, step: int) -> int | None:
-    """An eval at `step`; the exit code when it aborts the run (drift over MIX_FORGET_LIMIT)."""
+    """An eval at `step`; the exit code when it aborts the run (drift over MIX_FORGET_LIMIT, or its
+    forecast's lower bound with MIX_FORECAST_ABORT=1: the same exit 10, the reason says which)."""
     decision = actions.evaluate()
     if not decision.abort_reason:
         return None
     actions.log.error(f"ABORT at step {step}: {decision.abort_reason}")
-    actions.log.event("abort", step=step, reason=decision.abort_reason, code=exitcodes.FORGET_ABORT)
+    by_forecast = {"by": "forecast", "forecast": decision.record.forecast.to_json()} if decision.by_forecast else {}
+    actions.log.event("abort", step=step, reason=decision.abort_reason, code=exitcodes.FORGET_ABORT, **by_forecast)
     actions.state.aborted = Abort(step, decision.abort_reason, exitcodes.FORGET_ABORT)
     actions.save("forget abort")
     return actions.finish(exitcodes.FORGET_ABORT, decision.abort_reason)

@@ -260,7 +260,9 @@ class Supervisor:
                        "drift_p": record.drift.p_value, "drift_tronco": drift_tronco, "trunk_ok": record.trunk_ok,
                        "best": record.best, "changes": {name: c.to_json() for name, c in record.changes.items()},
                        "ci_covers": record.ci_covers,
-                       "answers": {name: a.headline() for name, a in record.answers.items()}},
+                       "answers": {name: a.headline() for name, a in record.answers.items()},
+                       # drift at the last step with its interval (tatu.evals.forecast), from the third eval on
+                       "forecast": None if record.forecast is None else record.forecast.to_json()},
             best={"step": best.step, best.set_name: best.ppl})
         self._publish()
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from tatu import exitcodes
 from tatu.daemon.control.access import socket_path
 from tatu.daemon.control.client import ControlError, answers, request, resolve_socket
+from tatu.evals.forecast import Forecast
 from tatu.formats import fmt_duration, fmt_interval, fmt_pct, fmt_share
 from tatu.ops.status_files import known_status, run_status
 
@@ -62,6 +63,16 @@ def _replay_line(sources: dict) -> str:
     return "replay  " + "  ".join(parts) + " micro-batches"
 
 
+def _forecast_line(payload) -> str | None:
+    """`forecast drift at step 200 +6.1% [+3.2%,+9.8%] (90%, 3 evals); crosses 8.0%: not before the end`."""
+    if not isinstance(payload, dict):
+        return None
+    try:
+        return Forecast.from_json(payload).describe()
+    except (KeyError, TypeError, ValueError):  # a daemon of another version: said, never a crash
+        return "forecast n/a (a reply this tatu cannot read)"
+
+
 def format_status(status: dict) -> str:
     """A few readable lines from a status reply; missing fields show as n/a or are left out."""
     lines = []
@@ -83,6 +94,9 @@ def format_status(status: dict) -> str:
         drift_line = f"        drift {_pct(last.get('drift'))}{_interval(last.get('drift_lo'), last.get('drift_hi'), _pct)}"
         drift_line += f"  drift_tronco {_pct(last.get('drift_tronco'))}"
         lines.append(drift_line)
+        forecast = _forecast_line(last.get("forecast"))
+        if forecast:
+            lines.append(f"        {forecast}")
         for name, answer in (last.get("answers") or {}).items():
             lines.append(_answers_line(name, answer))
         covers = last.get("ci_covers")

@@ -96,6 +96,10 @@ def expected_points(events: list[dict]) -> dict[tuple[str, int], float]:
                 put(f"exact/{name}/value", step, answer["rate"])
                 put(f"exact/{name}/lo", step, answer["lo"])
                 put(f"exact/{name}/hi", step, answer["hi"])
+            forecast = e.get("forecast") or {}  # drift at the last step, from an SFT run's third eval on
+            for key in ("value", "lo", "hi"):
+                put(f"forecast/drift_at_end/{key}", step, forecast.get(key))
+            put("forecast/crossing_step", step, (forecast.get("crossing") or {}).get("step"))
     return out
 
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tatu.evals.forecast import Forecast
 from tatu.records import FORMAT_KEY, RelativeChange, format_version
 
-EVAL_FORMAT = 2  # 1: written before records had versions (same keys); `answers` was added to 2 (optional: {} when absent)
+EVAL_FORMAT = 2  # 1: written before records had versions (same keys); `answers` and `forecast` were added to 2 (optional)
 VERDICT_FORMAT = 2
 
 Json = dict[str, Any]
@@ -156,6 +157,8 @@ class EvalRecord:
     line: str  # the EVAL contract line
     # per eval set whose pairs carry answers (none: {}, never a 0); computed on rank 0 alone, like generations
     answers: dict[str, AnswerSummary] = field(default_factory=dict)
+    # drift at the run's last step with its interval, from the third eval of an SFT run on (None before)
+    forecast: Forecast | None = None
 
     def to_json(self) -> Json:
         record = {
@@ -181,6 +184,8 @@ class EvalRecord:
         }
         if self.answers:  # a run without answer sets writes the keys a version-1 record has
             record["answers"] = {name: a.to_json() for name, a in self.answers.items()}
+        if self.forecast is not None:  # likewise: an eval without a forecast writes no key
+            record["forecast"] = self.forecast.to_json()
         record[FORMAT_KEY] = EVAL_FORMAT
         return record
 
@@ -208,6 +213,7 @@ class EvalRecord:
             ci_covers=payload.get("ci_covers") or {},
             line=payload.get("line", ""),
             answers={name: AnswerSummary.from_json(a) for name, a in (payload.get("answers") or {}).items()},
+            forecast=Forecast.from_json(payload.get("forecast")),
         )
 
 

@@ -44,6 +44,9 @@ class RunState:
     # TATU_ANCHOR / TATU_DISTILL as the run started them: the seed's and the Fisher file's sha256
     # (daemon/retention/setup.py); None when both are off.
     retention: dict | None = None
+    # the ruler's per-line NLL sums of every eval after step 0, by step: what the drift forecast is
+    # fitted to (daemon/forecast.py); {} in a state saved before it was kept
+    ruler_lines: dict[int, list[float]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {"step": self.step, "baseline": results_to_json(self.baseline), "best": None if self.best is None else self.best.to_json(),
@@ -53,7 +56,8 @@ class RunState:
                 {name: results_to_json(per) for name, per in self.category_baseline.items()},
                 "task_baseline": self.task_baseline, "answer_baseline": self.answer_baseline,
                 "lr_schedule_end": self.lr_schedule_end,
-                **({"seed_terms": self.retention} if self.retention is not None else {})}
+                **({"seed_terms": self.retention} if self.retention is not None else {}),
+                **({"ruler_lines": {str(step): nll for step, nll in self.ruler_lines.items()}} if self.ruler_lines else {})}
 
     @classmethod
     def from_json(cls, payload: dict, n_resamples: int, seed: int) -> "RunState":
@@ -71,4 +75,5 @@ class RunState:
                    {name: results_from_json(per, n_resamples, seed) for name, per in payload["category_baseline"].items()},
                    task_baseline=payload.get("task_baseline"), answer_baseline=payload.get("answer_baseline"),
                    lr_schedule_end=payload.get("lr_schedule_end"),
-                   retention=payload.get("seed_terms"))
+                   retention=payload.get("seed_terms"),
+                   ruler_lines={int(step): nll for step, nll in (payload.get("ruler_lines") or {}).items()})

@@ -74,13 +74,35 @@ def group_limits(groups: list[RunGroup]) -> list[tuple[float, list[int]]]:
     return list(found.items())
 
 
-def _draw_run(ax, index: int, run: RunRecord, metric: Metric, scale: float) -> float | None:
+def last_forecast(run: RunRecord) -> EvalRecord | None:
+    """The run's last eval that forecast its drift (from an SFT run's third eval on), None without one."""
+    return next((record for record in reversed(run.evals) if record.forecast is not None), None)
+
+
+def _draw_forecast(ax, colour, run: RunRecord, scale: float) -> float | None:
+    """The last forecast's band from its eval to the run's last step, dashed, in the run's colour; its top."""
+    record = last_forecast(run)
+    if record is None:
+        return None
+    band, forecast = record.forecast.band, record.forecast
+    steps = [p.step for p in band]
+    label = (f"{run.name} forecast at step {record.step}: drift at step {forecast.end} "
+             f"{fmt_pct(forecast.value)}, {forecast.level:.0%} interval (dashed)")
+    ax.fill_between(steps, [p.lo * scale for p in band], [p.hi * scale for p in band], color=colour, alpha=0.08,
+                    linewidth=0.8, linestyle="--", edgecolor=colour, label=label)
+    ax.plot(steps, [p.value * scale for p in band], color=colour, linestyle="--", linewidth=1.0, label=label)
+    return max([-math.inf, *(p.hi * scale for p in band if math.isfinite(p.hi))])
+
+
+def _draw_run(ax, index: int, run: RunRecord, metric: Metric, scale: float, forecast: bool = False) -> float | None:
     """One run's line in its CI band (one legend entry), best star and abort mark, all in its
-    colour; the top of its band (None: no data)."""
+    colour, and (`forecast`: the drift plot) its last forecast's band to the last step; the top of
+    what was drawn (None: no data)."""
     steps, values, lows, highs = _series(run, metric)
     if not steps:
         return None
     colour = _colour(index)
+    forecast_top = _draw_forecast(ax, colour, run, scale) if forecast else None
     ax.fill_between(steps, [v * scale for v in lows], [v * scale for v in highs], color=colour, alpha=0.2, linewidth=0,
                     label=run.name)
     ax.plot(steps, [v * scale for v in values], marker="o", markersize=3, color=colour, label=run.name)
@@ -103,7 +125,8 @@ def _draw_run(ax, index: int, run: RunRecord, metric: Metric, scale: float) -> f
         ax.axvline(x, color=colour, linestyle=":", linewidth=1.0, label=label)
         # drawn under the best star (an abort often happens at the best step) and larger, so both show
         ax.plot([x], [values[at] * scale], markersize=18, zorder=3, **abort_mark(colour), label=label)
-    return max([-math.inf, *(h * scale for h in highs if math.isfinite(h))])
+    top = max([-math.inf, *(h * scale for h in highs if math.isfinite(h))])
+    return top if forecast_top is None else max(top, forecast_top)
 
 
 def _draw_limits(ax, groups: list[RunGroup], top: float, scale: float) -> list[str]:
@@ -184,16 +207,17 @@ def _best_set(group: RunGroup) -> str:
 
 
 def _plot(groups: list[RunGroup], metric: Metric, title: str, ylabel: str, path: Path, caption: str, scale: float = 1.0,
-          draw_limits: bool = False, log_y: bool = False, bands=None) -> PlotFile | None:
+          draw_limits: bool = False, log_y: bool = False, bands=None, forecast: bool = False) -> PlotFile | None:
     """One PNG of a metric per eval step, every group overlaid; None when no run has the metric.
-    bands(group): a configuration's crossed band (None: none drawn)."""
+    bands(group): a configuration's crossed band (None: none drawn); forecast: a run alone's last
+    drift forecast drawn to its last step."""
     fig, ax = new_axes(PAIR_FIGSIZE)
     tops = []
     for index, group in enumerate(groups):
         if group.is_configuration:
             top = _draw_group(ax, index, group, metric, scale, bands(group) if bands else None)
         else:
-            top = _draw_run(ax, index, group.runs[0], metric, scale)
+            top = _draw_run(ax, index, group.runs[0], metric, scale, forecast)
         if top is not None:
             tops.append(top)
     if not tops:
@@ -220,6 +244,9 @@ def key(groups: list[RunGroup]) -> str:
         said.append("A run alone: its line in its own 95% CI band.")
     said.append("A star marks the step of best/ (chosen by the run's best_set), an X where a run aborted; on the drift "
                 "plot MIX_FORGET_LIMIT is dashed, one line per distinct value.")
+    if any(last_forecast(run) is not None for group in groups if not group.is_configuration for run in group.runs):
+        said.append("On the drift plot a run alone's last forecast (docs/forecast.md) runs dashed from the eval that "
+                    "made it to the run's last step, in a light band: its 90% prediction interval.")
     return " ".join(said)
 
 
@@ -238,7 +265,7 @@ def render_plots(runs: list[RunRecord], out_dir: Path, groups: list[RunGroup] | 
             written.append(plot)
     plot = _plot(groups, ruler_drift, "enRuler drift vs the run's step 0 (95% paired CI band)", "drift (%)",
                  out_dir / "drift.png", scale=100.0, draw_limits=True, bands=lambda g: crossed_band(g, "enRuler", "change"),
-                 caption="enRuler drift per eval step vs each run's step 0, paired CI")
+                 forecast=True, caption="enRuler drift per eval step vs each run's step 0, paired CI")
     if plot is not None:
         written.append(plot)
     return written

@@ -270,7 +270,7 @@ def _gpu_count() -> int:
 def status_main(args) -> int:
     from tatu.daemon.run.view import read_run
     from tatu.sweep.run.coordinator import STOP_FILE, Coordinator, backend_for, settings
-    from tatu.sweep.run.members import summary
+    from tatu.sweep.run.members import forecast_cell, summary
 
     sweep_dir = _sweep_dir(args, args.name)
     conf = settings(sweep_dir)
@@ -291,8 +291,9 @@ def status_main(args) -> int:
         print(f"stopped: {stop.read_text().strip()}")
     for s in statuses:
         limit = s.member.env.get("MIX_STEPS_LIMIT", "?")
+        forecast = forecast_cell(s)
         print(f"  {s.member.run:<32} {s.state:<9} {s.verdict or '':<13} step {read_run(s.member.run_dir).step}/{limit}"
-              + (f"  {s.detail}" if s.detail else ""))
+              + (f"  {forecast}" if forecast else "") + (f"  {s.detail}" if s.detail else ""))
     for line in sequential:
         print(line)
     return 0

@@ -21,7 +21,7 @@ from pathlib import Path
 from tatu import exitcodes
 from tatu.daemon.run.paths import RunDir
 from tatu.daemon.run.view import read_run
-from tatu.formats import fmt_duration
+from tatu.formats import fmt_duration, fmt_interval, fmt_pct
 from tatu.sweep.judge.outcome import TERMINAL, outcome_of
 from tatu.sweep.plan.member import Member
 from tatu.sweep.run.backends import UnitState
@@ -64,6 +64,19 @@ def _last_error(directory: Path) -> str:
         return ""
     errors = [line for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if " error " in line]
     return errors[-1].split(" error ", 1)[1].strip() if errors else ""
+
+
+def forecast_cell(status: MemberStatus) -> str:
+    """A member still on its way (running, or pending after a stop): its last eval's drift forecast at
+    its last step, `forecast@40 +6.1% [+3.2%,+9.8%]` ("" before its third eval, and once it has a verdict:
+    its end is measured, and a forecast abort's reason, in its detail, carries the interval)."""
+    if status.state not in ("running", "pending"):
+        return ""
+    found = [record.forecast for record in read_run(status.member.run_dir).evals if record.forecast is not None]
+    if not found:
+        return ""
+    forecast = found[-1]
+    return f"forecast@{forecast.end} {fmt_pct(forecast.value)} {fmt_interval(forecast.lo, forecast.hi)}"
 
 
 def summary(statuses: list[MemberStatus], eta_s: float | None, stage: str | None = None) -> str:

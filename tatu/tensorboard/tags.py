@@ -71,6 +71,11 @@ def eval_scalars(record: dict) -> list[Scalar]:
         if isinstance(answer, dict):
             pairs += [(f"exact/{name}/value", answer.get("rate")), (f"exact/{name}/lo", answer.get("lo")),
                       (f"exact/{name}/hi", answer.get("hi"))]
+    forecast = record.get("forecast")
+    if isinstance(forecast, dict):  # drift forecast at the last step, made at this eval: its value and interval
+        pairs += [(f"forecast/drift_at_end/{key}", forecast.get(key)) for key in BOUNDS]
+        crossing = forecast.get("crossing") or {}
+        pairs.append(("forecast/crossing_step", crossing.get("step")))  # no point: not before the end
     return _points(record["step"], pairs)
 
 

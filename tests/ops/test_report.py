@@ -383,3 +383,33 @@ def test_the_run_report_and_the_sweep_page_share_one_style(runs):
 
     styles = re.findall(r"<style>(.*?)</style>", runs["index"].read_text(encoding="utf-8"), re.S)
     assert styles == [STYLE]
+
+
+def test_the_drift_plot_draws_the_last_forecast_as_a_band_to_the_last_step(tmp_path):
+    """A run stopped by its forecast at step 8 of 40: the drift plot carries the forecast's band from
+    step 8 to step 40 (its values the event's), the key says how to read it; a run without one has none."""
+    from matplotlib.figure import Figure
+
+    from tatu.evals.forecast import BandPoint, Crossing, Forecast
+    from tatu.ops.report import plots
+
+    band = [BandPoint(8, 0.02, 0.015, 0.03), BandPoint(24, 0.07, 0.05, 0.1), BandPoint(40, 0.11, 0.09, 0.16)]
+    forecast = Forecast(8, 40, 0.11, 0.09, 0.16, 0.08, Crossing(30, 22, None), band, 3)
+    reason = "forecast: drift at step 40 +11.0% [+9.0%,+16.0%] (90%), lower bound > MIX_FORGET_LIMIT 8.0%"
+    events = [eval_event(0, 9.0, 31.0, 52.0, 0.0, True), eval_event(4, 8.8, 31.0, 52.5, 0.01, True),
+              {**eval_event(8, 8.7, 31.1, 53.0, 0.02, True), "forecast": forecast.to_json()},
+              {"event": "abort", "time": 9.0, "step": 8, "reason": reason, "by": "forecast", "forecast": forecast.to_json()}]
+    doomed = report.load_run(write_run(tmp_path / "doomed", events, BASE_CONFIG))
+    plain = report.load_run(write_run(tmp_path / "plain", events[:2], BASE_CONFIG))
+    assert plots.last_forecast(doomed).forecast == forecast and plots.last_forecast(plain) is None
+    ax = Figure().add_subplot()
+    top = plots._draw_run(ax, 0, doomed, plots.ruler_drift, 100.0, forecast=True)
+    (dashed,) = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+    assert list(dashed.get_xdata()) == [8, 24, 40] and list(dashed.get_ydata()) == pytest.approx([2.0, 7.0, 11.0])
+    assert top == pytest.approx(16.0)
+    drift = {p.name: p for p in report.render_plots([doomed, plain], tmp_path / "plots")}["drift.png"]
+    assert "doomed forecast at step 8: drift at step 40 +11.0%, 90% interval (dashed)" in drift.legend
+    assert "plain forecast" not in drift.legend
+    groups = plots.group_runs([doomed, plain])
+    assert "last forecast (docs/forecast.md) runs dashed" in plots.key(groups)
+    assert "forecast" not in plots.key(plots.group_runs([plain]))

@@ -19,7 +19,7 @@ from tatu.ops.cli import main as tatu
 from tatu.sweep.judge.verdict import decide
 from tatu.sweep.run.backends import UnitState
 from tatu.sweep.errors import SweepError
-from tatu.sweep.run.members import member_status, summary
+from tatu.sweep.run.members import forecast_cell, member_status, summary
 from tatu.sweep.plan.lock import lock_path, read_lock, reconcile
 from tatu.sweep.plan.load import config_label, load_plan
 from tatu.records import RelativeChange
@@ -175,6 +175,22 @@ def _member(tmp_path):
     run_dir = Path(member.env["TATU_OUT"]) / member.run
     run_dir.mkdir(parents=True)
     return member, run_dir
+
+
+def test_a_running_members_row_carries_its_last_forecast_and_a_finished_ones_does_not(tmp_path):
+    from tatu.evals.forecast import BandPoint, Crossing, Forecast
+
+    member, run_dir = _member(tmp_path)
+    assert forecast_cell(member_status(member, UnitState("running"))) == ""  # no eval yet
+    first = Forecast(16, 40, 0.061, 0.032, 0.098, 0.08, Crossing(None, None, None), [BandPoint(40, 0.061, 0.032, 0.098)], 3)
+    later = Forecast(20, 40, 0.071, 0.05, 0.09, 0.08, Crossing(None, 30, None), [BandPoint(40, 0.071, 0.05, 0.09)], 4)
+    events = [{"event": "eval", "step": 8}, {"event": "eval", "step": 16, "forecast": first.to_json()},
+              {"event": "eval", "step": 20, "forecast": later.to_json()}]
+    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert forecast_cell(member_status(member, UnitState("running"))) == "forecast@40 +7.1% [+5.0%,+9.0%]"
+    assert forecast_cell(member_status(member, UnitState("exited", 0))) == "forecast@40 +7.1% [+5.0%,+9.0%]"  # stopped
+    (run_dir / "verdict.json").write_text(json.dumps(finished_verdict("holds").to_json()))
+    assert forecast_cell(member_status(member, UnitState("absent"))) == ""
 
 
 def test_member_state_is_derived_from_the_run_dir_and_the_unit(tmp_path):

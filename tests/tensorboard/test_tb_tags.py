@@ -76,3 +76,15 @@ def test_texts_are_the_configuration_the_verdict_and_an_abort_and_nothing_else_i
     for record in (config, verdict, {"event": "checkpoint", "step": 3, "reason": "scheduled"}):
         assert scalars(record) == []
     assert texts(EVAL) == []
+
+
+def test_an_eval_with_a_forecast_gives_its_value_interval_and_crossing_step():
+    forecast = {"step": 8, "end": 200, "value": 0.061, "lo": 0.032, "hi": 0.098, "level": 0.9, "limit": 0.08,
+                "crossing": {"step": 140, "lo": 110, "hi": None}, "band": [], "n_evals": 3, "lines": True}
+    got = {s.tag: s.value for s in scalars({**EVAL, "forecast": forecast})}
+    assert {tag: value for tag, value in got.items() if tag.startswith("forecast/")} == {
+        "forecast/drift_at_end/value": 0.061, "forecast/drift_at_end/lo": 0.032, "forecast/drift_at_end/hi": 0.098,
+        "forecast/crossing_step": 140}
+    never = {**forecast, "crossing": {"step": None, "lo": None, "hi": None}}  # not before the end: no point
+    assert "forecast/crossing_step" not in {s.tag for s in scalars({**EVAL, "forecast": never})}
+    assert not any(s.tag.startswith("forecast/") for s in scalars(EVAL))  # an eval before the third has none
