@@ -281,6 +281,7 @@ def trunk_checkpoint(run_dir: Path, steps_total: int) -> Path:
 
 
 SWEEP = "demo-replay"
+RUNS = "runs"  # the demo's own runs (its trunk's; `make trunk` writes its own there too)
 # Each configuration at these TATU_SEEDs (stream order, dropout): a verdict that holds across them,
 # not one run's luck (docs/metrics.md, "Two sources of noise").
 SEEDS = (1, 2, 3)
@@ -432,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     if tagger_problem:
         print(f"note: {tagger_problem}; the reports will have no word-category tables")
     use_systemd = not args.foreground and user_manager_running()
-    runs = out / "runs"
+    runs = out / RUNS
     if scale.shipped_trunk:
         trunk = install_shipped_trunk(runs, out / "data")
         say("data build with the trunk's own tokenizer")

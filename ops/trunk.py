@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from tatu.ops import shipped_trunk
-from tatu.ops.demo import SCALES, check, prepare_data, run_daemon, say, trunk_env
+from tatu.ops.demo import RUNS, SCALES, check, prepare_data, run_daemon, say, trunk_env
 from tatu.ops.cli import main as tatu
 
 COMMAND = "make trunk"
@@ -33,7 +33,7 @@ def build(out: Path, scale_name: str = "demo", threads: int = 1) -> Path:
     sources = out / "sources"
     check(tatu(["data", "demo", str(sources), "--scale", scale_name, "--seed", str(SEED)]), "data demo")
     data = prepare_data(sources, out, "bpe", scale.vocab, scale.seq_len)
-    common = {"TATU_DATA": str(data), "TATU_OUT": str(out / "runs"), "TATU_DEVICE": "cpu", "TATU_SEED": str(SEED),
+    common = {"TATU_DATA": str(data), "TATU_OUT": str(out / RUNS), "TATU_DEVICE": "cpu", "TATU_SEED": str(SEED),
               "TATU_MICRO_BATCH": str(scale.micro_batch), "TATU_SEQ_LEN": str(scale.seq_len),
               "TATU_EVAL_RESAMPLES": str(scale.resamples), "TATU_MEM_FLOOR_MB": "0", "TATU_PRECISION": "fp32",
               "TATU_THREADS": str(threads), "TATU_TENSORBOARD": "off"}
@@ -46,7 +46,7 @@ def build(out: Path, scale_name: str = "demo", threads: int = 1) -> Path:
         tail = {**env, "MIX_STEPS_LIMIT": str(scale.pretrain_steps + scale.pretrain_tail)}
         say(f"trunk: {scale.pretrain_tail} more steps at TATU_MIN_LR={tail['TATU_MIN_LR']}")
         check(run_daemon(tail, use_systemd=False), "trunk pretraining (its tail)")
-    return out / "runs" / env["TATU_RUN"]
+    return out / RUNS / env["TATU_RUN"]
 
 
 def ship(run_dir: Path, trunk: Path, command: str, machine: str, seconds: float) -> shipped_trunk.TrunkManifest:
