@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from run_records import config_result, member_result, rejudged, rule_plan
+from run_records import config_result, eval_record, member_result, rejudged, rule_plan
 from run_records import verdict as finished_verdict
 from sweep_world import plan_text, stand_in_inputs
 
@@ -184,9 +184,8 @@ def test_a_running_members_row_carries_its_last_forecast_and_a_finished_ones_doe
     assert forecast_cell(member_status(member, UnitState("running"))) == ""  # no eval yet
     first = Forecast(16, 40, 0.061, 0.032, 0.098, 0.08, Crossing(None, None, None), [BandPoint(40, 0.061, 0.032, 0.098)], 3)
     later = Forecast(20, 40, 0.071, 0.05, 0.09, 0.08, Crossing(None, 30, None), [BandPoint(40, 0.071, 0.05, 0.09)], 4)
-    events = [{"event": "eval", "step": 8}, {"event": "eval", "step": 16, "forecast": first.to_json()},
-              {"event": "eval", "step": 20, "forecast": later.to_json()}]
-    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    records = [eval_record(8), eval_record(16, forecast=first), eval_record(20, forecast=later)]
+    (run_dir / "events.jsonl").write_text("".join(json.dumps({"event": "eval", **r.to_json()}) + "\n" for r in records))
     assert forecast_cell(member_status(member, UnitState("running"))) == "forecast@40 +7.1% [+5.0%,+9.0%]"
     assert forecast_cell(member_status(member, UnitState("exited", 0))) == "forecast@40 +7.1% [+5.0%,+9.0%]"  # stopped
     (run_dir / "verdict.json").write_text(json.dumps(finished_verdict("holds").to_json()))
