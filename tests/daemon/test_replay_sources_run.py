@@ -32,10 +32,10 @@ def test_a_run_draws_its_replay_from_its_sources_and_says_so(tiny_trunk, tmp_pat
     shown = format_status(dict(supervisors[-1]._snapshot.progress))  # what `tatu status` prints
     assert "replay  replay 1/3 drew 2 (33.3%)  pretrain 2/3 drew 4 (66.7%) micro-batches" in shown.splitlines()
     # and once no daemon answers, from the run's directory
-    from tatu.daemon.run.outcome import read_outcome
+    from tatu.daemon.run.view import read_run
     from tatu.ops.status_files import describe
 
-    said = describe(read_outcome(run_dir), tmp_path)
+    said = describe(read_run(run_dir), tmp_path)
     assert "replay  replay 33.33%, pretrain 66.67% of the replay micro-batches (REPLAY_SOURCES)" in said
 
 
