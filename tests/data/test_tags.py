@@ -20,7 +20,9 @@ from tiny_world import base_env
 from tatu.daemon.logs import read_events
 from tatu.daemon.main import main as daemon_main
 from tatu.data import tags
+from tatu.data.demo.sources import CHAT_PRETRAIN_FILE
 from tatu.ops import cli
+from tatu.ops.demo import PT_REPLAY, held_out_args
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "pos_agreement.py"
 
@@ -32,11 +34,17 @@ def need_tagger() -> None:
 
 
 def build(root: Path, src: Path, tokenizer: Path, out: Path) -> int:
+    """`tatu data build` with the inputs the session's data was built from (tatu.ops.demo.prepare_data,
+    through tiny_world.build_world): channels pretrain, replay and ptReplay, sft, the evals and the
+    held-out sets the sources have. Other inputs are another build (and over the session's data, a
+    rebuild under every other test reading it)."""
+    chat = [src / CHAT_PRETRAIN_FILE] if (src / CHAT_PRETRAIN_FILE).is_file() else []
+    pretrain = ",".join(map(str, [src / "pt_corpus.txt", src / "en_corpus.txt", *chat]))
     return cli.main(["data", "build", "--tokenizer", str(tokenizer), "--out", str(out),
-                     "--text", f"pretrain={src / 'pt_corpus.txt'},{src / 'en_corpus.txt'}",
-                     "--text", f"replay={src / 'en_corpus.txt'}", "--sft", f"sft={src / 'sft_train.jsonl'}",
+                     "--text", f"pretrain={pretrain}", "--text", f"replay={src / 'en_corpus.txt'}",
+                     "--text", f"{PT_REPLAY}={src / 'pt_corpus.txt'}", "--sft", f"sft={src / 'sft_train.jsonl'}",
                      "--eval", f"sftHeld={src / 'sft_held.jsonl'}", "--eval", f"ptVal={src / 'pt_val.txt'}",
-                     "--eval", f"enRuler={src / 'en_ruler.txt'}", "--seq-len", "192"])
+                     "--eval", f"enRuler={src / 'en_ruler.txt'}", *held_out_args(src), "--seq-len", "192"])
 
 
 def sft_env(tiny_trunk, data: Path, out: Path, run: str) -> dict:
@@ -57,9 +65,14 @@ def test_tags_are_stored_hashed_and_built_once(tiny_trunk, tmp_path, capsys):
     text = (tiny_trunk["root"] / "sources" / "pt_val.txt").read_text().splitlines()[0]
     for start, end, category, tag in first["units"]:
         assert category in tags.CATEGORIES + ("punct",) and text[start:end]  # spans point into the scored text
-    # same inputs and the same tagger: nothing to do
-    assert build(tmp_path, tiny_trunk["root"] / "sources", tiny_trunk["root"] / "tokenizer.json", tiny_trunk["data"]) == 0
+    # same inputs and the same tagger: nothing to do. Built over a copy: the session's data is read by
+    # tests running beside this one (pytest-xdist), and a build that were not up to date would rewrite it.
+    data = tmp_path / "data"
+    shutil.copytree(tiny_trunk["data"], data)
+    capsys.readouterr()
+    assert build(tmp_path, tiny_trunk["root"] / "sources", tiny_trunk["root"] / "tokenizer.json", data) == 0
     assert "up to date" in capsys.readouterr().out
+    assert json.loads((data / "manifest.json").read_text()) == manifest
 
 
 @pytest.mark.slow
