@@ -6,6 +6,7 @@ CI sets CI_STRICT=1, so this fails there instead of skipping.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -104,21 +105,42 @@ def test_sweep_runs_through_units_survives_a_coordinator_kill_and_finishes(setup
                 continue
             if not saved_steps(events_path):
                 continue
-            pid = int(um.show(f"tatu-sft@sd.{name}.service", "MainPID")["MainPID"])
+            unit = f"tatu-sft@sd.{name}.service"
+            pid = int(um.show(unit, "MainPID")["MainPID"])
             if not pid:
                 continue
-            os.kill(pid, signal.SIGSTOP)  # frozen, its files cannot change: look again
+            # The member may end between the manager's answer and the signal (it finished its
+            # last step): a pidfd names that one process, never a later one under a reused PID.
+            try:
+                pidfd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                continue  # it has exited since: look again
+            if int(um.show(unit, "MainPID")["MainPID"]) != pid:
+                os.close(pidfd)  # no longer the unit's main process: look again
+                continue
+            try:
+                signal.pidfd_send_signal(pidfd, signal.SIGSTOP)  # frozen, its files cannot change: look again
+            except ProcessLookupError:
+                os.close(pidfd)
+                continue
             steps = saved_steps(events_path)
             if steps and max(steps) <= 4 and not (events_path.parent / "verdict.json").exists():
-                return name, pid  # of 6 steps: the stop comes before its last one
-            os.kill(pid, signal.SIGCONT)
+                return name, pidfd  # of 6 steps: the stop comes before its last one
+            signal.pidfd_send_signal(pidfd, signal.SIGCONT)  # stopped, it cannot have exited
+            os.close(pidfd)
         return None
 
-    frozen_name, frozen_pid = um.wait_for(member_mid_run, timeout=120, interval=0.05, what="a member mid-run")
+    frozen_name, frozen_pidfd = um.wait_for(member_mid_run, timeout=120, interval=0.05, what="a member mid-run")
     try:
         assert tatu(["sweep", "stop", "sd", "--sweeps", str(setup["sweeps"])]) == 0
     finally:
-        os.kill(frozen_pid, signal.SIGCONT)
+        # The stop's SIGTERM reaches the frozen member through the coordinator's --no-block stop
+        # of its unit, and systemd follows it with a SIGCONT: the member saves its state and exits,
+        # often before `tatu sweep stop` returns. This SIGCONT is for a stop that went wrong; a
+        # member already gone is the stop having worked.
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(frozen_pidfd, signal.SIGCONT)
+        os.close(frozen_pidfd)
     assert "stop requested" in capsys.readouterr().out
 
     def all_stopped():
