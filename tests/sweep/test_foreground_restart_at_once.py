@@ -86,7 +86,7 @@ def daemon_of(coordinator: Coordinator, run: str) -> psutil.Process | None:
             if any(arg.endswith(f"/{run}.env") for arg in child.cmdline()):
                 return child
         except psutil.NoSuchProcess:
-            pass
+            pass  # a child that exited while listed is not the member's daemon: look at the next one
     return None
 
 
@@ -199,7 +199,7 @@ class KilledSweep:
                     process.kill()
                 process.wait(timeout=60)
             except psutil.Error:
-                pass
+                pass  # clean-up only: a held daemon that already ended needs nothing more
         for c in self.coordinators:
             if c.proc.poll() is None:
                 c.kill()
